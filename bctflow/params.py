@@ -1,0 +1,267 @@
+"""params.yaml: the single source of truth, parsed and validated up front.
+
+Every value a run uses comes from here (CLI flags only override entries).
+Validation happens before any data is touched or any model trains, and a bad
+value gives one :class:`~components.errors.ConfigError` naming the key, the
+value and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from components.errors import ConfigError
+
+__all__ = [
+    "Params",
+    "load_params",
+    "params_from_dict",
+    "apply_overrides",
+    "params_digest",
+    "DEFAULT_PARAMS_PATH",
+]
+
+DEFAULT_PARAMS_PATH = Path("params.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AugmentParams(_Strict):
+    crop_padding: int = Field(1, ge=0, description="random-crop padding in pixels (0 = off)")
+    hflip: bool = False
+
+
+class DataParams(_Strict):
+    dataset: str = "digits"
+    root: str | None = None  # dataset cache; default <home>/datasets
+    download: bool = True
+    test_fraction: float = Field(0.3, gt=0.0, lt=1.0)
+    split_seed: int = 0
+    image_size: int | None = None  # resize to this (None = native size)
+    augment: AugmentParams = AugmentParams()
+
+
+class ModelParams(_Strict):
+    backbone: str = "resnet18"
+    backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
+    small_stem: bool = True
+    pretrained_path: str | None = None
+    embed_dim: int = Field(128, gt=0)
+    geometry: Literal["lorentz", "euclidean"] = "lorentz"
+    classifier_scale: float = Field(16.0, gt=0.0)
+
+
+class GeometryParams(_Strict):
+    curvature: float = 1.0  # K (curvature is -K)
+    learn_curvature: bool = False
+    zeta0: float = 1.0
+    delta_zeta: float = 0.2
+
+    @field_validator("curvature")
+    @classmethod
+    def _k_positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"curvature K must be > 0 (got {v}); the Lorentz model has curvature -K, use e.g. 1.0")
+        return v
+
+    @field_validator("zeta0")
+    @classmethod
+    def _zeta_positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"zeta0 must be > 0 (got {v}); it is the clip radius of generation 0, use e.g. 1.0")
+        return v
+
+    @field_validator("delta_zeta")
+    @classmethod
+    def _dz_nonneg(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError(f"delta_zeta must be >= 0 (got {v}); each generation may only widen the clip radius, use e.g. 0.2")
+        return v
+
+
+class TrainParams(_Strict):
+    epochs: int = Field(30, gt=0)
+    batch_size: int = Field(128, gt=1)
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = Field(0.1, gt=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(5e-4, ge=0.0)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    warmup_epochs: int = Field(0, ge=0)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    keep_checkpoints: int = Field(2, ge=1)
+    eval_batch_size: int = Field(512, gt=0)
+
+
+class AlignmentParams(_Strict):
+    method: str = "hbct"
+    weight: float = Field(0.3, ge=0.0, description="lambda: weight of the alignment terms (HBCT Eq. 13)")
+    # per-method hyperparameters, validated by the method's own Params class
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class GenerationSpec(_Strict):
+    """One entry of the chain that `dvc repro` / `bctflow chain` reproduces."""
+
+    name: str
+    classes: list[int] | Literal["all"] = "all"
+    fraction: float = Field(1.0, gt=0.0, le=1.0)
+    alignment: str | None = None  # default: alignment.method (generation 0 always trains base-only)
+    backbone: str | None = None
+    backbone_kwargs: dict[str, Any] | None = None
+    epochs: int | None = Field(None, gt=0)
+    reference: bool | None = None  # train an independent reference (P_com / P_up)
+
+
+class EvaluationParams(_Strict):
+    cmc_k: list[int] = Field(default_factory=lambda: [1, 5])
+    reference: bool = True
+    chunk_size: int = Field(1024, gt=0)
+
+    @field_validator("cmc_k")
+    @classmethod
+    def _ks(cls, v: list[int]) -> list[int]:
+        if not v or any(k <= 0 for k in v):
+            raise ValueError(f"cmc_k must be a non-empty list of positive ranks (got {v}); use e.g. [1, 5]")
+        if 1 not in v or 5 not in v:
+            raise ValueError(f"cmc_k must contain 1 and 5 (got {v}); lineage reports cmc@1 and cmc@5")
+        return sorted(set(v))
+
+
+class BackfillParams(_Strict):
+    """Rules that make a backfill required (design §7). null disables a rule."""
+
+    metric: Literal["map", "cmc@1", "cmc@5"] = "map"
+    require_compatibility: bool = True
+    p_com_floor: float | None = None
+    zeta_ceiling: float | None = 3.0
+    max_generations_since_backfill: int | None = None
+    clip_fraction_max: float | None = Field(0.9, ge=0.0, le=1.0)
+
+
+class TrackingParams(_Strict):
+    mlflow_uri: str | None = None  # default sqlite:///<home>/mlflow.db
+    experiment: str = "bctflow"
+    registered_model: str = "bctflow-embedder"
+
+
+class LineageParams(_Strict):
+    db_url: str | None = None  # default sqlite:///<home>/lineage.db
+
+
+class IndexParams(_Strict):
+    type: Literal["flat"] = "flat"
+
+
+class Params(_Strict):
+    data: DataParams = DataParams()
+    model: ModelParams = ModelParams()
+    geometry: GeometryParams = GeometryParams()
+    train: TrainParams = TrainParams()
+    alignment: AlignmentParams = AlignmentParams()
+    generations: list[GenerationSpec] = Field(default_factory=list)
+    index: IndexParams = IndexParams()
+    evaluation: EvaluationParams = EvaluationParams()
+    backfill: BackfillParams = BackfillParams()
+    tracking: TrackingParams = TrackingParams()
+    lineage: LineageParams = LineageParams()
+
+    @model_validator(mode="after")
+    def _unique_generation_names(self) -> "Params":
+        names = [g.name for g in self.generations]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"generation names must be unique (duplicated: {sorted(dup)}); rename them in `generations:`")
+        return self
+
+    def generation(self, name: str) -> GenerationSpec:
+        for g in self.generations:
+            if g.name == name:
+                return g
+        known = ", ".join(g.name for g in self.generations) or "none declared"
+        raise ConfigError(f"unknown generation {name!r} (declared in params.yaml `generations:`: {known}); add it there or pick one of those")
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (typo?); remove it or check the spelling against params.yaml"
+        elif e["type"] == "missing":
+            msg = "required key is missing; add it"
+        got = e.get("input")
+        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) else f" (got {got!r})"
+        parts.append(f"{loc}: {msg}{shown}" if loc else msg)
+    return f"invalid parameters in {source}: " + "; ".join(parts)
+
+
+def params_from_dict(raw: dict[str, Any] | None, source: str = "params") -> Params:
+    """Validate a raw mapping into :class:`Params` (ConfigError on any problem)."""
+    try:
+        return Params.model_validate(raw or {})
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+    """Read and validate a params.yaml file."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"params file {p} does not exist; pass --params PATH or run from the repository root")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p} is not valid YAML ({err}); fix the syntax") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"{p} must hold a mapping of sections (data:, model:, ...), not {type(raw).__name__}")
+    return params_from_dict(raw, str(p))
+
+
+def _parse_scalar(text: str) -> Any:
+    return yaml.safe_load(text)
+
+
+def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Params:
+    """Return params with dotted-key overrides applied (``train.epochs=5``)."""
+    raw = copy.deepcopy(params.as_dict())
+    items = overrides.items() if isinstance(overrides, dict) else []
+    if isinstance(overrides, list):
+        parsed = []
+        for o in overrides:
+            if "=" not in o:
+                raise ConfigError(f"override {o!r} is not KEY=VALUE; write e.g. train.epochs=5")
+            k, v = o.split("=", 1)
+            parsed.append((k.strip(), _parse_scalar(v)))
+        items = parsed
+    for key, value in items:
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                if part in node and node[part] is not None:
+                    raise ConfigError(f"override {key!r}: {part!r} is not a section; check the key against params.yaml")
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return params_from_dict(raw, "overrides")
+
+
+def params_digest(params: Params, *, exclude: tuple[str, ...] = ("generations", "tracking", "lineage")) -> str:
+    """A stable sha256 of the parameters that shape a model (for change detection)."""
+    raw = {k: v for k, v in params.as_dict().items() if k not in exclude}
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,95 @@
+"""Vectorised batching and augmentation on whole uint8 tensors.
+
+The selection lives in memory as one uint8 tensor (N, C, H, W), pinned when
+CUDA is used, and batches are gathered by index and copied with
+``non_blocking=True``; augmentation runs on the batch on its device. No
+per-sample Python work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["ImageTensor", "to_image_tensor", "iterate_batches", "augment_batch", "resize_images"]
+
+
+@dataclass
+class ImageTensor:
+    """images: (N, C, H, W) uint8 on CPU (pinned when ``pinned``); labels: (N,) int64."""
+
+    images: Tensor
+    labels: Tensor
+    pinned: bool = False
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+
+def resize_images(images: np.ndarray, size: int | None) -> np.ndarray:
+    """(N, H, W, C) uint8 → (N, size, size, C) uint8 (bilinear), or unchanged if size is None."""
+    if size is None or images.shape[1:3] == (size, size):
+        return images
+    t = torch.from_numpy(images).permute(0, 3, 1, 2).float()
+    out = F.interpolate(t, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+    return out.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+
+
+def to_image_tensor(images: np.ndarray, labels: np.ndarray, pin: bool = False) -> ImageTensor:
+    """(N, H, W, C) uint8 + (N,) labels → :class:`ImageTensor` (channels first)."""
+    t = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous()
+    lab = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    if pin:
+        t, lab = t.pin_memory(), lab.pin_memory()
+    return ImageTensor(t, lab, pin)
+
+
+def iterate_batches(
+    data: ImageTensor,
+    batch_size: int,
+    device: torch.device,
+    *,
+    shuffle: bool,
+    generator: torch.Generator | None = None,
+    drop_last: bool = False,
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield (images float32 in [0, 1] (B, C, H, W), labels (B,)) on ``device``."""
+    n = len(data)
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    stop = n - (n % batch_size) if drop_last and n >= batch_size else n
+    non_blocking = data.pinned and device.type == "cuda"
+    for start in range(0, stop, batch_size):
+        idx = order[start : start + batch_size]
+        x = data.images.index_select(0, idx)
+        y = data.labels.index_select(0, idx)
+        if non_blocking:
+            x = x.pin_memory()
+            y = y.pin_memory()
+        x = x.to(device, non_blocking=non_blocking).float().div_(255.0)
+        yield x, y.to(device, non_blocking=non_blocking)
+
+
+def augment_batch(x: Tensor, *, crop_padding: int, hflip: bool, generator: torch.Generator | None = None) -> Tensor:
+    """Random crop with zero padding and optional horizontal flip. ``x``: (B, C, H, W).
+
+    Per-sample offsets are drawn on CPU from ``generator`` (reproducible across
+    devices) and applied with one gather.
+    """
+    b, c, h, w = x.shape
+    if crop_padding > 0:
+        p = crop_padding
+        padded = F.pad(x, (p, p, p, p))
+        off = torch.randint(0, 2 * p + 1, (2, b), generator=generator).to(x.device)
+        iy = off[0][:, None] + torch.arange(h, device=x.device)  # (B, H)
+        ix = off[1][:, None] + torch.arange(w, device=x.device)  # (B, W)
+        bi = torch.arange(b, device=x.device)[:, None, None]
+        x = padded.permute(0, 2, 3, 1)[bi, iy[:, :, None], ix[:, None, :]].permute(0, 3, 1, 2)
+    if hflip:
+        flip = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    return x.contiguous()

@@ -1,0 +1,1 @@
+"""One module per dataset; each registers its loader with ``@register_dataset``."""

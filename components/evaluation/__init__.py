@@ -1,0 +1,27 @@
+"""Evaluation: retrieval metrics (CMC@k, mAP) and compatibility metrics (design §6)."""
+
+from components.evaluation.compat import (
+    DENOMINATOR_EPS,
+    compat_summary,
+    is_compatible,
+    p_com,
+    p_up,
+)
+from components.evaluation.retrieval import (
+    GEOMETRIES,
+    average_precision,
+    retrieval_metrics,
+    retrieval_scores,
+)
+
+__all__ = [
+    "DENOMINATOR_EPS",
+    "GEOMETRIES",
+    "average_precision",
+    "compat_summary",
+    "is_compatible",
+    "p_com",
+    "p_up",
+    "retrieval_metrics",
+    "retrieval_scores",
+]

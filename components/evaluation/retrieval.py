@@ -1,0 +1,261 @@
+"""Retrieval scores and metrics: CMC@k and mAP@all (design §6).
+
+Shapes: ``Nq`` queries, ``Ng`` gallery items. Score matrices are (Nq, Ng)
+float64 with *higher = nearer*:
+
+* Euclidean: cosine similarity of float64 re-normalised vectors (N, d).
+* Lorentz: minus the geodesic distance, HBCT Eq. (3) / design §2,
+  ``-acosh(-K <q, g>_L) / sqrt(K)`` for hyperboloid points (N, d+1), time
+  coordinate first, computed in float64 (design §2 "Numerics": float32
+  distances of close pairs collapse to 0 once x_t is a few hundred).
+
+Every reported number is computed in float64. No loop runs over single
+queries or gallery items; queries are processed in fixed-size chunks so a
+(10k x 10k) float64 score matrix is never materialised at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from components.geometry import pairwise_lorentz_inner
+
+__all__ = [
+    "GEOMETRIES",
+    "average_precision",
+    "retrieval_metrics",
+    "retrieval_scores",
+]
+
+#: Geometries understood by :func:`retrieval_scores`.
+GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
+
+
+def _check_geometry(geometry: str, curvature: float) -> None:
+    if geometry not in GEOMETRIES:
+        raise ValueError(
+            f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, GEOMETRIES))}"
+        )
+    if not (math.isfinite(curvature) and curvature > 0):
+        raise ValueError(
+            f"curvature must be a finite number > 0 (the space has curvature -K), "
+            f"got {curvature!r}; pass the K the embeddings were lifted with"
+        )
+
+
+def _as_matrix(name: str, x: np.ndarray) -> np.ndarray:
+    """Validate an embedding matrix and return it as float64 (N, D)."""
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array (N, D), got shape {a.shape}; "
+            "stack the embeddings into one matrix, one row per item"
+        )
+    a = a.astype(np.float64, copy=False)
+    if not np.isfinite(a).all():
+        raise ValueError(
+            f"{name} contains NaN or inf values; "
+            "fix the embedding model (or drop the broken rows) before evaluating"
+        )
+    return a
+
+
+def retrieval_scores(
+    queries: np.ndarray,
+    gallery: np.ndarray,
+    geometry: str,
+    curvature: float = 1.0,
+) -> np.ndarray:
+    """All query x gallery similarity scores, float64 (Nq, Ng), higher = nearer.
+
+    ``queries``: (Nq, D), ``gallery``: (Ng, D). ``geometry="euclidean"``: any
+    D, cosine similarity after float64 re-normalisation (all-zero rows score
+    0 against everything). ``geometry="lorentz"``: hyperboloid points with
+    D = d+1, time first; returns ``-acosh(max(1, -K <q, g>_L)) / sqrt(K)``
+    (design §2, HBCT Eq. (3)), with <., .>_L from
+    :func:`components.geometry.pairwise_lorentz_inner` in float64.
+    """
+    _check_geometry(geometry, curvature)
+    q = _as_matrix("queries", queries)
+    g = _as_matrix("gallery", gallery)
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(
+            f"queries have width {q.shape[1]} but gallery has width {g.shape[1]}; "
+            "embed both with models of the same output dimension and geometry"
+        )
+    if geometry == "euclidean":
+        tiny = np.finfo(np.float64).tiny
+        qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), tiny)
+        gn = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), tiny)
+        return np.clip(qn @ gn.T, -1.0, 1.0)
+    if q.shape[1] < 2:
+        raise ValueError(
+            "lorentz embeddings need width d+1 >= 2 (time coordinate first); "
+            "pass hyperboloid points, not tangent vectors"
+        )
+    inner = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
+    arg = np.maximum(-curvature * inner, 1.0)
+    return -np.arccosh(arg) / math.sqrt(curvature)
+
+
+def _rank(
+    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort each row by descending score, excluded entries last.
+
+    Inputs (n, Ng). Returns ``(s, rel, ok)`` (n, Ng) in ranked order: scores,
+    relevance (False where excluded) and the validity mask. The sort is
+    stable, so equal scores keep gallery order (the CMC tie rule).
+    """
+    # np.lexsort: the LAST key is primary -> invalid entries go last, then by -score.
+    order = np.lexsort((-scores, ~valid), axis=-1)
+    s = np.take_along_axis(scores, order, axis=1)
+    ok = np.take_along_axis(valid, order, axis=1)
+    rel = np.take_along_axis(relevant, order, axis=1) & ok
+    return s, rel, ok
+
+
+def _ap_from_ranked(s: np.ndarray, rel: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Per-row AP (n,) from ranked rows (see :func:`_rank`).
+
+    scikit-learn's ``average_precision_score`` takes one threshold per
+    distinct score: AP = sum_groups (recall gained in the group) x (precision
+    at the end of the group) = sum_i rel_i * P[end(i)] / R, where end(i) is
+    the last ranked position with the same score as i.
+    """
+    n, m = s.shape
+    if m == 0:
+        return np.full(n, np.nan)
+    pos = np.arange(m)
+    last = np.ones((n, m), dtype=bool)  # position i ends its tie group
+    last[:, :-1] = (s[:, 1:] != s[:, :-1]) | ~ok[:, 1:] | ~ok[:, :-1]
+    end = np.where(last, pos, m)
+    end = np.minimum.accumulate(end[:, ::-1], axis=1)[:, ::-1]
+    tp = np.cumsum(rel, axis=1, dtype=np.float64)
+    precision = tp / (pos + 1.0)  # valid entries come first, so pos+1 counts them
+    prec_at_end = np.take_along_axis(precision, end, axis=1)
+    n_rel = tp[:, -1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ap = np.where(rel, prec_at_end, 0.0).sum(axis=1) / n_rel
+    return np.where(n_rel > 0, ap, np.nan)
+
+
+def average_precision(
+    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """Average precision of every row, float64 (Nq,) (design §6, mAP@all).
+
+    ``scores``: (Nq, Ng), higher = more relevant; ``relevant``: (Nq, Ng) bool;
+    ``valid``: (Nq, Ng) bool, False = excluded from the ranking (e.g. the
+    query itself), None = all take part. Row i equals scikit-learn's
+    ``average_precision_score(relevant[i][valid[i]], scores[i][valid[i]])``,
+    tied scores included (a tie group is one threshold). Rows without a
+    relevant valid entry give NaN.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    rel = np.asarray(relevant, dtype=bool)
+    ok = np.ones_like(rel) if valid is None else np.asarray(valid, dtype=bool)
+    if s.ndim != 2 or rel.shape != s.shape or ok.shape != s.shape:
+        raise ValueError(
+            f"scores, relevant and valid must share one 2-D shape (Nq, Ng), got "
+            f"{s.shape}, {rel.shape}, {ok.shape}; build all three per query x gallery pair"
+        )
+    if not np.isfinite(s[ok]).all():
+        raise ValueError(
+            "scores contain NaN or inf at valid entries; "
+            "compute scores from finite embeddings (or mark those entries invalid)"
+        )
+    return _ap_from_ranked(*_rank(s, rel, ok))
+
+
+def _check_items(name: str, vecs: np.ndarray, labels: np.ndarray, ids: np.ndarray) -> None:
+    n = np.asarray(vecs).shape[0] if np.asarray(vecs).ndim >= 1 else -1
+    for what, arr in (("labels", labels), ("ids", ids)):
+        a = np.asarray(arr)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(
+                f"{name} {what} must be 1-D with one entry per {name} vector ({n}), "
+                f"got shape {a.shape}; pass {what} aligned with the embedding rows"
+            )
+
+
+def retrieval_metrics(
+    query_vecs: np.ndarray,
+    query_labels: np.ndarray,
+    query_ids: np.ndarray,
+    gallery_vecs: np.ndarray,
+    gallery_labels: np.ndarray,
+    gallery_ids: np.ndarray,
+    geometry: str,
+    curvature: float = 1.0,
+    ks: Sequence[int] = (1, 5),
+    leave_one_out: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, float]:
+    """CMC@k and mAP@all of one (query model, gallery model) pair (design §6).
+
+    ``query_vecs``: (Nq, D) and ``gallery_vecs``: (Ng, D) embeddings (for
+    lorentz, hyperboloid points, time first); ``*_labels``: class labels
+    (Nq,), (Ng,); ``*_ids``: item ids (Nq,), (Ng,). Queries and gallery may
+    be the same items embedded by different models (cross retrieval), so
+    leave-one-out excludes the gallery item whose *id* equals the query's id,
+    not the one at the same position (gallery ids must then be unique).
+
+    A gallery item is relevant when its label equals the query's. Queries
+    with no relevant item left after exclusion are skipped for every metric.
+    Ranking: descending score, ties kept in gallery order (stable sort).
+
+    Returns ``{"cmc@k": ... for k in ks, "map": ..., "n_queries": int}``;
+    the metrics are NaN when ``n_queries`` is 0.
+    """
+    _check_geometry(geometry, curvature)
+    _check_items("query", query_vecs, query_labels, query_ids)
+    _check_items("gallery", gallery_vecs, gallery_labels, gallery_ids)
+    ks = tuple(int(k) for k in ks)
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive ranks such as (1, 5), got {ks!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}; use e.g. 1024")
+    q_lab, g_lab = np.asarray(query_labels), np.asarray(gallery_labels)
+    q_ids, g_ids = np.asarray(query_ids), np.asarray(gallery_ids)
+    if leave_one_out and np.unique(g_ids).size != g_ids.size:
+        raise ValueError(
+            "gallery ids are not unique, so leave-one-out cannot tell which item "
+            "is the query's own; give every gallery item a distinct id"
+        )
+    # Validate / convert once; chunks below only slice.
+    q_all = _as_matrix("queries", query_vecs)
+    g_all = _as_matrix("gallery", gallery_vecs)
+
+    hits = {k: 0 for k in ks}
+    ap_sum = 0.0
+    n_used = 0
+    k_max = max(ks)
+    for start in range(0, q_all.shape[0], chunk_size):
+        sl = slice(start, start + chunk_size)
+        scores = retrieval_scores(q_all[sl], g_all, geometry, curvature)
+        relevant = q_lab[sl, None] == g_lab[None, :]
+        if leave_one_out:
+            valid = q_ids[sl, None] != g_ids[None, :]
+        else:
+            valid = np.ones_like(relevant)
+        s, rel, ok = _rank(scores, relevant, valid)
+        used = rel.any(axis=1)
+        n_used += int(used.sum())
+        ap_sum += float(_ap_from_ranked(s, rel, ok)[used].sum())
+        top = np.cumsum(rel[:, :k_max], axis=1) > 0  # hit within the first j+1
+        for k in ks:
+            j = min(k, top.shape[1]) - 1
+            if j >= 0:
+                hits[k] += int(top[used, j].sum())
+
+    out: dict[str, float] = {}
+    for k in ks:
+        out[f"cmc@{k}"] = hits[k] / n_used if n_used else float("nan")
+    out["map"] = ap_sum / n_used if n_used else float("nan")
+    out["n_queries"] = n_used
+    return out

@@ -1,0 +1,22 @@
+"""Gallery indexing: exact FAISS search with a verified manifest (design §7, §8)."""
+
+from components.io import atomic_path, atomic_write_bytes
+from components.indexing.faiss_index import (
+    HYPERBOLOID_RTOL,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    GalleryIndex,
+)
+from components.indexing.manifest import FORMAT_VERSION, INDEX_TYPES, IndexManifest
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HYPERBOLOID_RTOL",
+    "INDEX_FILE",
+    "INDEX_TYPES",
+    "MANIFEST_FILE",
+    "GalleryIndex",
+    "IndexManifest",
+    "atomic_path",
+    "atomic_write_bytes",
+]

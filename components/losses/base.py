@@ -1,0 +1,104 @@
+"""The contract every alignment method implements.
+
+A method is an ``nn.Module`` (so it may own trainable parts, e.g. a
+discriminator) registered by name. The training loop calls
+:meth:`AlignmentLoss.prepare` once with the frozen old model, then
+:meth:`AlignmentLoss.forward` every step with the new and old outputs of the
+same augmented batch, and adds ``weight * sum(terms)`` to the base loss
+(HBCT Eq. (13): L = L_base + λ·(L_entail + L_contrast)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from components.errors import ConfigError
+from components.models.encoder import EmbeddingModel, ModelOutput
+from components.models.spec import ModelSpec
+
+__all__ = ["AlignmentContext", "AlignmentLoss", "LossOutput", "NoOptions"]
+
+
+@dataclass
+class AlignmentContext:
+    """What a method may look at before training.
+
+    label_map: (C_new,) int64, the old model's label index of each new label
+    (-1 for classes the old model never saw). ``batches`` yields un-augmented
+    (images (B, C, H, W) in [0, 1], new labels (B,)) over the training data.
+    """
+
+    new_spec: ModelSpec
+    device: torch.device
+    old_model: EmbeddingModel | None = None
+    label_map: Tensor | None = None
+    batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None
+
+
+@dataclass
+class LossOutput:
+    """terms: named scalar losses (summed and weighted by λ); stats: detached floats to log."""
+
+    terms: dict[str, Tensor]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+class AlignmentLoss(nn.Module):
+    """Base class. Subclasses set ``name``, ``requires_old``, ``geometry`` and ``Options``."""
+
+    name: ClassVar[str] = ""
+    #: needs the parent (old) model's outputs on every batch
+    requires_old: ClassVar[bool] = True
+    #: geometry the new and old models must have (None: any, but the same)
+    geometry: ClassVar[str | None] = None
+    #: frozen dataclass of hyperparameters (params.yaml ``alignment.options.<name>``)
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, options: Any | None = None) -> None:
+        super().__init__()
+        self.options = options if options is not None else self.Options()
+
+    @classmethod
+    def from_options(cls, raw: dict[str, Any] | None) -> "AlignmentLoss":
+        raw = dict(raw or {})
+        names = {f.name: f for f in dataclasses.fields(cls.Options)}
+        unknown = sorted(set(raw) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"alignment {cls.name!r} has no option(s) {unknown}; its options are {sorted(names) or 'none'} "
+                f"(params.yaml alignment.options.{cls.name})"
+            )
+        try:
+            return cls(cls.Options(**raw))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"alignment {cls.name!r}: {err} (params.yaml alignment.options.{cls.name})") from None
+
+    def check_models(self, new_spec: ModelSpec, old_spec: ModelSpec | None) -> None:
+        """Refuse model combinations the method cannot align (called before training)."""
+        if self.geometry is not None and new_spec.geometry != self.geometry:
+            raise ConfigError(f"alignment {self.name!r} needs a {self.geometry} model, got {new_spec.geometry}; set model.geometry: {self.geometry}")
+        if self.requires_old:
+            if old_spec is None:
+                raise ConfigError(f"alignment {self.name!r} needs a parent generation; train generation 0 first")
+            if old_spec.geometry != new_spec.geometry or old_spec.embed_dim != new_spec.embed_dim:
+                raise ConfigError(
+                    f"alignment {self.name!r} compares new and old embeddings directly, but the parent is "
+                    f"{old_spec.geometry}/d={old_spec.embed_dim} and the new model {new_spec.geometry}/d={new_spec.embed_dim}; "
+                    "use the parent's geometry and embed_dim"
+                )
+
+    def prepare(self, ctx: AlignmentContext) -> None:
+        """One-off setup with the frozen old model (class statistics, frozen heads...)."""
+
+    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:  # noqa: D401
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""One module per alignment method; each registers itself with ``@register_alignment``."""

@@ -1,0 +1,150 @@
+"""``hbct``: Hyperbolic Backward-Compatible Training (papers/hbct-arrow-of-time.md).
+
+L_align = w_entail·L_entail + L_contrast, added to the base loss with weight λ
+(HBCT Eq. (13) / (16)). With h_n,i, h_o,i the new and (frozen) old
+embeddings of item i in the batch (B items, hyperboloid points (B, d+1)):
+
+* L_entail (HBCT §4.2, Eq. (11)): mean_i max(0, ext(h_o,i, h_n,i) − aper(h_o,i)).
+* L_contrast, RINCE (HBCT Eq. (12), design §4): with s_ij = −dist(h_n,i, h_o,j)/τ
+  and the per-anchor q_i = u(h_o,i) (HBCT Eq. (10), no gradient, ≥ q_min)
+      ℓ_i = −exp(q_i·s_ii)/q_i + (β·Σ_j exp(s_ij))^(q_i)/q_i
+  computed in log space: (β Σ exp s)^q = exp(q·(log β + logsumexp s)).
+
+Ablations (HBCT Appendix, Tables 3-5): ``entailment: false``; ``contrast:
+infonce`` (q → 0), ``distortion`` (L_mdist = mean d(h_o, h_n)) or ``none``;
+``distance``: geodesic (Eq. 3) / squared_lorentz (Law et al. 2019:
+‖x−y‖²_L = −2/K − 2⟨x,y⟩_L) / inner (−⟨x,y⟩_L − 1/K); ``fixed_q`` replaces
+the uncertainty weighting by a constant; ``entail_weight`` is λ_entail of
+Eq. (16). Same-class off-diagonal pairs are negatives as in the paper unless
+``mask_same_class``.
+
+All terms are computed in float32 whatever the autocast dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from components.geometry import exterior_angle, half_aperture, pairwise_lorentz_inner, uncertainty
+from components.geometry.lorentz import dtype_margin, lorentz_inner
+from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
+from components.losses.registry import register_alignment
+from components.models.encoder import ModelOutput
+
+__all__ = ["HBCT", "HBCTOptions", "pairwise_distance", "rince", "info_nce", "entailment_loss"]
+
+Distance = Literal["geodesic", "squared_lorentz", "inner"]
+
+
+@dataclass(frozen=True)
+class HBCTOptions:
+    tau: float = 0.5
+    beta: float = 0.01
+    epsilon: float = 0.1
+    entailment: bool = True
+    entail_weight: float = 1.0
+    contrast: Literal["rince", "infonce", "distortion", "none"] = "rince"
+    distance: Distance = "geodesic"
+    q_min: float = 1e-3
+    fixed_q: float | None = None
+    mask_same_class: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tau <= 0:
+            raise ValueError(f"tau must be > 0 (got {self.tau})")
+        if not 0 < self.beta <= 1:
+            raise ValueError(f"beta must be in (0, 1] (got {self.beta})")
+        if self.epsilon <= 0:
+            raise ValueError(f"epsilon must be > 0 (got {self.epsilon})")
+        if not 0 < self.q_min <= 1:
+            raise ValueError(f"q_min must be in (0, 1] (got {self.q_min})")
+        if self.fixed_q is not None and not 0 < self.fixed_q <= 1:
+            raise ValueError(f"fixed_q must be in (0, 1] or null (got {self.fixed_q})")
+        if self.contrast not in ("rince", "infonce", "distortion", "none"):
+            raise ValueError(f"contrast must be rince, infonce, distortion or none (got {self.contrast!r})")
+        if self.distance not in ("geodesic", "squared_lorentz", "inner"):
+            raise ValueError(f"distance must be geodesic, squared_lorentz or inner (got {self.distance!r})")
+
+
+def _to_distance(inner: Tensor, k: Tensor, kind: Distance) -> Tensor:
+    """Distance from Lorentz inner products ⟨x, y⟩_L (any shape)."""
+    if kind == "geodesic":
+        arg = (-k * inner).clamp_min(1.0 + dtype_margin(inner.dtype))
+        return torch.acosh(arg) / k.sqrt()
+    if kind == "squared_lorentz":
+        return (-2.0 / k - 2.0 * inner).clamp_min(0.0)
+    return (-inner - 1.0 / k).clamp_min(0.0)
+
+
+def pairwise_distance(h_n: Tensor, h_o: Tensor, k: Tensor, kind: Distance = "geodesic") -> Tensor:
+    """(B, d+1) × (B, d+1) → (B, B) distances dist(h_n,i, h_o,j)."""
+    return _to_distance(pairwise_lorentz_inner(h_n, h_o), k, kind)
+
+
+def rince(s: Tensor, q: Tensor, beta: float, neg_mask: Tensor | None = None) -> Tensor:
+    """RINCE (HBCT Eq. (12)) per anchor. s: (B, B) logits with positives on the diagonal;
+    q: (B,) in (0, 1]; neg_mask: (B, B) bool of entries kept in the sum (None = all). → (B,)."""
+    pos = s.diagonal()
+    if neg_mask is not None:
+        s = s.masked_fill(~neg_mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=1)
+    return (-torch.exp(q * pos) + torch.exp(q * (math.log(beta) + lse))) / q
+
+
+def info_nce(s: Tensor, neg_mask: Tensor | None = None) -> Tensor:
+    """InfoNCE per anchor (the q → 0 limit of RINCE up to constants). (B, B) → (B,)."""
+    pos = s.diagonal()
+    if neg_mask is not None:
+        s = s.masked_fill(~neg_mask, float("-inf"))
+    return -pos + torch.logsumexp(s, dim=1)
+
+
+def entailment_loss(h_o: Tensor, h_n: Tensor, k: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Per-item max(0, ext − aper) and the in-cone indicator. (B, d+1) ×2 → ((B,), (B,) bool)."""
+    ext = exterior_angle(h_o, h_n, k)
+    aper = half_aperture(h_o, k, epsilon)
+    return torch.relu(ext - aper), ext <= aper
+
+
+@register_alignment("hbct")
+class HBCT(AlignmentLoss):
+    requires_old = True
+    geometry = "lorentz"
+    Options = HBCTOptions
+    _k: float = 1.0  # curvature K, set from the model spec in prepare()
+
+    def prepare(self, ctx: AlignmentContext) -> None:
+        self._k = float(ctx.new_spec.curvature)
+
+    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
+        assert old is not None, "hbct needs the old model's outputs"
+        o: HBCTOptions = self.options
+        h_n = new.emb.float()
+        h_o = old.emb.float().detach()
+        k = torch.as_tensor(self._k, dtype=h_n.dtype, device=h_n.device)
+        terms: dict[str, Tensor] = {}
+        stats: dict[str, float] = {}
+
+        if o.entailment:
+            per_item, inside = entailment_loss(h_o, h_n, k, o.epsilon)
+            terms["entail"] = o.entail_weight * per_item.mean()
+            stats["in_cone_fraction"] = float(inside.float().mean())
+        q = uncertainty(h_o).clamp_min(o.q_min) if o.fixed_q is None else torch.full_like(h_o[:, 0], o.fixed_q)
+        stats["q_mean"] = float(q.mean())
+
+        if o.contrast in ("rince", "infonce"):
+            s = -pairwise_distance(h_n, h_o, k, o.distance) / o.tau
+            mask = None
+            if o.mask_same_class:
+                eye = torch.eye(len(labels), dtype=torch.bool, device=labels.device)
+                mask = (labels[:, None] != labels[None, :]) | eye
+            per_anchor = rince(s, q, o.beta, mask) if o.contrast == "rince" else info_nce(s, mask)
+            terms["contrast"] = per_anchor.mean()
+        elif o.contrast == "distortion":
+            terms["distortion"] = _to_distance(lorentz_inner(h_n, h_o), k, o.distance).mean()
+        return LossOutput(terms, stats)

@@ -1,0 +1,91 @@
+"""Backbones from timm by name, with a small-image stem and local pretrained weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from components.errors import CheckpointMismatchError, ConfigError
+
+__all__ = ["create_backbone", "apply_small_stem", "load_pretrained_weights"]
+
+
+def apply_small_stem(model: nn.Module, in_chans: int) -> nn.Module:
+    """Replace an ImageNet stem with a 3×3 stride-1 conv and no max-pool (design §3).
+
+    For 8×8…32×32 inputs: the ImageNet stem (7×7/2 conv + 3×3/2 pool) shrinks
+    32×32 to 8×8 before the first block and 8×8 to 2×2. Supported: timm's
+    ResNet family (``conv1`` + ``maxpool``, incl. deep stems).
+    """
+    conv1 = getattr(model, "conv1", None)
+    if conv1 is None or not hasattr(model, "maxpool"):
+        raise ConfigError(
+            f"small_stem is only supported for ResNet-style timm backbones (conv1 + maxpool), not {type(model).__name__}; "
+            "set model.small_stem: false (for ViTs pass img_size/patch_size in model.backbone_kwargs instead)"
+        )
+    if isinstance(conv1, nn.Conv2d):
+        model.conv1 = nn.Conv2d(in_chans, conv1.out_channels, 3, stride=1, padding=1, bias=False)
+    elif isinstance(conv1, nn.Sequential) and isinstance(conv1[0], nn.Conv2d):  # deep stem ('resnet*d', '*t')
+        first = conv1[0]
+        conv1[0] = nn.Conv2d(in_chans, first.out_channels, 3, stride=1, padding=1, bias=False)
+    else:
+        raise ConfigError(f"cannot find the stem convolution of {type(model).__name__}; set model.small_stem: false")
+    model.maxpool = nn.Identity()
+    return model
+
+
+def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
+    """Load backbone weights from a local file (.safetensors, .pt, .pth, .bin).
+
+    Never unpickles arbitrary objects (``weights_only=True``). Classifier-head
+    keys and keys of other shapes are skipped; returns the names of backbone
+    parameters that stayed randomly initialised. Raises when nothing matched.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"pretrained weights file {p} does not exist; download it once (e.g. from the timm hub) and set model.pretrained_path")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        try:
+            state = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - report any unpickling problem the same way
+            raise CheckpointMismatchError(f"cannot read pretrained weights {p} as a plain state dict ({err}); convert it to .safetensors") from None
+        for key in ("state_dict", "model", "module"):
+            if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+                state = state[key]
+    own = model.state_dict()
+    usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    if not usable:
+        raise CheckpointMismatchError(f"no tensor in {p} fits backbone {type(model).__name__}; check that the file belongs to this architecture")
+    model.load_state_dict(usable, strict=False)
+    return sorted(set(own) - set(usable))
+
+
+def create_backbone(
+    name: str,
+    *,
+    in_chans: int,
+    small_stem: bool,
+    pretrained_path: str | Path | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> tuple[nn.Module, int]:
+    """A timm backbone without classifier (pooled features). Returns (module, feature_dim)."""
+    import timm
+
+    if name not in timm.list_models():
+        raise ConfigError(f"unknown timm backbone {name!r}; pick a name from timm.list_models(), e.g. 'resnet18'")
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_chans, **(kwargs or {}))
+    except TypeError as err:
+        raise ConfigError(f"timm backbone {name!r} rejected model.backbone_kwargs {kwargs}: {err}") from None
+    if pretrained_path is not None:
+        load_pretrained_weights(model, pretrained_path)
+    if small_stem:
+        apply_small_stem(model, in_chans)
+    return model, int(model.num_features)

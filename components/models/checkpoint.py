@@ -1,0 +1,88 @@
+"""Model checkpoints: a state dict plus a metadata record, loaded with weights_only=True.
+
+A checkpoint file is ``{"format": ..., "metadata": ModelSpec.to_dict(),
+"state_dict": ...}`` (training checkpoints add optimiser state and progress).
+Files are written to a temp file and renamed into place. Loading never
+unpickles arbitrary objects, and a checkpoint whose metadata does not fit the
+requested model is refused with the list of differences.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from components.errors import CheckpointMismatchError
+from components.io import atomic_write_bytes
+from components.models.encoder import EmbeddingModel, build_model
+from components.models.spec import IDENTITY_FIELDS, ModelSpec
+
+__all__ = ["MODEL_FORMAT", "save_torch_atomic", "load_torch_safe", "save_model", "load_model", "read_spec", "check_spec"]
+
+MODEL_FORMAT = "bctflow-model/1"
+
+
+def save_torch_atomic(obj: dict[str, Any], path: Path) -> None:
+    """torch.save to a temp file in the same folder, fsync, rename into place."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def load_torch_safe(path: Path) -> dict[str, Any]:
+    """torch.load with weights_only=True; unreadable files give one clear error."""
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointMismatchError(f"checkpoint {p} does not exist; check the path or retrain the generation")
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign pickle, ... all mean the same to the user
+        raise CheckpointMismatchError(
+            f"checkpoint {p} cannot be read safely ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+            "it is truncated or not a bctflow checkpoint: restore it or retrain"
+        ) from None
+    if not isinstance(obj, dict) or "metadata" not in obj:
+        raise CheckpointMismatchError(f"{p} is not a bctflow checkpoint (no metadata record); point to a file written by bctflow")
+    return obj
+
+
+def read_spec(obj: dict[str, Any], path: Path | str = "checkpoint") -> ModelSpec:
+    try:
+        return ModelSpec.from_dict(obj["metadata"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointMismatchError(f"{path} has invalid metadata ({err}); it was written by another version or edited") from None
+
+
+def check_spec(found: ModelSpec, expected: ModelSpec, path: Path | str, names: tuple[str, ...] = IDENTITY_FIELDS) -> None:
+    """Raise CheckpointMismatchError listing every identity field that differs."""
+    diffs = found.mismatches(expected, names)
+    if diffs:
+        raise CheckpointMismatchError(
+            f"checkpoint {path} does not match the requested model ({'; '.join(diffs)}); "
+            "use the checkpoint of the right generation or change the parameters to match it"
+        )
+
+
+def save_model(model: EmbeddingModel, path: Path, extra: dict[str, Any] | None = None) -> None:
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_torch_atomic({"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": state, **(extra or {})}, path)
+
+
+def load_model(path: Path, expected: ModelSpec | None = None, device: torch.device | str = "cpu") -> EmbeddingModel:
+    """Rebuild the model stored at ``path`` (refusing it if it does not fit ``expected``)."""
+    obj = load_torch_safe(path)
+    if obj.get("format") != MODEL_FORMAT:
+        raise CheckpointMismatchError(f"{path} has format {obj.get('format')!r}, expected {MODEL_FORMAT!r}; export the model with bctflow")
+    spec = read_spec(obj, path)
+    if expected is not None:
+        check_spec(spec, expected, path)
+    model = build_model(spec)
+    try:
+        model.load_state_dict(obj["state_dict"])
+    except RuntimeError as err:
+        raise CheckpointMismatchError(f"weights in {path} do not fit its own metadata ({str(err).splitlines()[0]}); the file is damaged") from None
+    return model.to(device).eval()

@@ -1,0 +1,57 @@
+"""Classifiers over embeddings: linear (on unit vectors) and Lorentz MLR."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["LinearClassifier", "LorentzMLR"]
+
+
+class LinearClassifier(nn.Module):
+    """logits = s · (ê W^T + b) on L2-normalised embeddings ê. (B, d) → (B, C).
+
+    The fixed scale s lets softmax become confident although ‖ê‖ = 1.
+    """
+
+    def __init__(self, embed_dim: int, num_classes: int, scale: float = 16.0) -> None:
+        super().__init__()
+        self.fc = nn.Linear(embed_dim, num_classes)
+        self.scale = float(scale)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.fc.weight
+
+    def forward(self, emb: Tensor) -> Tensor:
+        return self.scale * self.fc(emb)
+
+
+class LorentzMLR(nn.Module):
+    """Lorentz multinomial logistic regression (Bdeir et al. 2023; HBCT Eq. (9)).
+
+    Per class c with a_c ∈ R, w_c ∈ R^d and k = 1/K (design §3):
+        α_c = cosh(a_c/√k)·⟨h_s, w_c⟩ − sinh(a_c/√k)·‖w_c‖·h_t
+        logit_c = ‖w_c‖·√k·asinh(α_c / (√k·‖w_c‖))
+    ‖w_c‖ is used directly (the reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²)
+    cancels catastrophically in float32 for |a| ≳ 8). h: (B, d+1) → (B, C).
+    """
+
+    def __init__(self, embed_dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(num_classes))
+        self.w = nn.Parameter(torch.empty(num_classes, embed_dim))
+        nn.init.uniform_(self.w, -1.0 / math.sqrt(embed_dim), 1.0 / math.sqrt(embed_dim))
+
+    def forward(self, h: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
+        h = h.float()
+        k = 1.0 / torch.as_tensor(curvature, dtype=h.dtype, device=h.device)
+        sk = k.sqrt()
+        w_norm = torch.linalg.vector_norm(self.w, dim=-1).clamp_min(1e-12)  # (C,)
+        arg = self.a / sk
+        alpha = torch.cosh(arg) * (h[:, 1:] @ self.w.t()) - torch.sinh(arg) * w_norm * h[:, :1]
+        return w_norm * sk * torch.asinh(alpha / (sk * w_norm))
+

@@ -1,0 +1,84 @@
+"""The embedding model of one generation: normalise → timm backbone → head → classifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from components.models.backbone import create_backbone
+from components.models.classifiers import LinearClassifier, LorentzMLR
+from components.models.heads import EuclideanHead, LorentzHead
+from components.models.spec import ModelSpec
+
+__all__ = ["ModelOutput", "EmbeddingModel", "build_model"]
+
+
+@dataclass
+class ModelOutput:
+    """z: (B, d) tangent vector after clipping (Lorentz) or raw projection (Euclidean);
+    emb: (B, d+1) hyperboloid points or (B, d) unit vectors; logits: (B, C) or None;
+    clipped: (B,) bool."""
+
+    z: Tensor
+    emb: Tensor
+    logits: Tensor | None
+    clipped: Tensor
+
+
+class EmbeddingModel(nn.Module):
+    """Images (B, C, H, W) float in [0, 1] → :class:`ModelOutput`.
+
+    Input normalisation is part of the model (buffers saved in the checkpoint),
+    so serving needs nothing but the checkpoint.
+    """
+
+    def __init__(self, spec: ModelSpec, pretrained_path: str | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        c = spec.in_chans
+        mean = torch.tensor(spec.norm_mean, dtype=torch.float32).reshape(1, -1, 1, 1)
+        std = torch.tensor(spec.norm_std, dtype=torch.float32).reshape(1, -1, 1, 1)
+        if mean.shape[1] not in (1, c) or std.shape[1] not in (1, c):
+            raise ValueError(f"norm_mean/norm_std must have 1 or {c} entries")
+        self.register_buffer("norm_mean", mean)
+        self.register_buffer("norm_std", std)
+        self.backbone, feat_dim = create_backbone(
+            spec.backbone, in_chans=c, small_stem=spec.small_stem, pretrained_path=pretrained_path, kwargs=spec.backbone_kwargs
+        )
+        if spec.geometry == "lorentz":
+            assert spec.zeta is not None
+            self.head: nn.Module = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature)
+            self.classifier: nn.Module = LorentzMLR(spec.embed_dim, spec.num_classes)
+        else:
+            self.head = EuclideanHead(feat_dim, spec.embed_dim)
+            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
+
+    @property
+    def geometry(self) -> str:
+        return self.spec.geometry
+
+    @property
+    def curvature(self) -> Tensor:
+        """K as a 0-d tensor (learnable for Lorentz heads with learn_curvature)."""
+        if isinstance(self.head, LorentzHead):
+            return self.head.curvature
+        return torch.tensor(self.spec.curvature)
+
+    def classify(self, emb: Tensor) -> Tensor:
+        """Logits (B, C) of this model's classifier for embeddings (B, ·)."""
+        if isinstance(self.classifier, LorentzMLR):
+            return self.classifier(emb, self.curvature)
+        return self.classifier(emb)
+
+    def forward(self, x: Tensor, with_logits: bool = True) -> ModelOutput:
+        x = (x - self.norm_mean) / self.norm_std
+        feats = self.backbone(x)
+        out = self.head(feats)
+        logits = self.classify(out.emb) if with_logits else None
+        return ModelOutput(out.z, out.emb, logits, out.clipped)
+
+
+def build_model(spec: ModelSpec, pretrained_path: str | None = None) -> EmbeddingModel:
+    return EmbeddingModel(spec, pretrained_path)

@@ -1,0 +1,17 @@
+"""Training: one loop for every alignment method, device selection, embedding."""
+
+from components.training.device import select_device
+from components.training.embed import Embeddings, embed_images, retrieval_vectors
+from components.training.loop import TrainConfig, TrainResult, TrainingDivergedError, latest_checkpoint, train_model
+
+__all__ = [
+    "Embeddings",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingDivergedError",
+    "embed_images",
+    "latest_checkpoint",
+    "retrieval_vectors",
+    "select_device",
+    "train_model",
+]

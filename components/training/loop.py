@@ -1,0 +1,219 @@
+"""One training loop for every alignment method.
+
+L = L_base + λ · Σ terms(alignment)   (HBCT Eq. (13); the base loss is
+cross-entropy on the model's classifier logits — Lorentz MLR or linear).
+
+* device chosen automatically (CUDA: bf16 autocast + channels_last + pinned,
+  non-blocking copies; else CPU float32);
+* the old model is frozen (eval, no grad) and sees the *same augmented view*;
+* a checkpoint per epoch (atomic), the last ``keep_checkpoints`` kept;
+* resume from the last checkpoint in ``checkpoint_dir`` — refused if it was
+  written for another model or another run (``run_key``);
+* shuffling and augmentation are seeded per (seed, epoch), so a resumed run
+  sees the same batches as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from components.data.batches import ImageTensor, augment_batch, iterate_batches
+from components.errors import BctflowError, CheckpointMismatchError
+from components.losses.base import AlignmentContext, AlignmentLoss
+from components.models.checkpoint import check_spec, load_torch_safe, read_spec, save_torch_atomic
+from components.models.encoder import EmbeddingModel
+from components.training.device import autocast, prepare_module, select_device, to_memory_format
+from components.training.optim import build_optimizer, build_scheduler
+
+__all__ = ["TrainConfig", "TrainResult", "TrainingDivergedError", "train_model", "latest_checkpoint", "TRAIN_FORMAT"]
+
+TRAIN_FORMAT = "bctflow-train/1"
+_CKPT_RE = re.compile(r"^epoch_(\d{4,})\.pt$")
+
+
+class TrainingDivergedError(BctflowError):
+    """The loss became NaN/inf."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 30
+    batch_size: int = 128
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"
+    warmup_epochs: int = 0
+    seed: int = 0
+    device: str = "auto"
+    keep_checkpoints: int = 2
+    crop_padding: int = 0
+    hflip: bool = False
+    align_weight: float = 0.3
+
+
+@dataclass
+class TrainResult:
+    model: EmbeddingModel
+    history: list[dict[str, float]]
+    epochs_run: int
+    resumed_from: int | None
+    device: str
+    seconds: float
+    method_stats: dict[str, float] = field(default_factory=dict)
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
+    """The highest-epoch ``epoch_NNNN.pt`` in ``checkpoint_dir`` (None if there is none)."""
+    if not checkpoint_dir.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in checkpoint_dir.iterdir() if (m := _CKPT_RE.match(p.name))]
+    return max(found)[1] if found else None
+
+
+def _prune(checkpoint_dir: Path, keep: int) -> None:
+    found = sorted((int(m.group(1)), p) for p in checkpoint_dir.iterdir() if (m := _CKPT_RE.match(p.name)))
+    for _, p in found[:-keep]:
+        p.unlink(missing_ok=True)
+
+
+def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+def train_model(
+    model: EmbeddingModel,
+    data: ImageTensor,
+    cfg: TrainConfig,
+    method: AlignmentLoss,
+    checkpoint_dir: Path,
+    *,
+    old_model: EmbeddingModel | None = None,
+    label_map: Tensor | None = None,
+    run_key: str = "",
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` on ``data`` (labels = positions in the model's class order).
+
+    ``label_map``: (C_new,) old label index per new label, -1 for unseen classes.
+    ``run_key`` identifies the run; a checkpoint of another run is refused.
+    Returns the trained model in eval mode on the training device.
+    """
+    t0 = time.perf_counter()
+    device = select_device(cfg.device)  # type: ignore[arg-type]
+    torch.manual_seed(cfg.seed)
+    model = prepare_module(model, device)
+    if method.requires_old:
+        if old_model is None:
+            raise CheckpointMismatchError(f"alignment {method.name!r} needs the parent model, none was given")
+        old_model = prepare_module(old_model, device).eval()
+        old_model.requires_grad_(False)
+    method.check_models(model.spec, old_model.spec if old_model is not None else None)
+
+    def clean_batches():
+        return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
+
+    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches))
+    method.to(device)
+
+    opt = build_optimizer(list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
+    drop_last = len(data) > cfg.batch_size
+    steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
+    sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
+
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    history: list[dict[str, float]] = []
+    start_epoch, resumed_from = 0, None
+    last = latest_checkpoint(checkpoint_dir)
+    if last is not None:
+        state = load_torch_safe(last)
+        check_spec(read_spec(state, last), model.spec, last)
+        if state.get("format") != TRAIN_FORMAT or state.get("run_key") != run_key:
+            raise CheckpointMismatchError(
+                f"checkpoint {last} belongs to another training run (run key {state.get('run_key')!r}, expected {run_key!r}); "
+                f"delete {checkpoint_dir} to start over or use the parameters of that run"
+            )
+        model.load_state_dict(state["model"])
+        method.load_state_dict(state["method"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        history = list(state["history"])
+        start_epoch = resumed_from = int(state["epoch"])
+
+    stats_acc: dict[str, float] = {}
+    for epoch in range(start_epoch, cfg.epochs):
+        model.train()
+        gen = _epoch_generator(cfg.seed, epoch)
+        sums: dict[str, float] = {}
+        stats_acc = {}
+        n_batches = 0
+        correct = 0
+        seen = 0
+        for x, y in iterate_batches(data, cfg.batch_size, device, shuffle=True, generator=gen, drop_last=drop_last):
+            x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
+            x = to_memory_format(x, device)
+            with autocast(device):
+                out = model(x)
+                old_out = None
+                if old_model is not None and method.requires_old:
+                    with torch.no_grad():
+                        old_out = old_model(x, with_logits=False)
+            assert out.logits is not None
+            base = F.cross_entropy(out.logits.float(), y)
+            align = method(out, old_out, y)
+            loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
+            if not torch.isfinite(loss):
+                raise TrainingDivergedError(
+                    f"loss became {loss.item()} at epoch {epoch + 1} (terms: base={base.item():.4g}, "
+                    + ", ".join(f"{k}={v.item():.4g}" for k, v in align.terms.items())
+                    + "); lower train.lr or the alignment weight"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            n_batches += 1
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+            sums["base"] = sums.get("base", 0.0) + float(base.detach())
+            for k, v in align.terms.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            for k, v in align.stats.items():
+                stats_acc[k] = stats_acc.get(k, 0.0) + v
+            sums["clip_fraction"] = sums.get("clip_fraction", 0.0) + float(out.clipped.float().mean())
+            correct += int((out.logits.argmax(1) == y).sum())
+            seen += len(y)
+        record = {k: v / max(1, n_batches) for k, v in sums.items()}
+        record.update({k: v / max(1, n_batches) for k, v in stats_acc.items()})
+        record["train_accuracy"] = correct / max(1, seen)
+        record["lr"] = float(sched.get_last_lr()[0])
+        record["epoch"] = float(epoch + 1)
+        history.append(record)
+        save_torch_atomic(
+            {
+                "format": TRAIN_FORMAT,
+                "metadata": model.spec.to_dict(),
+                "run_key": run_key,
+                "epoch": epoch + 1,
+                "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "method": {k: v.detach().cpu() for k, v in method.state_dict().items()},
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "history": history,
+            },
+            checkpoint_dir / f"epoch_{epoch + 1:04d}.pt",
+        )
+        _prune(checkpoint_dir, cfg.keep_checkpoints)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, record)
+    model.eval()
+    final_stats = {k: v for k, v in history[-1].items()} if history else {}
+    return TrainResult(model, history, cfg.epochs - start_epoch, resumed_from, str(device), time.perf_counter() - t0, final_stats)

@@ -1,0 +1,148 @@
+"""Lineage database schema (SQLAlchemy 2 ORM). Any SQLAlchemy URL works; SQLite by default.
+
+Tables
+* ``generations``        one row per model generation (design §7)
+* ``evaluations``        M(φ_q, φ_g) per (query generation/role, gallery generation, metric)
+* ``generation_metrics`` derived numbers (P_com, P_up, denominators) and health diagnostics
+* ``zeta_steps``         the ζ lineage: parent ζ, Δζ, ζ, restarts
+* ``backfill_decisions`` the decision per generation, with reasons and every rule's check
+* ``gallery_pointers``   which generation's index serves the live gallery (latest row wins)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = [
+    "Base",
+    "Generation",
+    "Evaluation",
+    "GenerationMetric",
+    "ZetaStep",
+    "BackfillDecision",
+    "GalleryPointer",
+    "utcnow",
+    "SCHEMA_VERSION",
+]
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Generation(Base):
+    __tablename__ = "generations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="serving")  # serving | retired
+    dataset: Mapped[str] = mapped_column(String(64))
+    data_hash: Mapped[str] = mapped_column(String(64))
+    data_snapshot: Mapped[str] = mapped_column(String(512))
+    class_order: Mapped[list[Any]] = mapped_column(JSON)
+    architecture: Mapped[dict[str, Any]] = mapped_column(JSON)
+    geometry: Mapped[str] = mapped_column(String(16))
+    alignment: Mapped[str] = mapped_column(String(64))
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column(JSON)
+    zeta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    curvature: Mapped[float] = mapped_column(Float)
+    embed_dim: Mapped[int] = mapped_column(Integer)
+    checkpoint_path: Mapped[str] = mapped_column(String(1024))
+    index_path: Mapped[str] = mapped_column(String(1024))
+    reference_checkpoint_path: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    params_digest: Mapped[str] = mapped_column(String(64))
+    mlflow_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    train_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    parent: Mapped["Generation | None"] = relationship(remote_side=[id])
+    metrics: Mapped[list["GenerationMetric"]] = relationship(back_populates="generation", cascade="all, delete-orphan")
+    decision: Mapped["BackfillDecision | None"] = relationship(
+        back_populates="generation", cascade="all, delete-orphan", foreign_keys="BackfillDecision.generation_id"
+    )
+    zeta_step: Mapped["ZetaStep | None"] = relationship(back_populates="generation", cascade="all, delete-orphan")
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("query_generation_id", "query_role", "gallery_generation_id", "metric"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    query_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    #: "model" (the generation itself) or "reference" (its independently trained twin φ*)
+    query_role: Mapped[str] = mapped_column(String(16), default="model")
+    gallery_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    #: "model" or "reference" (the reference's own gallery, for M(φ*, φ*))
+    gallery_role: Mapped[str] = mapped_column(String(16), default="model")
+    metric: Mapped[str] = mapped_column(String(32))
+    value: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class GenerationMetric(Base):
+    __tablename__ = "generation_metrics"
+    __table_args__ = (UniqueConstraint("generation_id", "kind", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # "derived" | "diagnostic"
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    generation: Mapped[Generation] = relationship(back_populates="metrics")
+
+
+class ZetaStep(Base):
+    __tablename__ = "zeta_steps"
+
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), primary_key=True)
+    parent_zeta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    delta: Mapped[float] = mapped_column(Float)
+    zeta: Mapped[float] = mapped_column(Float)
+    restarted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    generation: Mapped[Generation] = relationship(back_populates="zeta_step")
+
+
+class BackfillDecision(Base):
+    __tablename__ = "backfill_decisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), unique=True)
+    against_generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    required: Mapped[bool] = mapped_column(Boolean)
+    reasons: Mapped[list[Any]] = mapped_column(JSON)
+    checks: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    generation: Mapped[Generation] = relationship(back_populates="decision", foreign_keys=[generation_id])
+
+
+class GalleryPointer(Base):
+    __tablename__ = "gallery_pointers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    index_path: Mapped[str] = mapped_column(String(1024))
+    reason: Mapped[str] = mapped_column(String(256))
+    switched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SchemaInfo(Base):
+    __tablename__ = "schema_info"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)

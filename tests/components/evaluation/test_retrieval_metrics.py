@@ -1,0 +1,247 @@
+"""Retrieval scores, AP and CMC/mAP (components/evaluation/retrieval.py, design §6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import average_precision_score
+
+from components.evaluation import average_precision, retrieval_metrics, retrieval_scores
+from components.geometry import expmap0, pairwise_geodesic_distance
+
+
+def _sklearn_ap(scores, relevant, valid):
+    out = []
+    for s, r, v in zip(scores, relevant, valid):
+        out.append(average_precision_score(r[v], s[v]) if r[v].any() else np.nan)
+    return np.array(out)
+
+
+def _unit(deg) -> np.ndarray:
+    """2-D unit vectors at the given angles (degrees): cosine ranks by angle."""
+    t = np.deg2rad(np.asarray(deg, dtype=np.float64))
+    return np.stack([np.cos(t), np.sin(t)], axis=1)
+
+
+# ----------------------------------------------------------------- AP vs sklearn
+@pytest.mark.parametrize("tied", [False, True])
+def test_average_precision_matches_sklearn_row_by_row(tied):
+    rng = np.random.default_rng(0 if tied else 1)
+    nq, ng = 300, 60
+    if tied:  # integer scores 0..3: huge tie groups
+        scores = rng.integers(0, 4, size=(nq, ng)).astype(np.float64)
+    else:
+        scores = rng.normal(size=(nq, ng))
+    relevant = rng.random((nq, ng)) < 0.25
+    valid = rng.random((nq, ng)) < 0.85
+    # make sure exclusions hit relevant items too
+    valid[:, 0] = False
+    relevant[:, 0] = True
+
+    ap = average_precision(scores, relevant, valid)
+    ref = _sklearn_ap(scores, relevant, valid)
+    assert ap.dtype == np.float64 and ap.shape == (nq,)
+    assert np.array_equal(np.isnan(ap), np.isnan(ref))
+    np.testing.assert_allclose(ap[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=0, atol=1e-12)
+
+
+def test_average_precision_ties_are_one_threshold_by_hand():
+    # ranking 3 | 2 2 | 1 with relevance 1 | 0 1 | 0:
+    # group 1: recall +1/2 at precision 1; group {2,2}: recall +1/2 at precision 2/3.
+    scores = np.array([[3.0, 2.0, 2.0, 1.0], [3.0, 2.0, 2.0, 1.0]])
+    relevant = np.array([[1, 0, 1, 0], [1, 1, 0, 0]], dtype=bool)
+    ap = average_precision(scores, relevant)
+    expected = 0.5 * 1.0 + 0.5 * 2.0 / 3.0
+    np.testing.assert_allclose(ap, [expected, expected], atol=1e-15)  # order inside a tie is irrelevant
+    assert ap[0] == pytest.approx(average_precision_score(relevant[0], scores[0]))
+
+
+def test_average_precision_nan_without_relevant_and_excluded_relevant():
+    scores = np.array([[0.9, 0.1, 0.5]])
+    relevant = np.array([[True, False, False]])
+    assert np.isnan(average_precision(scores, relevant, ~relevant))[0]
+    assert average_precision(scores, relevant)[0] == 1.0
+
+
+def test_average_precision_rejects_mismatched_shapes_and_nan():
+    with pytest.raises(ValueError, match="shape"):
+        average_precision(np.zeros((2, 3)), np.zeros((2, 4), dtype=bool))
+    with pytest.raises(ValueError, match="NaN"):
+        average_precision(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
+
+
+# ------------------------------------------------------------- retrieval_scores
+def test_euclidean_scores_are_float64_cosine_and_scale_free():
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=(7, 5)).astype(np.float32)
+    g = rng.normal(size=(9, 5)).astype(np.float32)
+    q64, g64 = q.astype(np.float64), g.astype(np.float64)
+    s = retrieval_scores(q, g64 * 3.0, "euclidean")  # float32 queries are cast, not rounded further
+    ref = (q64 @ g64.T) / np.outer(np.linalg.norm(q64, axis=1), np.linalg.norm(g64, axis=1))
+    assert s.dtype == np.float64 and s.shape == (7, 9)
+    np.testing.assert_allclose(s, ref, atol=1e-12)
+
+
+def test_lorentz_scores_are_minus_geodesic_distance():
+    rng = np.random.default_rng(3)
+    k = 0.5
+    q = expmap0(torch.from_numpy(rng.normal(size=(6, 8))), k)
+    g = expmap0(torch.from_numpy(rng.normal(size=(10, 8))), k)
+    s = retrieval_scores(q.numpy(), g.numpy(), "lorentz", curvature=k)
+    ref = pairwise_geodesic_distance(q, g, k).numpy()
+    np.testing.assert_allclose(s, -ref, rtol=1e-10, atol=1e-10)
+
+
+def test_lorentz_scores_keep_close_pairs_far_from_origin():
+    # Design §2: in float32 the distance of close pairs at x_t ~ 1e3 collapses to 0.
+    v = torch.zeros(2, 4, dtype=torch.float64)
+    v[0, 0] = 8.0
+    v[1, 0] = 8.0
+    v[1, 1] = 8.0 * 1e-3 / math.sinh(8.0)  # angle 1e-3/sinh(8) at radius 8: distance ≈ 1e-3
+    x = expmap0(v)  # x_t = cosh(8) ≈ 1490
+    d32 = -retrieval_scores(x.float().numpy()[:1], x.float().numpy()[1:], "lorentz")[0, 0]
+    d64 = -retrieval_scores(x.numpy()[:1], x.numpy()[1:], "lorentz")[0, 0]
+    assert d64 == pytest.approx(1e-3, rel=1e-2)
+    assert abs(d32 - 1e-3) > 1e-4  # float32 coordinates genuinely lose this pair
+
+
+def test_unknown_geometry_names_valid_values():
+    with pytest.raises(ValueError, match="'euclidean', 'lorentz'"):
+        retrieval_scores(np.ones((1, 2)), np.ones((1, 2)), "poincare")
+
+
+def test_scores_reject_width_mismatch_and_nan():
+    with pytest.raises(ValueError, match="width"):
+        retrieval_scores(np.ones((1, 3)), np.ones((1, 2)), "euclidean")
+    with pytest.raises(ValueError, match="NaN"):
+        retrieval_scores(np.array([[np.nan, 1.0]]), np.ones((1, 2)), "euclidean")
+
+
+# ------------------------------------------------------------ retrieval_metrics
+def test_toy_cmc_and_map_by_hand():
+    # gallery at 0,10,20,30,40,50,90 degrees, labels A B A B B A C
+    g = _unit([0, 10, 20, 30, 40, 50, 90])
+    g_lab = np.array(list("ABABBAC"))
+    g_ids = np.arange(10, 17)
+    # q0 @1° A: ranking 0A 10B 20A 30B 40B 50A 90C -> hits at 1,3,6: AP=(1+2/3+3/6)/3, top1 hit
+    # q1 @41° A: 40B 50A 30B 20A 10B 0A 90C -> hits at 2,4,6: AP=(1/2+2/4+3/6)/3=1/2, top5 hit only
+    # q2 @4° C: 0 10 20 30 40 50 90 -> hit at 7: AP=1/7, no top5 hit
+    # q3 @60° D: no relevant item -> skipped
+    q = _unit([1, 41, 4, 60])
+    q_lab = np.array(list("AACD"))
+    q_ids = np.arange(100, 104)
+    m = retrieval_metrics(q, q_lab, q_ids, g, g_lab, g_ids, "euclidean", ks=(1, 5))
+    assert m["n_queries"] == 3
+    assert m["cmc@1"] == pytest.approx(1 / 3)
+    assert m["cmc@5"] == pytest.approx(2 / 3)
+    assert m["map"] == pytest.approx((13 / 18 + 1 / 2 + 1 / 7) / 3)
+
+
+_LOO_ANGLES = [0, 5, 40, 45, 90]
+_LOO_LABELS = np.array(list("ABABC"))
+
+
+def test_leave_one_out_excludes_the_query_itself():
+    x = _unit(_LOO_ANGLES)
+    ids = np.arange(5)
+    loo = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean")
+    # each query's nearest *other* item has the other label; the single C is skipped
+    assert loo["n_queries"] == 4
+    assert loo["cmc@1"] == 0.0
+    assert loo["map"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 3 + 1 / 2) / 4)
+    keep = retrieval_metrics(
+        x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean", leave_one_out=False
+    )
+    assert keep["n_queries"] == 5 and keep["cmc@1"] == 1.0  # a query finds itself first
+
+
+def test_cross_retrieval_excludes_by_id_not_position():
+    # queries by "model A", gallery = same items by "model B" (rotated 0.5°), stored reversed
+    q = _unit(_LOO_ANGLES)
+    g = _unit(np.array(_LOO_ANGLES) + 0.5)[::-1]
+    ids = np.arange(5)
+    m = retrieval_metrics(q, _LOO_LABELS, ids, g, _LOO_LABELS[::-1], ids[::-1], "euclidean")
+    assert m["n_queries"] == 4
+    assert m["cmc@1"] == 0.0
+    assert m["map"] == pytest.approx(5 / 12)
+
+
+def test_cmc_ties_are_broken_by_gallery_order():
+    q = _unit([0])
+    g = _unit([10, 10])  # identical scores
+    for g_lab, expected in ((np.array(["B", "A"]), 0.0), (np.array(["A", "B"]), 1.0)):
+        m = retrieval_metrics(
+            q, np.array(["A"]), np.array([0]), g, g_lab, np.array([1, 2]), "euclidean", ks=(1,)
+        )
+        assert m["cmc@1"] == expected
+    # long ties mixed with other scores (an unstable sort scrambles them): among the
+    # 100 gallery items at 10°, only gallery order decides which come first
+    angles = np.tile([10.0, 20.0, 30.0], 100)
+    g = _unit(angles)
+    g_ids = np.arange(1, 301)
+    at10 = np.flatnonzero(angles == 10.0)
+    for pos, expected in ((at10[0], 1.0), (at10[4], 1.0), (at10[5], 0.0), (at10[-1], 0.0)):
+        g_lab = np.full(300, "B")
+        g_lab[pos] = "A"
+        m = retrieval_metrics(q, np.array(["A"]), np.array([0]), g, g_lab, g_ids, "euclidean", ks=(5,))
+        assert m["cmc@5"] == expected
+
+
+def test_metrics_match_reference_and_do_not_depend_on_chunking():
+    rng = np.random.default_rng(4)
+    n, d, n_cls = 240, 6, 5
+    x = rng.normal(size=(n, d))
+    y = rng.integers(0, n_cls, size=n)
+    ids = rng.permutation(n) + 1000
+    a = retrieval_metrics(x, y, ids, x, y, ids, "euclidean", ks=(1, 5, 10), chunk_size=1024)
+    b = retrieval_metrics(x, y, ids, x, y, ids, "euclidean", ks=(1, 5, 10), chunk_size=7)
+    assert a == pytest.approx(b, rel=1e-12)
+
+    # reference: per-query loop with sklearn and an explicit stable ranking
+    s = retrieval_scores(x, x, "euclidean")
+    rel = y[:, None] == y[None, :]
+    valid = ~np.eye(n, dtype=bool)
+    aps, hits = [], {1: [], 5: [], 10: []}
+    for i in range(n):
+        v = valid[i]
+        if not rel[i][v].any():
+            continue
+        aps.append(average_precision_score(rel[i][v], s[i][v]))
+        order = np.argsort(-s[i][v], kind="stable")
+        for k in hits:
+            hits[k].append(rel[i][v][order][:k].any())
+    assert a["n_queries"] == len(aps)
+    assert a["map"] == pytest.approx(np.mean(aps), abs=1e-12)
+    for k in hits:
+        assert a[f"cmc@{k}"] == pytest.approx(np.mean(hits[k]))
+
+
+def test_lorentz_metrics_rank_by_geodesic_distance():
+    rng = np.random.default_rng(5)
+    n = 120
+    v = rng.normal(size=(n, 8))
+    x = expmap0(torch.from_numpy(v)).numpy()
+    y = rng.integers(0, 4, size=n)
+    ids = np.arange(n)
+    m = retrieval_metrics(x, y, ids, x, y, ids, "lorentz", ks=(1,))
+    d = pairwise_geodesic_distance(torch.from_numpy(x), torch.from_numpy(x)).numpy()
+    np.fill_diagonal(d, np.inf)
+    nn = np.argmin(d, axis=1)
+    assert m["cmc@1"] == pytest.approx(np.mean(y[nn] == y))
+
+
+def test_no_usable_queries_gives_nan():
+    x = _unit([0, 10])
+    m = retrieval_metrics(x, np.array([1, 2]), np.arange(2), x, np.array([1, 2]), np.arange(2), "euclidean")
+    assert m["n_queries"] == 0 and math.isnan(m["map"]) and math.isnan(m["cmc@1"])
+
+
+def test_duplicate_gallery_ids_are_refused_for_leave_one_out():
+    x = _unit([0, 10])
+    with pytest.raises(ValueError, match="not unique"):
+        retrieval_metrics(
+            x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), "euclidean"
+        )

@@ -1,6 +1,5 @@
 """Gallery indexing: exact FAISS search with a verified manifest (design §7, §8)."""
 
-from components.io import atomic_path, atomic_write_bytes
 from components.indexing.faiss_index import (
     HYPERBOLOID_RTOL,
     INDEX_FILE,
@@ -17,6 +16,4 @@ __all__ = [
     "MANIFEST_FILE",
     "GalleryIndex",
     "IndexManifest",
-    "atomic_path",
-    "atomic_write_bytes",
 ]

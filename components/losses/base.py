@@ -83,17 +83,17 @@ class AlignmentLoss(nn.Module):
         except (TypeError, ValueError) as err:
             raise ConfigError(f"alignment {cls.name!r}: {err} (params.yaml alignment.options.{cls.name})") from None
 
-    def check_models(self, new_spec: ModelSpec, old_spec: ModelSpec | None) -> None:
-        """Refuse model combinations the method cannot align (called before training)."""
-        if self.geometry is not None and new_spec.geometry != self.geometry:
-            raise ConfigError(f"alignment {self.name!r} needs a {self.geometry} model, got {new_spec.geometry}; set model.geometry: {self.geometry}")
+    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+        """Refuse model combinations the method cannot align (called before any training)."""
+        if self.geometry is not None and new_geometry != self.geometry:
+            raise ConfigError(f"alignment {self.name!r} needs a {self.geometry} model, got {new_geometry}; set model.geometry: {self.geometry}")
         if self.requires_old:
-            if old_spec is None:
+            if old_geometry is None:
                 raise ConfigError(f"alignment {self.name!r} needs a parent generation; train generation 0 first")
-            if old_spec.geometry != new_spec.geometry or old_spec.embed_dim != new_spec.embed_dim:
+            if old_geometry != new_geometry or old_dim != new_dim:
                 raise ConfigError(
                     f"alignment {self.name!r} compares new and old embeddings directly, but the parent is "
-                    f"{old_spec.geometry}/d={old_spec.embed_dim} and the new model {new_spec.geometry}/d={new_spec.embed_dim}; "
+                    f"{old_geometry}/d={old_dim} and the new model {new_geometry}/d={new_dim}; "
                     "use the parent's geometry and embed_dim"
                 )
 

@@ -117,7 +117,8 @@ def train_model(
             raise CheckpointMismatchError(f"alignment {method.name!r} needs the parent model, none was given")
         old_model = prepare_module(old_model, device).eval()
         old_model.requires_grad_(False)
-    method.check_models(model.spec, old_model.spec if old_model is not None else None)
+    old_spec = old_model.spec if old_model is not None else None
+    method.check_models(model.spec.geometry, model.spec.embed_dim, old_spec and old_spec.geometry, old_spec and old_spec.embed_dim)
 
     def clean_batches():
         return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)

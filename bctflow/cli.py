@@ -1,0 +1,291 @@
+"""The `bctflow` command line (typer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from bctflow.env import configure_environment
+from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, apply_overrides, load_params
+from bctflow.workspace import Workspace, resolve_home
+from components.errors import BctflowError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
+console = Console()
+err_console = Console(stderr=True)
+
+HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")
+ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to use")
+SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
+
+#: names a bctflow workspace may contain (demo --reset wipes nothing else)
+WORKSPACE_ENTRIES = {"lineage.db", "mlflow.db", "mlartifacts", "data", "datasets", "generations", "staging", "prefect", "backfills", "live"}
+
+DEMO_CHAIN = [
+    {"name": "g0", "classes": [0, 1, 2, 3, 4], "alignment": "independent"},
+    {"name": "g1", "classes": "all", "alignment": "hbct", "reference": True},
+]
+
+
+def _fail(err: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {err}")
+    raise typer.Exit(2)
+
+
+def _parse_classes(text: str | None) -> list[int] | str | None:
+    """'all' | '0-4' | '0,1,2' → spec value."""
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "all":
+        return "all"
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise ConfigError(f"--classes {text!r} is not a class list; write e.g. 0-4, 0,2,5 or all") from None
+    return out
+
+
+def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[str, Any] | None) -> dict[str, Any]:
+    configure_environment(home)
+    from flows.new_generation import new_generation
+
+    state = new_generation(home=str(home), params_path=str(params_path), overrides=overrides, spec=spec, return_state=True)
+    if state.is_failed():
+        try:
+            state.result()
+        except BctflowError as err:
+            _fail(err)
+        except Exception as err:  # noqa: BLE001
+            err_console.print(f"[bold red]generation failed:[/] {type(err).__name__}: {err}")
+            raise typer.Exit(1)
+    return state.result()
+
+
+def _lineage(home: Path, params_path: Path, overrides: list[str]) -> list[dict[str, Any]]:
+    from registry.lineage import LineageStore
+
+    p = load_params(params_path) if Path(params_path).exists() else None
+    if p is not None and overrides:
+        p = apply_overrides(p, overrides)
+    ws = Workspace(home)
+    url = ws.lineage_url(p) if p is not None else f"sqlite:///{home / 'lineage.db'}"
+    store = LineageStore(url)
+    try:
+        return store.to_json()
+    finally:
+        store.close()
+
+
+def _validate_up_front(params_path: Path, overrides: list[str]) -> None:
+    """Read and validate params in the CLI process, before a flow (and its server) starts."""
+    p = load_params(params_path)
+    if overrides:
+        apply_overrides(p, overrides)
+
+
+@app.command()
+def demo(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    reset: bool = typer.Option(False, "--reset", help="wipe an existing bctflow workspace first"),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Fresh workspace: g0 on digits classes 0–4, then g1 on all classes with HBCT + an independent reference."""
+    from bctflow.report import compat_table, retrieval_table
+
+    h = resolve_home(home)
+    ws = Workspace(h)
+    overrides = ["data.dataset=digits", *(set_ or [])]
+    try:
+        _validate_up_front(params, overrides)
+        if not ws.is_empty():
+            if not reset:
+                raise ConfigError(f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory")
+            foreign = sorted(p.name for p in h.iterdir() if p.name not in WORKSPACE_ENTRIES)
+            if foreign:
+                raise ConfigError(f"{h} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home")
+            shutil.rmtree(h)
+    except BctflowError as err:
+        _fail(err)
+    h.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for spec in DEMO_CHAIN:
+        console.rule(f"[bold]generation {spec['name']}: {spec['alignment']} on classes {spec['classes']}")
+        _run_flow(h, params, overrides, spec)
+    wall = time.perf_counter() - t0
+    gens = _lineage(h, params, overrides)
+    console.print(retrieval_table(gens))
+    console.print(compat_table(gens))
+    g1 = gens[-1]
+    if g1["backfill_required"]:
+        console.print(f"[yellow]g{g1['id']}: backfill required[/] — " + "; ".join(g1["backfill_reasons"]))
+    else:
+        console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
+    diag = g1.get("diagnostics") or {}
+    if diag:
+        console.print(
+            "HBCT health: clip fraction (gallery, new/parent) "
+            f"{diag.get('clip_fraction_gallery', float('nan')):.2f}/{diag.get('clip_fraction_gallery_parent', float('nan')):.2f}, "
+            f"in-cone {diag.get('in_cone_fraction', float('nan')):.3f}, "
+            f"parent uncertainty seen/unseen {diag.get('uncertainty_parent_seen', float('nan')):.3f}/{diag.get('uncertainty_parent_unseen', float('nan')):.3f}"
+        )
+    console.print(f"\ndemo finished in {wall:.0f}s. Next:")
+    console.print(f"  bctflow lineage --home {h}            # the chain, ζ, backfill flags (--json for machines)")
+    console.print(f"  mlflow ui --backend-store-uri sqlite:///{h / 'mlflow.db'}   # runs, model versions, tags, plots")
+    console.print(f"  ls {h / 'generations'}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json")
+
+
+@app.command()
+def run(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    generation: Optional[str] = typer.Option(None, "--generation", help="take the spec of this entry of params.yaml `generations:`"),
+    name: Optional[str] = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
+    classes: Optional[str] = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
+    fraction: Optional[float] = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
+    alignment: Optional[str] = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
+    epochs: Optional[int] = typer.Option(None, "--epochs"),
+    reference: Optional[bool] = typer.Option(None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Create one new generation, aligned to the generation that embedded the live gallery."""
+    h = resolve_home(home)
+    overrides = list(set_ or [])
+    try:
+        p = load_params(params)
+        if overrides:
+            p = apply_overrides(p, overrides)
+        base = p.generation(generation).model_dump() if generation else {"name": name or "__auto__"}
+        explicit = {"name": name, "classes": _parse_classes(classes), "fraction": fraction, "alignment": alignment, "epochs": epochs, "reference": reference}
+        base.update({k: v for k, v in explicit.items() if v is not None})
+        if base["name"] == "__auto__":
+            base.pop("name")
+            from registry.lineage import LineageStore
+
+            store = LineageStore(Workspace(h).lineage_url(p))
+            base["name"] = f"g{store.next_generation_id()}"
+            store.close()
+        spec = GenerationSpec(**base).model_dump()
+    except BctflowError as err:
+        _fail(err)
+    except ValueError as err:
+        _fail(ConfigError(str(err)))
+    h.mkdir(parents=True, exist_ok=True)
+    summary = _run_flow(h, params, overrides, spec)
+    from bctflow.report import compat_table, retrieval_table
+
+    gens = [g for g in _lineage(h, params, overrides) if g["id"] == summary["generation"]]
+    console.print(retrieval_table(gens))
+    if gens and gens[0]["parent"] is not None:
+        console.print(compat_table(gens))
+
+
+@app.command()
+def chain(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    expect_data: Optional[Path] = typer.Option(None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"),
+    metrics_out: Optional[Path] = typer.Option(None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
+    from components.data.versioning import DataSnapshotStore
+
+    h = resolve_home(home)
+    overrides = list(set_ or [])
+    try:
+        p = load_params(params)
+        if overrides:
+            p = apply_overrides(p, overrides)
+        if not p.generations:
+            raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
+    except BctflowError as err:
+        _fail(err)
+    h.mkdir(parents=True, exist_ok=True)
+    done = {g["name"] for g in _lineage(h, params, overrides)}
+    for spec in p.generations:
+        if spec.name in done:
+            console.print(f"generation {spec.name} already in the lineage, skipping")
+            continue
+        console.rule(f"[bold]generation {spec.name}")
+        summary = _run_flow(h, params, overrides, spec.model_dump())
+        if expect_data is not None:
+            used = DataSnapshotStore(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
+            want = (expect_data / f"{spec.name}.json").read_text()
+            if used.to_json() != want:
+                _fail(ConfigError(f"generation {spec.name} trained on data that differs from {expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"))
+    gens = _lineage(h, params, overrides)
+    from bctflow.report import compat_table, lineage_table
+
+    console.print(lineage_table(gens))
+    console.print(compat_table(gens))
+    if metrics_out is not None:
+        flat: dict[str, Any] = {}
+        for g in gens:
+            m = g["metrics"]
+            for block in ("self", "cross", "parent_self", "p_com", "p_up"):
+                for k, v in (m.get(block) or {}).items():
+                    flat[f"{g['name']}.{block}.{k}"] = v
+            flat[f"{g['name']}.zeta"] = g["zeta"]
+            flat[f"{g['name']}.backfill_required"] = g["backfill_required"]
+        metrics_out.parent.mkdir(parents=True, exist_ok=True)
+        metrics_out.write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
+
+
+@app.command()
+def snapshot(
+    out: Path = typer.Option(Path("outputs/data"), "--out", help="folder for one manifest per declared generation"),
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+) -> None:
+    """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
+    from bctflow.chain import write_manifests
+
+    try:
+        paths = write_manifests(load_params(params), Workspace(resolve_home(home)), out)
+    except BctflowError as err:
+        _fail(err)
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def lineage(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    as_json: bool = typer.Option(False, "--json", help="print the lineage as a JSON array (schema in README)"),
+) -> None:
+    """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
+    h = resolve_home(home)
+    if not (h / "lineage.db").exists() and not load_params(params).lineage.db_url:
+        _fail(BctflowError(f"no lineage in {h}; run `bctflow demo` or `bctflow run` first, or pass --home"))
+    gens = _lineage(h, params, [])
+    if as_json:
+        sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
+        return
+    from bctflow.report import compat_table, lineage_table
+
+    console.print(lineage_table(gens))
+    console.print(compat_table(gens))
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

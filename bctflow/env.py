@@ -1,0 +1,23 @@
+"""Process environment for a bctflow command: workspace-local Prefect, no telemetry.
+
+Must run before prefect is imported (Prefect reads its settings at import).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["configure_environment"]
+
+
+def configure_environment(home: Path) -> None:
+    """Keep Prefect's ephemeral server state under the workspace and switch off phone-home."""
+    if "PREFECT_API_URL" not in os.environ:  # a real Prefect server keeps its own state
+        os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")

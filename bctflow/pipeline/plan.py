@@ -1,0 +1,233 @@
+"""Planning a generation: every decision and every validation, before anything is written.
+
+``make_plan`` reads params and the lineage and returns an immutable
+:class:`GenerationPlan`. It raises ConfigError / DataError /
+CheckpointMismatchError for bad input — unknown alignment or dataset,
+ζ ≤ 0, K ≤ 0, Δζ < 0, a parent checkpoint that does not match its lineage
+record, a resumable checkpoint of another run — so nothing is trained or
+written when the input is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bctflow.params import GenerationSpec, Params, params_digest, params_from_dict
+from bctflow.workspace import Workspace
+from components.data.registry import get_dataset_loader
+from components.errors import CheckpointMismatchError, ConfigError
+from components.losses import create_alignment
+from components.models.checkpoint import load_torch_safe, read_spec
+from components.training.loop import TrainConfig, latest_checkpoint
+from registry.lineage import LineageStore
+
+__all__ = ["ParentRef", "GenerationPlan", "make_plan", "ROLES"]
+
+ROLES = ("model", "reference")
+
+
+@dataclass(frozen=True)
+class ParentRef:
+    """The generation whose embeddings fill the live gallery (the new one aligns to it)."""
+
+    id: int
+    name: str
+    checkpoint: str
+    gallery: str
+    zeta: float | None
+    curvature: float
+    geometry: str
+    embed_dim: int
+    class_order: tuple[int, ...]
+    mlflow_version: str | None
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    home: str
+    gen_id: int
+    name: str
+    parent: ParentRef | None
+    serving: tuple[int, ...]
+    alignment: str
+    alignment_options: dict[str, Any]
+    geometry: str
+    zeta: float | None
+    delta_zeta: float
+    classes: tuple[int, ...] | str
+    fraction: float
+    backbone: str
+    backbone_kwargs: dict[str, Any]
+    epochs: int
+    reference: bool
+    run_key: str
+    params: dict[str, Any]
+    generations_since_backfill: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def workspace(self) -> Workspace:
+        return Workspace(Path(self.home))
+
+    @property
+    def p(self) -> Params:
+        return params_from_dict(self.params)
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.workspace.staging(self.gen_id)
+
+    @property
+    def final_dir(self) -> Path:
+        return self.workspace.generation_dir(self.gen_id)
+
+    def role_dir(self, role: str) -> Path:
+        """Staging folder of the generation's model or of its independent reference."""
+        return self.staging_dir if role == "model" else self.staging_dir / "reference"
+
+    def train_config(self, role: str) -> TrainConfig:
+        t = self.p.train
+        a = self.p.data.augment
+        return TrainConfig(
+            epochs=self.epochs,
+            batch_size=t.batch_size,
+            optimizer=t.optimizer,
+            lr=t.lr,
+            momentum=t.momentum,
+            weight_decay=t.weight_decay,
+            schedule=t.schedule,
+            warmup_epochs=t.warmup_epochs,
+            seed=t.seed + (7919 if role == "reference" else 0),
+            device=t.device,
+            keep_checkpoints=t.keep_checkpoints,
+            crop_padding=a.crop_padding,
+            hflip=a.hflip,
+            align_weight=self.p.alignment.weight,
+        )
+
+    def role_alignment(self, role: str) -> str:
+        return "independent" if role == "reference" else self.alignment
+
+    def role_run_key(self, role: str) -> str:
+        return f"{self.run_key}:{role}"
+
+
+def _run_key(gen_id: int, parent: ParentRef | None, spec: GenerationSpec, alignment: str, digest: str) -> str:
+    body = json.dumps(
+        {"gen": gen_id, "parent": parent and parent.id, "spec": spec.model_dump(mode="json"), "alignment": alignment, "params": digest},
+        sort_keys=True,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _parent_ref(store: LineageStore, gen_id: int) -> ParentRef:
+    g = store.generation(gen_id)
+    return ParentRef(
+        id=g.id,
+        name=g.name,
+        checkpoint=g.checkpoint_path,
+        gallery=str(Path(g.index_path).parent / "gallery.npz"),
+        zeta=g.zeta,
+        curvature=g.curvature,
+        geometry=g.geometry,
+        embed_dim=g.embed_dim,
+        class_order=tuple(g.class_order),
+        mlflow_version=g.mlflow_version,
+    )
+
+
+def _check_parent_checkpoint(parent: ParentRef) -> None:
+    """The parent's checkpoint must be the model its lineage record describes."""
+    obj = load_torch_safe(Path(parent.checkpoint))
+    spec = read_spec(obj, parent.checkpoint)
+    expected = {
+        "geometry": parent.geometry,
+        "embed_dim": parent.embed_dim,
+        "zeta": parent.zeta,
+        "class_order": parent.class_order,
+    }
+    diffs = [f"{k}: checkpoint has {getattr(spec, k)!r}, lineage has {v!r}" for k, v in expected.items() if getattr(spec, k) != v]
+    if diffs:
+        raise CheckpointMismatchError(
+            f"parent generation {parent.id}'s checkpoint {parent.checkpoint} does not match its lineage record ({'; '.join(diffs)}); "
+            "restore the original checkpoint of that generation"
+        )
+
+
+def _check_resumable(plan: GenerationPlan) -> None:
+    """A leftover training checkpoint in staging must belong to this very run (else refuse now)."""
+    for role in ROLES:
+        last = latest_checkpoint(plan.role_dir(role) / "checkpoints")
+        if last is None:
+            continue
+        obj = load_torch_safe(last)
+        if obj.get("run_key") != plan.role_run_key(role):
+            raise CheckpointMismatchError(
+                f"staging checkpoint {last} belongs to another run of generation {plan.gen_id} "
+                f"(run key {obj.get('run_key')!r}, this run {plan.role_run_key(role)!r}); "
+                f"delete {plan.staging_dir} to start over, or rerun with that run's parameters to resume it"
+            )
+
+
+def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: GenerationSpec | None = None) -> GenerationPlan:
+    """Decide and validate the next generation. Writes nothing."""
+    get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
+    gen_id = store.next_generation_id()
+    live = store.live_generation_id()
+    spec = spec or GenerationSpec(name=f"g{gen_id}")
+    if store.generation_by_name(spec.name) is not None:
+        raise ConfigError(f"a generation named {spec.name!r} already exists in the lineage; choose another --name")
+    notes: list[str] = []
+    g = params.geometry
+    geometry = params.model.geometry
+    requested = spec.alignment or params.alignment.method
+    if live is None:
+        parent = None
+        alignment = "independent"
+        if requested != "independent":
+            notes.append(f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1")
+        zeta = g.zeta0 if geometry == "lorentz" else None
+        since = 0
+    else:
+        parent = _parent_ref(store, live)
+        alignment = requested
+        zeta = (parent.zeta if parent.zeta is not None else g.zeta0) + g.delta_zeta if geometry == "lorentz" else None
+        since = sum(1 for gid in store.serving_generation_ids() if gid > live) + 1
+    method = create_alignment(alignment, params.alignment.options.get(alignment))  # ConfigError: unknown name / bad options
+    method.check_models(
+        geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim
+    )
+    if parent is not None:
+        _check_parent_checkpoint(parent)
+    serving = tuple(i for i in store.serving_generation_ids() if i != gen_id)
+    use_reference = parent is not None and (spec.reference if spec.reference is not None else params.evaluation.reference)
+    use_reference = bool(use_reference and alignment != "independent")
+    digest = params_digest(params)
+    plan = GenerationPlan(
+        home=str(ws.home),
+        gen_id=gen_id,
+        name=spec.name,
+        parent=parent,
+        serving=serving,
+        alignment=alignment,
+        alignment_options=dict(params.alignment.options.get(alignment, {})),
+        geometry=geometry,
+        zeta=zeta,
+        delta_zeta=g.delta_zeta,
+        classes=tuple(spec.classes) if isinstance(spec.classes, list) else spec.classes,
+        fraction=spec.fraction,
+        backbone=spec.backbone or params.model.backbone,
+        backbone_kwargs=dict(spec.backbone_kwargs if spec.backbone_kwargs is not None else params.model.backbone_kwargs),
+        epochs=spec.epochs or params.train.epochs,
+        reference=use_reference,
+        run_key=_run_key(gen_id, parent, spec, alignment, digest),
+        params=params.as_dict(),
+        generations_since_backfill=since,
+        notes=tuple(notes),
+    )
+    _check_resumable(plan)
+    return plan

@@ -1,0 +1,127 @@
+"""Human-readable views of the lineage: rich tables for the CLI, markdown for Prefect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["retrieval_table", "compat_table", "lineage_table", "generation_markdown", "fmt"]
+
+METRICS = ("cmc@1", "cmc@5", "map")
+#: |P_com denominator| below this is flagged as ill-conditioned
+ILL_CONDITIONED = 0.05
+
+
+def fmt(v: float | None, digits: int = 4) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def _rows(gen: dict[str, Any]) -> list[tuple[str, str, dict[str, float] | None]]:
+    m = gen["metrics"]
+    g, p = gen["id"], gen["parent"]
+    rows = [(f"g{g} {gen['alignment']}", f"g{g}", m["self"])]
+    if p is not None:
+        rows.append((f"g{g} {gen['alignment']} (cross)", f"g{p} (live gallery)" if gen.get("backfill_against") == p else f"g{p}", m["cross"]))
+        rows.append((f"g{p} (old-old)", f"g{p}", m["parent_self"]))
+    ref = m.get("reference")
+    if ref:
+        rows.append((f"g{g} reference φ* (independent)", "φ*", ref["self"]))
+        if p is not None:
+            rows.append((f"g{g} reference φ* (cross)", f"g{p}", ref["cross"]))
+    return rows
+
+
+def retrieval_table(gens: list[dict[str, Any]], title: str = "Retrieval on the gallery (test split, leave-one-out)") -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("queries embedded by")
+    t.add_column("gallery embedded by")
+    for m in METRICS:
+        t.add_column(m.upper().replace("MAP", "mAP"), justify="right")
+    for gen in gens:
+        for label, gallery, vals in _rows(gen):
+            t.add_row(label, gallery, *(fmt((vals or {}).get(k)) for k in METRICS))
+    return t
+
+
+def compat_table(gens: list[dict[str, Any]]) -> Table:
+    """P_com with its denominator (ref self − parent self) and P_up, per aligned generation."""
+    t = Table(title="Compatibility (design §6; φ* = independent reference)", title_justify="left")
+    for col in ("generation", "metric", "P_com", "denominator", "P_up", "note"):
+        t.add_column(col, justify="left" if col in ("generation", "metric", "note") else "right")
+    for gen in gens:
+        m = gen["metrics"]
+        if gen["parent"] is None:
+            continue
+        for k in ("cmc@1", "map"):
+            pc = (m.get("p_com") or {}).get(k)
+            den = (m.get("p_com_denominator") or {}).get(k)
+            pu = (m.get("p_up") or {}).get(k)
+            note = ""
+            if den is None:
+                note = "no reference trained"
+            elif abs(den) < ILL_CONDITIONED:
+                note = "ill-conditioned: tiny denominator, P_com swings with small changes in cross"
+            t.add_row(f"g{gen['id']} {gen['alignment']}", k, fmt(pc, 3), fmt(den, 4), fmt(pu, 4), note)
+    return t
+
+
+def lineage_table(gens: list[dict[str, Any]]) -> Table:
+    t = Table(title="bctflow lineage", title_justify="left")
+    for col in ("gen", "parent", "alignment", "geometry", "ζ", "K", "self mAP", "cross mAP", "P_com mAP", "backfill", "MLflow", "live"):
+        t.add_column(col)
+    for g in gens:
+        m = g["metrics"]
+        bf = "—" if g["backfill_required"] is None else ("REQUIRED" if g["backfill_required"] else "no")
+        if g["backfill_required"]:
+            bf += ": " + "; ".join(g["backfill_reasons"])
+        t.add_row(
+            str(g["id"]),
+            "—" if g["parent"] is None else str(g["parent"]),
+            g["alignment"],
+            g["geometry"],
+            fmt(g["zeta"], 2),
+            fmt(g["curvature"], 2),
+            fmt((m["self"] or {}).get("map")),
+            fmt((m["cross"] or {}).get("map")),
+            fmt((m.get("p_com") or {}).get("map"), 3),
+            bf,
+            f"{g['mlflow_model']} v{g['mlflow_version']}",
+            "●" if g["live"] else "",
+        )
+    return t
+
+
+def generation_markdown(summary: dict[str, Any]) -> str:
+    """A markdown summary of one generation (Prefect artifact)."""
+    lines = [
+        f"# bctflow generation {summary['generation']} ({summary['name']})",
+        "",
+        f"alignment **{summary['alignment']}**, geometry **{summary['geometry']}**, ζ = {fmt(summary['zeta'], 2)}, "
+        f"parent {'—' if summary['parent'] is None else 'g' + str(summary['parent'])}, "
+        f"MLflow {summary.get('mlflow_model')} v{summary.get('mlflow_version')}",
+        "",
+        "| comparison | CMC@1 | CMC@5 | mAP |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def row(name: str, vals: dict[str, float] | None) -> None:
+        if vals:
+            lines.append(f"| {name} | " + " | ".join(fmt(vals.get(k)) for k in METRICS) + " |")
+
+    row("self", summary["self"])
+    row("cross (vs parent gallery)", summary["cross"])
+    row("parent self (old-old)", summary["parent_self"])
+    if summary.get("reference"):
+        row("reference self", summary["reference"]["self"])
+        row("reference cross", summary["reference"]["cross"])
+    d = summary.get("derived") or {}
+    if d:
+        lines += ["", "| metric | P_com | denominator | P_up |", "|---|---:|---:|---:|"]
+        for k in ("cmc@1", "map"):
+            lines.append(f"| {k} | {fmt(d.get(f'p_com/{k}'), 3)} | {fmt(d.get(f'p_com_denominator/{k}'))} | {fmt(d.get(f'p_up/{k}'))} |")
+    b = summary["backfill"]
+    lines += ["", f"**Backfill required: {'yes' if b['required'] else 'no'}**"] + [f"- {r}" for r in b["reasons"]]
+    if summary.get("diagnostics"):
+        lines += ["", "| diagnostic | value |", "|---|---:|"] + [f"| {k} | {fmt(v)} |" for k, v in summary["diagnostics"].items()]
+    return "\n".join(lines) + "\n"

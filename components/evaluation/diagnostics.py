@@ -1,0 +1,43 @@
+"""Health diagnostics of hyperbolic generations (design §4 "Diagnostics").
+
+They tell whether the HBCT mechanism is alive: if most embeddings sit on the
+clip radius ζ, every uncertainty and every cone aperture is the same number;
+if almost no new embedding is inside its old embedding's cone, the
+entailment term is a constant pull. All computed in float64 from tangent
+vectors (N, d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.geometry import expmap0, exterior_angle, half_aperture, uncertainty_from_tangent
+
+__all__ = ["clip_fraction", "in_cone_fraction", "uncertainty_seen_unseen"]
+
+
+def clip_fraction(clipped: np.ndarray) -> float:
+    """Share of embeddings whose norm hit the clip radius. (N,) bool → float."""
+    return float(np.mean(clipped)) if len(clipped) else float("nan")
+
+
+def in_cone_fraction(z_old: np.ndarray, z_new: np.ndarray, curvature: float, epsilon: float = 0.1) -> float:
+    """Share of items whose new embedding lies in the entailment cone of its old one (HBCT Eq. (11)).
+
+    z_old, z_new: (N, d) tangent vectors of the same items, row-aligned.
+    """
+    h_o = expmap0(torch.from_numpy(np.asarray(z_old)).double(), curvature)
+    h_n = expmap0(torch.from_numpy(np.asarray(z_new)).double(), curvature)
+    inside = exterior_angle(h_o, h_n, curvature) <= half_aperture(h_o, curvature, epsilon)
+    return float(inside.double().mean())
+
+
+def uncertainty_seen_unseen(z: np.ndarray, labels: np.ndarray, seen_classes: list[int] | tuple[int, ...], curvature: float) -> tuple[float | None, float | None]:
+    """Mean uncertainty u = 1 − tanh(√K‖z‖) (HBCT Eq. (10)) of items whose class is in
+    ``seen_classes`` vs not (paper Fig. 2). z: (N, d), labels: (N,). None for an empty group."""
+    u = uncertainty_from_tangent(torch.from_numpy(np.asarray(z)).double(), curvature).numpy()
+    seen = np.isin(labels, np.asarray(list(seen_classes), dtype=np.int64))
+    s = float(u[seen].mean()) if seen.any() else None
+    n = float(u[~seen].mean()) if (~seen).any() else None
+    return s, n

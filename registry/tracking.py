@@ -1,0 +1,221 @@
+"""MLflow registration: one run and one registered model version per generation.
+
+The run carries params, metrics (incl. per-epoch training curves), artifacts
+(metrics JSON, data manifest, index manifest, plots) and the model (pyfunc,
+*models from code*: :mod:`registry.mlflow_model`, weights = the checkpoint).
+The version carries lineage tags (generation, parent, alignment, geometry, ζ,
+K, data hash, backfill status) and a description that spells out the chain.
+
+A registration that fails half-way removes what it created, so a retry starts
+clean; :meth:`MlflowRegistry.rollback` undoes a finished registration when the
+lineage commit that follows it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+__all__ = ["MlflowRegistry", "RegistrationRequest", "RegistrationResult", "flatten", "metric_key"]
+
+_MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
+
+
+@dataclass
+class RegistrationRequest:
+    generation_id: int
+    name: str
+    parent_id: int | None
+    parent_version: str | None
+    alignment: str
+    geometry: str
+    zeta: float | None
+    curvature: float
+    data_hash: str
+    checkpoint: Path
+    image_shape: tuple[int, int, int]
+    vector_dim: int
+    description: str
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    artifacts: list[Path] = field(default_factory=list)
+    backfill_required: bool | None = None
+    backfill_reasons: list[str] = field(default_factory=list)
+    extra_tags: dict[str, str] = field(default_factory=dict)
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RegistrationResult:
+    model_name: str
+    version: str
+    run_id: str
+    created_model: bool  # True when this registration created the registered model
+
+
+def metric_key(name: str) -> str:
+    """MLflow metric names allow [A-Za-z0-9_-. :/]; "self/cmc@1" → "self/cmc_at_1"."""
+    return name.replace("@", "_at_")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists become their string form."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """Silence MLflow's chatty loggers (alembic migrations, requirement checks)."""
+    names = ["mlflow", "alembic", "mlflow.utils.requirements_utils"]
+    old = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for n, lvl in old.items():
+            logging.getLogger(n).setLevel(lvl)
+
+
+class MlflowRegistry:
+    """MLflow tracking + model registry at ``tracking_uri`` (``sqlite:///…`` by default)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, model_name: str, artifact_root: Path) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.model_name = model_name
+        self.artifact_root = Path(artifact_root)
+
+    def _client(self) -> Any:
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_registry_uri(self.tracking_uri)
+        return mlflow.MlflowClient(self.tracking_uri, self.tracking_uri)
+
+    def _experiment_id(self, client: Any) -> str:
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        self.artifact_root.mkdir(parents=True, exist_ok=True)
+        return client.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+
+    def _model_exists(self, client: Any) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            client.get_registered_model(self.model_name)
+            return True
+        except MlflowException:
+            return False
+
+    def register(self, req: RegistrationRequest) -> RegistrationResult:
+        """Create the run, log everything, register the version, tag it. All or nothing."""
+        import mlflow
+        from mlflow.models.signature import ModelSignature
+        from mlflow.types.schema import Schema, TensorSpec
+
+        import bctflow
+
+        with _quiet_mlflow():
+            client = self._client()
+            exp_id = self._experiment_id(client)
+            created_model = not self._model_exists(client)
+            run_id: str | None = None
+            version: str | None = None
+            try:
+                run_tags = self._tags(req)
+                with mlflow.start_run(experiment_id=exp_id, run_name=f"gen-{req.generation_id}-{req.alignment}", tags=run_tags) as run:
+                    run_id = run.info.run_id
+                    params = {k: (str(v)[:6000]) for k, v in flatten(req.params).items()}
+                    mlflow.log_params(params)
+                    finite = {metric_key(k): float(v) for k, v in req.metrics.items() if v is not None and math.isfinite(float(v))}
+                    mlflow.log_metrics(finite)
+                    for rec in req.history:
+                        step = int(rec.get("epoch", 0))
+                        mlflow.log_metrics({metric_key(f"train/{k}"): float(v) for k, v in rec.items() if k != "epoch" and math.isfinite(float(v))}, step=step)
+                    for path in req.artifacts:
+                        if path.is_dir():
+                            mlflow.log_artifacts(str(path), artifact_path=path.name)
+                        else:
+                            mlflow.log_artifact(str(path))
+                    h, w, c = req.image_shape
+                    signature = ModelSignature(
+                        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))]),
+                        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, req.vector_dim))]),
+                    )
+                    info = mlflow.pyfunc.log_model(
+                        name="model",
+                        python_model=str(_MODEL_CODE),
+                        artifacts={"checkpoint": str(req.checkpoint)},
+                        signature=signature,
+                        pip_requirements=[f"bctflow=={bctflow.__version__}"],
+                    )
+                if created_model:
+                    client.create_registered_model(
+                        self.model_name,
+                        description="Embedding model generations managed by bctflow; each version is one generation, "
+                        "trained to stay compatible with the gallery of its parent.",
+                    )
+                mv = client.create_model_version(self.model_name, info.model_uri, run_id=run_id, tags=run_tags, description=req.description)
+                version = str(mv.version)
+                for alias in req.aliases:
+                    client.set_registered_model_alias(self.model_name, alias, version)
+            except BaseException:
+                self._undo(client, run_id, version, created_model)
+                raise
+        return RegistrationResult(self.model_name, version, run_id, created_model)
+
+    def set_alias(self, alias: str, version: str) -> None:
+        with _quiet_mlflow():
+            self._client().set_registered_model_alias(self.model_name, alias, version)
+
+    def rollback(self, result: RegistrationResult) -> None:
+        """Undo a registration (the lineage commit after it failed)."""
+        with _quiet_mlflow():
+            self._undo(self._client(), result.run_id, result.version, result.created_model)
+
+    def _undo(self, client: Any, run_id: str | None, version: str | None, created_model: bool) -> None:
+        from mlflow.exceptions import MlflowException
+
+        with contextlib.suppress(MlflowException):
+            if version is not None:
+                client.delete_model_version(self.model_name, version)
+        with contextlib.suppress(MlflowException):
+            if created_model and self._model_exists(client):
+                client.delete_registered_model(self.model_name)
+        with contextlib.suppress(MlflowException):
+            if run_id is not None:
+                client.delete_run(run_id)
+
+    @staticmethod
+    def _tags(req: RegistrationRequest) -> dict[str, str]:
+        tags = {
+            "bctflow.generation": str(req.generation_id),
+            "bctflow.generation_name": req.name,
+            "bctflow.parent_generation": "none" if req.parent_id is None else str(req.parent_id),
+            "bctflow.parent_version": req.parent_version or "none",
+            "bctflow.alignment": req.alignment,
+            "bctflow.geometry": req.geometry,
+            "bctflow.zeta": "none" if req.zeta is None else f"{req.zeta:g}",
+            "bctflow.curvature": f"{req.curvature:g}",
+            "bctflow.data_hash": req.data_hash,
+            "bctflow.backfill_required": "unknown" if req.backfill_required is None else str(req.backfill_required).lower(),
+            "bctflow.backfill_reasons": "; ".join(req.backfill_reasons) or "none",
+        }
+        tags.update(req.extra_tags)
+        return {k: v[:5000] for k, v in tags.items()}

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from bctflow.env import configure_environment
 from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, apply_overrides, load_params
@@ -35,7 +36,7 @@ DEMO_CHAIN = [
 
 
 def _fail(err: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {err}")
+    err_console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
     raise typer.Exit(2)
 
 
@@ -60,6 +61,13 @@ def _parse_classes(text: str | None) -> list[int] | str | None:
 
 
 def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[str, Any] | None) -> dict[str, Any]:
+    from bctflow.pipeline.preflight import preflight
+
+    try:
+        preflight(params_path, overrides, home, spec)
+    except BctflowError as err:
+        _fail(err)
+    home.mkdir(parents=True, exist_ok=True)
     configure_environment(home)
     from flows.new_generation import new_generation
 
@@ -70,7 +78,7 @@ def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[st
         except BctflowError as err:
             _fail(err)
         except Exception as err:  # noqa: BLE001
-            err_console.print(f"[bold red]generation failed:[/] {type(err).__name__}: {err}")
+            err_console.print(f"[bold red]generation failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
             raise typer.Exit(1)
     return state.result()
 
@@ -121,7 +129,6 @@ def demo(
             shutil.rmtree(h)
     except BctflowError as err:
         _fail(err)
-    h.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     for spec in DEMO_CHAIN:
         console.rule(f"[bold]generation {spec['name']}: {spec['alignment']} on classes {spec['classes']}")
@@ -174,9 +181,9 @@ def run(
         base.update({k: v for k, v in explicit.items() if v is not None})
         if base["name"] == "__auto__":
             base.pop("name")
-            from registry.lineage import LineageStore
+            from bctflow.pipeline.preflight import open_store_readonly
 
-            store = LineageStore(Workspace(h).lineage_url(p))
+            store = open_store_readonly(p, Workspace(h))
             base["name"] = f"g{store.next_generation_id()}"
             store.close()
         spec = GenerationSpec(**base).model_dump()
@@ -184,7 +191,6 @@ def run(
         _fail(err)
     except ValueError as err:
         _fail(ConfigError(str(err)))
-    h.mkdir(parents=True, exist_ok=True)
     summary = _run_flow(h, params, overrides, spec)
     from bctflow.report import compat_table, retrieval_table
 
@@ -215,8 +221,7 @@ def chain(
             raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
     except BctflowError as err:
         _fail(err)
-    h.mkdir(parents=True, exist_ok=True)
-    done = {g["name"] for g in _lineage(h, params, overrides)}
+    done = {g["name"] for g in _lineage(h, params, overrides)} if (h / "lineage.db").exists() else set()
     for spec in p.generations:
         if spec.name in done:
             console.print(f"generation {spec.name} already in the lineage, skipping")

@@ -205,7 +205,7 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         elif e["type"] == "missing":
             msg = "required key is missing; add it"
         got = e.get("input")
-        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) else f" (got {got!r})"
+        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) or "(got " in msg else f" (got {got!r})"
         parts.append(f"{loc}: {msg}{shown}" if loc else msg)
     return f"invalid parameters in {source}: " + "; ".join(parts)
 

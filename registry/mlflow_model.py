@@ -9,25 +9,22 @@ points, time first (Lorentz) — the same vectors the FAISS index holds.
 
 from __future__ import annotations
 
-from typing import Any
-
 import mlflow
 import numpy as np
 
 
 class BctflowEmbedder(mlflow.pyfunc.PythonModel):
-    def load_context(self, context: Any) -> None:
+    def load_context(self, context):  # untyped: MLflow validates type hints on PythonModel methods
         from components.models.checkpoint import load_model
 
         self.model = load_model(context.artifacts["checkpoint"])
 
-    def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
+    def predict(self, context, model_input, params=None):
         from components.training.embed import embed_images, retrieval_vectors
 
         images = np.asarray(model_input, dtype=np.uint8)
         emb = embed_images(self.model, images)
-        spec = self.model.spec
-        return retrieval_vectors(emb, spec.geometry, spec.curvature).astype(np.float32)
+        return retrieval_vectors(emb, self.model.spec.geometry, float(self.model.curvature)).astype(np.float32)
 
 
 mlflow.models.set_model(BctflowEmbedder())

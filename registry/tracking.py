@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -85,7 +86,12 @@ def _quiet_mlflow() -> Iterator[None]:
     for n in names:
         logging.getLogger(n).setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():
+            # we pass an explicit signature; an input example would load and run the model at log time
+            warnings.filterwarnings("ignore", message=".*input example.*", category=UserWarning)
+            # predict() is deliberately untyped: it takes a uint8 image tensor, described by the signature
+            warnings.filterwarnings("ignore", message=".*type hint.*", category=UserWarning)
+            yield
     finally:
         for n, lvl in old.items():
             logging.getLogger(n).setLevel(lvl)

@@ -185,6 +185,7 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
     g = params.geometry
     geometry = params.model.geometry
     requested = spec.alignment or params.alignment.method
+    create_alignment(requested, params.alignment.options.get(requested))  # ConfigError: unknown name / bad options, even for generation 0
     if live is None:
         parent = None
         alignment = "independent"

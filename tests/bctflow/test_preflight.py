@@ -1,0 +1,115 @@
+"""Bad input is refused before any training starts, with one clear error, and nothing is written."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bctflow.cli import app
+from bctflow.params import apply_overrides, load_params
+from bctflow.pipeline.preflight import preflight
+from bctflow.workspace import Workspace
+from components.errors import CheckpointMismatchError, ConfigError, DataError
+from components.models import ModelSpec, build_model, save_model
+from components.models.checkpoint import save_torch_atomic
+from registry.lineage import GenerationBundle, GenerationRecord, LineageStore, ZetaRecord
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("override", "error", "words"),
+    [
+        ("alignment.method=no_such_method", ConfigError, ["unknown alignment method 'no_such_method'", "hbct"]),
+        ("data.dataset=no_such_data", DataError, ["unknown dataset 'no_such_data'", "digits"]),
+        ("geometry.zeta0=0", ConfigError, ["zeta0 must be > 0"]),
+        ("geometry.zeta0=-1.5", ConfigError, ["zeta0 must be > 0"]),
+        ("geometry.curvature=0", ConfigError, ["curvature K must be > 0"]),
+        ("geometry.curvature=-1", ConfigError, ["curvature K must be > 0"]),
+        ("geometry.delta_zeta=-0.2", ConfigError, ["delta_zeta must be >= 0"]),
+        ("alignment.options={hbct: {tau: 0}}", ConfigError, ["tau must be > 0"]),
+        ("alignment.options={hbct: {temperature: 1}}", ConfigError, ["no option(s) ['temperature']"]),
+        ("train.epoch=3", ConfigError, ["train.epoch", "unknown key"]),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(tiny_params_file: Path, tmp_path: Path, override, error, words):
+    home = tmp_path / "ws"
+    with pytest.raises(error) as info:
+        preflight(tiny_params_file, [override], home, {"name": "g0", "classes": "all"})
+    for w in words:
+        assert w in str(info.value)
+    assert files_under(home) == []
+
+
+def test_cli_reports_the_error_and_writes_nothing(tiny_params_file: Path, tmp_path: Path):
+    home = tmp_path / "ws"
+    res = CliRunner().invoke(app, ["run", "--home", str(home), "--params", str(tiny_params_file), "--set", "geometry.delta_zeta=-1"])
+    assert res.exit_code == 2
+    assert "delta_zeta must be >= 0" in res.output
+    assert not home.exists()
+
+
+def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: float) -> tuple[Path, LineageStore]:
+    """A lineage whose generation 0 record says ζ=1.0, with a checkpoint claiming ``checkpoint_zeta``."""
+    home = tmp_path / "ws"
+    p = load_params(params_file)
+    ws = Workspace(home)
+    ckpt = ws.generation_dir(0) / "model.pt"
+    spec = ModelSpec(backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
+                     num_classes=5, class_order=(0, 1, 2, 3, 4), in_chans=1, image_size=8, zeta=checkpoint_zeta)
+    save_model(build_model(spec), ckpt)
+    store = LineageStore(ws.lineage_url(p))
+    rec = GenerationRecord(
+        id=0, name="g0", parent_id=None, dataset="digits", data_hash="x", data_snapshot="x", class_order=[0, 1, 2, 3, 4],
+        architecture={}, geometry="lorentz", alignment="independent", hyperparameters={}, zeta=1.0, curvature=1.0,
+        embed_dim=16, checkpoint_path=str(ckpt), index_path=str(ws.generation_dir(0) / "index"), params_digest="x",
+    )
+    store.commit_generation(GenerationBundle(rec, zeta=ZetaRecord(None, 0.0, 1.0), make_live=True))
+    return home, store
+
+
+def test_parent_checkpoint_that_does_not_match_its_lineage_record_is_refused(tiny_params_file: Path, tmp_path: Path):
+    home, store = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=2.0)
+    before = files_under(home)
+    with pytest.raises(CheckpointMismatchError, match=r"zeta: checkpoint has 2.0, lineage has 1.0"):
+        preflight(tiny_params_file, [], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
+    assert files_under(home) == before
+    assert store.count() == 1
+
+
+def test_matching_parent_gives_a_plan_with_zeta_grown_by_delta(tiny_params_file: Path, tmp_path: Path):
+    home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
+    plan = preflight(tiny_params_file, ["geometry.delta_zeta=0.25"], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
+    assert plan.gen_id == 1 and plan.parent is not None and plan.parent.id == 0
+    assert plan.zeta == pytest.approx(1.25)
+    assert plan.alignment == "hbct" and plan.reference is True
+
+
+def test_leftover_checkpoint_of_another_run_is_refused(tiny_params_file: Path, tmp_path: Path):
+    home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
+    spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
+    plan = preflight(tiny_params_file, [], home, spec)
+    model_spec = ModelSpec(backbone="resnet18", embed_dim=16, geometry="lorentz", num_classes=10, class_order=tuple(range(10)), zeta=1.2)
+    save_torch_atomic({"format": "bctflow-train/1", "metadata": model_spec.to_dict(), "run_key": "someone-else"},
+                      plan.role_dir("model") / "checkpoints" / "epoch_0001.pt")
+    with pytest.raises(CheckpointMismatchError, match="belongs to another run"):
+        preflight(tiny_params_file, [], home, spec)
+
+
+def test_generation_zero_trains_base_only_and_says_so(tiny_params_file: Path, tmp_path: Path):
+    plan = preflight(tiny_params_file, [], tmp_path / "ws", {"name": "g0", "classes": [0, 1], "alignment": "hbct"})
+    assert plan.alignment == "independent" and plan.parent is None and plan.zeta == 1.0 and plan.reference is False
+    assert any("base loss only" in n for n in plan.notes)
+
+
+def test_overrides_parse_yaml_values(tiny_params_file: Path):
+    p = apply_overrides(load_params(tiny_params_file), ["train.epochs=7", "model.geometry=euclidean", "backfill.p_com_floor=null"])
+    assert (p.train.epochs, p.model.geometry, p.backfill.p_com_floor) == (7, "euclidean", None)
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        apply_overrides(p, ["train.epochs"])
+    assert dataclasses.is_dataclass(Workspace(Path("x")))

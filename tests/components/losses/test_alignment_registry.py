@@ -1,0 +1,103 @@
+"""The alignment-method registry (components/losses/registry.py, base.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from components.data import load_dataset
+from components.data.batches import to_image_tensor
+from components.errors import ConfigError
+from components.losses import AlignmentLoss, LossOutput, available_alignments, create_alignment, get_alignment, register_alignment
+from components.losses import registry as registry_module
+from components.models import ModelSpec, build_model
+from components.training import TrainConfig, train_model
+
+
+def test_builtin_methods_are_registered():
+    names = available_alignments()
+    assert {"independent", "bct", "hbct"} <= set(names)
+    assert names == sorted(names)
+    assert get_alignment("hbct").name == "hbct"
+    assert create_alignment("independent").requires_old is False
+
+
+def test_unknown_method_lists_available_names():
+    with pytest.raises(ConfigError) as info:
+        create_alignment("no_such_method")
+    msg = str(info.value)
+    assert "no_such_method" in msg
+    for name in ("independent", "bct", "hbct"):
+        assert name in msg
+
+
+def test_unknown_option_is_named():
+    with pytest.raises(ConfigError) as info:
+        create_alignment("hbct", {"taus": 0.5, "tau": 0.5})
+    assert "taus" in str(info.value)
+    assert "tau" in str(info.value)  # the valid options are listed too
+    with pytest.raises(ConfigError, match="lr"):
+        create_alignment("independent", {"lr": 1.0})
+
+
+def test_invalid_option_value():
+    with pytest.raises(ConfigError, match="tau"):
+        create_alignment("hbct", {"tau": 0})
+
+
+def test_options_are_applied():
+    m = create_alignment("hbct", {"tau": 0.25, "entailment": False})
+    assert m.options.tau == 0.25 and m.options.entailment is False
+    assert m.options.beta == 0.01  # defaults kept
+
+
+def test_registering_a_different_class_under_a_taken_name_is_refused():
+    class Other(AlignmentLoss):
+        requires_old = False
+
+    with pytest.raises(ValueError, match="twice"):
+        register_alignment("hbct")(Other)
+    assert get_alignment("hbct").__name__ == "HBCT"
+
+
+@pytest.fixture
+def unregister_test_pull():
+    yield "test_pull_alignment_registry"
+    registry_module._REGISTRY.pop("test_pull_alignment_registry", None)
+
+
+def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_pull):
+    name = unregister_test_pull
+
+    @register_alignment(name)
+    class Pull(AlignmentLoss):
+        requires_old = False
+        calls = 0
+
+        def forward(self, new, old, labels):
+            Pull.calls += 1
+            return LossOutput({"pull": new.z.pow(2).sum(dim=1).mean()}, {"pull_stat": 1.5})
+
+    assert name in available_alignments()
+    method = create_alignment(name)
+    assert isinstance(method, Pull) and method.name == name
+
+    splits = load_dataset("digits", tmp_path / "raw")
+    train = splits.train.subset(np.arange(48))
+    data = to_image_tensor(train.images, train.labels)
+    torch.manual_seed(0)
+    spec = ModelSpec(
+        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
+        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
+    )
+    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=1)
+    result = train_model(build_model(spec), data, cfg, method, tmp_path / "ckpt")
+    assert Pull.calls == 3  # 48 images / batch 16
+    rec = result.history[-1]
+    assert "pull" in rec and math.isfinite(rec["pull"]) and rec["pull"] > 0
+    assert rec["pull_stat"] == pytest.approx(1.5)
+    # the term is part of the loss with weight align_weight
+    assert rec["loss"] == pytest.approx(rec["base"] + cfg.align_weight * rec["pull"], rel=1e-5)

@@ -1,0 +1,106 @@
+"""BCT influence loss (components/losses/methods/bct.py, design §5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from components.errors import ConfigError
+from components.geometry import expmap0
+from components.losses import AlignmentContext, create_alignment
+from components.models import ModelOutput, ModelSpec, build_model
+
+TINY = {"channels": [8, 8, 16, 16]}
+
+
+pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+
+def _old_model(geometry: str):
+    torch.manual_seed(0)
+    spec = ModelSpec(
+        backbone="resnet18", backbone_kwargs=TINY, embed_dim=16, geometry=geometry, num_classes=3,
+        class_order=(4, 7, 1), in_chans=1, image_size=8, small_stem=True,
+    )
+    model = build_model(spec).eval()
+    model.requires_grad_(False)  # as the training loop freezes it
+    return model
+
+
+def _new_spec(geometry: str) -> ModelSpec:
+    return ModelSpec(
+        backbone="resnet18", backbone_kwargs=TINY, embed_dim=16, geometry=geometry, num_classes=4,
+        class_order=(4, 7, 1, 9), in_chans=1, image_size=8, small_stem=True,
+    )
+
+
+def _bct(old, geometry: str, label_map: torch.Tensor):
+    m = create_alignment("bct")
+    m.prepare(AlignmentContext(new_spec=_new_spec(geometry), device=torch.device("cpu"), old_model=old, label_map=label_map))
+    return m
+
+
+def _new_output(geometry: str, n: int = 8):
+    torch.manual_seed(1)
+    z = torch.randn(n, 16, requires_grad=True)
+    emb = F.normalize(z, dim=-1) if geometry == "euclidean" else expmap0(z / 4.0, 1.0)
+    return z, ModelOutput(z, emb, None, torch.zeros(n, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_influence_is_old_classifier_cross_entropy_on_known_samples(geometry):
+    old = _old_model(geometry)
+    # new labels 0..3 → old labels; new label 3 is a class the old model never saw
+    label_map = torch.tensor([1, 2, 0, -1])
+    method = _bct(old, geometry, label_map)
+    z, new = _new_output(geometry)
+    labels = torch.tensor([0, 1, 2, 3, 3, 1, 0, 2])
+    out = method(new, None, labels)
+    assert set(out.terms) == {"influence"}
+    known = torch.tensor([True, True, True, False, False, True, True, True])
+    mapped = torch.tensor([1, 2, 0, -1, -1, 2, 1, 0])
+    expected = F.cross_entropy(old.classify(new.emb[known]).float(), mapped[known])
+    assert float(out.terms["influence"]) == pytest.approx(float(expected), rel=1e-6)
+    assert out.stats["bct_known_fraction"] == pytest.approx(6 / 8)
+    # the label map matters: without the permutation the loss is different
+    ident = _bct(old, geometry, torch.tensor([0, 1, 2, -1]))(new, None, labels)
+    assert float(ident.terms["influence"]) != pytest.approx(float(expected), rel=1e-4)
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_gradient_reaches_new_embedding_not_frozen_old_model(geometry):
+    old = _old_model(geometry)
+    method = _bct(old, geometry, torch.tensor([1, 2, 0, -1]))
+    z, new = _new_output(geometry)
+    labels = torch.tensor([0, 1, 2, 3, 3, 1, 0, 2])
+    method(new, None, labels).terms["influence"].backward()
+    assert z.grad is not None and torch.isfinite(z.grad).all()
+    known = labels != 3
+    assert float(z.grad[known].abs().sum(dim=1).min()) > 0  # every known sample is pulled
+    assert float(z.grad[~known].abs().sum()) == 0.0  # unknown-class samples get no influence gradient
+    assert all(p.grad is None for p in old.parameters())
+    # the method does not own the old model's parameters (they are never optimised or saved with it)
+    assert len(list(method.parameters())) == 0
+    assert "label_map" not in method.state_dict()
+
+
+def test_zero_and_finite_when_no_class_is_known():
+    old = _old_model("euclidean")
+    method = _bct(old, "euclidean", torch.tensor([1, 2, 0, -1]))
+    z, new = _new_output("euclidean", 4)
+    out = method(new, None, torch.tensor([3, 3, 3, 3]))
+    loss = out.terms["influence"]
+    assert float(loss) == 0.0 and torch.isfinite(loss)
+    assert out.stats["bct_known_fraction"] == 0.0
+    loss.backward()
+    assert torch.isfinite(z.grad).all() and float(z.grad.abs().sum()) == 0.0
+
+
+def test_bct_needs_old_model_and_label_map():
+    m = create_alignment("bct")
+    with pytest.raises(ConfigError, match="parent model"):
+        m.prepare(AlignmentContext(new_spec=_new_spec("euclidean"), device=torch.device("cpu")))
+    with pytest.raises(ConfigError, match="parent"):
+        m.check_models("euclidean", 16, None, None)
+    with pytest.raises(ConfigError, match="geometry"):
+        m.check_models("euclidean", 16, "lorentz", 16)

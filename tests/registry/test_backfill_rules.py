@@ -1,0 +1,74 @@
+"""The backfill decision (design §7): each rule, reasons in words, checks recorded."""
+
+from __future__ import annotations
+
+from registry.backfill import BackfillEvidence, BackfillRules, decide_backfill
+
+LIVE_SELF = {"cmc@1": 0.80, "cmc@5": 0.93, "map": 0.60}
+
+
+def evidence(**kw) -> BackfillEvidence:
+    base = dict(
+        live_generation_id=0,
+        cross={"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.70},
+        live_self=LIVE_SELF,
+        p_com={"cmc@1": 0.4, "map": 0.3},
+        zeta=1.2,
+        gallery_clip_fraction=0.5,
+        generations_since_backfill=1,
+    )
+    base.update(kw)
+    return BackfillEvidence(**base)
+
+
+def test_compatible_generation_needs_no_backfill():
+    d = decide_backfill(evidence(), BackfillRules(p_com_floor=0.1))
+    assert d.required is False and d.reasons == []
+    assert {c["rule"] for c in d.checks} == {"compatibility", "p_com_floor", "zeta_ceiling", "clip_fraction_max"}
+    assert all(c["passed"] for c in d.checks)
+    assert d.against_generation_id == 0
+
+
+def test_empirical_criterion_failure_is_a_reason_with_numbers():
+    d = decide_backfill(evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.55}), BackfillRules())
+    assert d.required
+    assert "fails against live gallery generation 0" in d.reasons[0]
+    assert "0.5500" in d.reasons[0] and "0.6000" in d.reasons[0]
+
+
+def test_equal_cross_and_self_is_not_compatible():
+    """The criterion is strict: M(new, old) > M(old, old)."""
+    d = decide_backfill(evidence(cross={"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.60}), BackfillRules())
+    assert d.required
+
+
+def test_metric_choice_is_honoured():
+    ev = evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.65})  # worse CMC@1, better mAP
+    assert decide_backfill(ev, BackfillRules(metric="map")).required is False
+    assert decide_backfill(ev, BackfillRules(metric="cmc@1")).required is True
+
+
+def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
+    rules = BackfillRules(p_com_floor=0.5, zeta_ceiling=1.1, max_generations_since_backfill=0, clip_fraction_max=0.4)
+    d = decide_backfill(evidence(), rules)
+    failed = {c["rule"] for c in d.checks if not c["passed"]}
+    assert failed == {"p_com_floor", "zeta_ceiling", "max_generations_since_backfill", "clip_fraction_max"}
+    assert len(d.reasons) == 4
+    assert any("no room left to encode confidence" in r for r in d.reasons)
+
+
+def test_missing_reference_skips_p_com_rule_without_failing():
+    d = decide_backfill(evidence(p_com=None), BackfillRules(p_com_floor=0.5))
+    check = next(c for c in d.checks if c["rule"] == "p_com_floor")
+    assert check["passed"] and "skipped" in check["detail"]
+
+
+def test_disabled_rules_are_not_checked():
+    d = decide_backfill(evidence(zeta=10.0, gallery_clip_fraction=1.0), BackfillRules(zeta_ceiling=None, clip_fraction_max=None))
+    assert not d.required
+    assert {c["rule"] for c in d.checks} == {"compatibility"}
+
+
+def test_gallery_the_model_cannot_query_requires_backfill():
+    d = decide_backfill(evidence(cross=None, incompatibility="geometry euclidean vs lorentz"), BackfillRules(require_compatibility=False))
+    assert d.required and "cannot query generation 0" in d.reasons[0]

@@ -1,0 +1,126 @@
+"""The lineage database (real SQLAlchemy + SQLite): transactions, JSON export, failure atomicity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from components.errors import LineageError
+from registry.lineage import (
+    DecisionRecord,
+    EvaluationRecord,
+    GenerationBundle,
+    GenerationRecord,
+    LineageStore,
+    ZetaRecord,
+)
+
+
+def record(gid: int, parent: int | None, zeta: float, alignment: str = "hbct") -> GenerationRecord:
+    return GenerationRecord(
+        id=gid, name=f"g{gid}", parent_id=parent, dataset="digits", data_hash=f"h{gid}", data_snapshot=f"/d/{gid}",
+        class_order=[0, 1], architecture={"backbone": "resnet18"}, geometry="lorentz", alignment=alignment,
+        hyperparameters={"tau": 0.5}, zeta=zeta, curvature=1.0, embed_dim=16, checkpoint_path=f"/c/{gid}",
+        index_path=f"/i/{gid}/index", params_digest="x", mlflow_model="m", mlflow_version=str(gid + 1), mlflow_run_id=f"r{gid}",
+    )
+
+
+def evals(q: int, g: int, vals: dict[str, float], qrole: str = "model", grole: str = "model") -> list[EvaluationRecord]:
+    return [EvaluationRecord(q, g, k, v, qrole, grole) for k, v in vals.items()]
+
+
+def two_generations(store: LineageStore) -> None:
+    store.commit_generation(
+        GenerationBundle(
+            record(0, None, 1.0, "independent"),
+            evaluations=evals(0, 0, {"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.6}),
+            zeta=ZetaRecord(None, 0.0, 1.0),
+            decision=DecisionRecord(False, [], [], None),
+            make_live=True,
+        )
+    )
+    store.commit_generation(
+        GenerationBundle(
+            record(1, 0, 1.2),
+            evaluations=evals(1, 1, {"cmc@1": 0.95, "cmc@5": 0.99, "map": 0.9})
+            + evals(1, 0, {"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.7})
+            + evals(1, 1, {"cmc@1": 0.96, "cmc@5": 0.99, "map": 0.92}, "reference", "reference")
+            + evals(1, 0, {"cmc@1": 0.1, "cmc@5": 0.3, "map": 0.15}, "reference", "model"),
+            derived={"p_com/cmc@1": 0.125, "p_com/map": 0.3125, "p_com_denominator/cmc@1": 0.16, "p_com_denominator/map": 0.32, "p_up/cmc@1": -0.0104, "p_up/map": -0.0217},
+            diagnostics={"clip_fraction_gallery": 0.5, "in_cone_fraction": 0.01},
+            zeta=ZetaRecord(1.0, 0.2, 1.2),
+            decision=DecisionRecord(True, ["clip saturated"], [{"rule": "clip_fraction_max", "passed": False}], 0),
+        )
+    )
+
+
+def test_json_export_has_the_documented_schema(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    two_generations(store)
+    doc = store.to_json()
+    assert [g["id"] for g in doc] == [0, 1]
+    g0, g1 = doc
+    for key in ("id", "parent", "alignment", "geometry", "zeta", "curvature", "data_hash", "mlflow_model", "mlflow_version", "backfill_required", "backfill_reasons", "metrics"):
+        assert key in g1
+    assert g0["parent"] is None and g0["live"] is True and g1["live"] is False
+    assert g0["metrics"]["cross"] is None and g0["metrics"]["parent_self"] is None and g0["metrics"]["p_com"] is None
+    assert g0["metrics"]["reference"] is None
+    m = g1["metrics"]
+    assert m["self"] == {"cmc@1": 0.95, "cmc@5": 0.99, "map": 0.9}
+    assert m["cross"] == {"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.7}
+    assert m["parent_self"] == {"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.6}
+    assert m["p_com"] == {"cmc@1": 0.125, "map": 0.3125}
+    assert m["p_up"] == {"cmc@1": -0.0104, "map": -0.0217}
+    assert m["reference"]["self"]["map"] == 0.92 and m["reference"]["cross"]["map"] == 0.15
+    assert m["against"] == {"0": {"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.7}}
+    assert g1["zeta"] == pytest.approx(g0["zeta"] + 0.2)
+    assert g1["zeta_step"] == {"parent_zeta": 1.0, "delta": 0.2, "restarted": False}
+    assert g1["backfill_required"] is True and g1["backfill_reasons"] == ["clip saturated"]
+    assert g1["diagnostics"]["in_cone_fraction"] == 0.01
+    assert store.live_generation_id() == 0 and store.next_generation_id() == 2
+
+
+def test_failure_before_commit_writes_nothing(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    bundle = GenerationBundle(record(0, None, 1.0), evaluations=evals(0, 0, {"map": 0.5}), zeta=ZetaRecord(None, 0.0, 1.0), make_live=True)
+
+    def boom() -> None:
+        raise RuntimeError("disk full while moving artifacts")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.commit_generation(bundle, before_commit=boom)
+    assert store.count() == 0 and store.evaluations() == [] and store.live_generation_id() is None
+    store.commit_generation(bundle)  # the same bundle commits cleanly afterwards
+    assert store.count() == 1
+
+
+def test_database_error_rolls_back_everything(tmp_path: Path):
+    """A real constraint failure inside the transaction (duplicate evaluation row) leaves no trace."""
+    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    dup = evals(0, 0, {"map": 0.5}) * 2
+    with pytest.raises(LineageError, match="rolled back"):
+        store.commit_generation(GenerationBundle(record(0, None, 1.0), evaluations=dup, make_live=True))
+    assert store.count() == 0
+    with store.transaction() as s:
+        assert s.execute(text("select count(*) from gallery_pointers")).scalar() == 0
+
+
+def test_existing_generation_id_is_refused(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    two_generations(store)
+    with pytest.raises(LineageError, match="already exists"):
+        store.commit_generation(GenerationBundle(record(1, 0, 1.2)))
+
+
+def test_unknown_generation_lookup_names_the_fix(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    with pytest.raises(LineageError, match="bctflow lineage"):
+        store.generation(7)
+
+
+def test_any_sqlalchemy_url_works(tmp_path: Path):
+    store = LineageStore("sqlite://")  # in-memory
+    two_generations(store)
+    assert len(store.to_json()) == 2

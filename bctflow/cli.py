@@ -256,12 +256,16 @@ def snapshot(
     out: Path = typer.Option(Path("outputs/data"), "--out", help="folder for one manifest per declared generation"),
     home: Optional[Path] = HomeOpt,
     params: Path = ParamsOpt,
+    set_: Optional[list[str]] = SetOpt,
 ) -> None:
     """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
     from bctflow.chain import write_manifests
 
     try:
-        paths = write_manifests(load_params(params), Workspace(resolve_home(home)), out)
+        p = load_params(params)
+        if set_:
+            p = apply_overrides(p, list(set_))
+        paths = write_manifests(p, Workspace(resolve_home(home)), out)
     except BctflowError as err:
         _fail(err)
     for path in paths:

@@ -1,0 +1,148 @@
+"""Model checkpoints (components/models/checkpoint.py): round trip, mismatches, unsafe files."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import replace
+
+import pytest
+import torch
+
+from components.errors import CheckpointMismatchError
+from components.models import ModelSpec, build_model, load_model, save_model
+from components.models.checkpoint import MODEL_FORMAT, load_torch_safe, save_torch_atomic
+
+
+def tiny_spec(**kw) -> ModelSpec:
+    base = dict(
+        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
+        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
+    )
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    torch.manual_seed(0)
+    model = build_model(tiny_spec())
+    model.train()
+    with torch.no_grad():
+        for _ in range(3):  # move BatchNorm running statistics away from their defaults
+            model(torch.rand(8, 1, 8, 8))
+    model.eval()
+    path = tmp_path_factory.mktemp("ckpt") / "model.pt"
+    save_model(model, path)
+    return model, path
+
+
+def test_round_trip_gives_identical_outputs(saved):
+    model, path = saved
+    loaded = load_model(path, expected=model.spec)
+    assert loaded.spec == model.spec
+    assert not loaded.training
+    x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(x), loaded(x)
+    assert torch.equal(a.emb, b.emb) and torch.equal(a.z, b.z) and torch.equal(a.logits, b.logits)
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    # the file is a plain dict readable with weights_only=True
+    obj = torch.load(path, weights_only=True)
+    assert obj["format"] == MODEL_FORMAT and obj["metadata"] == model.spec.to_dict()
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"zeta": 1.2}, "zeta"),
+        ({"class_order": (9, 1, 2, 3, 4, 5, 6, 7, 8, 0)}, "class_order"),
+        ({"geometry": "euclidean"}, "geometry"),
+        ({"curvature": 0.5}, "curvature"),
+        ({"embed_dim": 32}, "embed_dim"),
+    ],
+)
+def test_expected_spec_mismatch_names_the_field(saved, change, field):
+    model, path = saved
+    with pytest.raises(CheckpointMismatchError) as info:
+        load_model(path, expected=replace(model.spec, **change))
+    msg = str(info.value)
+    assert field in msg
+    assert str(path) in msg
+
+
+def test_truncated_checkpoint_is_refused(saved, tmp_path):
+    _, path = saved
+    data = path.read_bytes()
+    for cut in (len(data) // 2, 100):
+        bad = tmp_path / f"cut_{cut}.pt"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(CheckpointMismatchError, match="truncated"):
+            load_model(bad)
+
+
+def test_missing_and_foreign_files_are_refused(saved, tmp_path):
+    model, _ = saved
+    with pytest.raises(CheckpointMismatchError, match="does not exist"):
+        load_model(tmp_path / "nope.pt")
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(2)}, plain)
+    with pytest.raises(CheckpointMismatchError, match="metadata"):
+        load_model(plain)
+    other_format = tmp_path / "other.pt"
+    torch.save({"format": "something-else/1", "metadata": model.spec.to_dict(), "state_dict": {}}, other_format)
+    with pytest.raises(CheckpointMismatchError, match="format"):
+        load_model(other_format)
+
+
+def test_weights_that_do_not_fit_the_metadata_are_refused(saved, tmp_path):
+    model, _ = saved
+    other = build_model(tiny_spec(embed_dim=8))
+    path = tmp_path / "mixed.pt"
+    save_torch_atomic(
+        {"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": other.state_dict()}, path
+    )
+    with pytest.raises(CheckpointMismatchError, match="damaged"):
+        load_model(path)
+
+
+class _Payload:
+    """Unpickling this object calls Path.touch(marker): arbitrary code execution."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def test_pickle_payload_is_refused_and_not_executed(saved, tmp_path):
+    model, _ = saved
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "evil.pt"
+    torch.save(
+        {"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": model.state_dict(), "x": _Payload(marker)},
+        evil,
+    )
+    assert not marker.exists()
+    with pytest.raises(CheckpointMismatchError):
+        load_model(evil)
+    with pytest.raises(CheckpointMismatchError):
+        load_torch_safe(evil)
+    assert not marker.exists()
+
+    # control: the payload is real — an unsafe load would have run it
+    control_marker = tmp_path / "CONTROL"
+    control = tmp_path / "control.pt"
+    torch.save({"x": _Payload(control_marker)}, control)
+    torch.load(control, weights_only=False)
+    assert control_marker.exists()
+
+
+def test_save_is_atomic_and_leaves_no_temp_files(saved, tmp_path):
+    model, _ = saved
+    path = tmp_path / "sub" / "m.pt"
+    save_model(model, path)
+    save_model(model, path, extra={"note": "again"})
+    assert sorted(p.name for p in path.parent.iterdir()) == ["m.pt"]
+    assert torch.load(path, weights_only=True)["note"] == "again"

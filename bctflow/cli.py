@@ -19,7 +19,8 @@ from bctflow.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
-console = Console()
+# piped output (CI logs, `| tee`) gets 120 columns instead of rich's default 80
+console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True)
 
 HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")

@@ -68,27 +68,28 @@ def compat_table(gens: list[dict[str, Any]]) -> Table:
 
 def lineage_table(gens: list[dict[str, Any]]) -> Table:
     t = Table(title="bctflow lineage", title_justify="left")
-    for col in ("gen", "parent", "alignment", "geometry", "ζ", "K", "self mAP", "cross mAP", "P_com mAP", "backfill", "MLflow", "live"):
-        t.add_column(col)
+    for col in ("gen", "parent", "alignment", "geometry", "ζ", "self mAP", "cross mAP", "P_com mAP", "backfill", "MLflow", "live"):
+        t.add_column(col, no_wrap=True)
     for g in gens:
         m = g["metrics"]
-        bf = "—" if g["backfill_required"] is None else ("REQUIRED" if g["backfill_required"] else "no")
-        if g["backfill_required"]:
-            bf += ": " + "; ".join(g["backfill_reasons"])
+        bf = "—" if g["backfill_required"] is None else (f"REQUIRED ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
         t.add_row(
             str(g["id"]),
             "—" if g["parent"] is None else str(g["parent"]),
             g["alignment"],
-            g["geometry"],
+            g["geometry"] if g["geometry"] == "euclidean" else f"lorentz K={g['curvature']:g}",
             fmt(g["zeta"], 2),
-            fmt(g["curvature"], 2),
             fmt((m["self"] or {}).get("map")),
             fmt((m["cross"] or {}).get("map")),
             fmt((m.get("p_com") or {}).get("map"), 3),
             bf,
-            f"{g['mlflow_model']} v{g['mlflow_version']}",
+            f"v{g['mlflow_version']}",
             "●" if g["live"] else "",
         )
+    reasons = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
+    if reasons:
+        t.caption = "backfill reasons:\n" + "\n".join(reasons)
+        t.caption_justify = "left"
     return t
 
 

@@ -1,0 +1,187 @@
+"""The training loop (components/training/loop.py): checkpoints, resume, divergence, alignment methods."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from components.data import load_dataset
+from components.data.batches import to_image_tensor
+from components.errors import CheckpointMismatchError, ConfigError
+from components.losses import create_alignment
+from components.models import ModelSpec, build_model
+from components.training import TrainConfig, TrainingDivergedError, latest_checkpoint, train_model
+
+
+def tiny_spec(**kw) -> ModelSpec:
+    base = dict(
+        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
+        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
+    )
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def fresh_model(seed: int, **kw):
+    torch.manual_seed(seed)
+    return build_model(tiny_spec(**kw))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    sub = splits.train.subset(np.arange(64))
+    return to_image_tensor(sub.images, sub.labels)  # digits: original class == position in range(10)
+
+
+def cfg(**kw) -> TrainConfig:
+    base = dict(epochs=2, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=2, crop_padding=1, hflip=True, seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _ckpts(d):
+    return sorted(p.name for p in d.glob("epoch_*.pt"))
+
+
+def test_two_epochs_write_checkpoints_and_history(tmp_path, data):
+    seen = []
+    result = train_model(
+        fresh_model(0), data, cfg(keep_checkpoints=1), create_alignment("independent"), tmp_path / "d",
+        on_epoch=lambda e, rec: seen.append((e, rec["loss"])),
+    )
+    assert result.epochs_run == 2 and result.resumed_from is None and result.device == "cpu"
+    assert len(result.history) == 2
+    assert [r["epoch"] for r in result.history] == [1.0, 2.0]
+    for rec in result.history:
+        assert math.isfinite(rec["loss"]) and math.isfinite(rec["base"])
+        assert rec["loss"] == pytest.approx(rec["base"])  # independent adds no term
+        assert 0.0 <= rec["train_accuracy"] <= 1.0 and 0.0 <= rec["clip_fraction"] <= 1.0
+    assert [e for e, _ in seen] == [1, 2]
+    assert _ckpts(tmp_path / "d") == ["epoch_0002.pt"]  # keep_checkpoints=1
+    assert latest_checkpoint(tmp_path / "d").name == "epoch_0002.pt"
+    assert not result.model.training
+    assert result.method_stats["epoch"] == 2.0
+
+
+def test_keep_checkpoints_two_of_three(tmp_path, data):
+    train_model(fresh_model(0), data, cfg(epochs=3), create_alignment("independent"), tmp_path / "d")
+    assert _ckpts(tmp_path / "d") == ["epoch_0002.pt", "epoch_0003.pt"]
+    state = torch.load(tmp_path / "d" / "epoch_0003.pt", weights_only=True)
+    assert state["epoch"] == 3 and len(state["history"]) == 3
+    assert latest_checkpoint(tmp_path / "empty") is None
+
+
+def test_training_changes_weights_and_is_seeded(tmp_path, data):
+    a = train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "a").model
+    b = train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "b").model
+    init = fresh_model(0)
+    key = "backbone.layer1.0.conv1.weight"
+    assert not torch.equal(a.state_dict()[key], init.state_dict()[key])
+    for k, v in a.state_dict().items():
+        assert torch.equal(b.state_dict()[k], v), k
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _interrupt_after_first_epoch(epoch, record):
+    if epoch == 1:
+        raise _Interrupt
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, data):
+    full = train_model(fresh_model(0), data, cfg(), create_alignment("independent"), tmp_path / "full", run_key="r")
+
+    with pytest.raises(_Interrupt):
+        train_model(fresh_model(0), data, cfg(), create_alignment("independent"), tmp_path / "cut", run_key="r",
+                    on_epoch=_interrupt_after_first_epoch)
+    assert _ckpts(tmp_path / "cut") == ["epoch_0001.pt"]
+
+    resumed = train_model(fresh_model(99), data, cfg(), create_alignment("independent"), tmp_path / "cut", run_key="r")
+    assert resumed.resumed_from == 1 and resumed.epochs_run == 1
+    assert len(resumed.history) == 2
+    assert resumed.history[0] == full.history[0]
+    assert resumed.history[1]["loss"] == pytest.approx(full.history[1]["loss"], rel=1e-6)
+    for k, v in full.model.state_dict().items():
+        assert torch.allclose(resumed.model.state_dict()[k].float(), v.float(), atol=1e-6, rtol=0), k
+
+
+def test_resume_with_more_epochs_constant_schedule(tmp_path, data):
+    """Train 1 epoch, then ask for 2 on the same directory: with a constant schedule this is the 2-epoch run."""
+    c1, c2 = cfg(epochs=1, schedule="constant"), cfg(epochs=2, schedule="constant")
+    full = train_model(fresh_model(0), data, c2, create_alignment("independent"), tmp_path / "full")
+    train_model(fresh_model(0), data, c1, create_alignment("independent"), tmp_path / "d")
+    resumed = train_model(fresh_model(7), data, c2, create_alignment("independent"), tmp_path / "d")
+    assert resumed.resumed_from == 1
+    for k, v in full.model.state_dict().items():
+        assert torch.allclose(resumed.model.state_dict()[k].float(), v.float(), atol=1e-6, rtol=0), k
+
+
+def test_resume_of_a_finished_run_trains_nothing(tmp_path, data):
+    first = train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "d")
+    again = train_model(fresh_model(5), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "d")
+    assert again.resumed_from == 1 and again.epochs_run == 0 and len(again.history) == 1
+    for k, v in first.model.state_dict().items():
+        assert torch.equal(again.model.state_dict()[k], v), k
+
+
+def test_checkpoint_of_another_run_or_model_is_refused(tmp_path, data):
+    train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "d", run_key="gen1:new")
+    with pytest.raises(CheckpointMismatchError, match="another training run"):
+        train_model(fresh_model(0), data, cfg(epochs=2), create_alignment("independent"), tmp_path / "d", run_key="gen2:new")
+    with pytest.raises(CheckpointMismatchError, match="zeta"):
+        train_model(fresh_model(0, zeta=1.2), data, cfg(epochs=2), create_alignment("independent"), tmp_path / "d", run_key="gen1:new")
+    assert _ckpts(tmp_path / "d") == ["epoch_0001.pt"]  # nothing was overwritten
+
+
+def test_nan_loss_raises_training_diverged(tmp_path, data):
+    with pytest.raises(TrainingDivergedError, match="lower train.lr"):
+        train_model(fresh_model(0), data, cfg(epochs=2, lr=1e30), create_alignment("independent"), tmp_path / "d")
+
+
+def test_hbct_training_with_old_model_logs_its_terms(tmp_path, data):
+    old = fresh_model(1).eval()
+    old_state = {k: v.clone() for k, v in old.state_dict().items()}
+    result = train_model(
+        fresh_model(2), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "d",
+        old_model=old, label_map=torch.arange(10),
+    )
+    rec = result.history[-1]
+    for key in ("entail", "contrast", "in_cone_fraction", "q_mean", "base", "loss"):
+        assert key in rec and math.isfinite(rec[key]), key
+    assert rec["loss"] == pytest.approx(rec["base"] + 0.3 * (rec["entail"] + rec["contrast"]), rel=1e-5)
+    assert 0.0 <= rec["in_cone_fraction"] <= 1.0
+    # the old model is frozen: no grad, unchanged weights (BatchNorm statistics included)
+    assert all(not p.requires_grad for p in old.parameters())
+    for k, v in old.state_dict().items():
+        assert torch.equal(v, old_state[k]), k
+
+
+def test_bct_training_leaves_old_model_untouched(tmp_path, data):
+    old = fresh_model(1, geometry="euclidean").eval()
+    old_state = {k: v.clone() for k, v in old.state_dict().items()}
+    label_map = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
+    result = train_model(
+        fresh_model(2, geometry="euclidean"), data, cfg(epochs=1), create_alignment("bct"), tmp_path / "d",
+        old_model=old, label_map=label_map,
+    )
+    rec = result.history[-1]
+    assert math.isfinite(rec["influence"]) and 0.0 < rec["bct_known_fraction"] < 1.0
+    for k, v in old.state_dict().items():
+        assert torch.equal(v, old_state[k]), k
+
+
+def test_methods_needing_a_parent_are_refused_without_one(tmp_path, data):
+    with pytest.raises(CheckpointMismatchError, match="parent"):
+        train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "a")
+    with pytest.raises(ConfigError, match="lorentz"):
+        train_model(
+            fresh_model(0, geometry="euclidean"), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "b",
+            old_model=fresh_model(1, geometry="euclidean"), label_map=torch.arange(10),
+        )
+    assert not (tmp_path / "a").exists()  # refused before anything was written

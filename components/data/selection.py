@@ -107,9 +107,10 @@ class DataManifest:
                 ids=np.asarray(b["ids"], dtype=np.int64),
                 labels=np.asarray(b["labels"], dtype=np.int64),
             )
+            count = int(b["count"])
         except (KeyError, ValueError, TypeError) as err:
-            raise DataError(f"data manifest is malformed ({err}); recreate the snapshot") from None
-        if len(m.ids) != b["count"] or len(m.labels) != b["count"]:
+            raise DataError(f"data manifest is malformed (missing or bad field {err}); recreate the snapshot") from None
+        if len(m.ids) != count or len(m.labels) != count:
             raise DataError("data manifest count does not match its ids/labels; the file is corrupted, recreate the snapshot")
         return m
 

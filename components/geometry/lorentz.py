@@ -107,8 +107,8 @@ def expmap0(v: Tensor, k: float | Tensor = 1.0) -> Tensor:
     sk = _sqrt_k(k, v)
     r = sk * _safe_norm(v)  # (..., 1)
     r_c = r.clamp_max(MAX_TANGENT_NORM)
-    # sinh(r)/r → 1 as r → 0; r ≥ sqrt(tiny) keeps the division finite.
-    x_s = (torch.sinh(r_c) / r) * v / sk
+    # x_s = sinh(√K‖v‖)·v/(√K‖v‖) = (sinh(r)/r)·v; sinh(r)/r → 1 as r → 0 and r ≥ sqrt(tiny) keeps it finite.
+    x_s = (torch.sinh(r_c) / r) * v
     return torch.cat([time_from_space(x_s, k), x_s], dim=-1)
 
 
@@ -180,18 +180,23 @@ def exterior_angle(h_o: Tensor, h_n: Tensor, k: float | Tensor = 1.0) -> Tensor:
     Verified for every K against the angle between log_{h_o}(o) and
     log_{h_o}(h_n) (tests/components/geometry). ``h_o, h_n``: (..., d+1) → (...).
 
-    At the apex (h_n = h_o) the angle is undefined; pairs closer than the
-    dtype's margin are reported as ext = 0 (inside the cone) with zero
-    gradient, so identical pairs stay out of the gradient path (design §2).
+    Computed without cancellation: with Δ = h_n − h_o, c + 1 = −(K/2)⟨Δ, Δ⟩_L, so
+    c² − 1 = (c + 1)(c − 1) and the numerator Δ_t + h_o,t·(c + 1) are both formed
+    from small differences instead of differences of large products (which in
+    float32 leave c² − 1 ≈ 1e-4 for identical points at ‖z‖ ≈ 3). At the apex
+    (h_n = h_o, or closer than float rounding) the angle is undefined and is
+    reported as 0 (inside the cone) with zero gradient, keeping identical pairs
+    out of the gradient path (design §2).
     """
     kk = torch.as_tensor(k, dtype=h_o.dtype, device=h_o.device)
     m = dtype_margin(h_o.dtype)
-    c = kk * lorentz_inner(h_o, h_n)  # ≤ -1
-    c2m1 = c * c - 1.0
-    degenerate = c2m1 <= 4.0 * m
+    delta = h_n - h_o
+    cp1 = (-0.5 * kk * lorentz_inner(delta, delta)).clamp(max=0.0)  # c + 1 ≤ 0
+    c2m1 = cp1 * (cp1 - 2.0)  # (c + 1)(c − 1) ≥ 0
+    degenerate = c2m1 <= m * m
     safe_c2m1 = torch.where(degenerate, torch.ones_like(c2m1), c2m1)
     s_o = _safe_norm(h_o[..., 1:]).squeeze(-1)
-    num = h_n[..., 0] + h_o[..., 0] * c
+    num = delta[..., 0] + h_o[..., 0] * cp1
     cos_ext = (num / (s_o * torch.sqrt(safe_c2m1))).clamp(-1.0 + m, 1.0 - m)
     ext = torch.acos(cos_ext)
     return torch.where(degenerate, torch.zeros_like(ext), ext)

@@ -120,11 +120,6 @@ def test_manifest_from_json_rejects_bad_files(digits):
         DataManifest.from_json(m.to_json()[:-40])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: components/data/selection.py:112 DataManifest.from_json reads b['count'] after the try block, "
-    "so a manifest without 'count' raises a bare KeyError instead of DataError",
-)
 def test_manifest_without_count_is_a_data_error(digits):
     body = json.loads(_select(digits, class_order=[9, 3]).to_json())
     del body["count"]

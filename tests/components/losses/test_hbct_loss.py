@@ -251,3 +251,11 @@ def test_hbct_refuses_euclidean_and_missing_or_mismatched_parent():
     with pytest.raises(ConfigError, match="d=8"):
         m.check_models("lorentz", 16, "lorentz", 8)
     m.check_models("lorentz", 16, "lorentz", 16)  # fine
+
+
+def test_entailment_zero_when_new_equals_old_at_large_radius():
+    u = _rays(32, seed=1)
+    z = u * 3.0  # e.g. zeta = 3 after ten generations of +0.2
+    out = _hbct({"contrast": "none"})(_out(z), _out(z), torch.arange(32))
+    assert out.stats["in_cone_fraction"] == 1.0
+    assert float(out.terms["entail"]) == 0.0

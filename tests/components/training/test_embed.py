@@ -76,3 +76,12 @@ def test_select_device_on_this_machine():
         assert select_device("auto").type == "cpu"
         with pytest.raises(ConfigError, match="cuda"):
             select_device("cuda")
+
+
+def test_retrieval_vectors_preserve_tangent_norm_for_curvature_half(images):
+    torch.manual_seed(0)
+    emb = embed_images(build_model(tiny_spec(curvature=0.5)), images[:8], device="cpu")
+    vec = retrieval_vectors(emb, "lorentz", 0.5)
+    k = 0.5
+    dist_to_origin = np.arccosh(np.sqrt(k) * vec[:, 0]) / np.sqrt(k)  # -K<o, x>_L = sqrt(K) x_t
+    assert np.allclose(dist_to_origin, np.linalg.norm(emb.z.astype(np.float64), axis=1), atol=1e-9)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bctflow.env import configure_environment
-from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, apply_overrides, load_params
+from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, Params, apply_overrides, load_params
 from bctflow.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
@@ -87,9 +87,7 @@ def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[st
 def _lineage(home: Path, params_path: Path, overrides: list[str]) -> list[dict[str, Any]]:
     from registry.lineage import LineageStore
 
-    p = load_params(params_path) if Path(params_path).exists() else None
-    if p is not None and overrides:
-        p = apply_overrides(p, overrides)
+    p = _load(params_path, overrides) if Path(params_path).exists() else None
     ws = Workspace(home)
     url = ws.lineage_url(p) if p is not None else f"sqlite:///{home / 'lineage.db'}"
     store = LineageStore(url)
@@ -99,11 +97,10 @@ def _lineage(home: Path, params_path: Path, overrides: list[str]) -> list[dict[s
         store.close()
 
 
-def _validate_up_front(params_path: Path, overrides: list[str]) -> None:
-    """Read and validate params in the CLI process, before a flow (and its server) starts."""
+def _load(params_path: Path, overrides: list[str]) -> Params:
+    """params.yaml with --set overrides applied, validated (ConfigError on problems)."""
     p = load_params(params_path)
-    if overrides:
-        apply_overrides(p, overrides)
+    return apply_overrides(p, overrides) if overrides else p
 
 
 @app.command()
@@ -120,7 +117,7 @@ def demo(
     ws = Workspace(h)
     overrides = ["data.dataset=digits", *(set_ or [])]
     try:
-        _validate_up_front(params, overrides)
+        _load(params, overrides)
         if not ws.is_empty():
             if not reset:
                 raise ConfigError(f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory")
@@ -174,9 +171,7 @@ def run(
     h = resolve_home(home)
     overrides = list(set_ or [])
     try:
-        p = load_params(params)
-        if overrides:
-            p = apply_overrides(p, overrides)
+        p = _load(params, overrides)
         base = p.generation(generation).model_dump() if generation else {"name": name or "__auto__"}
         explicit = {"name": name, "classes": _parse_classes(classes), "fraction": fraction, "alignment": alignment, "epochs": epochs, "reference": reference}
         base.update({k: v for k, v in explicit.items() if v is not None})
@@ -215,9 +210,7 @@ def chain(
     h = resolve_home(home)
     overrides = list(set_ or [])
     try:
-        p = load_params(params)
-        if overrides:
-            p = apply_overrides(p, overrides)
+        p = _load(params, overrides)
         if not p.generations:
             raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
     except BctflowError as err:
@@ -263,9 +256,7 @@ def snapshot(
     from bctflow.chain import write_manifests
 
     try:
-        p = load_params(params)
-        if set_:
-            p = apply_overrides(p, list(set_))
+        p = _load(params, list(set_ or []))
         paths = write_manifests(p, Workspace(resolve_home(home)), out)
     except BctflowError as err:
         _fail(err)

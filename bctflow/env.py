@@ -6,7 +6,6 @@ Must run before prefect is imported (Prefect reads its settings at import).
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 __all__ = ["configure_environment"]
@@ -23,5 +22,3 @@ def configure_environment(home: Path) -> None:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # registry/mlflow_model.py leaves predict() untyped on purpose (its signature describes the input)
-    warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method", category=UserWarning)

@@ -78,21 +78,34 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: MLflow warnings that do not apply: predict() is untyped on purpose (its input, a uint8 image
+#: tensor, is described by the logged signature) and an input example would run the model at log time.
+_IRRELEVANT_WARNINGS = ("type hint", "input example")
+
+
 @contextlib.contextmanager
 def _quiet_mlflow() -> Iterator[None]:
-    """Silence MLflow's chatty loggers (alembic migrations, requirement checks)."""
+    """Silence MLflow's chatty loggers and the warnings above.
+
+    ``log_model`` installs its own ``simplefilter("once")``, which overrides ignore filters,
+    so the two irrelevant warnings are dropped where they would be shown instead.
+    """
     names = ["mlflow", "alembic", "mlflow.utils.requirements_utils"]
     old = {n: logging.getLogger(n).level for n in names}
     for n in names:
         logging.getLogger(n).setLevel(logging.ERROR)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, UserWarning) and any(w in str(message) for w in _IRRELEVANT_WARNINGS):
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
     try:
-        with warnings.catch_warnings():
-            # we pass an explicit signature; an input example would load and run the model at log time
-            warnings.filterwarnings("ignore", message=".*input example.*", category=UserWarning)
-            # predict() is deliberately untyped: it takes a uint8 image tensor, described by the signature
-            warnings.filterwarnings("ignore", message=".*type hint.*", category=UserWarning)
-            yield
+        yield
     finally:
+        warnings.showwarning = shown
         for n, lvl in old.items():
             logging.getLogger(n).setLevel(lvl)
 

@@ -179,6 +179,8 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
     manifest = DataManifest.from_json(Path(snap.manifest).read_text())
     train = manifest.take(splits.train)
     spec = _model_spec(plan, snap, splits)
+    cfg = plan.train_config(role)
+    torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
     model = build_model(spec, p.model.pretrained_path)
     alignment = plan.role_alignment(role)
     method = create_alignment(alignment, plan.alignment_options if role == "model" else None)
@@ -191,7 +193,7 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
     result = train_model(
         model,
         data,
-        plan.train_config(role),
+        cfg,
         method,
         out_dir / "checkpoints",
         old_model=old_model,

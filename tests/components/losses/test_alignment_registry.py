@@ -66,7 +66,7 @@ def test_registering_a_different_class_under_a_taken_name_is_refused():
 @pytest.fixture
 def unregister_test_pull():
     yield "test_pull_alignment_registry"
-    registry_module._REGISTRY.pop("test_pull_alignment_registry", None)
+    registry_module.ALIGNMENTS.unregister("test_pull_alignment_registry")
 
 
 def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_pull):

@@ -11,17 +11,9 @@ import torch
 from components.geometry import lorentz_inner
 from components.models import ModelSpec, build_model
 from components.models.heads import rescale_and_clip
+from tests.helpers import tiny_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
-
-
-def tiny_spec(**kw) -> ModelSpec:
-    base = dict(
-        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
-        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
-    )
-    base.update(kw)
-    return ModelSpec(**base)
 
 
 def test_spec_round_trip_through_plain_dict():

@@ -9,17 +9,9 @@ import torch
 from components.data import load_dataset
 from components.errors import ConfigError
 from components.geometry import expmap0
-from components.models import ModelSpec, build_model
+from components.models import build_model
 from components.training import embed_images, retrieval_vectors, select_device
-
-
-def tiny_spec(**kw) -> ModelSpec:
-    base = dict(
-        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
-        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
-    )
-    base.update(kw)
-    return ModelSpec(**base)
+from tests.helpers import tiny_spec
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,9 @@ from components.data import load_dataset
 from components.data.batches import to_image_tensor
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import create_alignment
-from components.models import ModelSpec, build_model
+from components.models import build_model
 from components.training import TrainConfig, TrainingDivergedError, latest_checkpoint, train_model
-
-
-def tiny_spec(**kw) -> ModelSpec:
-    base = dict(
-        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
-        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
-    )
-    base.update(kw)
-    return ModelSpec(**base)
+from tests.helpers import tiny_spec
 
 
 def fresh_model(seed: int, **kw):

@@ -159,18 +159,18 @@ def _check_parent_checkpoint(parent: ParentRef) -> None:
 
 
 def _check_resumable(plan: GenerationPlan) -> None:
-    """A leftover training checkpoint in staging must belong to this very run (else refuse now)."""
+    """Leftover training output in staging (epoch checkpoints or a finished model) must belong to
+    this very run; otherwise refuse now rather than overwrite it or resume from it."""
     for role in ROLES:
-        last = latest_checkpoint(plan.role_dir(role) / "checkpoints")
-        if last is None:
-            continue
-        obj = load_torch_safe(last)
-        if obj.get("run_key") != plan.role_run_key(role):
-            raise CheckpointMismatchError(
-                f"staging checkpoint {last} belongs to another run of generation {plan.gen_id} "
-                f"(run key {obj.get('run_key')!r}, this run {plan.role_run_key(role)!r}); "
-                f"delete {plan.staging_dir} to start over, or rerun with that run's parameters to resume it"
-            )
+        found = [p for p in (latest_checkpoint(plan.role_dir(role) / "checkpoints"), plan.role_dir(role) / "model.pt") if p and p.exists()]
+        for path in found:
+            obj = load_torch_safe(path)
+            if obj.get("run_key") != plan.role_run_key(role):
+                raise CheckpointMismatchError(
+                    f"staging checkpoint {path} belongs to another run of generation {plan.gen_id} "
+                    f"(run key {obj.get('run_key')!r}, this run {plan.role_run_key(role)!r}); "
+                    f"delete {plan.staging_dir} to start over, or rerun with that run's parameters to resume it"
+                )
 
 
 def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: GenerationSpec | None = None) -> GenerationPlan:

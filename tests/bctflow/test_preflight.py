@@ -13,9 +13,10 @@ from bctflow.params import apply_overrides, load_params
 from bctflow.pipeline.preflight import preflight
 from bctflow.workspace import Workspace
 from components.errors import CheckpointMismatchError, ConfigError, DataError
-from components.models import ModelSpec, build_model, save_model
+from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
 from registry.lineage import GenerationBundle, GenerationRecord, LineageStore, ZetaRecord
+from tests.helpers import tiny_spec
 
 
 def files_under(path: Path) -> list[str]:
@@ -60,9 +61,7 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
     p = load_params(params_file)
     ws = Workspace(home)
     ckpt = ws.generation_dir(0) / "model.pt"
-    spec = ModelSpec(backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
-                     num_classes=5, class_order=(0, 1, 2, 3, 4), in_chans=1, image_size=8, zeta=checkpoint_zeta)
-    save_model(build_model(spec), ckpt)
+    save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=checkpoint_zeta)), ckpt)
     store = LineageStore(ws.lineage_url(p))
     rec = GenerationRecord(
         id=0, name="g0", parent_id=None, dataset="digits", data_hash="x", data_snapshot="x", class_order=[0, 1, 2, 3, 4],
@@ -94,10 +93,18 @@ def test_leftover_checkpoint_of_another_run_is_refused(tiny_params_file: Path, t
     home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
     spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
     plan = preflight(tiny_params_file, [], home, spec)
-    model_spec = ModelSpec(backbone="resnet18", embed_dim=16, geometry="lorentz", num_classes=10, class_order=tuple(range(10)), zeta=1.2)
-    save_torch_atomic({"format": "bctflow-train/1", "metadata": model_spec.to_dict(), "run_key": "someone-else"},
+    save_torch_atomic({"format": "bctflow-train/1", "metadata": tiny_spec(zeta=1.2).to_dict(), "run_key": "someone-else"},
                       plan.role_dir("model") / "checkpoints" / "epoch_0001.pt")
     with pytest.raises(CheckpointMismatchError, match="belongs to another run"):
+        preflight(tiny_params_file, [], home, spec)
+
+
+def test_leftover_finished_model_of_another_run_is_refused(tiny_params_file: Path, tmp_path: Path):
+    home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
+    spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
+    plan = preflight(tiny_params_file, [], home, spec)
+    save_model(build_model(tiny_spec(zeta=1.2)), plan.role_dir("reference") / "model.pt", extra={"run_key": "an-older-run:reference"})
+    with pytest.raises(CheckpointMismatchError, match="model.pt belongs to another run"):
         preflight(tiny_params_file, [], home, spec)
 
 

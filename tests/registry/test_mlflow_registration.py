@@ -8,16 +8,15 @@ import mlflow
 import numpy as np
 import pytest
 
-from components.models import ModelSpec, build_model, save_model
+from components.models import build_model, save_model
 from registry.tracking import MlflowRegistry, RegistrationRequest, metric_key
+from tests.helpers import tiny_spec
 
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
-    spec = ModelSpec(backbone="resnet18", backbone_kwargs={"channels": [8, 8, 8, 8]}, embed_dim=8, geometry="lorentz",
-                     num_classes=2, class_order=(0, 1), in_chans=1, image_size=8, zeta=1.0)
     path = tmp_path / "model.pt"
-    save_model(build_model(spec), path)
+    save_model(build_model(tiny_spec(embed_dim=8, num_classes=2, class_order=(0, 1))), path)
     return path
 
 

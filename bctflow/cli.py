@@ -284,6 +284,89 @@ def lineage(
     console.print(compat_table(gens))
 
 
+@app.command()
+def bench(
+    profile: str = typer.Option("cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"),
+    scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"),
+    tag: Optional[str] = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    set_: Optional[list[str]] = SetOpt,
+    bench_set: Optional[list[str]] = typer.Option(None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"),
+    methods: Optional[str] = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
+) -> None:
+    """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
+    import datetime
+    import os
+
+    from benchmarks.profile import load_profile
+    from benchmarks.report import write_sequential_report, write_table_report
+    from benchmarks.runner import Bench
+    from benchmarks.scenarios import SCENARIOS, make_scenario, run_sequential, run_table
+
+    try:
+        prof, p = load_profile(profile, params)
+        if set_:
+            p = apply_overrides(p, list(set_))
+        if bench_set or methods:
+            raw = prof.bench.model_dump()
+            for item in bench_set or []:
+                if "=" not in item:
+                    raise ConfigError(f"--bench-set {item!r} is not KEY=VALUE")
+                k, v = item.split("=", 1)
+                if k not in raw:
+                    raise ConfigError(f"--bench-set: unknown benchmark setting {k!r}; see benchmarks/profile.py BenchSettings")
+                import yaml
+
+                raw[k] = yaml.safe_load(v)
+            if methods:
+                wanted = [m.strip() for m in methods.split(",") if m.strip()]
+                known = {m["name"] for m in raw["methods"]}
+                missing = [m for m in wanted if m not in known]
+                if missing:
+                    raise ConfigError(f"--methods {missing} are not in profile {prof.name!r} (it has {sorted(known)})")
+                raw["methods"] = [m for m in raw["methods"] if m["name"] in wanted]
+                raw["sequential_methods"] = [m for m in raw["sequential_methods"] if m == "independent" or m in wanted]
+            prof = prof.model_copy(update={"bench": type(prof.bench).model_validate(raw)})
+        if scenario not in SCENARIOS:
+            raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(SCENARIOS)}")
+    except BctflowError as err:
+        _fail(err)
+    h = resolve_home(home)
+    configure_environment(h)
+    folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
+    t0 = time.perf_counter()
+    b = Bench(prof, p, h / "bench-cache" / prof.name, Workspace(h).datasets_dir(p), log=lambda m: console.print(m, highlight=False, markup=False))
+    from components.training.device import select_device
+
+    ctx = {
+        "command": "bctflow " + " ".join(sys.argv[1:]),
+        "profile": prof.name,
+        "profile_description": " ".join(prof.description.split()),
+        "dataset": f"{p.data.dataset} ({b.num_classes} classes, {b.train.image_shape[0]}x{b.train.image_shape[1]})",
+        "n_train": len(b.train),
+        "n_val": len(b.val),
+        "n_test": len(b.test),
+        "val_fraction": prof.bench.validation_fraction,
+        "machine": f"{os.cpu_count()} CPU cores, device {select_device(p.train.device)}",
+        "seeds": prof.bench.seeds,
+        "epochs": {"default": p.train.epochs, **prof.bench.scenario_epochs},
+        "tune_weights": prof.bench.tune_weights,
+        "tune_tol": prof.bench.tune_self_tolerance,
+        "date": datetime.date.today().isoformat(),
+    }
+    if scenario == "sequential":
+        res = run_sequential(b)
+        ctx["wall_seconds"] = time.perf_counter() - t0
+        md = write_sequential_report(res, ctx, folder)
+    else:
+        result = run_table(b, make_scenario(b, scenario))
+        ctx["wall_seconds"] = time.perf_counter() - t0
+        md = write_table_report(result, ctx, folder)
+    console.print(f"report: {md}  ({ctx['wall_seconds'] / 60:.1f} min)")
+
+
 def main() -> None:  # pragma: no cover - entry point
     app()
 

@@ -24,6 +24,7 @@ __all__ = [
     "load_params",
     "params_from_dict",
     "apply_overrides",
+    "flatten_overrides",
     "params_digest",
     "DEFAULT_PARAMS_PATH",
 ]
@@ -43,10 +44,14 @@ class AugmentParams(_Strict):
 class DataParams(_Strict):
     dataset: str = "digits"
     root: str | None = None  # dataset cache; default <home>/datasets
+    path: str | None = None  # image_folder: the class-per-directory tree
     download: bool = True
     test_fraction: float = Field(0.3, gt=0.0, lt=1.0)
     split_seed: int = 0
-    image_size: int | None = None  # resize to this (None = native size)
+    image_size: int | None = Field(None, gt=0)  # resize to this (None = native size)
+    #: deterministic per-class subsampling (cpu benchmark profiles); part of the dataset fingerprint
+    max_train_per_class: int | None = Field(None, gt=0)
+    max_test_per_class: int | None = Field(None, gt=0)
     augment: AugmentParams = AugmentParams()
 
 
@@ -58,6 +63,8 @@ class ModelParams(_Strict):
     embed_dim: int = Field(128, gt=0)
     geometry: Literal["lorentz", "euclidean"] = "lorentz"
     classifier_scale: float = Field(16.0, gt=0.0)
+    #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier logits
+    features: Literal["embedding", "psp", "lsp"] = "embedding"
 
 
 class GeometryParams(_Strict):
@@ -101,6 +108,8 @@ class TrainParams(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     keep_checkpoints: int = Field(2, ge=1)
     eval_batch_size: int = Field(512, gt=0)
+    base_loss: Literal["ce", "mixed", "ce+mixed"] = "ce"
+    base_options: dict[str, float] = Field(default_factory=dict)
 
 
 class AlignmentParams(_Strict):
@@ -259,6 +268,19 @@ def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Pa
             node = node[part]
         node[parts[-1]] = value
     return params_from_dict(raw, "overrides")
+
+
+def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train": {"epochs": 5}} → {"train.epochs": 5} (dict-valued leaves under known dict fields stay whole)."""
+    whole = {"backbone_kwargs", "options", "base_options"}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k not in whole:
+            out.update(flatten_overrides(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def params_digest(params: Params, *, exclude: tuple[str, ...] = ("generations", "tracking", "lineage")) -> str:

@@ -104,8 +104,9 @@ def new_generation(
     """Create the next generation in the workspace at ``home`` and return its evaluation summary."""
     plan = plan_task(home, params_path, list(overrides or []), spec)
     snap = snapshot_task(plan)
-    trained = train_task(plan, snap, "model")
+    # the reference first: some methods (BT²) learn from it
     ref = train_task(plan, snap, "reference") if plan.reference else None
+    trained = train_task(plan, snap, "model")
     gallery = gallery_task(plan, trained)
     ref_gallery = gallery_task(plan, ref) if ref is not None else None
     ev = evaluate_task(plan, snap, trained, gallery, ref, ref_gallery)

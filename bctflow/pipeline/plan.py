@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from bctflow.params import GenerationSpec, Params, params_digest, params_from_dict
+from bctflow.pipeline.specs import train_config_from_params
 from bctflow.workspace import Workspace
 from components.data.registry import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import create_alignment
+from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.loop import TrainConfig, latest_checkpoint
 from registry.lineage import LineageStore
@@ -90,24 +92,8 @@ class GenerationPlan:
         return self.staging_dir if role == "model" else self.staging_dir / "reference"
 
     def train_config(self, role: str) -> TrainConfig:
-        t = self.p.train
-        a = self.p.data.augment
-        return TrainConfig(
-            epochs=self.epochs,
-            batch_size=t.batch_size,
-            optimizer=t.optimizer,
-            lr=t.lr,
-            momentum=t.momentum,
-            weight_decay=t.weight_decay,
-            schedule=t.schedule,
-            warmup_epochs=t.warmup_epochs,
-            seed=t.seed + (7919 if role == "reference" else 0),
-            device=t.device,
-            keep_checkpoints=t.keep_checkpoints,
-            crop_padding=a.crop_padding,
-            hflip=a.hflip,
-            align_weight=self.p.alignment.weight,
-        )
+        # the reference gets its own seed: an independent twin, not a copy
+        return train_config_from_params(self.p, epochs=self.epochs, seed=self.p.train.seed + (7919 if role == "reference" else 0))
 
     def role_alignment(self, role: str) -> str:
         return "independent" if role == "reference" else self.alignment
@@ -146,7 +132,7 @@ def _check_parent_checkpoint(parent: ParentRef) -> None:
     spec = read_spec(obj, parent.checkpoint)
     expected = {
         "geometry": parent.geometry,
-        "embed_dim": parent.embed_dim,
+        "output_dim": parent.embed_dim,
         "zeta": parent.zeta,
         "class_order": parent.class_order,
     }
@@ -202,11 +188,12 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
     method.check_models(
         geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim
     )
+    base_loss(params.train.base_loss, params.train.base_options)  # ConfigError: bad base-loss options
     if parent is not None:
         _check_parent_checkpoint(parent)
     serving = tuple(i for i in store.serving_generation_ids() if i != gen_id)
     use_reference = parent is not None and (spec.reference if spec.reference is not None else params.evaluation.reference)
-    use_reference = bool(use_reference and alignment != "independent")
+    use_reference = bool(use_reference and alignment != "independent") or (parent is not None and method.requires_reference)
     digest = params_digest(params)
     plan = GenerationPlan(
         home=str(ws.home),

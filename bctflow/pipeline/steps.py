@@ -8,7 +8,6 @@ lineage transaction.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -20,13 +19,15 @@ import numpy as np
 import torch
 
 from bctflow.params import Params
+from bctflow.pipeline.specs import model_spec_from_params
 from bctflow.pipeline.plan import GenerationPlan
 from bctflow.workspace import Workspace
-from components.data import DataSnapshotStore, load_dataset, resolve_class_order, select_training_data
+from components.data import DataSnapshotStore, resolve_class_order, select_training_data
 from components.data.base import DatasetSplits
-from components.data.batches import resize_images, to_image_tensor
+from components.data.batches import to_image_tensor
+from components.data.prepare import prepared_splits
 from components.errors import LineageError
-from components.evaluation import p_com, p_up, retrieval_metrics
+from components.evaluation import gallery_metrics, p_com, p_up
 from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
 from components.evaluation.plots import training_curves, uncertainty_histogram
 from components.indexing import GalleryIndex
@@ -34,7 +35,7 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
 from components.losses import create_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
-from components.models.checkpoint import load_torch_safe
+from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import embed_images, train_model
 from components.training.device import cuda_available
 from registry.backfill import BackfillEvidence, BackfillRules, decide_backfill
@@ -80,29 +81,12 @@ class Snapshot:
     n_train: int
 
 
-@functools.lru_cache(maxsize=4)
-def _cached_splits(name: str, root: str, download: bool, test_fraction: float, split_seed: int, image_size: int | None) -> DatasetSplits:
-    s = load_dataset(name, Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed)
-    if image_size is None:
-        return s
-    tr, te = s.train, s.test
-    return DatasetSplits(
-        s.name,
-        type(tr)(resize_images(tr.images, image_size), tr.labels, tr.ids, tr.class_names),
-        type(te)(resize_images(te.images, image_size), te.labels, te.ids, te.class_names),
-        f"{s.fingerprint}|size{image_size}",
-        s.meta,
-    )
-
-
 def load_splits(p: Params, ws: Workspace) -> DatasetSplits:
     d = p.data
-    return _cached_splits(d.dataset, str(ws.datasets_dir(p)), d.download, d.test_fraction, d.split_seed, d.image_size)
-
-
-def _norm_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    x = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
-    return tuple(float(v) for v in x.mean(0)), tuple(float(max(v, 1e-3)) for v in x.std(0))
+    return prepared_splits(
+        d.dataset, str(ws.datasets_dir(p)), download=d.download, test_fraction=d.test_fraction, split_seed=d.split_seed,
+        image_size=d.image_size, path=d.path, max_train_per_class=d.max_train_per_class, max_test_per_class=d.max_test_per_class,
+    )
 
 
 def snapshot_data(plan: GenerationPlan) -> Snapshot:
@@ -128,29 +112,15 @@ class Trained:
     device: str
     resumed_from: int | None
     curvature: float
+    output_dim: int
+    stored_dim: int
 
 
-def _model_spec(plan: GenerationPlan, snap: Snapshot, splits: DatasetSplits) -> ModelSpec:
-    p = plan.p
-    mean, std = _norm_stats(splits.train.images)
-    h, _, c = splits.train.image_shape
-    return ModelSpec(
-        backbone=plan.backbone,
-        backbone_kwargs=plan.backbone_kwargs,
-        small_stem=p.model.small_stem,
-        in_chans=c,
-        image_size=h,
-        embed_dim=p.model.embed_dim,
-        geometry=plan.geometry,  # type: ignore[arg-type]
-        curvature=p.geometry.curvature,
-        learn_curvature=p.geometry.learn_curvature,
-        zeta=plan.zeta,
-        num_classes=len(snap.class_order),
-        class_order=snap.class_order,
-        class_names=snap.class_names,
-        classifier_scale=p.model.classifier_scale,
-        norm_mean=mean,
-        norm_std=std,
+def _model_spec(plan: GenerationPlan, snap: Snapshot, splits: DatasetSplits, overrides: dict | None = None) -> ModelSpec:
+    """The new model's spec from params, the data, and the alignment method's requirements."""
+    return model_spec_from_params(
+        plan.p, splits.train, snap.class_order, snap.class_names,
+        geometry=plan.geometry, zeta=plan.zeta, backbone=plan.backbone, backbone_kwargs=plan.backbone_kwargs, overrides=overrides,
     )
 
 
@@ -172,23 +142,31 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
     if final.exists():
         obj = load_torch_safe(final)
         if obj.get("run_key") == run_key:
-            return Trained(role, str(final), list(obj["history"]), float(obj["seconds"]), str(obj["device"]), None, float(obj["curvature"]))
+            spec = read_spec(obj, final)
+            return Trained(role, str(final), list(obj["history"]), float(obj["seconds"]), str(obj["device"]), None, float(obj["curvature"]), spec.output_dim, spec.stored_dim)
     splits = load_splits(p, ws)
     from components.data.selection import DataManifest
 
     manifest = DataManifest.from_json(Path(snap.manifest).read_text())
     train = manifest.take(splits.train)
-    spec = _model_spec(plan, snap, splits)
+    method = create_alignment(plan.role_alignment(role), plan.alignment_options if role == "model" else None)
+    parent = plan.parent
+    parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
+    model_method = method if role == "model" else create_alignment(plan.alignment, plan.alignment_options)
+    overrides = model_method.model_overrides(parent_spec)
+    if role == "reference":  # the reference is an independent model in the same retrieval space
+        overrides = {k: v for k, v in overrides.items() if k == "features"}
+    spec = _model_spec(plan, snap, splits, overrides)
+    method.check_lineage(spec.class_order, parent_spec)
     cfg = plan.train_config(role)
     torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
     model = build_model(spec, p.model.pretrained_path)
-    alignment = plan.role_alignment(role)
-    method = create_alignment(alignment, plan.alignment_options if role == "model" else None)
-    old_model = None
-    label_map = None
-    if plan.parent is not None and method.requires_old:
-        old_model = load_model(Path(plan.parent.checkpoint))
-        label_map = _label_map(snap.class_order, plan.parent.class_order)
+    old_model = label_map = reference = None
+    if parent is not None and method.trains and method.requires_old:
+        old_model = load_model(Path(parent.checkpoint))
+        label_map = _label_map(snap.class_order, parent.class_order)
+    if method.trains and method.requires_reference:
+        reference = load_model(plan.role_dir("reference") / "model.pt")
     data = to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available())
     result = train_model(
         model,
@@ -198,6 +176,7 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
         out_dir / "checkpoints",
         old_model=old_model,
         label_map=label_map,
+        reference_model=reference,
         run_key=run_key,
         on_epoch=on_epoch,
     )
@@ -208,7 +187,7 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
         extra={"run_key": run_key, "history": result.history, "seconds": result.seconds, "device": result.device, "curvature": k},
     )
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
-    return Trained(role, str(final), result.history, result.seconds, result.device, result.resumed_from, k)
+    return Trained(role, str(final), result.history, result.seconds, result.device, result.resumed_from, k, spec.output_dim, spec.stored_dim)
 
 
 # ----------------------------------------------------------------------------- gallery
@@ -227,13 +206,13 @@ def build_gallery(plan: GenerationPlan, trained: Trained) -> Gallery:
     splits = load_splits(p, ws)
     model = load_model(Path(trained.checkpoint))
     emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device)
-    gal = GalleryEmbeddings(plan.geometry, trained.curvature, emb.z, emb.emb, splits.test.ids, splits.test.labels, emb.clipped)
+    gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
     out_dir = plan.role_dir(trained.role)
     gal.save(out_dir / "gallery.npz")
     index_dir = None
     if trained.role == "model":
         index = GalleryIndex.build(
-            gal.vectors(), gal.ids, geometry=plan.geometry, curvature=trained.curvature, generation=plan.gen_id
+            gal.vectors(), gal.ids, geometry=gal.retrieval_geometry, curvature=trained.curvature, generation=plan.gen_id
         )
         index_dir = str(index.save(out_dir / "index"))
     cf = clip_fraction(emb.clipped) if plan.geometry == "lorentz" else None
@@ -264,23 +243,12 @@ def registry_for(p: Params, ws: Workspace) -> MlflowRegistry:
 
 def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str, float]:
     """M(φ_q, φ_g) on the shared gallery: queries are the gallery items (leave-one-out by id)."""
-    k = g.curvature
-    res = retrieval_metrics(
-        q.vectors(k), q.labels, q.ids, g.vectors(k), g.labels, g.ids, g.geometry, k,
-        ks=tuple(p.evaluation.cmc_k), leave_one_out=True, chunk_size=p.evaluation.chunk_size,
-    )
-    return {m: float(res[m]) for m in METRICS}
+    return gallery_metrics(q, g, ks=tuple(p.evaluation.cmc_k), chunk_size=p.evaluation.chunk_size)
 
 
 def _comparable(q: GalleryEmbeddings, g: GalleryEmbeddings) -> str | None:
     """Why ``q``'s model cannot query ``g`` (None when it can)."""
-    if q.geometry != g.geometry:
-        return f"geometry {q.geometry} vs {g.geometry}"
-    if q.z.shape[1] != g.z.shape[1]:
-        return f"dimension {q.z.shape[1]} vs {g.z.shape[1]}"
-    if not np.array_equal(q.ids, g.ids):
-        return "the galleries hold different items (dataset or split changed)"
-    return None
+    return q.incompatibility(g)
 
 
 def evaluate(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ref: Trained | None = None, ref_gallery: Gallery | None = None) -> Evaluation:
@@ -487,7 +455,7 @@ def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
         data_hash=snap.data_hash,
         checkpoint=Path(trained.checkpoint),
         image_shape=splits.test.image_shape,
-        vector_dim=p.model.embed_dim + (1 if plan.geometry == "lorentz" else 0),
+        vector_dim=trained.stored_dim,
         description=_chain_description(plan, store, ev.decision),
         params={
             "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
@@ -531,7 +499,7 @@ def commit(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gall
         hyperparameters={"weight": p.alignment.weight, **plan.alignment_options, "train": {**p.train.model_dump(), "epochs": plan.epochs}},
         zeta=plan.zeta,
         curvature=trained.curvature,
-        embed_dim=p.model.embed_dim,
+        embed_dim=trained.output_dim,
         checkpoint_path=rel(trained.checkpoint),
         index_path=rel(gallery.index_dir) if gallery.index_dir else "",
         reference_checkpoint_path=rel(ref.checkpoint) if ref else None,

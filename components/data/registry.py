@@ -1,8 +1,12 @@
 """Dataset registry: one loader per name (``@register_dataset("digits")``) in ``components/data/sets/``.
 
 A loader has the signature ``load(root: Path, *, download: bool, test_fraction:
-float, split_seed: int) -> DatasetSplits``. Datasets with an official split
-ignore ``test_fraction`` / ``split_seed``.
+float, split_seed: int, image_size: int | None = None, path: str | None = None)
+-> DatasetSplits``. ``root`` is the dataset cache folder (each dataset keeps its
+files in ``root/<name>/``). Datasets with an official split ignore
+``test_fraction`` / ``split_seed``. Fixed-size datasets ignore ``image_size``
+(the caller resizes); datasets of images of mixed sizes (``image_folder``)
+resize to it themselves. ``path`` points a dataset at user data (``image_folder``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ __all__ = ["register_dataset", "get_dataset_loader", "available_datasets", "load
 
 
 class DatasetLoader(Protocol):
-    def __call__(self, root: Path, *, download: bool, test_fraction: float, split_seed: int) -> DatasetSplits: ...
+    def __call__(
+        self,
+        root: Path,
+        *,
+        download: bool,
+        test_fraction: float,
+        split_seed: int,
+        image_size: int | None = None,
+        path: str | None = None,
+    ) -> DatasetSplits: ...
 
 
 DATASETS: Registry[DatasetLoader] = Registry("dataset", "components.data.sets", DataError, "set data.dataset in params.yaml to one of them")
@@ -36,6 +49,17 @@ def get_dataset_loader(name: str) -> DatasetLoader:
     return DATASETS.get(name)
 
 
-def load_dataset(name: str, root: Path, *, download: bool = True, test_fraction: float = 0.3, split_seed: int = 0) -> DatasetSplits:
+def load_dataset(
+    name: str,
+    root: Path,
+    *,
+    download: bool = True,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    image_size: int | None = None,
+    path: str | None = None,
+) -> DatasetSplits:
     """Load (downloading if allowed and needed) the named dataset's splits."""
-    return get_dataset_loader(name)(Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed)
+    return get_dataset_loader(name)(
+        Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed, image_size=image_size, path=path
+    )

@@ -10,6 +10,7 @@ from components.evaluation.compat import (
 from components.evaluation.retrieval import (
     GEOMETRIES,
     average_precision,
+    gallery_metrics,
     retrieval_metrics,
     retrieval_scores,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "DENOMINATOR_EPS",
     "GEOMETRIES",
     "average_precision",
+    "gallery_metrics",
     "compat_summary",
     "is_compatible",
     "p_com",

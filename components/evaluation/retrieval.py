@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from components.geometry import pairwise_lorentz_inner
 
+if TYPE_CHECKING:
+    from components.indexing.gallery import GalleryEmbeddings
+
 __all__ = [
     "GEOMETRIES",
+    "gallery_metrics",
     "average_precision",
     "retrieval_metrics",
     "retrieval_scores",
@@ -259,3 +264,18 @@ def retrieval_metrics(
     out["map"] = ap_sum / n_used if n_used else float("nan")
     out["n_queries"] = n_used
     return out
+
+
+def gallery_metrics(query: "GalleryEmbeddings", gallery: "GalleryEmbeddings", ks: Sequence[int] = (1, 5), chunk_size: int = 1024) -> dict[str, float]:
+    """M(φ_q, φ_g) (design §6) for two models' embeddings of the same gallery items.
+
+    Queries are the gallery items embedded by the query model, put into the
+    gallery's space (:meth:`GalleryEmbeddings.vectors_against`), each excluded
+    from its own gallery by id. Returns {"cmc@k": …, "map": …}.
+    """
+    res = retrieval_metrics(
+        query.vectors_against(gallery), query.labels, query.ids,
+        gallery.vectors(), gallery.labels, gallery.ids,
+        gallery.retrieval_geometry, gallery.curvature, ks=tuple(ks), leave_one_out=True, chunk_size=chunk_size,
+    )
+    return {k: float(v) for k, v in res.items() if k != "n_queries"}

@@ -1,15 +1,21 @@
 """A generation's gallery embeddings on disk (``gallery.npz``), written atomically.
 
-Stores the tangent vectors ``z`` (N, d) float32 rather than hyperboloid points:
-the float64 retrieval vectors are rebuilt from them on demand, on whichever
-hyperboloid (curvature K) the comparison happens (design §2 "Numerics").
+Stores what every retrieval view needs: the tangent vectors ``z`` (Lorentz:
+the float64 hyperboloid points are rebuilt from them on demand, on whichever
+hyperboloid the comparison happens — design §2 "Numerics"), the unit vectors
+(Euclidean), and the classifier logits (PSP / LSP features, papers/
+probability-simplex-compatible.md). :meth:`GalleryEmbeddings.vectors_against`
+puts a *query* model's vectors into an older gallery's space: the gallery's K
+for Lorentz, the compatible prefix for a BT² model, the old class count for
+PSP / LSP.
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,14 +23,28 @@ import torch
 from components.errors import IndexIntegrityError
 from components.geometry import expmap0
 from components.io import atomic_write_bytes
+from components.models.features import simplex_features
 
-__all__ = ["GalleryEmbeddings"]
+if TYPE_CHECKING:
+    from components.models.spec import ModelSpec
+    from components.training.embed import Embeddings
+
+__all__ = ["GalleryEmbeddings", "FEATURES"]
+
+FEATURES = ("embedding", "psp", "lsp")
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
 
 
 @dataclass(frozen=True)
 class GalleryEmbeddings:
-    """z: (N, d) float32; emb: (N, D) float32 (unit vectors / hyperboloid points);
-    ids, labels: (N,) int64; clipped: (N,) bool."""
+    """z: (N, D) float32; emb: (N, D) unit vectors or (N, D+1) hyperboloid points, float32;
+    ids, labels: (N,) int64; clipped: (N,) bool; logits: (N, C) float32;
+    features: the retrieval view; compat_dim: width of the prefix compatible with the
+    parent's gallery (BT²), None when the whole vector is."""
 
     geometry: str
     curvature: float
@@ -33,17 +53,74 @@ class GalleryEmbeddings:
     ids: np.ndarray
     labels: np.ndarray
     clipped: np.ndarray
+    logits: np.ndarray
+    features: str = "embedding"
+    compat_dim: int | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def retrieval_geometry(self) -> str:
+        """Lorentz only for Lorentz embeddings; PSP / LSP features are unit vectors (cosine)."""
+        return self.geometry if self.features == "embedding" else "euclidean"
+
+    @property
+    def width(self) -> int:
+        """Width of this gallery's retrieval vectors."""
+        if self.features != "embedding":
+            return self.logits.shape[1]
+        return self.z.shape[1] + (1 if self.geometry == "lorentz" else 0)
+
+    def view(self, features: str) -> "GalleryEmbeddings":
+        """The same embeddings under another retrieval view (the logits are stored, so no re-embedding)."""
+        if features not in FEATURES:
+            raise ValueError(f"unknown features {features!r}; use one of {FEATURES}")
+        return replace(self, features=features)
+
     def vectors(self, curvature: float | None = None) -> np.ndarray:
-        """float64 retrieval vectors: unit vectors (N, d), or z lifted onto the K-hyperboloid (N, d+1)."""
+        """float64 retrieval vectors in this gallery's own space.
+
+        embedding: unit vectors (N, D), or z lifted onto the K-hyperboloid (N, D+1);
+        psp / lsp: simplex features over all classes (N, C).
+        """
+        if self.features != "embedding":
+            return simplex_features(self.logits, self.features)
         if self.geometry == "lorentz":
             k = self.curvature if curvature is None else curvature
             return expmap0(torch.from_numpy(self.z).double(), k).numpy()
-        e = self.emb.astype(np.float64)
-        return e / np.linalg.norm(e, axis=1, keepdims=True).clip(1e-300)
+        return _unit(self.emb)
+
+    def incompatibility(self, gallery: "GalleryEmbeddings") -> str | None:
+        """Why these (query) embeddings cannot search ``gallery``; None when they can."""
+        if not np.array_equal(self.ids, gallery.ids):
+            return "the galleries hold different items (dataset or split changed)"
+        if self.features != gallery.features:
+            return f"features {self.features} vs {gallery.features}"
+        if self.features != "embedding":
+            if self.logits.shape[1] < gallery.logits.shape[1]:
+                return f"{self.logits.shape[1]} classes cannot be projected onto {gallery.logits.shape[1]}"
+            return None
+        if self.geometry != gallery.geometry:
+            return f"geometry {self.geometry} vs {gallery.geometry}"
+        own, other = self.z.shape[1], gallery.z.shape[1]
+        # a BT² model's compatible prefix covers its parent's width, and (nested) every ancestor's
+        if own != other and not (self.compat_dim is not None and other <= self.compat_dim):
+            return f"dimension {own} vs {other}"
+        return None
+
+    def vectors_against(self, gallery: "GalleryEmbeddings") -> np.ndarray:
+        """These embeddings as queries in ``gallery``'s space, float64 (see the module docstring)."""
+        why = self.incompatibility(gallery)
+        if why is not None:
+            raise ValueError(f"these embeddings cannot query that gallery: {why}")
+        if self.features != "embedding":
+            return simplex_features(self.logits, self.features, gallery.logits.shape[1])
+        if self.geometry == "lorentz":
+            return expmap0(torch.from_numpy(self.z).double(), gallery.curvature).numpy()
+        if self.z.shape[1] != gallery.z.shape[1]:  # BT²: compare the compatible prefix only
+            return _unit(self.z[:, : gallery.z.shape[1]])
+        return _unit(self.emb)
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
@@ -56,6 +133,9 @@ class GalleryEmbeddings:
             ids=self.ids.astype(np.int64),
             labels=self.labels.astype(np.int64),
             clipped=self.clipped.astype(bool),
+            logits=self.logits.astype(np.float32),
+            features=np.array(self.features),
+            compat_dim=np.array(-1 if self.compat_dim is None else self.compat_dim, dtype=np.int64),
         )
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(Path(path), buf.getvalue())
@@ -65,6 +145,7 @@ class GalleryEmbeddings:
         p = Path(path)
         try:
             with np.load(p, allow_pickle=False) as f:
+                compat = int(f["compat_dim"])
                 return cls(
                     geometry=str(f["geometry"]),
                     curvature=float(f["curvature"]),
@@ -73,6 +154,25 @@ class GalleryEmbeddings:
                     ids=f["ids"],
                     labels=f["labels"],
                     clipped=f["clipped"],
+                    logits=f["logits"],
+                    features=str(f["features"]),
+                    compat_dim=None if compat < 0 else compat,
                 )
         except (OSError, KeyError, ValueError) as err:
             raise IndexIntegrityError(f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation") from None
+
+    @classmethod
+    def from_embeddings(cls, emb: "Embeddings", spec: "ModelSpec", curvature: float, ids: np.ndarray, labels: np.ndarray) -> "GalleryEmbeddings":
+        """Build from embedded images and the model's spec (its geometry, features and BT² prefix)."""
+        return cls(
+            geometry=spec.geometry,
+            curvature=float(curvature),
+            z=emb.z,
+            emb=emb.emb,
+            ids=np.asarray(ids, dtype=np.int64),
+            labels=np.asarray(labels, dtype=np.int64),
+            clipped=emb.clipped,
+            logits=emb.logits,
+            features=spec.features,
+            compat_dim=(spec.compat_dim if spec.compat_dim is not None else spec.embed_dim) if spec.head == "bt2" else None,
+        )

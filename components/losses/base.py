@@ -38,6 +38,7 @@ class AlignmentContext:
     old_model: EmbeddingModel | None = None
     label_map: Tensor | None = None
     batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None
+    reference_model: EmbeddingModel | None = None
 
 
 @dataclass
@@ -59,6 +60,10 @@ class AlignmentLoss(nn.Module):
     name: ClassVar[str] = ""
     #: needs the parent (old) model's outputs on every batch
     requires_old: ClassVar[bool] = True
+    #: needs an independently trained new model (φ*) as a frozen target on every batch (BT²)
+    requires_reference: ClassVar[bool] = False
+    #: False for training-free methods (PSP / LSP): the model trains with the base loss only
+    trains: ClassVar[bool] = True
     #: geometry the new and old models must have (None: any, but the same)
     geometry: ClassVar[str | None] = None
     #: frozen dataclass of hyperparameters (params.yaml ``alignment.options.<name>``)
@@ -97,8 +102,16 @@ class AlignmentLoss(nn.Module):
                     "use the parent's geometry and embed_dim"
                 )
 
+    def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
+        """ModelSpec fields the new model must have for this method (e.g. the BT² head, PSP features)."""
+        return {}
+
+    def check_lineage(self, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
+        """Refuse, before training, a class order or parent the method cannot work with."""
+
     def prepare(self, ctx: AlignmentContext) -> None:
         """One-off setup with the frozen old model (class statistics, frozen heads...)."""
 
-    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:  # noqa: D401
+    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:  # noqa: D401
+        """Loss terms for one batch: ``new``/``old``/``ref`` are the three models' outputs on the same view."""
         raise NotImplementedError

@@ -1,14 +1,42 @@
-"""Classifiers over embeddings: linear (on unit vectors) and Lorentz MLR."""
+"""Classifiers over embeddings: linear (on unit vectors) and Lorentz MLR.
+
+Both have a functional form (:func:`linear_logits`, :func:`lorentz_mlr_logits`)
+so alignment methods can apply a frozen old classifier with extra rows
+(BCT's synthesised classes) without building a module.
+"""
 
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["LinearClassifier", "LorentzMLR"]
+__all__ = ["LinearClassifier", "LorentzMLR", "linear_logits", "lorentz_mlr_logits"]
+
+
+def linear_logits(emb: Tensor, weight: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+    """s · (ê W^T + b). emb: (B, d), weight: (C, d), bias: (C,) → (B, C)."""
+    out = emb @ weight.t()
+    if bias is not None:
+        out = out + bias
+    return scale * out
+
+
+def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
+    """Lorentz MLR (Bdeir et al. 2023; HBCT Eq. (9)), design §3. h: (B, d+1), a: (C,), w: (C, d) → (B, C).
+
+    α_c = cosh(a_c/√k)·⟨h_s, w_c⟩ − sinh(a_c/√k)·‖w_c‖·h_t,  logit_c = ‖w_c‖·√k·asinh(α_c / (√k·‖w_c‖)),
+    k = 1/K. ‖w_c‖ is used directly (the reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²)
+    cancels catastrophically in float32 for |a| ≳ 8).
+    """
+    h = h.float()
+    k = 1.0 / torch.as_tensor(curvature, dtype=h.dtype, device=h.device)
+    sk = k.sqrt()
+    w_norm = torch.linalg.vector_norm(w, dim=-1).clamp_min(1e-12)  # (C,)
+    arg = a / sk
+    alpha = torch.cosh(arg) * (h[:, 1:] @ w.t()) - torch.sinh(arg) * w_norm * h[:, :1]
+    return w_norm * sk * torch.asinh(alpha / (sk * w_norm))
 
 
 class LinearClassifier(nn.Module):
@@ -27,18 +55,11 @@ class LinearClassifier(nn.Module):
         return self.fc.weight
 
     def forward(self, emb: Tensor) -> Tensor:
-        return self.scale * self.fc(emb)
+        return linear_logits(emb, self.fc.weight, self.fc.bias, self.scale)
 
 
 class LorentzMLR(nn.Module):
-    """Lorentz multinomial logistic regression (Bdeir et al. 2023; HBCT Eq. (9)).
-
-    Per class c with a_c ∈ R, w_c ∈ R^d and k = 1/K (design §3):
-        α_c = cosh(a_c/√k)·⟨h_s, w_c⟩ − sinh(a_c/√k)·‖w_c‖·h_t
-        logit_c = ‖w_c‖·√k·asinh(α_c / (√k·‖w_c‖))
-    ‖w_c‖ is used directly (the reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²)
-    cancels catastrophically in float32 for |a| ≳ 8). h: (B, d+1) → (B, C).
-    """
+    """Lorentz multinomial logistic regression, see :func:`lorentz_mlr_logits`. h: (B, d+1) → (B, C)."""
 
     def __init__(self, embed_dim: int, num_classes: int) -> None:
         super().__init__()
@@ -47,11 +68,4 @@ class LorentzMLR(nn.Module):
         nn.init.uniform_(self.w, -1.0 / math.sqrt(embed_dim), 1.0 / math.sqrt(embed_dim))
 
     def forward(self, h: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
-        h = h.float()
-        k = 1.0 / torch.as_tensor(curvature, dtype=h.dtype, device=h.device)
-        sk = k.sqrt()
-        w_norm = torch.linalg.vector_norm(self.w, dim=-1).clamp_min(1e-12)  # (C,)
-        arg = self.a / sk
-        alpha = torch.cosh(arg) * (h[:, 1:] @ self.w.t()) - torch.sinh(arg) * w_norm * h[:, :1]
-        return w_norm * sk * torch.asinh(alpha / (sk * w_norm))
-
+        return lorentz_mlr_logits(h, self.a, self.w, curvature)

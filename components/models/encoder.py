@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from components.models.backbone import create_backbone
 from components.models.classifiers import LinearClassifier, LorentzMLR
-from components.models.heads import EuclideanHead, LorentzHead
+from components.models.heads import BT2Head, EuclideanHead, LorentzHead
 from components.models.spec import ModelSpec
 
 __all__ = ["ModelOutput", "EmbeddingModel", "build_model"]
@@ -25,6 +25,7 @@ class ModelOutput:
     emb: Tensor
     logits: Tensor | None
     clipped: Tensor
+    aux: dict[str, Tensor] = field(default_factory=dict)
 
 
 class EmbeddingModel(nn.Module):
@@ -47,10 +48,16 @@ class EmbeddingModel(nn.Module):
         self.backbone, feat_dim = create_backbone(
             spec.backbone, in_chans=c, small_stem=spec.small_stem, pretrained_path=pretrained_path, kwargs=spec.backbone_kwargs
         )
-        if spec.geometry == "lorentz":
+        self.head: nn.Module
+        self.classifier: nn.Module
+        if spec.head == "bt2":
+            n = spec.compat_dim if spec.compat_dim is not None else spec.embed_dim
+            self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims)
+            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
+        elif spec.geometry == "lorentz":
             assert spec.zeta is not None
-            self.head: nn.Module = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature)
-            self.classifier: nn.Module = LorentzMLR(spec.embed_dim, spec.num_classes)
+            self.head = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature)
+            self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
         else:
             self.head = EuclideanHead(feat_dim, spec.embed_dim)
             self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
@@ -76,8 +83,9 @@ class EmbeddingModel(nn.Module):
         x = (x - self.norm_mean) / self.norm_std
         feats = self.backbone(x)
         out = self.head(feats)
-        logits = self.classify(out.emb) if with_logits else None
-        return ModelOutput(out.z, out.emb, logits, out.clipped)
+        cls_in = out.emb if out.cls_input is None else out.cls_input
+        logits = self.classify(cls_in) if with_logits else None
+        return ModelOutput(out.z, out.emb, logits, out.clipped, out.aux)
 
 
 def build_model(spec: ModelSpec, pretrained_path: str | None = None) -> EmbeddingModel:

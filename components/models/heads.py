@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -11,17 +11,20 @@ from torch import Tensor, nn
 
 from components.geometry import expmap0
 
-__all__ = ["HeadOutput", "EuclideanHead", "LorentzHead", "rescale_and_clip"]
+__all__ = ["HeadOutput", "EuclideanHead", "LorentzHead", "BT2Head", "rescale_and_clip", "orthonormal_from_skew"]
 
 
 @dataclass
 class HeadOutput:
-    """z: (B, d) tangent/raw vector; emb: (B, d) unit vectors or (B, d+1) hyperboloid points;
-    clipped: (B,) bool, True where the norm hit the clip radius."""
+    """z: (B, D) tangent/raw vector; emb: (B, D) unit vectors or (B, D+1) hyperboloid points;
+    clipped: (B,) bool, True where the norm hit the clip radius; cls_input: what the
+    classifier sees (default: emb); aux: head-specific intermediates."""
 
     z: Tensor
     emb: Tensor
     clipped: Tensor
+    cls_input: Tensor | None = None
+    aux: dict[str, Tensor] = field(default_factory=dict)
 
 
 def rescale_and_clip(z: Tensor, zeta: float) -> tuple[Tensor, Tensor]:
@@ -76,3 +79,51 @@ class LorentzHead(nn.Module):
             z, clipped = rescale_and_clip(z.float(), self.zeta)
             h = expmap0(z, self.curvature.float())
         return HeadOutput(z, h, clipped)
+
+
+def orthonormal_from_skew(params: Tensor) -> Tensor:
+    """P = exp(A) with A = U − Uᵀ skew-symmetric, so P is orthonormal (BT² Lemma 2). (m, m) → (m, m)."""
+    a = params.triu(1)
+    return torch.linalg.matrix_exp(a - a.t())
+
+
+class BT2Head(nn.Module):
+    """BT² head (papers/bt2-basis-transformation.md, Algorithm 1; design §5).
+
+    With m = embed_dim (the part trained like an independent new model),
+    n = compat_dim (the old gallery's dimension) and d = extra_dims:
+
+        φ1 = neck(features) ∈ R^(m+n);  φ2 = normalise(f(φ1)) ∈ R^d;  φ3 = normalise(φ1[:m])
+        φ4 = C·B1 φ3 ∈ R^m;             φ5 = B2 [φ2; φ4[:n−d]] ∈ R^n
+        φ_new = normalise([φ5; φ4[n−d:]]) ∈ R^(m+d)
+
+    B1, B2 are learnable orthonormal basis transformations exp(A) (Lemma 2), so no
+    information of φ3 is lost. The classifier sees φ3 (cls_input); the alignment
+    loss sees normalise(φ5) (aux["compat"]), the prefix compared with old galleries.
+    """
+
+    geometry = "euclidean"
+
+    def __init__(self, in_features: int, embed_dim: int, compat_dim: int, extra_dims: int, scale_c: float = 1.0) -> None:
+        super().__init__()
+        m, n, d = embed_dim, compat_dim, extra_dims
+        self.m, self.n, self.d = m, n, d
+        self.neck = nn.Linear(in_features, m + n)
+        self.f = nn.Linear(m + n, d) if d > 0 else None
+        self.b1 = nn.Parameter(torch.zeros(m, m))
+        self.b2 = nn.Parameter(torch.zeros(n, n))
+        self.scale_c = float(scale_c)
+
+    def forward(self, feats: Tensor) -> HeadOutput:
+        phi1 = self.neck(feats).float()
+        phi3 = F.normalize(phi1[:, : self.m], dim=-1)
+        phi4 = self.scale_c * phi3 @ orthonormal_from_skew(self.b1).t()
+        keep = self.n - self.d
+        parts = [phi4[:, :keep]]
+        if self.f is not None:
+            parts.insert(0, F.normalize(self.f(phi1), dim=-1))
+        phi5 = torch.cat(parts, dim=-1) @ orthonormal_from_skew(self.b2).t()
+        z = torch.cat([phi5, phi4[:, keep:]], dim=-1)
+        emb = F.normalize(z, dim=-1)
+        clipped = torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
+        return HeadOutput(z, emb, clipped, cls_input=phi3, aux={"compat": F.normalize(phi5, dim=-1), "independent": phi3})

@@ -11,6 +11,10 @@ __all__ = ["ModelSpec", "IDENTITY_FIELDS"]
 #: the weights cannot serve the requested model.
 IDENTITY_FIELDS = (
     "backbone",
+    "head",
+    "extra_dims",
+    "compat_dim",
+    "features",
     "backbone_kwargs",
     "small_stem",
     "in_chans",
@@ -41,6 +45,13 @@ class ModelSpec:
     classifier_scale: float = 16.0
     norm_mean: tuple[float, ...] = (0.5,)
     norm_std: tuple[float, ...] = (0.25,)
+    #: "standard" or "bt2" (BT² basis-transformation head: embed_dim + extra_dims wide,
+    #: its first compat_dim dimensions are compatible with the parent's gallery)
+    head: Literal["standard", "bt2"] = "standard"
+    extra_dims: int = 0
+    compat_dim: int | None = None
+    #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output
+    features: Literal["embedding", "psp", "lsp"] = "embedding"
 
     def __post_init__(self) -> None:
         if self.geometry not in ("lorentz", "euclidean"):
@@ -51,11 +62,28 @@ class ModelSpec:
             raise ValueError(f"a Lorentz model needs a clip radius zeta > 0, got {self.zeta}")
         if self.curvature <= 0:
             raise ValueError(f"curvature K must be > 0, got {self.curvature}")
+        if self.head == "bt2":
+            if self.geometry != "euclidean":
+                raise ValueError("the BT² head is Euclidean; use geometry 'euclidean'")
+            n = self.compat_dim if self.compat_dim is not None else self.embed_dim
+            if not (0 <= self.extra_dims <= n and n - self.extra_dims <= self.embed_dim):
+                raise ValueError(
+                    f"BT² needs 0 <= extra_dims ({self.extra_dims}) <= compat_dim ({n}) and compat_dim - extra_dims <= embed_dim ({self.embed_dim})"
+                )
+        elif self.extra_dims:
+            raise ValueError("extra_dims only applies to the BT² head")
+
+    @property
+    def output_dim(self) -> int:
+        """Width of the embedding z: d, or d + extra_dims for the BT² head."""
+        return self.embed_dim + self.extra_dims
 
     @property
     def stored_dim(self) -> int:
-        """Width of a gallery vector: d (euclidean) or d + 1 (hyperboloid point)."""
-        return self.embed_dim + (1 if self.geometry == "lorentz" else 0)
+        """Width of a gallery vector: the embedding (+1 time coordinate for Lorentz), or the class count for PSP/LSP."""
+        if self.features != "embedding":
+            return self.num_classes
+        return self.output_dim + (1 if self.geometry == "lorentz" else 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (loadable with ``torch.load(weights_only=True)``)."""

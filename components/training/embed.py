@@ -10,6 +10,7 @@ import torch
 from components.data.batches import iterate_batches, to_image_tensor
 from components.geometry import expmap0
 from components.models.encoder import EmbeddingModel
+from components.models.features import simplex_features
 from components.training.device import autocast, prepare_module, select_device, to_memory_format
 
 __all__ = ["Embeddings", "embed_images", "retrieval_vectors"]
@@ -46,13 +47,15 @@ def embed_images(model: EmbeddingModel, images: np.ndarray, batch_size: int = 51
     )
 
 
-def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float) -> np.ndarray:
+def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:
     """Vectors for retrieval and reported metrics, float64.
 
     Lorentz: the clipped tangent vectors lifted again in float64 (design §2:
     float32 points lose close-pair distances once x_t grows). Euclidean: the
-    unit vectors.
+    unit vectors. PSP / LSP: simplex features of the logits.
     """
+    if features != "embedding":
+        return simplex_features(emb.logits, features)
     if geometry == "lorentz":
         return expmap0(torch.from_numpy(emb.z).double(), curvature).numpy()
     return emb.emb.astype(np.float64)

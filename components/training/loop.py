@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from components.data.batches import ImageTensor, augment_batch, iterate_batches
 from components.errors import BctflowError, CheckpointMismatchError
-from components.losses.base import AlignmentContext, AlignmentLoss
+from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
+from components.losses.base_losses import base_loss
 from components.models.checkpoint import check_spec, load_torch_safe, read_spec, save_torch_atomic
 from components.models.encoder import EmbeddingModel
 from components.training.device import autocast, prepare_module, select_device, to_memory_format
@@ -59,6 +59,8 @@ class TrainConfig:
     crop_padding: int = 0
     hflip: bool = False
     align_weight: float = 0.3
+    base_loss: str = "ce"
+    base_options: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -99,31 +101,41 @@ def train_model(
     *,
     old_model: EmbeddingModel | None = None,
     label_map: Tensor | None = None,
+    reference_model: EmbeddingModel | None = None,
     run_key: str = "",
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` (labels = positions in the model's class order).
 
     ``label_map``: (C_new,) old label index per new label, -1 for unseen classes.
-    ``run_key`` identifies the run; a checkpoint of another run is refused.
-    Returns the trained model in eval mode on the training device.
+    ``reference_model``: frozen independently trained new model, for methods that
+    need one (BT²). ``run_key`` identifies the run; a checkpoint of another run is
+    refused. Returns the trained model in eval mode on the training device.
     """
     t0 = time.perf_counter()
     device = select_device(cfg.device)  # type: ignore[arg-type]
     torch.manual_seed(cfg.seed)
     model = prepare_module(model, device)
-    if method.requires_old:
+    use_old = method.trains and method.requires_old
+    use_ref = method.trains and method.requires_reference
+    if use_old:
         if old_model is None:
             raise CheckpointMismatchError(f"alignment {method.name!r} needs the parent model, none was given")
         old_model = prepare_module(old_model, device).eval()
         old_model.requires_grad_(False)
+    if use_ref:
+        if reference_model is None:
+            raise CheckpointMismatchError(f"alignment {method.name!r} needs an independently trained new model as its target, none was given")
+        reference_model = prepare_module(reference_model, device).eval()
+        reference_model.requires_grad_(False)
     old_spec = old_model.spec if old_model is not None else None
     method.check_models(model.spec.geometry, model.spec.embed_dim, old_spec and old_spec.geometry, old_spec and old_spec.embed_dim)
+    base_fn = base_loss(cfg.base_loss, cfg.base_options)
 
     def clean_batches():
         return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
 
-    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches))
+    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
     method.to(device)
 
     opt = build_optimizer(list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
@@ -164,13 +176,19 @@ def train_model(
             x = to_memory_format(x, device)
             with autocast(device):
                 out = model(x)
-                old_out = None
-                if old_model is not None and method.requires_old:
-                    with torch.no_grad():
-                        old_out = old_model(x, with_logits=False)
-            assert out.logits is not None
-            base = F.cross_entropy(out.logits.float(), y)
-            align = method(out, old_out, y)
+                old_out = ref_out = None
+                with torch.no_grad():
+                    if use_old:
+                        old_out = old_model(x, with_logits=False)  # type: ignore[misc]
+                    if use_ref:
+                        ref_out = reference_model(x, with_logits=False)  # type: ignore[misc]
+            base = base_fn(out, y, model.curvature.to(device))
+            if not method.trains:
+                align = LossOutput({})
+            elif use_ref:
+                align = method(out, old_out, y, ref=ref_out)
+            else:  # plugins that need no reference may keep the 3-argument forward
+                align = method(out, old_out, y)
             loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
             if not torch.isfinite(loss):
                 raise TrainingDivergedError(

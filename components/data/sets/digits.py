@@ -16,7 +16,17 @@ from components.data.split import stratified_split
 
 
 @register_dataset("digits")
-def load_digits(root: Path, *, download: bool = True, test_fraction: float = 0.3, split_seed: int = 0) -> DatasetSplits:
+def load_digits(
+    root: Path,
+    *,
+    download: bool = True,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    image_size: int | None = None,
+    path: str | None = None,
+) -> DatasetSplits:
+    """Shipped with scikit-learn: ``root``/``download`` unused; fixed 8×8 size (``image_size`` is the caller's
+    job) and no user data (``path`` unused)."""
     from sklearn.datasets import load_digits as _sk_digits
 
     d = _sk_digits()

@@ -1,13 +1,26 @@
 """``bct``: the influence loss of Shen et al. 2020 (design §5).
 
-L_align = CE(φ_o^cls(n), y_old): the *frozen old classifier* applied to the
-new embedding n, on the samples whose class the old model knows (labels are
-mapped to the old classifier's indices through ``label_map``). Works for any
-geometry as long as old and new share it and the dimension (the old Lorentz
-MLR classifies hyperboloid points as readily as the linear one unit vectors).
+L_align = CE(φ_o^cls(n), y_old): the *frozen old classifier* applied to the new
+embedding n. Classes the old model never saw get a synthesised classifier row
+(``synthesize_new_classes``, default on): the direction of the class mean of the
+old model's features of that class (unit embeddings for the linear classifier,
+tangent vectors for the Lorentz MLR, whose synthesised hyperplane passes through
+the origin: a_c = 0), scaled to the mean norm of the old rows, with the mean old
+bias. Without synthesis only samples of old classes contribute.
+
+Works for any geometry as long as old and new share it and the dimension.
+
+When the old model's classifier does not read its retrieval embedding (a BT²
+parent classifies its φ3, a sub-space of the embedding), the old "classifier"
+is the prototype classifier of that embedding space instead: one row per old
+class, the direction of its old features' mean (cosine logits with the old
+model's classifier scale). That keeps the influence loss defined along a
+chain of BT² generations.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,26 +29,86 @@ from torch import Tensor
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.registry import register_alignment
+from components.models.classifiers import LinearClassifier, LorentzMLR, linear_logits, lorentz_mlr_logits
 from components.models.encoder import EmbeddingModel, ModelOutput
+
+
+@dataclass(frozen=True)
+class BCTOptions:
+    synthesize_new_classes: bool = True
+
+
+def class_means(ctx: AlignmentContext, use_tangent: bool, classes: Tensor) -> Tensor:
+    """Mean old feature (tangent z or unit embedding) per new label in ``classes``, (len(classes), d).
+
+    One pass of the frozen old model over the (un-augmented) training data, accumulated with index_add_.
+    """
+    assert ctx.old_model is not None and ctx.batches is not None
+    n_new = ctx.new_spec.num_classes
+    sums: Tensor | None = None
+    counts = torch.zeros(n_new, device=ctx.device)
+    with torch.no_grad():
+        for x, y in ctx.batches():
+            out = ctx.old_model(x, with_logits=False)
+            feats = (out.z if use_tangent else out.emb).float()
+            if sums is None:
+                sums = torch.zeros(n_new, feats.shape[1], device=ctx.device)
+            sums.index_add_(0, y, feats)
+            counts.index_add_(0, y, torch.ones_like(y, dtype=torch.float32))
+    assert sums is not None
+    return sums[classes] / counts[classes].clamp_min(1.0)[:, None]
 
 
 @register_alignment("bct")
 class BCT(AlignmentLoss):
     requires_old = True
+    Options = BCTOptions
 
     def prepare(self, ctx: AlignmentContext) -> None:
         if ctx.old_model is None or ctx.label_map is None:
             raise ConfigError("bct needs the parent model and the label map; train generation 0 first")
+        old = ctx.old_model
         # kept out of the module tree: the old model is frozen and never saved with the method
-        self._old: list[EmbeddingModel] = [ctx.old_model]
-        self.register_buffer("label_map", ctx.label_map.to(ctx.device), persistent=False)
+        self._old: list[EmbeddingModel] = [old]
+        label_map = ctx.label_map.to(ctx.device).clone()
+        clf = old.classifier
+        unseen = torch.nonzero(label_map < 0).flatten()
+        lorentz = isinstance(clf, LorentzMLR)
+        self._scale = old.spec.classifier_scale
+        if old.spec.head == "bt2":  # its classifier reads φ3, not the embedding: use prototypes of the embedding
+            seen = torch.nonzero(label_map >= 0).flatten()
+            n_old = old.spec.num_classes
+            weight = torch.zeros(n_old, old.spec.output_dim, device=ctx.device)
+            weight[label_map[seen]] = F.normalize(class_means(ctx, use_tangent=False, classes=seen), dim=-1)
+            bias = torch.zeros(n_old, device=ctx.device)
+        elif isinstance(clf, LinearClassifier):
+            weight, bias = clf.fc.weight.detach(), clf.fc.bias.detach()
+        elif lorentz:
+            weight, bias = clf.w.detach(), clf.a.detach()
+        else:  # pragma: no cover - every model has one of the two
+            raise ConfigError(f"bct cannot use an old classifier of type {type(clf).__name__}")
+        if self.options.synthesize_new_classes and len(unseen):
+            means = class_means(ctx, use_tangent=lorentz, classes=unseen)
+            rows = F.normalize(means, dim=-1) * weight.norm(dim=-1).mean()
+            extra_bias = torch.zeros(len(unseen), device=ctx.device) if lorentz else bias.mean().expand(len(unseen))
+            label_map[unseen] = weight.shape[0] + torch.arange(len(unseen), device=ctx.device)
+            weight = torch.cat([weight, rows])
+            bias = torch.cat([bias, extra_bias])
+        self.register_buffer("label_map", label_map, persistent=False)
+        self.register_buffer("old_weight", weight.clone(), persistent=False)
+        self.register_buffer("old_bias", bias.clone(), persistent=False)
+
+    def _old_logits(self, emb: Tensor) -> Tensor:
+        old = self._old[0]
+        if isinstance(old.classifier, LorentzMLR):
+            return lorentz_mlr_logits(emb, self.old_bias, self.old_weight, old.curvature)
+        return linear_logits(emb.float(), self.old_weight, self.old_bias, self._scale)
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
-        old_labels = self.label_map[labels]
-        known = old_labels >= 0
+        target = self.label_map[labels]
+        known = target >= 0
         if not bool(known.any()):
             zero = new.emb.sum() * 0.0
             return LossOutput({"influence": zero}, {"bct_known_fraction": 0.0})
-        logits = self._old[0].classify(new.emb[known])
-        loss = F.cross_entropy(logits.float(), old_labels[known])
+        loss = F.cross_entropy(self._old_logits(new.emb[known]).float(), target[known])
         return LossOutput({"influence": loss}, {"bct_known_fraction": float(known.float().mean())})

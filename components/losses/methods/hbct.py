@@ -15,7 +15,9 @@ infonce`` (q → 0), ``distortion`` (L_mdist = mean d(h_o, h_n)) or ``none``;
 ``distance``: geodesic (Eq. 3) / squared_lorentz (Law et al. 2019:
 ‖x−y‖²_L = −2/K − 2⟨x,y⟩_L) / inner (−⟨x,y⟩_L − 1/K); ``fixed_q`` replaces
 the uncertainty weighting by a constant; ``entail_weight`` is λ_entail of
-Eq. (16). Same-class off-diagonal pairs are negatives as in the paper unless
+Eq. (16). Curvature (Table 3) and ζ_n (Table 4) are model settings
+(``geometry.curvature`` / ``learn_curvature``, ``geometry.delta_zeta``); with a
+learnable K the alignment terms are computed on the old model's hyperboloid. Same-class off-diagonal pairs are negatives as in the paper unless
 ``mask_same_class``.
 
 All terms are computed in float32 whatever the autocast dtype.
@@ -30,7 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from components.geometry import exterior_angle, half_aperture, pairwise_lorentz_inner, uncertainty
+from components.geometry import expmap0, exterior_angle, half_aperture, pairwise_lorentz_inner, uncertainty
 from components.geometry.lorentz import dtype_margin, lorentz_inner
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.registry import register_alignment
@@ -118,15 +120,21 @@ class HBCT(AlignmentLoss):
     Options = HBCTOptions
     _k: float = 1.0  # curvature K, set from the model spec in prepare()
 
+    _relift: bool = False
+
     def prepare(self, ctx: AlignmentContext) -> None:
-        self._k = float(ctx.new_spec.curvature)
+        # The alignment happens on the old gallery's hyperboloid (the space cross retrieval uses).
+        # With a learnable curvature the new model's own K drifts; its tangent vectors are then
+        # lifted again with the old K for the alignment terms.
+        self._k = float(ctx.old_model.curvature) if ctx.old_model is not None else float(ctx.new_spec.curvature)
+        self._relift = bool(ctx.new_spec.learn_curvature)
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
         assert old is not None, "hbct needs the old model's outputs"
         o: HBCTOptions = self.options
-        h_n = new.emb.float()
+        k = torch.as_tensor(self._k, dtype=torch.float32, device=new.emb.device)
+        h_n = expmap0(new.z.float(), k) if self._relift else new.emb.float()
         h_o = old.emb.float().detach()
-        k = torch.as_tensor(self._k, dtype=h_n.dtype, device=h_n.device)
         terms: dict[str, Tensor] = {}
         stats: dict[str, float] = {}
 

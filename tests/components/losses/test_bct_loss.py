@@ -34,9 +34,10 @@ def _new_spec(geometry: str) -> ModelSpec:
     )
 
 
-def _bct(old, geometry: str, label_map: torch.Tensor):
-    m = create_alignment("bct")
-    m.prepare(AlignmentContext(new_spec=_new_spec(geometry), device=torch.device("cpu"), old_model=old, label_map=label_map))
+def _bct(old, geometry: str, label_map: torch.Tensor, batches=None):
+    """BCT without synthesised rows unless a batch source is given (then with them)."""
+    m = create_alignment("bct", {"synthesize_new_classes": batches is not None})
+    m.prepare(AlignmentContext(new_spec=_new_spec(geometry), device=torch.device("cpu"), old_model=old, label_map=label_map, batches=batches))
     return m
 
 
@@ -104,3 +105,42 @@ def test_bct_needs_old_model_and_label_map():
         m.check_models("euclidean", 16, None, None)
     with pytest.raises(ConfigError, match="geometry"):
         m.check_models("euclidean", 16, "lorentz", 16)
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry):
+    """Design §5: a class the old model never saw gets the (scaled) class mean of old features as its row."""
+    old = _old_model(geometry)
+    label_map = torch.tensor([1, 2, 0, -1])
+    torch.manual_seed(3)
+    x = torch.rand(12, 1, 8, 8)
+    y = torch.tensor([0, 1, 2, 3] * 3)
+    method = _bct(old, geometry, label_map, batches=lambda: iter([(x[:6], y[:6]), (x[6:], y[6:])]))
+    with torch.no_grad():
+        out_old = old(x, with_logits=False)
+    feats = out_old.z if geometry == "lorentz" else out_old.emb
+    mean3 = feats[y == 3].mean(0)
+    if geometry == "lorentz":
+        w_old, b_old = old.classifier.w, old.classifier.a
+    else:
+        w_old, b_old = old.classifier.fc.weight, old.classifier.fc.bias
+    row = F.normalize(mean3, dim=0) * w_old.norm(dim=-1).mean()
+    assert torch.allclose(method.old_weight[3], row, atol=1e-5)
+    assert torch.allclose(method.old_weight[:3], w_old)
+    expected_bias = 0.0 if geometry == "lorentz" else float(b_old.mean())
+    assert float(method.old_bias[3]) == pytest.approx(expected_bias, abs=1e-6)
+    # every sample now contributes, unseen ones through the synthesised row (old index 3)
+    z, new = _new_output(geometry)
+    labels = torch.tensor([0, 1, 2, 3, 3, 1, 0, 2])
+    out = method(new, None, labels)
+    assert out.stats["bct_known_fraction"] == 1.0
+    from components.models.classifiers import linear_logits, lorentz_mlr_logits
+
+    if geometry == "lorentz":
+        logits = lorentz_mlr_logits(new.emb, method.old_bias, method.old_weight, old.curvature)
+    else:
+        logits = linear_logits(new.emb, method.old_weight, method.old_bias, old.classifier.scale)
+    expected = F.cross_entropy(logits, torch.tensor([1, 2, 0, 3, 3, 2, 1, 0]))
+    assert float(out.terms["influence"]) == pytest.approx(float(expected), rel=1e-5)
+    out.terms["influence"].backward()
+    assert float(z.grad[labels == 3].abs().sum()) > 0  # unseen-class samples are pulled too

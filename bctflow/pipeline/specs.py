@@ -1,0 +1,81 @@
+"""Building a :class:`ModelSpec` from params and the training data (shared by the lifecycle and the benchmark)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from bctflow.params import Params
+from components.data.base import ArrayDataset
+from components.models import ModelSpec
+from components.training.loop import TrainConfig
+
+__all__ = ["model_spec_from_params", "normalization_stats", "train_config_from_params"]
+
+
+def normalization_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 images (N, H, W, C), in [0, 1] units."""
+    x = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
+    return tuple(float(v) for v in x.mean(0)), tuple(float(max(v, 1e-3)) for v in x.std(0))
+
+
+def model_spec_from_params(
+    p: Params,
+    train: ArrayDataset,
+    class_order: Sequence[int],
+    class_names: Sequence[str],
+    *,
+    geometry: str,
+    zeta: float | None,
+    backbone: str | None = None,
+    backbone_kwargs: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> ModelSpec:
+    """params.model / params.geometry + the data's shape and statistics + method overrides."""
+    mean, std = normalization_stats(train.images)
+    h, _, c = train.image_shape
+    fields: dict[str, Any] = dict(
+        backbone=backbone or p.model.backbone,
+        backbone_kwargs=dict(p.model.backbone_kwargs if backbone_kwargs is None else backbone_kwargs),
+        small_stem=p.model.small_stem,
+        in_chans=c,
+        image_size=h,
+        embed_dim=p.model.embed_dim,
+        geometry=geometry,  # type: ignore[arg-type]
+        curvature=p.geometry.curvature,
+        learn_curvature=p.geometry.learn_curvature,
+        zeta=zeta if geometry == "lorentz" else None,
+        num_classes=len(class_order),
+        class_order=tuple(int(c) for c in class_order),
+        class_names=tuple(class_names),
+        classifier_scale=p.model.classifier_scale,
+        norm_mean=mean,
+        norm_std=std,
+        features=p.model.features,
+    )
+    fields.update(overrides or {})
+    return ModelSpec(**fields)
+
+
+def train_config_from_params(p: Params, *, epochs: int | None = None, seed: int | None = None, align_weight: float | None = None) -> TrainConfig:
+    """params.train / data.augment / alignment.weight as a :class:`TrainConfig`."""
+    t, a = p.train, p.data.augment
+    return TrainConfig(
+        epochs=epochs or t.epochs,
+        batch_size=t.batch_size,
+        optimizer=t.optimizer,
+        lr=t.lr,
+        momentum=t.momentum,
+        weight_decay=t.weight_decay,
+        schedule=t.schedule,
+        warmup_epochs=t.warmup_epochs,
+        seed=t.seed if seed is None else seed,
+        device=t.device,
+        keep_checkpoints=t.keep_checkpoints,
+        crop_padding=a.crop_padding,
+        hflip=a.hflip,
+        align_weight=p.alignment.weight if align_weight is None else align_weight,
+        base_loss=t.base_loss,
+        base_options=dict(t.base_options),
+    )

@@ -1,0 +1,83 @@
+"""Benchmark profiles (``benchmarks/profiles/<name>.yaml``): params overrides + benchmark settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bctflow.params import Params, apply_overrides, flatten_overrides, load_params
+from components.errors import ConfigError
+
+__all__ = ["MethodEntry", "Arch", "BenchSettings", "Profile", "load_profile", "PROFILE_DIR"]
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MethodEntry(_Strict):
+    """One row of the table: a registered alignment method with options, in a geometry."""
+
+    name: str
+    method: str
+    geometry: Literal["euclidean", "lorentz"] = "euclidean"
+    options: dict[str, Any] = Field(default_factory=dict)
+    tune: bool = False  # select λ on the validation split from BenchSettings.tune_weights
+    weight: float | None = None  # fixed λ (default: params alignment.weight)
+
+
+class Arch(_Strict):
+    backbone: str
+    backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
+    pretrained_path: str | None = None
+
+
+class BenchSettings(_Strict):
+    methods: list[MethodEntry]
+    seeds: list[int] = Field(default_factory=lambda: [0, 1])
+    #: methods retrained with the extra seeds ("best_baseline" = the best tuned Euclidean baseline)
+    extra_seed_methods: list[str] = Field(default_factory=lambda: ["hbct", "best_baseline"])
+    validation_fraction: float = Field(0.1, gt=0.0, lt=0.5)
+    tune_weights: list[float] = Field(default_factory=lambda: [0.3, 1.0])
+    #: a tuned run "does not hurt the new model" when its validation self mAP ≥ this × φ*'s
+    tune_self_tolerance: float = Field(0.98, gt=0.0, le=1.0)
+    old_arch: Arch
+    new_arch: Arch
+    old_fraction: float = Field(0.3, gt=0.0, le=1.0)  # ext_data
+    old_class_fraction: float = Field(0.5, gt=0.0, lt=1.0)  # ext_class / both
+    scenario_epochs: dict[str, int] = Field(default_factory=dict)
+    sequential_stages: int = Field(5, ge=2)
+    sequential_switch_at: int = Field(3, ge=1)
+    sequential_methods: list[str] = Field(default_factory=list)
+
+
+class Profile(_Strict):
+    name: str
+    description: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+    bench: BenchSettings
+
+    def resolved_params(self, base: Params) -> Params:
+        return apply_overrides(base, flatten_overrides(self.params)) if self.params else base
+
+
+def load_profile(name_or_path: str, params_path: str | Path = "params.yaml") -> tuple[Profile, Params]:
+    """A profile by name (benchmarks/profiles/<name>.yaml) or path, and the params it runs with."""
+    path = Path(name_or_path)
+    if not path.exists():
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
+        raise ConfigError(f"unknown benchmark profile {name_or_path!r}; available: {known} (or pass a YAML path)")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        profile = Profile.model_validate({"name": path.stem, **raw})
+    except (yaml.YAMLError, ValidationError) as err:
+        raise ConfigError(f"invalid benchmark profile {path}: {err}") from None
+    base = load_params(params_path) if Path(params_path).exists() else Params()
+    return profile, profile.resolved_params(base)

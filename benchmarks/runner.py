@@ -1,0 +1,184 @@
+"""Training and evaluating benchmark models, with a cache that makes interrupted runs resume.
+
+Every trained model is keyed by everything that determines it (model spec, data
+selection, method + options, λ, seed, training config, parent and target
+models); its checkpoint, its embeddings of the validation split and of the
+test gallery, and its wall time are stored under ``<out>/cache/<key>/``.
+Epoch checkpoints live there too, so even a model interrupted mid-training
+resumes from its last epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from bctflow.params import Params
+from bctflow.pipeline.specs import model_spec_from_params, train_config_from_params
+from benchmarks.profile import Arch, Profile
+from components.data import DataManifest, select_training_data
+from components.data.base import ArrayDataset
+from components.data.batches import to_image_tensor
+from components.data.prepare import prepared_splits
+from components.data.split import stratified_split
+from components.evaluation import gallery_metrics
+from components.indexing.gallery import GalleryEmbeddings
+from components.io import atomic_write_text
+from components.losses import create_alignment
+from components.models import ModelSpec, build_model, load_model, save_model
+from components.training import embed_images, train_model
+from components.training.device import cuda_available
+
+__all__ = ["Bench", "BenchModel"]
+
+METRICS = ("cmc@1", "cmc@5", "map")
+
+
+@dataclass
+class BenchModel:
+    """A trained (or cached) benchmark model and its embeddings of the validation split and the test gallery."""
+
+    key: str
+    label: str
+    spec: ModelSpec
+    checkpoint: Path
+    seconds: float
+    history: list[dict[str, float]]
+    val: GalleryEmbeddings
+    test: GalleryEmbeddings
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def view(self, features: str) -> "BenchModel":
+        """The same model with PSP / LSP (or embedding) retrieval features."""
+        return replace(self, val=self.val.view(features), test=self.test.view(features), label=f"{self.label}[{features}]")
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+class Bench:
+    """Data, caching and evaluation for one benchmark profile."""
+
+    def __init__(self, profile: Profile, params: Params, out_dir: Path, datasets_dir: Path, log: Callable[[str], None] = print) -> None:
+        self.profile = profile
+        self.settings = profile.bench
+        self.params = params
+        self.out_dir = Path(out_dir)
+        self.cache = self.out_dir / "cache"
+        self.log = log
+        d = params.data
+        splits = prepared_splits(
+            d.dataset, str(datasets_dir), download=d.download, test_fraction=d.test_fraction, split_seed=d.split_seed,
+            image_size=d.image_size, path=d.path, max_train_per_class=d.max_train_per_class, max_test_per_class=d.max_test_per_class,
+        )
+        self.splits = splits
+        # hyperparameters are selected on a validation split carved from the training data, never on the test split
+        tr, va = stratified_split(splits.train.labels, self.settings.validation_fraction, d.split_seed + 101)
+        self.train: ArrayDataset = splits.train.subset(tr)
+        self.val: ArrayDataset = splits.train.subset(va)
+        self.test: ArrayDataset = splits.test
+        self.num_classes = splits.train.num_classes
+
+    # ----------------------------------------------------------------------------- data
+    def selection(self, classes: Sequence[int] | str = "all", fraction: float = 1.0, seed: int = 0) -> DataManifest:
+        order = list(range(self.num_classes)) if classes == "all" else [int(c) for c in classes]
+        return select_training_data(
+            self.train, dataset=self.splits.name, fingerprint=self.splits.fingerprint, class_order=order, fraction=fraction, seed=seed
+        )
+
+    # ----------------------------------------------------------------------------- training
+    def train_model(
+        self,
+        label: str,
+        data: DataManifest,
+        *,
+        geometry: str,
+        arch: Arch,
+        method: str = "independent",
+        options: dict[str, Any] | None = None,
+        weight: float | None = None,
+        seed: int = 0,
+        zeta: float | None = None,
+        old: BenchModel | None = None,
+        reference: BenchModel | None = None,
+        epochs: int | None = None,
+    ) -> BenchModel:
+        """Train (or load from the cache) one model; embed the validation split and the test gallery."""
+        p = self.params
+        align = create_alignment(method, options)
+        overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
+        overrides = {k: v for k, v in overrides.items() if k != "features"}  # features are a view, applied at evaluation
+        spec = model_spec_from_params(
+            p, self.train, data.class_order, data.class_names, geometry=geometry, zeta=zeta,
+            backbone=arch.backbone, backbone_kwargs=arch.backbone_kwargs, overrides={**overrides, "features": "embedding"},
+        )
+        cfg = train_config_from_params(p, epochs=epochs, seed=seed, align_weight=weight)
+        key = _digest(
+            {
+                "spec": spec.to_dict(), "method": method, "options": options or {}, "cfg": cfg.__dict__, "data": data.sha256,
+                "old": old.key if old is not None and align.requires_old else None,
+                "ref": reference.key if reference is not None and align.requires_reference else None,
+                "pretrained": arch.pretrained_path,
+            }
+        )
+        folder = self.cache / key
+        if (folder / "done.json").exists():
+            meta = json.loads((folder / "done.json").read_text())
+            return BenchModel(
+                key, label, spec, folder / "model.pt", meta["seconds"], meta["history"],
+                GalleryEmbeddings.load(folder / "val.npz"), GalleryEmbeddings.load(folder / "test.npz"), meta,
+            )
+        self.log(f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, {cfg.epochs} epochs)")
+        torch.manual_seed(cfg.seed)
+        model = build_model(spec, arch.pretrained_path)
+        label_map = None
+        if old is not None:
+            pos = {c: i for i, c in enumerate(old.spec.class_order)}
+            label_map = torch.tensor([pos.get(c, -1) for c in spec.class_order], dtype=torch.long)
+        train = data.take(self.train)
+        result = train_model(
+            model,
+            to_image_tensor(train.images, data.model_labels(), pin=cuda_available()),
+            cfg,
+            align,
+            folder / "checkpoints",
+            old_model=load_model(old.checkpoint) if old is not None and align.trains and align.requires_old else None,
+            label_map=label_map,
+            reference_model=load_model(reference.checkpoint) if reference is not None and align.requires_reference else None,
+            run_key=key,
+        )
+        k = float(result.model.curvature)
+        t0 = time.perf_counter()
+        val = self._embed(result.model, self.val, k)
+        test = self._embed(result.model, self.test, k)
+        embed_seconds = time.perf_counter() - t0
+        save_model(result.model.cpu(), folder / "model.pt")
+        val.save(folder / "val.npz")
+        test.save(folder / "test.npz")
+        meta = {
+            "label": label, "method": method, "options": options or {}, "weight": cfg.align_weight, "seed": seed, "geometry": geometry,
+            "backbone": arch.backbone, "backbone_kwargs": arch.backbone_kwargs, "epochs": cfg.epochs, "n_train": len(data),
+            "seconds": result.seconds, "embed_seconds": embed_seconds, "device": result.device, "history": result.history,
+        }
+        atomic_write_text(folder / "done.json", json.dumps(meta, indent=1, default=float))
+        for ck in (folder / "checkpoints").glob("*.pt"):
+            ck.unlink()
+        return BenchModel(key, label, spec, folder / "model.pt", result.seconds, result.history, val, test, meta)
+
+    def _embed(self, model: Any, data: ArrayDataset, curvature: float) -> GalleryEmbeddings:
+        emb = embed_images(model, data.images, batch_size=self.params.train.eval_batch_size, device=self.params.train.device)
+        return GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, data.ids, data.labels)
+
+    # ----------------------------------------------------------------------------- evaluation
+    def metrics(self, query: BenchModel, gallery: BenchModel, split: str = "test") -> dict[str, float]:
+        """M(φ_query, φ_gallery) on the test gallery (or the validation split), leave-one-out."""
+        q, g = (query.test, gallery.test) if split == "test" else (query.val, gallery.val)
+        return gallery_metrics(q, g, ks=tuple(self.params.evaluation.cmc_k), chunk_size=self.params.evaluation.chunk_size)

@@ -1,0 +1,58 @@
+"""A dataset ready for training: loaded, optionally subsampled per class, resized. Cached per process."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from components.data.base import ArrayDataset, DatasetSplits
+from components.data.batches import resize_images
+from components.data.registry import load_dataset
+
+__all__ = ["prepared_splits", "per_class_subsample"]
+
+
+def per_class_subsample(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
+    """Sorted positions of at most ``per_class`` random items of every class (vectorised, deterministic)."""
+    perm = np.random.default_rng(seed).permutation(len(labels))
+    order = perm[np.argsort(labels[perm], kind="stable")]
+    sorted_labels = labels[order]
+    rank = np.arange(len(order)) - np.searchsorted(sorted_labels, sorted_labels, side="left")
+    return np.sort(order[rank < per_class])
+
+
+def _shrink(ds: ArrayDataset, per_class: int | None, seed: int, size: int | None) -> ArrayDataset:
+    if per_class is not None:
+        ds = ds.subset(per_class_subsample(ds.labels, per_class, seed))
+    if size is not None:
+        ds = ArrayDataset(resize_images(ds.images, size), ds.labels, ds.ids, ds.class_names)
+    return ds
+
+
+@functools.lru_cache(maxsize=4)
+def prepared_splits(
+    name: str,
+    root: str,
+    *,
+    download: bool = True,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    image_size: int | None = None,
+    path: str | None = None,
+    max_train_per_class: int | None = None,
+    max_test_per_class: int | None = None,
+) -> DatasetSplits:
+    """The named dataset's splits after subsampling and resizing; the fingerprint records both."""
+    s = load_dataset(name, Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed, image_size=image_size, path=path)
+    if image_size is None and max_train_per_class is None and max_test_per_class is None:
+        return s
+    size = None if image_size is None or s.train.image_shape[:2] == (image_size, image_size) else image_size
+    return DatasetSplits(
+        s.name,
+        _shrink(s.train, max_train_per_class, split_seed, size),
+        _shrink(s.test, max_test_per_class, split_seed + 1, size),
+        f"{s.fingerprint}|size={image_size}|train<={max_train_per_class}|test<={max_test_per_class}|seed={split_seed}",
+        s.meta,
+    )

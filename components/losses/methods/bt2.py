@@ -1,0 +1,75 @@
+"""``bt2``: BT² (Zhou et al. 2023, papers/bt2-basis-transformation.md), design §5.
+
+The new model gets the BT² head (:class:`components.models.heads.BT2Head`):
+embed_dim + extra_dims wide, built with orthonormal basis transformations, whose
+first compat_dim dimensions (φ5) are compared with the old gallery. Losses:
+
+* base loss on φ3 (the classifier's input) — the part that should be as good as an
+  independently trained new model;
+* influence loss (BCT) of the frozen old classifier on normalise(φ5), so the
+  compatible prefix speaks the old model's language;
+* ``mimic``: 1 − cos(φ3, φ*(x)) towards the frozen independently trained new
+  model φ* (the target BT² builds on), when ``use_reference`` (default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from components.errors import ConfigError
+from components.losses.base import AlignmentContext, LossOutput
+from components.losses.methods.bct import BCT
+from components.losses.registry import register_alignment
+from components.models.encoder import ModelOutput
+from components.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class BT2Options:
+    extra_dims: int = 32
+    use_reference: bool = True
+    synthesize_new_classes: bool = True
+
+    def __post_init__(self) -> None:
+        if self.extra_dims < 0:
+            raise ValueError(f"extra_dims must be >= 0 (got {self.extra_dims})")
+
+
+@register_alignment("bt2")
+class BT2(BCT):
+    requires_old = True
+    geometry = "euclidean"
+    Options = BT2Options  # type: ignore[assignment]
+
+    def __init__(self, options: BT2Options | None = None) -> None:
+        super().__init__(options)
+        self.requires_reference = bool(self.options.use_reference)  # type: ignore[misc]
+
+    def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
+        if parent is None:
+            raise ConfigError("bt2 needs a parent generation; train generation 0 first")
+        return {"head": "bt2", "compat_dim": parent.output_dim, "extra_dims": self.options.extra_dims}
+
+    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+        if new_geometry != "euclidean" or old_geometry not in (None, "euclidean"):
+            raise ConfigError("bt2 works on Euclidean models; set model.geometry: euclidean for the whole chain")
+        if old_geometry is None:
+            raise ConfigError("bt2 needs a parent generation; train generation 0 first")
+
+    def prepare(self, ctx: AlignmentContext) -> None:
+        if ctx.new_spec.head != "bt2":
+            raise ConfigError("bt2 needs the BT² head on the new model (ModelSpec.head = 'bt2'); build it with the method's model_overrides")
+        super().prepare(ctx)
+
+    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:
+        compat = new.aux["compat"]
+        out = super().forward(ModelOutput(compat, compat, None, new.clipped), old, labels)
+        terms = dict(out.terms)
+        if self.requires_reference and ref is not None:
+            phi3 = new.aux["independent"]
+            terms["mimic"] = (1.0 - (phi3 * F.normalize(ref.emb.float(), dim=-1)).sum(-1)).mean()
+        return LossOutput(terms, out.stats)

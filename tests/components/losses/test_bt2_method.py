@@ -1,0 +1,167 @@
+"""``bt2`` alignment (components/losses/methods/bt2.py; papers/bt2-basis-transformation.md §3.4, design §5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from components.data import load_dataset
+from components.data.batches import to_image_tensor
+from components.errors import CheckpointMismatchError, ConfigError
+from components.losses import AlignmentContext, create_alignment
+from components.models import ModelOutput, build_model
+from components.training import TrainConfig, train_model
+from tests.helpers import tiny_spec
+
+pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+
+
+def _old_model(num_classes=3, seed=0):
+    torch.manual_seed(seed)
+    spec = tiny_spec(geometry="euclidean", num_classes=num_classes, class_order=tuple(range(num_classes)))
+    m = build_model(spec).eval()
+    m.requires_grad_(False)
+    return m
+
+
+def _new_spec(num_classes=4, compat_dim=16, extra_dims=4):
+    return tiny_spec(
+        geometry="euclidean", head="bt2", compat_dim=compat_dim, extra_dims=extra_dims,
+        num_classes=num_classes, class_order=tuple(range(num_classes)),
+    )
+
+
+def _prepared(old, label_map, options=None):
+    m = create_alignment("bt2", {"synthesize_new_classes": False, **(options or {})})
+    m.prepare(AlignmentContext(_new_spec(), torch.device("cpu"), old, label_map))
+    return m
+
+
+def _new_output(b=6, seed=1, width=16, m=16):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(b, width + 4, generator=g)
+    compat = F.normalize(torch.randn(b, width, generator=g), dim=-1).requires_grad_(True)
+    phi3 = F.normalize(torch.randn(b, m, generator=g), dim=-1).requires_grad_(True)
+    out = ModelOutput(z, F.normalize(z, dim=-1), None, torch.zeros(b, dtype=torch.bool), {"compat": compat, "independent": phi3})
+    return out, compat, phi3
+
+
+def _hand_influence(old, compat, labels, label_map):
+    w = old.classifier.fc.weight.tolist()
+    b = old.classifier.fc.bias.tolist()
+    s = old.classifier.scale
+    losses = []
+    for x, y in zip(compat.tolist(), labels.tolist()):
+        t = int(label_map[y])
+        if t < 0:
+            continue
+        logits = [s * (sum(xi * wi for xi, wi in zip(x, row)) + bi) for row, bi in zip(w, b)]
+        lse = math.log(sum(math.exp(v) for v in logits))
+        losses.append(lse - logits[t])
+    return sum(losses) / len(losses)
+
+
+def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
+    m = create_alignment("bt2", {"extra_dims": 8})
+    parent = tiny_spec(geometry="euclidean", embed_dim=12)
+    assert m.model_overrides(parent) == {"head": "bt2", "compat_dim": 12, "extra_dims": 8}
+    assert create_alignment("bt2").model_overrides(parent)["extra_dims"] == 32  # default
+    with pytest.raises(ConfigError, match="parent"):
+        m.model_overrides(None)
+    with pytest.raises(ConfigError, match="extra_dims"):
+        create_alignment("bt2", {"extra_dims": -1})
+
+
+def test_flags_and_geometry_checks():
+    m = create_alignment("bt2")
+    assert m.requires_old and m.trains and m.requires_reference
+    assert create_alignment("bt2", {"use_reference": False}).requires_reference is False
+    with pytest.raises(ConfigError, match="[Ee]uclidean"):
+        m.check_models("lorentz", 16, "lorentz", 16)
+    with pytest.raises(ConfigError, match="[Ee]uclidean"):
+        m.check_models("euclidean", 16, "lorentz", 16)
+    with pytest.raises(ConfigError, match="parent"):
+        m.check_models("euclidean", 16, None, None)
+    m.check_models("euclidean", 24, "euclidean", 16)  # the new model may be wider than the parent
+
+
+def test_prepare_refuses_a_new_model_without_the_bt2_head():
+    m = create_alignment("bt2", {"synthesize_new_classes": False})
+    with pytest.raises(ConfigError, match="head"):
+        m.prepare(AlignmentContext(tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3)), torch.device("cpu"), _old_model(), torch.tensor([0, 1, 2, -1])))
+
+
+def test_forward_applies_the_old_classifier_to_the_compatible_prefix():
+    old = _old_model()
+    label_map = torch.tensor([2, 0, 1, -1])  # new label → old label; new label 3 is unseen
+    m = _prepared(old, label_map, {"use_reference": False})
+    new, compat, _ = _new_output()
+    labels = torch.tensor([0, 1, 2, 3, 1, 0])
+    out = m(new, None, labels)
+    assert set(out.terms) == {"influence"}
+    assert float(out.terms["influence"]) == pytest.approx(_hand_influence(old, compat.detach(), labels, label_map), rel=1e-5)
+    assert out.stats["bct_known_fraction"] == pytest.approx(5 / 6)
+    # it is the compat prefix, not the full embedding, that the old classifier judges
+    out.terms["influence"].backward()
+    assert compat.grad is not None and float(compat.grad[labels != 3].abs().sum(1).min()) > 0
+    assert float(compat.grad[labels == 3].abs().sum()) == 0.0
+
+
+def test_mimic_term_pulls_phi3_to_the_reference_model():
+    old = _old_model()
+    label_map = torch.tensor([0, 1, 2, -1])
+    m = _prepared(old, label_map)
+    new, compat, phi3 = _new_output()
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    g = torch.Generator().manual_seed(7)
+    ref_emb = torch.randn(6, 16, generator=g) * 3  # not unit: the method normalises it
+    ref = ModelOutput(ref_emb, ref_emb, None, torch.zeros(6, dtype=torch.bool))
+    out = m(new, None, labels, ref=ref)
+    assert set(out.terms) == {"influence", "mimic"}
+    p, r = phi3.detach().tolist(), ref_emb.tolist()
+    expected = sum(1 - sum(a * b for a, b in zip(x, y)) / math.sqrt(sum(b * b for b in y)) for x, y in zip(p, r)) / 6
+    assert float(out.terms["mimic"]) == pytest.approx(expected, rel=1e-5)
+    assert float(out.terms["influence"]) == pytest.approx(_hand_influence(old, compat.detach(), labels, label_map), rel=1e-5)
+    # φ3 equal to the reference direction: mimic 0
+    same = ModelOutput(phi3.detach() * 2.0, phi3.detach() * 2.0, None, torch.zeros(6, dtype=torch.bool))
+    assert float(m(new, None, labels, ref=same).terms["mimic"]) == pytest.approx(0.0, abs=1e-6)
+    # no reference given / reference switched off: no mimic term
+    assert "mimic" not in m(new, None, labels).terms
+    off = _prepared(old, label_map, {"use_reference": False})
+    assert "mimic" not in off(new, None, labels, ref=ref).terms
+
+
+@pytest.fixture(scope="module")
+def digits64(tmp_path_factory):
+    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    sub = splits.train.subset(np.arange(64))
+    return to_image_tensor(sub.images, sub.labels)
+
+
+def test_train_model_with_old_and_reference_models(tmp_path, digits64):
+    old = _old_model(num_classes=5)
+    torch.manual_seed(2)
+    ref = build_model(tiny_spec(geometry="euclidean")).eval()
+    method = create_alignment("bt2", {"extra_dims": 4})
+    spec = tiny_spec(geometry="euclidean", **method.model_overrides(old.spec))
+    assert spec.output_dim == 20 and spec.compat_dim == 16
+    torch.manual_seed(1)
+    model = build_model(spec)
+    label_map = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
+    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
+    with pytest.raises(CheckpointMismatchError, match="independently trained"):
+        train_model(model, digits64, cfg, method, tmp_path / "noref", old_model=old, label_map=label_map)
+    res = train_model(model, digits64, cfg, method, tmp_path / "ck", old_model=old, label_map=label_map, reference_model=ref)
+    rec = res.history[-1]
+    for key in ("influence", "mimic", "base", "loss"):
+        assert key in rec and math.isfinite(rec[key]), key
+    assert rec["loss"] == pytest.approx(rec["base"] + cfg.align_weight * (rec["influence"] + rec["mimic"]), rel=1e-5)
+    with torch.no_grad():
+        out = res.model(digits64.images[:4].float() / 255.0)
+    assert out.emb.shape == (4, 20) and out.aux["compat"].shape == (4, 16)
+    # synthesised rows for the 5 classes the old model never saw
+    assert method.old_weight.shape == (10, 16) and (method.label_map >= 0).all()

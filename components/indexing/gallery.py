@@ -13,6 +13,7 @@ PSP / LSP.
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -158,7 +159,7 @@ class GalleryEmbeddings:
                     features=str(f["features"]),
                     compat_dim=None if compat < 0 else compat,
                 )
-        except (OSError, KeyError, ValueError) as err:
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise IndexIntegrityError(f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation") from None
 
     @classmethod

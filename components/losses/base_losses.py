@@ -7,8 +7,11 @@
   positives are two views of an instance; with one view per batch we use the
   supervised form (positives = other items of the same class, SupCon-style mean).
   D_hyp is the geodesic distance on the model's hyperboloid for Lorentz models; for
-  Euclidean models z is clipped at radius r and lifted with curvature c (paper:
-  c = 0.1, r = 2.3).
+  Euclidean models z is clipped at radius r and mapped with the Poincaré exp map at
+  the origin of curvature c (paper Eq. 3: c = 0.1, r = 2.3). The Poincaré map has
+  conformal factor λ₀ = 2, so its point at tangent v lies at distance 2‖v‖ from the
+  origin; we lift 2v onto the isometric Lorentz model, which gives the same D_hyp
+  (paper Eq. 2) with our tested Lorentz primitives.
 * ``ce+mixed``: the sum (keeps a trained classifier for BCT / PSP).
 """
 
@@ -53,7 +56,8 @@ def mixed_geometry_loss(out: ModelOutput, labels: Tensor, curvature: Tensor, o: 
         h, k = out.emb.float(), curvature.float()
     else:
         norm = z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        h, k = expmap0(z * (o.clip_radius / norm).clamp(max=1.0), o.curvature), torch.tensor(o.curvature, device=z.device)
+        clipped = z * (o.clip_radius / norm).clamp(max=1.0)
+        h, k = expmap0(2.0 * clipped, o.curvature), torch.tensor(o.curvature, device=z.device)
     d_hyp = pairwise_geodesic_distance(h, h, k)
     logits = (-d_cos - o.lam * d_hyp) / o.tau
     eye = torch.eye(len(labels), dtype=torch.bool, device=labels.device)

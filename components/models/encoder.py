@@ -52,7 +52,7 @@ class EmbeddingModel(nn.Module):
         self.classifier: nn.Module
         if spec.head == "bt2":
             n = spec.compat_dim if spec.compat_dim is not None else spec.embed_dim
-            self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims)
+            self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims, spec.bt2_scale)
             self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
         elif spec.geometry == "lorentz":
             assert spec.zeta is not None

@@ -50,6 +50,7 @@ class ModelSpec:
     head: Literal["standard", "bt2"] = "standard"
     extra_dims: int = 0
     compat_dim: int | None = None
+    bt2_scale: float = 1.0  # BT² Algorithm 1's constant C (weight of φ'_new's information)
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output
     features: Literal["embedding", "psp", "lsp"] = "embedding"
 

@@ -71,6 +71,7 @@ class BCT(AlignmentLoss):
         # kept out of the module tree: the old model is frozen and never saved with the method
         self._old: list[EmbeddingModel] = [old]
         label_map = ctx.label_map.to(ctx.device).clone()
+        self.register_buffer("seen_class", label_map >= 0, persistent=False)
         clf = old.classifier
         unseen = torch.nonzero(label_map < 0).flatten()
         lorentz = isinstance(clf, LorentzMLR)
@@ -111,4 +112,5 @@ class BCT(AlignmentLoss):
             zero = new.emb.sum() * 0.0
             return LossOutput({"influence": zero}, {"bct_known_fraction": 0.0})
         loss = F.cross_entropy(self._old_logits(new.emb[known]).float(), target[known])
-        return LossOutput({"influence": loss}, {"bct_known_fraction": float(known.float().mean())})
+        # share of samples whose class the old model really saw (synthesised rows do not count)
+        return LossOutput({"influence": loss}, {"bct_known_fraction": float(self.seen_class[labels].float().mean())})

@@ -9,7 +9,10 @@ first compat_dim dimensions (φ5) are compared with the old gallery. Losses:
 * influence loss (BCT) of the frozen old classifier on normalise(φ5), so the
   compatible prefix speaks the old model's language;
 * ``mimic``: 1 − cos(φ3, φ*(x)) towards the frozen independently trained new
-  model φ* (the target BT² builds on), when ``use_reference`` (default).
+  model φ* (the target BT² builds on), when ``use_reference`` (default) and φ3 has
+  φ*'s width (along a chain φ3 widens; the term is then skipped). The paper trains
+  φ3 with the base loss only; the mimic term is design §5's "uses an independently
+  trained new model as target".
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from components.models.spec import ModelSpec
 @dataclass(frozen=True)
 class BT2Options:
     extra_dims: int = 32
+    scale_c: float = 1.0
     use_reference: bool = True
     synthesize_new_classes: bool = True
 
@@ -50,9 +54,15 @@ class BT2(BCT):
         self.requires_reference = bool(self.options.use_reference)  # type: ignore[misc]
 
     def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
+        """The BT² head over the parent's width n. Along a chain n grows by extra_dims every step, and
+        Algorithm 1 needs n − d ≤ m, so the new model's own width m grows to at least n (the paper's
+        series of updates expands the dimension in the same way)."""
         if parent is None:
             raise ConfigError("bt2 needs a parent generation; train generation 0 first")
-        return {"head": "bt2", "compat_dim": parent.output_dim, "extra_dims": self.options.extra_dims}
+        n = parent.output_dim
+        if self.options.extra_dims > n:
+            raise ConfigError(f"bt2 extra_dims ({self.options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims")
+        return {"head": "bt2", "compat_dim": n, "extra_dims": self.options.extra_dims, "embed_dim": max(parent.embed_dim, n), "bt2_scale": self.options.scale_c}
 
     def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
         if new_geometry != "euclidean" or old_geometry not in (None, "euclidean"):
@@ -69,7 +79,11 @@ class BT2(BCT):
         compat = new.aux["compat"]
         out = super().forward(ModelOutput(compat, compat, None, new.clipped), old, labels)
         terms = dict(out.terms)
+        stats = dict(out.stats)
         if self.requires_reference and ref is not None:
             phi3 = new.aux["independent"]
-            terms["mimic"] = (1.0 - (phi3 * F.normalize(ref.emb.float(), dim=-1)).sum(-1)).mean()
-        return LossOutput(terms, out.stats)
+            if phi3.shape[-1] == ref.emb.shape[-1]:
+                terms["mimic"] = (1.0 - (phi3 * F.normalize(ref.emb.float(), dim=-1)).sum(-1)).mean()
+            else:  # along a BT² chain φ3 widens beyond the reference's width: cosines would be meaningless
+                stats["mimic_skipped"] = 1.0
+        return LossOutput(terms, stats)

@@ -95,9 +95,15 @@ def test_bt2_query_uses_the_compatible_prefix_against_the_parent_gallery():
     assert not np.allclose(v, bt2.emb[:, :n], atol=1e-3)
     # against itself it uses the whole (unit) embedding
     assert np.allclose(bt2.vectors_against(bt2), bt2.emb, atol=1e-6)
-    # a prefix of the wrong width is refused; without compat_dim the widths must agree
-    assert "dimension" in _euclid(n + d, compat_dim=n + 1).incompatibility(parent)
+    # a compatible prefix narrower than the gallery is refused; without compat_dim the widths must agree
+    assert "dimension" in _euclid(n + d, compat_dim=n - 1).incompatibility(parent)
     assert "dimension" in _euclid(n + d).incompatibility(parent)
+    # nested BT² (a grandchild whose prefix covers its parent's BT² width): the first n dimensions
+    grandchild = _euclid(n + d + 2, seed=7, compat_dim=n + d)
+    assert grandchild.incompatibility(parent) is None and grandchild.incompatibility(bt2) is None
+    for g, w in ((parent, n), (bt2, n + d)):
+        e = grandchild.z[:, :w].astype(np.float64)
+        assert np.allclose(grandchild.vectors_against(g), e / np.linalg.norm(e, axis=1, keepdims=True), atol=1e-12)
     # the parent cannot query the wider BT² gallery
     assert "dimension" in parent.incompatibility(bt2)
 
@@ -134,7 +140,8 @@ def test_view_switches_features_without_touching_the_data():
     assert psp.width == 3 and g.width == 5
     assert psp.z is g.z and psp.logits is g.logits
     assert np.allclose(psp.vectors(), _hand_psp(g.logits, 3), atol=1e-12)
-    assert psp.view("embedding") == g or np.array_equal(psp.view("embedding").vectors(), g.vectors())
+    back = psp.view("embedding")
+    assert back.features == "embedding" and np.array_equal(back.vectors(), g.vectors())
     with pytest.raises(ValueError, match="features"):
         g.view("softmax")
 
@@ -181,14 +188,23 @@ def test_save_load_round_trip(tmp_path, make):
     assert np.array_equal(back.vectors(), g.vectors())
 
 
-def test_load_of_a_damaged_file_is_an_integrity_error(tmp_path):
+def test_load_of_a_missing_or_incomplete_file_is_an_integrity_error(tmp_path):
+    with pytest.raises(IndexIntegrityError, match="re-embed"):
+        GalleryEmbeddings.load(tmp_path / "missing.npz")
+    # an npz without the logits (written before PSP/LSP existed)
+    path = tmp_path / "old.npz"
+    g = _euclid(4)
+    np.savez(path, geometry=np.array("euclidean"), curvature=np.array(1.0), z=g.z, emb=g.emb, ids=g.ids, labels=g.labels, clipped=g.clipped)
+    with pytest.raises(IndexIntegrityError, match="re-embed"):
+        GalleryEmbeddings.load(path)
+
+
+def test_load_of_a_truncated_file_is_an_integrity_error(tmp_path):
     path = tmp_path / "gallery.npz"
     _euclid(4).save(path)
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(IndexIntegrityError, match="re-embed"):
         GalleryEmbeddings.load(path)
-    with pytest.raises(IndexIntegrityError):
-        GalleryEmbeddings.load(tmp_path / "missing.npz")
 
 
 def test_from_embeddings_records_features_and_the_bt2_prefix():

@@ -68,8 +68,19 @@ def _hand_influence(old, compat, labels, label_map):
 def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
     m = create_alignment("bt2", {"extra_dims": 8})
     parent = tiny_spec(geometry="euclidean", embed_dim=12)
-    assert m.model_overrides(parent) == {"head": "bt2", "compat_dim": 12, "extra_dims": 8}
-    assert create_alignment("bt2").model_overrides(parent)["extra_dims"] == 32  # default
+    over = m.model_overrides(parent)
+    assert {k: over[k] for k in ("head", "compat_dim", "extra_dims")} == {"head": "bt2", "compat_dim": 12, "extra_dims": 8}
+    assert set(over) <= {"head", "compat_dim", "extra_dims", "embed_dim", "bt2_scale"}
+    # Algorithm 1 needs n − d ≤ m: the overridden spec must be buildable
+    spec = tiny_spec(geometry="euclidean", **over)
+    assert spec.output_dim == spec.embed_dim + 8 and spec.compat_dim == 12
+    assert create_alignment("bt2").model_overrides(tiny_spec(geometry="euclidean", embed_dim=64))["extra_dims"] == 32  # default
+    # a BT² parent: the compatible prefix is its whole (m + d)-wide output
+    bt2_parent = tiny_spec(geometry="euclidean", embed_dim=12, head="bt2", compat_dim=12, extra_dims=8)
+    over2 = m.model_overrides(bt2_parent)
+    assert over2["compat_dim"] == 20
+    child = tiny_spec(geometry="euclidean", **over2)
+    assert child.compat_dim - child.extra_dims <= child.embed_dim
     with pytest.raises(ConfigError, match="parent"):
         m.model_overrides(None)
     with pytest.raises(ConfigError, match="extra_dims"):
@@ -165,3 +176,39 @@ def test_train_model_with_old_and_reference_models(tmp_path, digits64):
     assert out.emb.shape == (4, 20) and out.aux["compat"].shape == (4, 16)
     # synthesised rows for the 5 classes the old model never saw
     assert method.old_weight.shape == (10, 16) and (method.label_map >= 0).all()
+
+
+def test_bt2_parent_is_judged_by_prototypes_of_its_embedding():
+    """A BT² parent's classifier reads its φ3, not its (m+d)-wide embedding, so the influence loss of its
+    child uses unit class means of the parent's embedding as the old classifier (no bias, the spec's scale)."""
+    torch.manual_seed(0)
+    parent = build_model(_new_spec(num_classes=3, compat_dim=16, extra_dims=4)).eval()  # output_dim 20
+    parent.requires_grad_(False)
+    g = torch.Generator().manual_seed(3)
+    images = torch.rand(9, 1, 8, 8, generator=g)
+    labels = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 0])  # new labels; new label 3 is unseen by the parent
+    label_map = torch.tensor([1, 2, 0, -1])
+    method = create_alignment("bt2", {"synthesize_new_classes": False, "use_reference": False, "extra_dims": 4})
+    child_spec = tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3), **method.model_overrides(parent.spec))
+    assert child_spec.compat_dim == 20
+    method.prepare(AlignmentContext(child_spec, torch.device("cpu"), parent, label_map, lambda: iter([(images, labels)])))
+
+    with torch.no_grad():
+        emb = parent(images, with_logits=False).emb.double()
+    protos = {}
+    for new_label in (0, 1, 2):
+        mean = emb[labels == new_label].mean(0)
+        protos[int(label_map[new_label])] = (mean / mean.norm()).tolist()
+    scale = parent.spec.classifier_scale
+
+    new, compat, _ = _new_output(b=5, width=20)
+    batch = torch.tensor([0, 1, 2, 3, 2])
+    out = method(new, None, batch)
+    losses = []
+    for x, y in zip(compat.detach().double().tolist(), batch.tolist()):
+        t = int(label_map[y])
+        if t < 0:
+            continue
+        logits = [scale * sum(a * b for a, b in zip(x, protos[c])) for c in range(3)]
+        losses.append(math.log(sum(math.exp(v) for v in logits)) - logits[t])
+    assert float(out.terms["influence"]) == pytest.approx(sum(losses) / len(losses), rel=1e-4)

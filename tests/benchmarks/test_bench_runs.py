@@ -1,0 +1,117 @@
+"""Benchmarks end to end on digits with tiny real models: tables, λ selection, seeds, caching, sequential."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from bctflow.params import apply_overrides, load_params
+from benchmarks.profile import BenchSettings, Profile, load_profile
+from benchmarks.report import write_sequential_report, write_table_report
+from benchmarks.runner import Bench
+from benchmarks.scenarios import make_scenario, run_sequential, run_table
+from components.errors import ConfigError
+from tests.conftest import REPO, TINY_OVERRIDES
+
+ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
+
+
+def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
+    params = apply_overrides(
+        load_params(REPO / "params.yaml"), TINY_OVERRIDES + ["model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"]
+    )
+    bench = BenchSettings(methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], tune_weights=[0.3, 1.0], **settings)
+    profile = Profile(name="tiny", description="test", bench=bench)
+    logs: list[str] = []
+    b = Bench(profile, params, tmp / "cache", tmp / "datasets", log=logs.append)
+    b.logs = logs  # type: ignore[attr-defined]
+    return b
+
+
+CTX = {"command": "test", "profile": "tiny", "profile_description": "t", "dataset": "digits", "n_train": 0, "n_val": 0, "n_test": 0,
+       "val_fraction": 0.1, "machine": "test", "seeds": [0, 1], "epochs": {}, "tune_weights": [0.3, 1.0], "tune_tol": 0.98,
+       "date": "today", "wall_seconds": 1.0}
+
+
+def test_ext_class_table(tmp_path: Path):
+    methods = [
+        {"name": "bct", "method": "bct", "tune": True},
+        {"name": "psp", "method": "psp"},
+        {"name": "hbct", "method": "hbct", "geometry": "lorentz"},
+    ]
+    b = tiny_bench(tmp_path, methods)
+    sc = make_scenario(b, "ext_class")
+    assert sc.old_classes == [0, 1, 2, 3, 4]
+    res = run_table(b, sc)
+    names = [(r.name, r.seed) for r in res.rows]
+    assert names == [("bct", 0), ("psp", 0), ("hbct", 0), ("bct", 1), ("hbct", 1)]  # extra seed for hbct and the best baseline
+    assert res.best_baseline == "bct"
+    for r in res.rows:
+        for k in ("cmc@1", "map"):
+            den = r.ref_self[k] - r.old_self[k]
+            assert r.p_com_den[k] == pytest.approx(den)
+            if r.p_com[k] is not None:
+                assert r.p_com[k] == pytest.approx((r.cross[k] - r.old_self[k]) / den)
+            assert r.p_up[k] == pytest.approx((r.self_[k] - r.ref_self[k]) / r.ref_self[k])
+    bct = res.rows[0]
+    assert bct.weight in (0.3, 1.0) and "val" in bct.selection  # chosen on the validation split
+    psp = res.rows[1]
+    assert psp.space == "psp" and psp.p_up["map"] == 0.0 and psp.seconds == 0.0
+    hb = res.rows[2]
+    assert set(hb.diagnostics) >= {"clip_fraction_new", "in_cone_fraction", "uncertainty_old_seen", "uncertainty_old_unseen"}
+    md = write_table_report(res, CTX, tmp_path / "report")
+    text = md.read_text()
+    assert "| bct | euclidean/embedding |" in text and "P_com denominator" in text and "Seed-to-seed spread" in text
+    rows = list(csv.DictReader((tmp_path / "report" / "results.csv").open()))
+    assert {r["method"] for r in rows} == {"bct", "psp", "hbct"} and len(rows) == 5 * 3
+    # a second run is served from the cache: same numbers, nothing trained
+    b2 = tiny_bench(tmp_path, methods)
+    res2 = run_table(b2, make_scenario(b2, "ext_class"))
+    assert not any(m.strip().startswith("training") for m in b2.logs)  # type: ignore[attr-defined]
+    assert [r.cross for r in res2.rows] == [r.cross for r in res.rows]
+
+
+def test_simplex_method_not_applicable_when_class_order_does_not_extend(tmp_path: Path):
+    b = tiny_bench(tmp_path, [{"name": "lsp", "method": "lsp"}], old_class_fraction=0.5)
+    sc = make_scenario(b, "ext_class")
+    # an old model whose class order is not a prefix of the new one
+    from dataclasses import replace as dc_replace
+
+    sc = dc_replace(sc, old_classes=[3, 1, 2])
+    res = run_table(b, sc)
+    assert res.rows[0].selection == "not applicable" and "extends" in res.rows[0].note
+
+
+def test_sequential_matrix_and_summary(tmp_path: Path):
+    methods = [{"name": "bct", "method": "bct"}, {"name": "bt2", "method": "bt2", "options": {"extra_dims": 8}}, {"name": "psp", "method": "psp"}]
+    b = tiny_bench(tmp_path, methods, sequential_stages=3, sequential_switch_at=2, sequential_methods=["independent", "bct", "bt2", "psp"])
+    res = run_sequential(b)
+    assert res.stages == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6], list(range(10))]
+    for name in ("independent", "bct", "bt2", "psp"):
+        mat = res.matrices[name]["map"]
+        assert all(mat[t][k] is not None for t in range(3) for k in range(t + 1))  # BT² prefixes nest, so every pair is comparable
+        lower = [mat[t][k] for t in range(3) for k in range(t + 1)]
+        s = res.summary[name]["map"]
+        assert s["aa"] == pytest.approx(sum(lower) / len(lower))
+        ok = [mat[t][k] > mat[k][k] for t in range(3) for k in range(t)]
+        assert s["ac"] == pytest.approx(sum(ok) / 3)
+    md = write_sequential_report(res, CTX, tmp_path / "seq")
+    assert (tmp_path / "seq" / "compat_matrix_map.png").stat().st_size > 1000
+    assert "| bt2 |" in md.read_text()
+    data = json.loads((tmp_path / "seq" / "results.json").read_text())
+    assert set(data["summary"]) == {"independent", "bct", "bt2", "psp"}
+
+
+def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
+    for name in ("cpu", "gpu"):
+        prof, params = load_profile(name, REPO / "params.yaml")
+        assert prof.bench.methods and params.data.dataset in ("fashion_mnist", "cifar100")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bench: {methods: [], old_arch: {backbone: resnet18}, new_arch: {backbone: resnet18}, typo: 1}\n")
+    with pytest.raises(ConfigError, match="typo"):
+        load_profile(str(bad))
+    with pytest.raises(ConfigError, match="available: cpu, gpu"):
+        load_profile("no-such-profile")

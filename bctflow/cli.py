@@ -285,6 +285,110 @@ def lineage(
 
 
 @app.command()
+def backfill(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    generation: Optional[int] = typer.Option(None, "--generation", help="re-embed with this generation (default: the production generation)"),
+    fraction: float = typer.Option(1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"),
+    order: Optional[str] = typer.Option(None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
+    force: bool = typer.Option(False, "--force", help="partial backfill with a generation whose compatibility with the live gallery was not established"),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
+    from bctflow.pipeline.backfill import plan_backfill
+    from bctflow.pipeline.preflight import open_store_readonly
+
+    h = resolve_home(home)
+    overrides = list(set_ or [])
+    try:
+        p = _load(params, overrides)
+        if not (h / "lineage.db").exists() and not p.lineage.db_url:
+            raise BctflowError(f"no lineage in {h}; run `bctflow run` first, or pass --home")
+        store = open_store_readonly(p, Workspace(h))
+        try:  # validate now (clear error, no Prefect server); the flow plans again and resumes the same work
+            plan = plan_backfill(p, Workspace(h), store, target=generation, fraction=fraction, order=order, seed=seed, force=force)
+        finally:
+            store.close()
+    except BctflowError as err:
+        _fail(err)
+    configure_environment(h)
+    from flows.backfill import backfill as backfill_flow
+
+    console.print(f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of {plan.chunk_size}")
+    state = backfill_flow(home=str(h), params_path=str(params), overrides=overrides, generation=plan.target, fraction=fraction, order=order, seed=seed, force=force, return_state=True)
+    if state.is_failed():
+        try:
+            state.result()
+        except BctflowError as err:
+            _fail(err)
+        except Exception as err:  # noqa: BLE001
+            err_console.print(f"[bold red]backfill failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
+            raise typer.Exit(1)
+    res = state.result()
+    console.print(
+        f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
+        f"({res['reembedded']} items re-embedded, {res['chunks_resumed']}/{res['chunks']} chunks resumed from an earlier run); "
+        f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
+    )
+
+
+@app.command()
+def promote(
+    generation: int = typer.Argument(..., help="generation id to serve as `production`"),
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    force: bool = typer.Option(False, "--force", help="override a failed promotion gate (recorded in the lineage)"),
+    by: Optional[str] = typer.Option(None, "--by", help="who promotes (default: the login name)"),
+    reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
+) -> None:
+    """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
+    import getpass
+
+    from bctflow.pipeline.promotion import promote as do_promote
+
+    h = resolve_home(home)
+    try:
+        p = _load(params, [])
+        res = do_promote(p, Workspace(h), generation, force=force, by=by or getpass.getuser(), reason=reason)
+    except BctflowError as err:
+        _fail(err)
+    console.print(f"generation {res['generation']} (version {res['version']}) is production{' — FORCED past the gate' if res['forced'] else ''}; "
+                  f"recorded by {res['by']} at {res['at']}")
+    if not res["live_gallery_accepts_queries"]:
+        console.print(f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with it); "
+                      f"run `bctflow backfill --generation {generation}` before serving its queries")
+
+
+@app.command()
+def schedule(
+    home: Optional[Path] = HomeOpt,
+    params: Path = ParamsOpt,
+    serve: bool = typer.Option(False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"),
+) -> None:
+    """Nightly retraining: show the schedule and how to run it, or serve it (`--serve`)."""
+    h = resolve_home(home)
+    try:
+        p = _load(params, [])
+    except BctflowError as err:
+        _fail(err)
+    sch = p.schedule
+    if not serve:
+        console.print(f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters changed.")
+        console.print("  serve it from this process:      bctflow schedule --serve")
+        console.print("  or deploy it to a Prefect server: prefect server start  (another shell)")
+        console.print("                                   prefect work-pool create bctflow --type process")
+        console.print("                                   prefect deploy --all && prefect worker start --pool bctflow")
+        return
+    configure_environment(h)
+    from flows.nightly import nightly_generation
+
+    from prefect.schedules import Cron
+
+    nightly_generation.serve(name="nightly", schedule=Cron(sch.cron, timezone=sch.timezone), parameters={"home": str(h), "params_path": str(params)})
+
+
+@app.command()
 def bench(
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"),
     scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential"),

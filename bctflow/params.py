@@ -156,6 +156,12 @@ class BackfillParams(_Strict):
     zeta_ceiling: float | None = 3.0
     max_generations_since_backfill: int | None = None
     clip_fraction_max: float | None = Field(0.9, ge=0.0, le=1.0)
+    # --- operations (design §7 "A backfill"): bctflow backfill
+    restart_zeta: bool = True  # a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
+    chunk_size: int = Field(256, gt=0)  # items embedded per persisted chunk (resume granularity)
+    retain_versions: int = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
+    throttle_seconds: float = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
+    order: Literal["uncertainty", "random", "oldest"] = "uncertainty"  # partial backfill: what first
 
 
 class TrackingParams(_Strict):
@@ -166,6 +172,13 @@ class TrackingParams(_Strict):
 
 class LineageParams(_Strict):
     db_url: str | None = None  # default sqlite:///<home>/lineage.db
+
+
+class ScheduleParams(_Strict):
+    """Nightly retraining (prefect.yaml's deployment uses the same values; a test keeps them in sync)."""
+
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
 
 
 class IndexParams(_Strict):
@@ -184,6 +197,7 @@ class Params(_Strict):
     backfill: BackfillParams = BackfillParams()
     tracking: TrackingParams = TrackingParams()
     lineage: LineageParams = LineageParams()
+    schedule: ScheduleParams = ScheduleParams()
 
     @model_validator(mode="after")
     def _unique_generation_names(self) -> "Params":
@@ -283,7 +297,14 @@ def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def params_digest(params: Params, *, exclude: tuple[str, ...] = ("generations", "tracking", "lineage")) -> str:
-    """A stable sha256 of the parameters that shape a model (for change detection)."""
-    raw = {k: v for k, v in params.as_dict().items() if k not in exclude}
-    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+#: the sections that shape a trained model; a change in any of them is a reason to retrain
+MODEL_SHAPING = ("data", "model", "geometry", "train", "alignment")
+#: entries inside those sections that do not change what is trained
+NOT_SHAPING = {("data", "root"), ("data", "download"), ("train", "device"), ("train", "keep_checkpoints"), ("train", "eval_batch_size")}
+
+
+def params_digest(params: Params) -> str:
+    """A stable sha256 of the parameters that shape a model (nightly change detection, run keys)."""
+    raw = params.as_dict()
+    shaped = {sec: {k: v for k, v in raw[sec].items() if (sec, k) not in NOT_SHAPING} for sec in MODEL_SHAPING}
+    return hashlib.sha256(json.dumps(shaped, sort_keys=True).encode()).hexdigest()

@@ -8,6 +8,8 @@
   datasets/           downloaded / cached datasets (unless data.root)
   generations/gen_NNN committed generations: model.pt, gallery.npz, index/, metrics.json, plots
   staging/gen_NNN     work in progress (moved into generations/ on commit)
+  live/               CURRENT (the live-gallery pointer) and backfilled index versions index-vNNN/
+  backfills/bf_NNN    work in progress of a backfill (chunks, resumable)
   prefect/            PREFECT_HOME for the ephemeral Prefect server
 """
 
@@ -56,6 +58,15 @@ class Workspace:
     @property
     def mlflow_artifacts(self) -> Path:
         return self.home / "mlartifacts"
+
+    @property
+    def live_dir(self) -> Path:
+        """The live gallery: the CURRENT pointer and the backfilled index versions."""
+        return self.home / "live"
+
+    @property
+    def backfills_dir(self) -> Path:
+        return self.home / "backfills"
 
     @property
     def prefect_home(self) -> Path:

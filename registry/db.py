@@ -7,6 +7,12 @@ Tables
 * ``zeta_steps``         the ζ lineage: parent ζ, Δζ, ζ, restarts
 * ``backfill_decisions`` the decision per generation, with reasons and every rule's check
 * ``gallery_pointers``   which generation's index serves the live gallery (latest row wins)
+* ``backfill_events``    every backfill: from/to generation, full or partial, counts, duration
+* ``promotions``         which generation the `production` alias pointed to, when, by whom, forced or not
+* ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
+
+Schema changes are additive; :func:`upgrade_schema` adds new nullable columns to
+an existing database.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ __all__ = [
     "ZetaStep",
     "BackfillDecision",
     "GalleryPointer",
+    "BackfillEvent",
+    "Promotion",
+    "CompatSummary",
     "utcnow",
+    "upgrade_schema",
     "SCHEMA_VERSION",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -62,6 +72,8 @@ class Generation(Base):
     index_path: Mapped[str] = mapped_column(String(1024))
     reference_checkpoint_path: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     params_digest: Mapped[str] = mapped_column(String(64))
+    data_fingerprint: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    promoted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     mlflow_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
     mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -139,6 +151,56 @@ class GalleryPointer(Base):
     index_path: Mapped[str] = mapped_column(String(1024))
     reason: Mapped[str] = mapped_column(String(256))
     switched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    #: the model whose embeddings fill the gallery (a rescaled copy after a ζ restart)
+    model_checkpoint: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    zeta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compatible_generations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    backfill_id: Mapped[int | None] = mapped_column(ForeignKey("backfill_events.id"), nullable=True)
+
+
+class BackfillEvent(Base):
+    __tablename__ = "backfill_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    from_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    to_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # full | partial
+    fraction: Mapped[float] = mapped_column(Float)
+    order: Mapped[str] = mapped_column(String(16))
+    total: Mapped[int] = mapped_column(Integer)
+    reembedded: Mapped[int] = mapped_column(Integer)
+    index_path: Mapped[str] = mapped_column(String(1024))
+    zeta_restarted: Mapped[bool] = mapped_column(Boolean, default=False)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    duration_s: Mapped[float] = mapped_column(Float)
+
+
+class Promotion(Base):
+    __tablename__ = "promotions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    previous_generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    forced: Mapped[bool] = mapped_column(Boolean, default=False)
+    by: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(1024))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CompatSummary(Base):
+    __tablename__ = "compat_summaries"
+    __table_args__ = (UniqueConstraint("as_of_generation_id", "metric"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    as_of_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    metric: Mapped[str] = mapped_column(String(32))
+    generation_ids: Mapped[list[Any]] = mapped_column(JSON)
+    matrix: Mapped[list[Any]] = mapped_column(JSON)
+    ac: Mapped[float | None] = mapped_column(Float, nullable=True)
+    aa: Mapped[float | None] = mapped_column(Float, nullable=True)
+    aca: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class SchemaInfo(Base):
@@ -146,3 +208,20 @@ class SchemaInfo(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
+
+
+def upgrade_schema(engine: Any) -> list[str]:
+    """Create missing tables and add missing *nullable* columns to existing ones. Returns what was added."""
+    from sqlalchemy import inspect, text
+
+    Base.metadata.create_all(engine)
+    added = []
+    insp = inspect(engine)
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            have = {c["name"] for c in insp.get_columns(table.name)}
+            for col in table.columns:
+                if col.name not in have and col.nullable:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
+                    added.append(f"{table.name}.{col.name}")
+    return added

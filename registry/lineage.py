@@ -28,8 +28,12 @@ from registry.db import (
     GalleryPointer,
     Generation,
     GenerationMetric,
+    BackfillEvent,
+    CompatSummary,
+    Promotion,
     SchemaInfo,
     ZetaStep,
+    upgrade_schema,
 )
 
 __all__ = [
@@ -39,6 +43,9 @@ __all__ = [
     "DecisionRecord",
     "ZetaRecord",
     "GenerationBundle",
+    "PointerRecord",
+    "CompatRecord",
+    "BackfillRecord",
     "RETRIEVAL_METRICS",
 ]
 
@@ -67,6 +74,8 @@ class GenerationRecord:
     params_digest: str
     reference_checkpoint_path: str | None = None
     train_seconds: float | None = None
+    data_fingerprint: str | None = None
+    promoted: bool | None = None
     mlflow_model: str | None = None
     mlflow_version: str | None = None
     mlflow_run_id: str | None = None
@@ -99,6 +108,45 @@ class DecisionRecord:
 
 
 @dataclass
+class PointerRecord:
+    """A live-gallery pointer: which index serves, embedded by which model, queried by which generations."""
+
+    generation_id: int
+    index_path: str
+    reason: str
+    model_checkpoint: str | None = None
+    zeta: float | None = None
+    compatible_generations: list[int] = field(default_factory=list)
+    backfill_id: int | None = None
+
+
+@dataclass
+class CompatRecord:
+    metric: str
+    generation_ids: list[int]
+    matrix: list[list[float | None]]
+    ac: float | None
+    aa: float | None
+    aca: float | None
+
+
+@dataclass
+class BackfillRecord:
+    from_generation_id: int
+    to_generation_id: int
+    kind: str
+    fraction: float
+    order: str
+    total: int
+    reembedded: int
+    index_path: str
+    zeta_restarted: bool
+    metrics: dict[str, Any]
+    started_at: Any
+    duration_s: float
+
+
+@dataclass
 class GenerationBundle:
     generation: GenerationRecord
     evaluations: list[EvaluationRecord] = field(default_factory=list)
@@ -106,8 +154,9 @@ class GenerationBundle:
     diagnostics: dict[str, float | None] = field(default_factory=dict)
     zeta: ZetaRecord | None = None
     decision: DecisionRecord | None = None
-    make_live: bool = False
-    live_reason: str = ""
+    pointer: PointerRecord | None = None
+    compat: list[CompatRecord] = field(default_factory=list)
+    promotion: tuple[int | None, str] | None = None  # (previous production generation, reason) when the gate promotes
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -134,7 +183,7 @@ class LineageStore:
         except (SQLAlchemyError, ValueError) as err:
             raise LineageError(f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL") from None
         _sqlite_pragmas(self.engine)
-        Base.metadata.create_all(self.engine)
+        upgrade_schema(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         with self._sessions.begin() as s:
             info = s.get(SchemaInfo, 1)
@@ -142,6 +191,8 @@ class LineageStore:
                 s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
             elif info.version > SCHEMA_VERSION:
                 raise LineageError(f"lineage database {url} has schema v{info.version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade bctflow")
+            elif info.version < SCHEMA_VERSION:
+                info.version = SCHEMA_VERSION
 
     def close(self) -> None:
         self.engine.dispose()
@@ -180,9 +231,85 @@ class LineageStore:
         with self._sessions() as s:
             return s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1))
 
+    def live_pointers(self) -> list[GalleryPointer]:
+        with self._sessions() as s:
+            return list(s.scalars(select(GalleryPointer).order_by(GalleryPointer.id)))
+
     def live_generation_id(self) -> int | None:
         p = self.live_pointer()
         return None if p is None else p.generation_id
+
+    def production_generation_id(self) -> int | None:
+        """The generation the `production` alias points to (latest promotion)."""
+        with self._sessions() as s:
+            return s.scalar(select(Promotion.generation_id).order_by(Promotion.id.desc()).limit(1))
+
+    def promotions(self) -> list[Promotion]:
+        with self._sessions() as s:
+            return list(s.scalars(select(Promotion).order_by(Promotion.id)))
+
+    def backfills(self) -> list[BackfillEvent]:
+        with self._sessions() as s:
+            return list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
+
+    def compat_summaries(self, as_of: int | None = None) -> list[CompatSummary]:
+        with self._sessions() as s:
+            q = select(CompatSummary)
+            if as_of is not None:
+                q = q.where(CompatSummary.as_of_generation_id == as_of)
+            return list(s.scalars(q.order_by(CompatSummary.id)))
+
+    def decision(self, gen_id: int) -> BackfillDecision | None:
+        with self._sessions() as s:
+            return s.scalar(select(BackfillDecision).where(BackfillDecision.generation_id == gen_id))
+
+    def record_promotion(self, gen_id: int, *, forced: bool, by: str, reason: str, before_commit: Callable[[], None] | None = None) -> None:
+        """Record that `production` now points to ``gen_id`` (one transaction; ``before_commit`` moves the alias)."""
+        prev = self.production_generation_id()
+        try:
+            with self._sessions.begin() as s:
+                g = s.get(Generation, gen_id)
+                if g is None:
+                    raise LineageError(f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones")
+                g.promoted = True
+                s.add(Promotion(generation_id=gen_id, previous_generation_id=prev, forced=forced, by=by, reason=reason))
+                s.flush()
+                if before_commit is not None:
+                    before_commit()
+        except SQLAlchemyError as err:
+            raise LineageError(f"promotion of generation {gen_id} failed and was rolled back ({err})") from err
+
+    def record_backfill(
+        self, event: BackfillRecord, pointer: PointerRecord, retire: list[int], before_commit: Callable[[], None] | None = None, promote: bool = False
+    ) -> int:
+        """Record a finished backfill and switch the live pointer (one transaction). Returns the event id.
+
+        ``promote``: the target also becomes the production generation (after a full backfill).
+        """
+        prev = self.production_generation_id()
+        try:
+            with self._sessions.begin() as s:
+                ev = BackfillEvent(**asdict(event))
+                s.add(ev)
+                s.flush()
+                pointer.backfill_id = ev.id
+                s.add(GalleryPointer(**asdict(pointer)))
+                if promote:
+                    target = s.get(Generation, event.to_generation_id)
+                    if target is not None:
+                        target.promoted = True
+                    s.add(Promotion(generation_id=event.to_generation_id, previous_generation_id=prev, forced=False, by="backfill",
+                                    reason=f"full backfill {ev.id}: the live gallery now holds its embeddings"))
+                for gid in retire:
+                    g = s.get(Generation, gid)
+                    if g is not None:
+                        g.status = "retired"
+                s.flush()
+                if before_commit is not None:
+                    before_commit()
+                return int(ev.id)
+        except SQLAlchemyError as err:
+            raise LineageError(f"recording the backfill failed and was rolled back ({err}); the live gallery was not switched") from err
 
     def serving_generation_ids(self) -> list[int]:
         with self._sessions() as s:
@@ -231,8 +358,13 @@ class LineageStore:
                     s.add(ZetaStep(generation_id=g.id, **asdict(bundle.zeta)))
                 if bundle.decision is not None:
                     s.add(BackfillDecision(generation_id=g.id, **asdict(bundle.decision)))
-                if bundle.make_live:
-                    s.add(GalleryPointer(generation_id=g.id, index_path=g.index_path, reason=bundle.live_reason or "first generation"))
+                if bundle.pointer is not None:
+                    s.add(GalleryPointer(**asdict(bundle.pointer)))
+                for c in bundle.compat:
+                    s.add(CompatSummary(as_of_generation_id=g.id, **asdict(c)))
+                if bundle.promotion is not None:
+                    prev, reason = bundle.promotion
+                    s.add(Promotion(generation_id=g.id, previous_generation_id=prev, forced=False, by="gate", reason=reason))
                 s.flush()
                 if before_commit is not None:
                     before_commit()
@@ -249,6 +381,12 @@ class LineageStore:
             decisions = {d.generation_id: d for d in s.scalars(select(BackfillDecision))}
             zetas = {z.generation_id: z for z in s.scalars(select(ZetaStep))}
             live = s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1))
+            production = s.scalar(select(Promotion).order_by(Promotion.id.desc()).limit(1))
+            promotions = list(s.scalars(select(Promotion).order_by(Promotion.id)))
+            compat: dict[int, dict[str, Any]] = {}
+            for c in s.scalars(select(CompatSummary).order_by(CompatSummary.id)):
+                compat.setdefault(c.as_of_generation_id, {})[c.metric] = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
+            backfills = list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
 
         table: dict[tuple[int, str, int, str], dict[str, float]] = {}
         for e in evals:
@@ -264,10 +402,10 @@ class LineageStore:
             vals = table.get((q, qr, g, gr))
             return {k: vals[k] for k in RETRIEVAL_METRICS if k in vals} if vals else None
 
-        def pair(gid: int, prefix: str) -> dict[str, float | None] | None:
+        def pair(gid: int, prefix: str, keys: tuple[str, ...] = DERIVED_METRICS) -> dict[str, float | None] | None:
             d = derived.get(gid, {})
-            vals = {k: d.get(f"{prefix}/{k}") for k in DERIVED_METRICS}
-            return vals if any(f"{prefix}/{k}" in d for k in DERIVED_METRICS) else None
+            vals = {k: d.get(f"{prefix}/{k}") for k in keys}
+            return vals if any(f"{prefix}/{k}" in d for k in keys) else None
 
         out = []
         for g in gens:
@@ -287,6 +425,19 @@ class LineageStore:
                     "parent": p,
                     "status": g.status,
                     "live": live is not None and live.generation_id == g.id,
+                    "live_gallery_accepts_queries": live is not None and g.id in (live.compatible_generations or [live.generation_id]),
+                    "promoted": bool(g.promoted),
+                    "production": production is not None and production.generation_id == g.id,
+                    "promotions": [
+                        {"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()} for pr in promotions if pr.generation_id == g.id
+                    ],
+                    "backfills": [
+                        {"id": b.id, "kind": b.kind, "from": b.from_generation_id, "fraction": b.fraction, "order": b.order, "total": b.total,
+                         "reembedded": b.reembedded, "zeta_restarted": b.zeta_restarted, "duration_s": b.duration_s, "metrics": b.metrics,
+                         "finished_at": b.finished_at.isoformat()}
+                        for b in backfills if b.to_generation_id == g.id
+                    ],
+                    "compatibility": compat.get(g.id),
                     "alignment": g.alignment,
                     "geometry": g.geometry,
                     "zeta": g.zeta,
@@ -312,7 +463,7 @@ class LineageStore:
                     "metrics": {
                         "self": block(g.id, "model", g.id),
                         "cross": block(g.id, "model", p),
-                        "parent_self": block(p, "model", p) if p is not None else None,
+                        "parent_self": (pair(g.id, "parent_self", RETRIEVAL_METRICS) or block(p, "model", p)) if p is not None else None,
                         "p_com": pair(g.id, "p_com"),
                         "p_com_denominator": pair(g.id, "p_com_denominator"),
                         "p_up": pair(g.id, "p_up"),

@@ -203,6 +203,28 @@ class MlflowRegistry:
         with _quiet_mlflow():
             self._client().set_registered_model_alias(self.model_name, alias, version)
 
+    def delete_alias(self, alias: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        with _quiet_mlflow(), contextlib.suppress(MlflowException):
+            self._client().delete_registered_model_alias(self.model_name, alias)
+
+    def set_tags(self, version: str, tags: dict[str, str]) -> None:
+        """Update lineage tags of a registered version (e.g. promotion status)."""
+        with _quiet_mlflow():
+            client = self._client()
+            for k, v in tags.items():
+                client.set_model_version_tag(self.model_name, version, k, v[:5000])
+
+    def alias_version(self, alias: str) -> str | None:
+        from mlflow.exceptions import MlflowException
+
+        with _quiet_mlflow():
+            try:
+                return str(self._client().get_model_version_by_alias(self.model_name, alias).version)
+            except MlflowException:
+                return None
+
     def rollback(self, result: RegistrationResult) -> None:
         """Undo a registration (the lineage commit after it failed)."""
         with _quiet_mlflow():

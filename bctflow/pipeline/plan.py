@@ -34,7 +34,12 @@ ROLES = ("model", "reference")
 
 @dataclass(frozen=True)
 class ParentRef:
-    """The generation whose embeddings fill the live gallery (the new one aligns to it)."""
+    """The generation whose embeddings fill the live gallery (the new one aligns to it).
+
+    ``checkpoint`` / ``zeta`` are those of the model that embedded the live gallery:
+    the generation's own, or its rescaled copy after a ζ-restarting backfill.
+    ``gallery``: the live gallery's embeddings (gallery.npz beside the live index).
+    """
 
     id: int
     name: str
@@ -60,6 +65,8 @@ class GenerationPlan:
     geometry: str
     zeta: float | None
     delta_zeta: float
+    zeta_prev: float | None
+    zeta_restarted: bool
     classes: tuple[int, ...] | str
     fraction: float
     backbone: str
@@ -110,20 +117,37 @@ def _run_key(gen_id: int, parent: ParentRef | None, spec: GenerationSpec, alignm
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _parent_ref(store: LineageStore, gen_id: int) -> ParentRef:
-    g = store.generation(gen_id)
+def _parent_ref(store: LineageStore) -> ParentRef | None:
+    """The live gallery's generation and model, from the newest live pointer (None: empty lineage)."""
+    ptr = store.live_pointer()
+    if ptr is None:
+        return None
+    g = store.generation(ptr.generation_id)
     return ParentRef(
         id=g.id,
         name=g.name,
-        checkpoint=g.checkpoint_path,
-        gallery=str(Path(g.index_path).parent / "gallery.npz"),
-        zeta=g.zeta,
+        checkpoint=ptr.model_checkpoint or g.checkpoint_path,
+        gallery=str(Path(ptr.index_path).parent / "gallery.npz"),
+        zeta=ptr.zeta if ptr.zeta is not None else g.zeta,
         curvature=g.curvature,
         geometry=g.geometry,
         embed_dim=g.embed_dim,
         class_order=tuple(g.class_order),
         mlflow_version=g.mlflow_version,
     )
+
+
+def _zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
+    """ζ the next generation grows from: the newest generation's, or ζ₀ after a ζ-restarting backfill since."""
+    gens = store.generations()
+    if not gens:
+        return None, False
+    newest = gens[-1]
+    ptr = store.live_pointer()
+    restart = next((b for b in reversed(store.backfills()) if b.zeta_restarted), None)
+    if restart is not None and ptr is not None and ptr.backfill_id == restart.id and restart.to_generation_id >= newest.id:
+        return ptr.zeta, True
+    return newest.zeta, False
 
 
 def _check_parent_checkpoint(parent: ParentRef) -> None:
@@ -163,7 +187,7 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
     """Decide and validate the next generation. Writes nothing."""
     get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
-    live = store.live_generation_id()
+    parent = _parent_ref(store)
     spec = spec or GenerationSpec(name=f"g{gen_id}")
     if store.generation_by_name(spec.name) is not None:
         raise ConfigError(f"a generation named {spec.name!r} already exists in the lineage; choose another --name")
@@ -172,18 +196,19 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
     geometry = params.model.geometry
     requested = spec.alignment or params.alignment.method
     create_alignment(requested, params.alignment.options.get(requested))  # ConfigError: unknown name / bad options, even for generation 0
-    if live is None:
-        parent = None
+    zeta_prev, restarted = _zeta_prev(store)
+    if parent is None:
         alignment = "independent"
         if requested != "independent":
             notes.append(f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1")
         zeta = g.zeta0 if geometry == "lorentz" else None
         since = 0
     else:
-        parent = _parent_ref(store, live)
         alignment = requested
-        zeta = (parent.zeta if parent.zeta is not None else g.zeta0) + g.delta_zeta if geometry == "lorentz" else None
-        since = sum(1 for gid in store.serving_generation_ids() if gid > live) + 1
+        zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if geometry == "lorentz" else None
+        since = sum(1 for gid in store.serving_generation_ids() if gid > parent.id) + 1
+        if restarted:
+            notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
     method = create_alignment(alignment, params.alignment.options.get(alignment))  # ConfigError: unknown name / bad options
     method.check_models(
         geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim
@@ -206,6 +231,8 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
         geometry=geometry,
         zeta=zeta,
         delta_zeta=g.delta_zeta,
+        zeta_prev=zeta_prev if parent is not None else None,
+        zeta_restarted=restarted,
         classes=tuple(spec.classes) if isinstance(spec.classes, list) else spec.classes,
         fraction=spec.fraction,
         backbone=spec.backbone or params.model.backbone,

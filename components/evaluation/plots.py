@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["uncertainty_histogram", "training_curves"]
+__all__ = ["uncertainty_histogram", "training_curves", "compat_heatmap"]
 
 
 def _plt():
@@ -54,6 +54,27 @@ def training_curves(path: Path, history: list[dict[str, float]], title: str) -> 
     a2.set_ylim(-0.02, 1.02)
     a2.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def compat_heatmap(path: Path, matrix: list[list[float | None]], labels: list[str], title: str) -> Path:
+    """Lower-triangular compatibility matrix C[t][k] (query model t, gallery model k) as an annotated heatmap."""
+    plt = _plt()
+    m = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * n, 0.8 + 0.55 * n), dpi=110)
+    ax.imshow(m, vmin=0.0, vmax=1.0, cmap="viridis")
+    for (i, j), v in np.ndenumerate(m):
+        if not np.isnan(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
+    ax.set_xticks(range(n), labels, fontsize=7)
+    ax.set_yticks(range(n), labels, fontsize=7)
+    ax.set_xlabel("gallery embedded by", fontsize=8)
+    ax.set_ylabel("queries embedded by", fontsize=8)
+    ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -56,7 +56,7 @@ class EmbeddingModel(nn.Module):
             self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
         elif spec.geometry == "lorentz":
             assert spec.zeta is not None
-            self.head = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature)
+            self.head = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature, spec.tangent_scale)
             self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
         else:
             self.head = EuclideanHead(feat_dim, spec.embed_dim)

@@ -27,9 +27,9 @@ class HeadOutput:
     aux: dict[str, Tensor] = field(default_factory=dict)
 
 
-def rescale_and_clip(z: Tensor, zeta: float) -> tuple[Tensor, Tensor]:
-    """Design §3: z ← z/√d, then z ← z·min(1, ζ/‖z‖). ``z``: (B, d) → ((B, d), clipped (B,))."""
-    z = z / math.sqrt(z.shape[-1])
+def rescale_and_clip(z: Tensor, zeta: float, scale: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Design §3: z ← z/√d (·scale), then z ← z·min(1, ζ/‖z‖). ``z``: (B, d) → ((B, d), clipped (B,))."""
+    z = z * (scale / math.sqrt(z.shape[-1]))
     norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
     scale = (zeta / norm.clamp_min(torch.finfo(z.dtype).tiny)).clamp(max=1.0)
     return z * scale, (norm.squeeze(-1) >= zeta)
@@ -59,10 +59,11 @@ class LorentzHead(nn.Module):
 
     geometry = "lorentz"
 
-    def __init__(self, in_features: int, embed_dim: int, zeta: float, curvature: float, learn_curvature: bool = False) -> None:
+    def __init__(self, in_features: int, embed_dim: int, zeta: float, curvature: float, learn_curvature: bool = False, tangent_scale: float = 1.0) -> None:
         super().__init__()
         self.proj = nn.Linear(in_features, embed_dim)
         self.zeta = float(zeta)
+        self.tangent_scale = float(tangent_scale)
         log_k = torch.tensor(math.log(curvature))
         if learn_curvature:
             self.log_k = nn.Parameter(log_k)
@@ -76,7 +77,7 @@ class LorentzHead(nn.Module):
     def forward(self, feats: Tensor) -> HeadOutput:
         z = self.proj(feats)
         with torch.autocast(device_type=z.device.type, enabled=False):
-            z, clipped = rescale_and_clip(z.float(), self.zeta)
+            z, clipped = rescale_and_clip(z.float(), self.zeta, self.tangent_scale)
             h = expmap0(z, self.curvature.float())
         return HeadOutput(z, h, clipped)
 

@@ -22,6 +22,7 @@ IDENTITY_FIELDS = (
     "geometry",
     "curvature",
     "zeta",
+    "tangent_scale",
     "num_classes",
     "class_order",
 )
@@ -51,6 +52,9 @@ class ModelSpec:
     extra_dims: int = 0
     compat_dim: int | None = None
     bt2_scale: float = 1.0  # BT² Algorithm 1's constant C (weight of φ'_new's information)
+    #: Lorentz: z ← (z/√d)·tangent_scale before the clip. A ζ-restarting backfill serves a generation
+    #: rescaled into the ζ₀ ball: tangent_scale = ζ₀/ζ_g and zeta = ζ₀, i.e. exactly its embeddings × ζ₀/ζ_g
+    tangent_scale: float = 1.0
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output
     features: Literal["embedding", "psp", "lsp"] = "embedding"
 

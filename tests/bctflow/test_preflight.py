@@ -15,7 +15,7 @@ from bctflow.workspace import Workspace
 from components.errors import CheckpointMismatchError, ConfigError, DataError
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
-from registry.lineage import GenerationBundle, GenerationRecord, LineageStore, ZetaRecord
+from registry.lineage import PointerRecord, GenerationBundle, GenerationRecord, LineageStore, ZetaRecord
 from tests.helpers import tiny_spec
 
 
@@ -68,7 +68,7 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
         architecture={}, geometry="lorentz", alignment="independent", hyperparameters={}, zeta=1.0, curvature=1.0,
         embed_dim=16, checkpoint_path=str(ckpt), index_path=str(ws.generation_dir(0) / "index"), params_digest="x",
     )
-    store.commit_generation(GenerationBundle(rec, zeta=ZetaRecord(None, 0.0, 1.0), make_live=True))
+    store.commit_generation(GenerationBundle(rec, zeta=ZetaRecord(None, 0.0, 1.0), pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0])))
     return home, store
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from components.errors import LineageError
 from registry.lineage import (
+    PointerRecord,
     DecisionRecord,
     EvaluationRecord,
     GenerationBundle,
@@ -38,7 +39,7 @@ def two_generations(store: LineageStore) -> None:
             evaluations=evals(0, 0, {"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.6}),
             zeta=ZetaRecord(None, 0.0, 1.0),
             decision=DecisionRecord(False, [], [], None),
-            make_live=True,
+            pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]),
         )
     )
     store.commit_generation(
@@ -84,7 +85,7 @@ def test_json_export_has_the_documented_schema(tmp_path: Path):
 
 def test_failure_before_commit_writes_nothing(tmp_path: Path):
     store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
-    bundle = GenerationBundle(record(0, None, 1.0), evaluations=evals(0, 0, {"map": 0.5}), zeta=ZetaRecord(None, 0.0, 1.0), make_live=True)
+    bundle = GenerationBundle(record(0, None, 1.0), evaluations=evals(0, 0, {"map": 0.5}), zeta=ZetaRecord(None, 0.0, 1.0), pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]))
 
     def boom() -> None:
         raise RuntimeError("disk full while moving artifacts")
@@ -101,7 +102,7 @@ def test_database_error_rolls_back_everything(tmp_path: Path):
     store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
     dup = evals(0, 0, {"map": 0.5}) * 2
     with pytest.raises(LineageError, match="rolled back"):
-        store.commit_generation(GenerationBundle(record(0, None, 1.0), evaluations=dup, make_live=True))
+        store.commit_generation(GenerationBundle(record(0, None, 1.0), evaluations=dup, pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0])))
     assert store.count() == 0
     with store.transaction() as s:
         assert s.execute(text("select count(*) from gallery_pointers")).scalar() == 0

@@ -1,0 +1,39 @@
+"""Shared access for the steps: the prepared dataset, the lineage store, the MLflow registry."""
+
+from __future__ import annotations
+
+from bctflow.params import Params
+from bctflow.pipeline.plan import GenerationPlan
+from bctflow.workspace import Workspace
+from components.data.base import DatasetSplits
+from components.data.prepare import prepared_splits
+from registry.lineage import LineageStore
+from registry.tracking import MlflowRegistry
+
+__all__ = ["load_splits", "store_for", "registry_for", "METRICS", "DERIVED"]
+
+METRICS = ("cmc@1", "cmc@5", "map")
+DERIVED = ("cmc@1", "map")
+
+
+def load_splits(p: Params, ws: Workspace) -> DatasetSplits:
+    d = p.data
+    return prepared_splits(
+        d.dataset, str(ws.datasets_dir(p)), download=d.download, test_fraction=d.test_fraction, split_seed=d.split_seed,
+        image_size=d.image_size, path=d.path, max_train_per_class=d.max_train_per_class, max_test_per_class=d.max_test_per_class,
+    )
+
+
+def store_for(plan_or_params: GenerationPlan | Params, ws: Workspace | None = None) -> LineageStore:
+    if isinstance(plan_or_params, GenerationPlan):
+        return LineageStore(plan_or_params.workspace.lineage_url(plan_or_params.p))
+    assert ws is not None
+    return LineageStore(ws.lineage_url(plan_or_params))
+
+
+def registry_for(p: Params, ws: Workspace) -> MlflowRegistry:
+    return MlflowRegistry(ws.mlflow_uri(p), p.tracking.experiment, p.tracking.registered_model, ws.mlflow_artifacts)
+
+
+def registry_for(p: Params, ws: Workspace) -> MlflowRegistry:
+    return MlflowRegistry(ws.mlflow_uri(p), p.tracking.experiment, p.tracking.registered_model, ws.mlflow_artifacts)

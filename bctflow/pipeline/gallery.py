@@ -1,0 +1,35 @@
+"""Step 3: embed the gallery (the test split) and build the generation's FAISS index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bctflow.pipeline.context import load_splits
+from bctflow.pipeline.plan import GenerationPlan
+from bctflow.pipeline.results import Gallery, Trained
+from components.evaluation.diagnostics import clip_fraction
+from components.indexing import GalleryIndex
+from components.indexing.gallery import GalleryEmbeddings
+from components.models import load_model
+from components.training import embed_images
+
+__all__ = ["build_gallery"]
+
+
+def build_gallery(plan: GenerationPlan, trained: Trained) -> Gallery:
+    """Embed the gallery (the test split) and, for the generation's own model, build its FAISS index."""
+    p, ws = plan.p, plan.workspace
+    splits = load_splits(p, ws)
+    model = load_model(Path(trained.checkpoint))
+    emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device)
+    gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
+    out_dir = plan.role_dir(trained.role)
+    gal.save(out_dir / "gallery.npz")
+    index_dir = None
+    if trained.role == "model":
+        index = GalleryIndex.build(
+            gal.vectors(), gal.ids, geometry=gal.retrieval_geometry, curvature=trained.curvature, generation=plan.gen_id
+        )
+        index_dir = str(index.save(out_dir / "index"))
+    cf = clip_fraction(emb.clipped) if plan.geometry == "lorentz" else None
+    return Gallery(trained.role, str(out_dir / "gallery.npz"), index_dir, len(gal), cf)

@@ -1,0 +1,54 @@
+"""What each step of a generation hands to the next (small, picklable records of paths and numbers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.lineage import CompatRecord, DecisionRecord, EvaluationRecord
+
+__all__ = ["Snapshot", "Trained", "Gallery", "Evaluation"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    manifest: str
+    data_hash: str
+    class_order: tuple[int, ...]
+    class_names: tuple[str, ...]
+    n_train: int
+
+
+@dataclass(frozen=True)
+class Trained:
+    role: str
+    checkpoint: str
+    history: list[dict[str, float]]
+    seconds: float
+    device: str
+    resumed_from: int | None
+    curvature: float
+    output_dim: int
+    stored_dim: int
+
+
+@dataclass(frozen=True)
+class Gallery:
+    role: str
+    path: str
+    index_dir: str | None
+    count: int
+    clip_fraction: float | None
+
+
+@dataclass
+class Evaluation:
+    evaluations: list[EvaluationRecord]
+    derived: dict[str, float | None]
+    diagnostics: dict[str, float | None]
+    decision: DecisionRecord
+    summary: dict[str, Any]
+    artifacts: list[str] = field(default_factory=list)
+    compat: list[CompatRecord] = field(default_factory=list)
+    compatible: bool = True  # the empirical criterion held against the live gallery (queries may search it)

@@ -1,0 +1,98 @@
+"""The live gallery: which index version serves queries, switched atomically.
+
+``<root>/CURRENT`` is a small JSON pointer ``{"index": <dir>, "generation": g,
+"version": n, "compatible_generations": [...], ...}`` replaced with an atomic
+rename, so a reader sees either the old or the new index, never a mixture. The
+old index directory keeps serving readers that already opened it and is only
+deleted by retention after the switch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.indexing.faiss_index import GalleryIndex
+from components.io import atomic_write_text
+
+__all__ = ["LiveGallery", "POINTER"]
+
+POINTER = "CURRENT"
+
+
+class LiveGallery:
+    """Reads and switches the live index pointer under ``root`` and answers queries through it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._cache: tuple[str, GalleryIndex] | None = None
+
+    @property
+    def pointer_path(self) -> Path:
+        return self.root / POINTER
+
+    def pointer(self) -> dict[str, Any] | None:
+        if not self.pointer_path.exists():
+            return None
+        try:
+            return json.loads(self.pointer_path.read_text())
+        except json.JSONDecodeError as err:
+            raise IndexIntegrityError(f"live pointer {self.pointer_path} is not valid JSON ({err}); restore it from the lineage (bctflow lineage)") from None
+
+    def switch(self, index_dir: Path, **meta: Any) -> dict[str, Any]:
+        """Point the live gallery at ``index_dir`` (atomic). Returns the new pointer."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        prev = self.pointer()
+        body = {"index": str(Path(index_dir).resolve()), "version": (prev or {}).get("version", -1) + 1, **meta}
+        atomic_write_text(self.pointer_path, json.dumps(body, indent=1, default=str) + "\n")
+        return body
+
+    def restore(self, pointer: dict[str, Any] | None) -> None:
+        """Put a previous pointer back (undo of a switch whose lineage commit failed)."""
+        if pointer is None:
+            self.pointer_path.unlink(missing_ok=True)
+        else:
+            atomic_write_text(self.pointer_path, json.dumps(pointer, indent=1, default=str) + "\n")
+
+    def index(self) -> GalleryIndex:
+        """The live index, with the query generations the pointer allows."""
+        p = self.pointer()
+        if p is None:
+            raise IndexIntegrityError(f"there is no live gallery under {self.root}; create generation 0 first (bctflow run)")
+        key = json.dumps(p, sort_keys=True, default=str)
+        if self._cache is None or self._cache[0] != key:
+            idx = GalleryIndex.load(Path(p["index"]))
+            gens = tuple(int(g) for g in p.get("compatible_generations", [idx.manifest.generation]))
+            self._cache = (key, idx.with_compatible_generations(gens))
+        return self._cache[1]
+
+    def search(self, queries: np.ndarray, k: int, *, query_generation: int) -> tuple[np.ndarray, np.ndarray]:
+        """Search the live gallery with vectors of ``query_generation`` (refused unless the pointer allows it)."""
+        idx = self.index()
+        if query_generation not in idx.manifest.compatible_generations:
+            p = self.pointer() or {}
+            raise IncompatibleQueryError(
+                f"generation {query_generation} is not compatible with the live gallery (embedded by generation {p.get('generation')}; "
+                f"it accepts queries of generations {list(idx.manifest.compatible_generations)}); backfill the gallery with it or query with a compatible generation"
+            )
+        return idx.search(queries, k, query_generation=query_generation)
+
+    def versions(self) -> list[Path]:
+        return sorted(p for p in self.root.glob("index-v*") if p.is_dir())
+
+    def next_version_dir(self) -> Path:
+        nums = [int(p.name.removeprefix("index-v")) for p in self.versions() if p.name.removeprefix("index-v").isdigit()]
+        return self.root / f"index-v{(max(nums) + 1) if nums else 1:03d}"
+
+    def prune(self, keep: int) -> list[Path]:
+        """Delete backfill index versions beyond the newest ``keep``, never the live one."""
+        live = Path((self.pointer() or {}).get("index", "")).resolve()
+        victims = [p for p in self.versions()[:-keep] if p.resolve() != live] if keep > 0 else []
+        for p in victims:
+            shutil.rmtree(p, ignore_errors=True)
+        return victims

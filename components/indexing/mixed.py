@@ -1,0 +1,74 @@
+"""Mixed galleries for partial backfill: some items re-embedded by a newer generation, the rest kept.
+
+A mixed gallery is one :class:`GalleryEmbeddings` (every vector in one space:
+the same geometry, width and curvature) plus a per-item generation stamp.
+:func:`backfill_order` decides which items to re-embed first:
+
+* ``uncertainty``: highest hyperbolic uncertainty of the *current* vector first
+  (u = 1 − tanh(√K‖z‖), HBCT Eq. (10)): the items the old model was least sure
+  about gain most from the new model — bctflow's uncertainty-prioritised backfill;
+* ``random``: a seeded permutation;
+* ``oldest``: items embedded by the oldest generation first (ties random).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from components.indexing.gallery import GalleryEmbeddings
+
+__all__ = ["backfill_order", "mix_galleries", "ORDERS", "item_uncertainty"]
+
+ORDERS = ("uncertainty", "random", "oldest")
+
+
+def item_uncertainty(g: GalleryEmbeddings) -> np.ndarray:
+    """Per-item hyperbolic uncertainty (N,) of Lorentz embeddings (HBCT Eq. (10), normalised form)."""
+    if g.geometry != "lorentz" or g.features != "embedding":
+        raise ValueError("uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use order 'random' or 'oldest'")
+    norms = np.linalg.norm(g.z.astype(np.float64), axis=1)
+    return 1.0 - np.tanh(np.sqrt(g.curvature) * norms)
+
+
+def backfill_order(current: GalleryEmbeddings, order: str, seed: int = 0, stamps: np.ndarray | None = None) -> np.ndarray:
+    """Positions (N,) of the gallery items in the order they should be re-embedded."""
+    n = len(current)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    if order == "random":
+        return perm
+    if order == "uncertainty":
+        u = item_uncertainty(current)
+        return perm[np.argsort(-u[perm], kind="stable")]  # random tie-break, highest uncertainty first
+    if order == "oldest":
+        st = np.zeros(n, dtype=np.int64) if stamps is None else np.asarray(stamps)
+        return perm[np.argsort(st[perm], kind="stable")]
+    raise ValueError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
+
+
+def mix_galleries(current: GalleryEmbeddings, part: GalleryEmbeddings, positions: np.ndarray) -> GalleryEmbeddings:
+    """``current`` with the items at ``positions`` replaced by ``part``'s rows (``part`` row i = item ``positions[i]``).
+
+    Both must live in one retrieval space (same geometry, features and width; the
+    curvature of ``current`` is kept); otherwise a partial backfill is impossible
+    and the whole gallery must be re-embedded.
+    """
+    pos = np.asarray(positions, dtype=np.int64)
+    if not np.array_equal(part.ids, current.ids[pos]):
+        raise ValueError("the replacement rows are not the selected gallery items; embed exactly those items with the new model")
+    if (current.geometry, current.features, current.z.shape[1]) != (part.geometry, part.features, part.z.shape[1]):
+        raise ValueError(
+            f"cannot mix {current.geometry}/{current.features}/d={current.z.shape[1]} with "
+            f"{part.geometry}/{part.features}/d={part.z.shape[1]} vectors in one index; run a full backfill instead"
+        )
+
+    def put(base: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        out = base.copy()
+        out[pos] = rows
+        return out
+
+    same_classes = current.logits.shape[1] == part.logits.shape[1]
+    logits = put(current.logits, part.logits) if same_classes else np.zeros((len(current), 0), np.float32)
+    return replace(current, z=put(current.z, part.z), emb=put(current.emb, part.emb), clipped=put(current.clipped, part.clipped), logits=logits)

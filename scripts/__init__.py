@@ -1,0 +1,1 @@
+"""Runnable example sessions (also exercised by the tests)."""

@@ -1,0 +1,98 @@
+"""The live-gallery pointer (atomic switch, query refusal) and mixed galleries for partial backfill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.geometry import expmap0
+from components.indexing import GalleryIndex
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import LiveGallery
+from components.indexing.mixed import backfill_order, item_uncertainty, mix_galleries
+
+
+def lorentz_gallery(seed: int, n: int = 40, d: int = 8, scale: float = 1.0) -> GalleryEmbeddings:
+    rng = np.random.default_rng(seed)
+    z = (rng.normal(size=(n, d)) * scale * rng.uniform(0.1, 1.0, size=(n, 1))).astype(np.float32)
+    emb = expmap0(torch.from_numpy(z).double()).float().numpy()
+    return GalleryEmbeddings("lorentz", 1.0, z, emb, np.arange(n, dtype=np.int64), rng.integers(0, 4, n), np.zeros(n, bool), np.zeros((n, 4), np.float32))
+
+
+def build(tmp: Path, g: GalleryEmbeddings, gen: int) -> Path:
+    return GalleryIndex.build(g.vectors(), g.ids, geometry="lorentz", curvature=1.0, generation=gen).save(tmp / f"idx{gen}")
+
+
+def test_switch_is_atomic_and_restore_undoes_it(tmp_path: Path):
+    live = LiveGallery(tmp_path / "live")
+    assert live.pointer() is None
+    with pytest.raises(IndexIntegrityError, match="no live gallery"):
+        live.index()
+    a, b = build(tmp_path, lorentz_gallery(0), 0), build(tmp_path, lorentz_gallery(1), 1)
+    p0 = live.switch(a, generation=0, compatible_generations=[0])
+    assert p0["version"] == 0 and live.index().manifest.generation == 0
+    p1 = live.switch(b, generation=1, compatible_generations=[1])
+    assert p1["version"] == 1 and live.index().manifest.generation == 1
+    assert not list((tmp_path / "live").glob(".*tmp"))  # no temp files left by the atomic writes
+    live.restore(p0)
+    assert live.pointer() == p0 and live.index().manifest.generation == 0
+
+
+def test_queries_of_undeclared_generations_are_refused(tmp_path: Path):
+    g = lorentz_gallery(0)
+    live = LiveGallery(tmp_path / "live")
+    live.switch(build(tmp_path, g, 0), generation=0, compatible_generations=[0, 2])
+    q = g.vectors()[:3].astype(np.float32)
+    _, ids = live.search(q, 1, query_generation=2)  # declared compatible
+    assert (ids[:, 0] == g.ids[:3]).all()
+    with pytest.raises(IncompatibleQueryError, match="generation 1 is not compatible with the live gallery"):
+        live.search(q, 1, query_generation=1)  # same dimension, never declared: the silent model swap
+
+
+def test_prune_keeps_the_newest_versions_and_never_the_live_one(tmp_path: Path):
+    live = LiveGallery(tmp_path / "live")
+    dirs = []
+    for i in range(4):
+        v = live.next_version_dir()
+        v.mkdir(parents=True)
+        dirs.append(v)
+    live.switch(dirs[0], generation=0)  # an old version is live
+    removed = live.prune(keep=2)
+    assert sorted(p.name for p in removed) == ["index-v002"]
+    assert dirs[0].exists() and dirs[2].exists() and dirs[3].exists()
+
+
+def test_uncertainty_order_puts_the_least_certain_items_first():
+    g = lorentz_gallery(3, scale=2.0)
+    u = item_uncertainty(g)
+    order = backfill_order(g, "uncertainty", seed=0)
+    assert sorted(order.tolist()) == list(range(len(g)))
+    assert np.all(np.diff(u[order]) <= 1e-12)  # non-increasing uncertainty
+    assert np.allclose(u, 1 - np.tanh(np.linalg.norm(g.z.astype(np.float64), axis=1)))
+    r1, r2 = backfill_order(g, "random", seed=1), backfill_order(g, "random", seed=1)
+    assert np.array_equal(r1, r2) and not np.array_equal(r1, order)
+    stamps = np.array([2, 0, 1] * 13 + [0])
+    oldest = backfill_order(g, "oldest", seed=0, stamps=stamps)
+    assert np.all(np.diff(stamps[oldest]) >= 0)
+    with pytest.raises(ValueError, match="unknown backfill order"):
+        backfill_order(g, "newest")
+
+
+def test_mix_takes_the_selected_items_from_the_new_gallery():
+    old, new = lorentz_gallery(0), lorentz_gallery(1)
+    pos = np.array([0, 5, 7])
+    part = GalleryEmbeddings(new.geometry, 1.0, new.z[pos], new.emb[pos], new.ids[pos], new.labels[pos], new.clipped[pos], new.logits[pos])
+    mixed = mix_galleries(old, part, pos)
+    assert np.array_equal(mixed.z[pos], new.z[pos])
+    rest = np.setdiff1d(np.arange(len(old)), pos)
+    assert np.array_equal(mixed.z[rest], old.z[rest]) and np.array_equal(mixed.ids, old.ids)
+    eu = GalleryEmbeddings("euclidean", 1.0, old.z[pos], old.z[pos], old.ids[pos], old.labels[pos], old.clipped[pos], old.logits[pos])
+    with pytest.raises(ValueError, match="full backfill"):
+        mix_galleries(old, eu, pos)
+    with pytest.raises(ValueError, match="not the selected gallery items"):
+        mix_galleries(old, part, pos[::-1])

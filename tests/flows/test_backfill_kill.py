@@ -1,0 +1,93 @@
+"""Issue 4 acceptance 2: SIGKILL a backfill half-way, rerun it, and the live index answers correctly throughout.
+
+A real `bctflow backfill` subprocess (its own Prefect server), a throttle so the kill lands between chunks, and
+queries against the live gallery from this process the whole time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from bctflow.params import apply_overrides, load_params
+from bctflow.workspace import Workspace
+from components.errors import IncompatibleQueryError
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import LiveGallery
+from flows.new_generation import new_generation
+from registry.lineage import LineageStore
+from tests.conftest import REPO, TINY_OVERRIDES
+
+BIN = Path(sys.executable).parent
+
+
+def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_harness, tmp_path: Path):
+    params = tmp_path / "params.yaml"
+    over = TINY_OVERRIDES + ["backfill.chunk_size=40", "backfill.throttle_seconds=0.4"]
+    params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), over).as_dict()))
+    home = tmp_path / "ws"
+    new_generation(home=str(home), params_path=str(params), spec={"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    new_generation(home=str(home), params_path=str(params), spec={"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
+    ws = Workspace(home)
+    live = LiveGallery(ws.live_dir)
+    g0 = GalleryEmbeddings.load(ws.generation_dir(0) / "gallery.npz")
+    queries = g0.vectors()[:25].astype(np.float32)
+    _, expected = live.search(queries, 5, query_generation=0)
+    assert expected.shape == (25, 5) and np.isin(expected, g0.ids).all()
+
+    def check_live() -> str:
+        """The live gallery answers: old answers while generation 0 serves, generation 1's after the switch."""
+        ptr = live.pointer()
+        if ptr["generation"] == 0:
+            _, got = live.search(queries, 5, query_generation=0)
+            assert np.array_equal(got, expected)
+            return "old"
+        try:
+            live.search(queries, 5, query_generation=0)
+        except IncompatibleQueryError:
+            return "new"
+        raise AssertionError("generation 0 queries were accepted after the switch to generation 1")
+
+    chunks = ws.backfills_dir / "in_progress" / "chunks"
+    cmd = [str(BIN / "bctflow"), "backfill", "--home", str(home), "--params", str(params), "--generation", "1"]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 240
+    while (not chunks.exists() or len(list(chunks.glob("chunk_*.npz"))) < 3) and time.time() < deadline:
+        assert first.poll() is None, first.stdout.read().decode()[-3000:]
+        assert check_live() == "old"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    done_at_kill = len(list(chunks.glob("chunk_*.npz")))
+    assert 3 <= done_at_kill < 14  # 539 items / 40 per chunk = 14 chunks: killed half-way
+    assert check_live() == "old" and live.pointer()["generation"] == 0
+    assert LineageStore(f"sqlite:///{home / 'lineage.db'}").backfills() == []
+
+    second = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    seen = set()
+    while second.poll() is None and time.time() < deadline + 240:
+        seen.add(check_live())
+        time.sleep(0.1)
+    out = second.stdout.read().decode()
+    assert second.returncode == 0, out[-3000:]
+    assert f"{done_at_kill}/14 chunks resumed" in out.replace("\n", " ") or f"{done_at_kill}/14 chunks resumed" in " ".join(out.split())
+    assert check_live() == "new"
+    events = LineageStore(f"sqlite:///{home / 'lineage.db'}").backfills()
+    assert len(events) == 1 and events[0].reembedded == events[0].total == 539 and events[0].to_generation_id == 1
+    # generation 1 queries now search the new, verified index of generation 1's (rescaled) embeddings
+    from components.indexing import GalleryIndex
+
+    new_dir = Path(live.pointer()["index"])
+    index = GalleryIndex.load(new_dir)
+    assert index.ntotal == 539 and index.manifest.generation == 1
+    served = GalleryEmbeddings.load(new_dir.parent / "gallery.npz")
+    q1 = served.vectors()[:25].astype(np.float32)
+    assert np.array_equal(live.search(q1, 5, query_generation=1)[1], index.search(q1, 5, query_generation=1)[1])

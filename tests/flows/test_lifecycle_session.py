@@ -1,0 +1,139 @@
+"""Issue 4 acceptance 1, 3–4: the scripted session (scripts/lifecycle_session.py) under real Prefect, MLflow,
+SQLAlchemy, FAISS and DVC with tiny models — ζ lineage, a full backfill with ζ restart, the compatibility
+matrix in MLflow, partial backfill with uncertainty ordering, and the promotion gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from bctflow.cli import app
+from bctflow.params import apply_overrides, load_params
+from bctflow.pipeline.promotion import promote
+from bctflow.workspace import Workspace
+from components.errors import ConfigError, IncompatibleQueryError
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import LiveGallery
+from components.indexing.mixed import item_uncertainty
+from flows.backfill import backfill
+from registry.lineage import LineageStore
+from scripts.lifecycle_session import CHAIN_AFTER, CHAIN_BEFORE, run_session
+from tests.conftest import REPO, TINY_OVERRIDES
+
+# ζ above 1.3 fails the ceiling rule: generations 2–4 and 6 are certain to fail the promotion gate
+SESSION = TINY_OVERRIDES + ["backfill.zeta_ceiling=1.3", "backfill.chunk_size=100"]
+
+
+@pytest.fixture(scope="module")
+def session(prefect_harness, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("session")
+    params = tmp / "params.yaml"
+    params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), SESSION).as_dict()))
+    home = tmp / "ws"
+    gens = run_session(home, params)
+    return home, params, gens
+
+
+def store(home: Path) -> LineageStore:
+    return LineageStore(f"sqlite:///{home / 'lineage.db'}")
+
+
+def test_zeta_climbs_then_restarts_after_the_backfill(session):
+    _, _, gens = session
+    assert [g["name"] for g in gens] == [s["name"] for s in CHAIN_BEFORE + CHAIN_AFTER]
+    assert [g["zeta"] for g in gens] == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8, 1.2, 1.4])
+    assert [g["zeta_step"]["restarted"] for g in gens] == [False] * 5 + [True, False]
+    assert gens[5]["zeta_step"]["parent_zeta"] == pytest.approx(1.0)  # the rescaled gallery sits in the ζ0 ball
+    assert all(g["parent"] == 0 for g in gens[1:5]) and all(g["parent"] == 4 for g in gens[5:])
+
+
+def test_the_full_backfill_is_recorded_and_switched(session):
+    home, _, gens = session
+    g4 = gens[4]
+    assert len(g4["backfills"]) == 1
+    b = g4["backfills"][0]
+    assert (b["kind"], b["from"], b["reembedded"], b["zeta_restarted"]) == ("full", 0, b["total"], True)
+    assert b["total"] == 539 and b["duration_s"] > 0 and b["metrics"]["share_embedded_by_target"] == 1.0
+    assert [g["status"] for g in gens] == ["retired"] * 4 + ["serving"] * 3
+    assert g4["live"] and g4["production"]  # the backfill target serves the gallery and the queries
+    assert any(p["by"] == "backfill" for p in g4["promotions"])
+    ptr = LiveGallery(Workspace(home).live_dir).pointer()
+    assert ptr["generation"] == 4 and Path(ptr["index"]).parent.name.startswith("index-v") and ptr["zeta"] == pytest.approx(1.0)
+    # the live gallery holds generation 4's embeddings rescaled by ζ0/ζ4 = 1.0/1.8
+    own = GalleryEmbeddings.load(Workspace(home).generation_dir(4) / "gallery.npz")
+    served = GalleryEmbeddings.load(Path(ptr["index"]).parent / "gallery.npz")
+    assert np.allclose(served.z, own.z * (1.0 / 1.8), atol=1e-5)
+
+
+def test_compatibility_matrix_and_chain_are_in_mlflow(session):
+    home, _, gens = session
+    g6 = gens[6]
+    comp = g6["compatibility"]["map"]
+    assert comp["generations"] == [4, 5, 6]
+    mat = comp["matrix"]
+    assert all(mat[t][k] is not None for t in range(3) for k in range(t + 1))
+    ok = [mat[t][k] > mat[k][k] for t in range(3) for k in range(t)]
+    assert comp["ac"] == pytest.approx(sum(ok) / 3)
+    assert comp["aa"] == pytest.approx(np.mean([mat[t][k] for t in range(3) for k in range(t + 1)]))
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri, uri)
+    run = client.get_run(g6["mlflow_run_id"])
+    assert run.data.metrics["compat/map/ac"] == pytest.approx(comp["ac"])
+    assert {"compat_matrix.png", "uncertainty.png", "metrics.json"} <= {a.path for a in client.list_artifacts(g6["mlflow_run_id"])}
+    v = client.get_model_version("bctflow-embedder", g6["mlflow_version"])
+    assert "ζ=1.80" in v.description and "⟲ full backfill with g4" in v.description and "g6 [hbct, ζ=1.40" in v.description
+    assert v.tags["bctflow.promotion"].startswith("not promoted: ") and "ceiling" in v.tags["bctflow.promotion"]
+    assert str(client.get_model_version_by_alias("bctflow-embedder", "gallery").version) == gens[4]["mlflow_version"]
+
+
+def test_promotion_gate_and_forced_override(session):
+    home, params, gens = session
+    p = load_params(params)
+    g6 = gens[6]
+    assert g6["backfill_required"] and not g6["promoted"] and not g6["production"]
+    with pytest.raises(ConfigError, match="failed the promotion gate .*ceiling.*--force"):
+        promote(p, Workspace(home), 6, by="tester")
+    res = CliRunner().invoke(app, ["promote", "6", "--home", str(home), "--params", str(params), "--force", "--by", "tester", "--reason", "demo"])
+    assert res.exit_code == 0, res.output
+    assert "FORCED past the gate" in res.output
+    after = store(home).to_json()[6]
+    assert after["production"] and after["promoted"]
+    last = after["promotions"][-1]
+    assert last["forced"] and last["by"] == "tester" and last["reason"] == "demo" and last["at"]
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri, uri)
+    assert str(client.get_model_version_by_alias("bctflow-embedder", "production").version) == g6["mlflow_version"]
+    assert client.get_model_version("bctflow-embedder", g6["mlflow_version"]).tags["bctflow.promotion"].startswith("promoted (forced by tester")
+    out = CliRunner().invoke(app, ["lineage", "--home", str(home), "--params", str(params)]).output
+    assert "REQUIRED" in out and "ceiling" in out
+
+
+def test_partial_backfill_by_uncertainty_mixes_generations(session):
+    home, params, gens = session
+    ws = Workspace(home)
+    live = LiveGallery(ws.live_dir)
+    before = live.pointer()
+    old = GalleryEmbeddings.load(Path(before["index"]).parent / "gallery.npz")
+    if 6 not in before["compatible_generations"]:
+        with pytest.raises(Exception, match="not compatible with it"):
+            backfill(home=str(home), params_path=str(params), generation=6, fraction=0.3, order="uncertainty")
+        assert live.pointer() == before
+    res = backfill(home=str(home), params_path=str(params), generation=6, fraction=0.3, order="uncertainty", force=True)
+    assert res["kind"] == "partial" and res["reembedded"] == round(0.3 * 539)
+    ptr = live.pointer()
+    stamps = np.load(Path(ptr["index"]).parent / "stamps.npy")
+    assert set(np.unique(stamps)) == {4, 6} and (stamps == 6).sum() == res["reembedded"]
+    u = item_uncertainty(old)  # the items re-embedded first were the least certain under the old vectors
+    assert u[stamps == 6].min() >= u[stamps == 4].max() - 1e-12
+    q = GalleryEmbeddings.load(ws.generation_dir(6) / "gallery.npz")
+    _, ids = live.search(q.vectors_against(old)[:5].astype(np.float32), 3, query_generation=6)
+    assert ids.shape == (5, 3)
+    with pytest.raises(IncompatibleQueryError, match="generation 4 is not compatible with the live gallery"):
+        live.search(old.vectors()[:5].astype(np.float32), 3, query_generation=4)
+    ev = store(home).to_json()[6]["backfills"][-1]
+    assert ev["kind"] == "partial" and ev["order"] == "uncertainty" and ev["metrics"]["forced"] is (6 not in before["compatible_generations"])

@@ -19,8 +19,8 @@ from bctflow.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
-# piped output (CI logs, `| tee`) gets 120 columns instead of rich's default 80
-console = Console(width=None if sys.stdout.isatty() else 120)
+# piped output (CI logs, `| tee`) gets 140 columns instead of rich's default 80
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")
@@ -391,7 +391,7 @@ def schedule(
 @app.command()
 def bench(
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"),
-    scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential"),
+    scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"),
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"),
     tag: Optional[str] = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
     home: Optional[Path] = HomeOpt,
@@ -433,8 +433,8 @@ def bench(
                 raw["methods"] = [m for m in raw["methods"] if m["name"] in wanted]
                 raw["sequential_methods"] = [m for m in raw["sequential_methods"] if m == "independent" or m in wanted]
             prof = prof.model_copy(update={"bench": type(prof.bench).model_validate(raw)})
-        if scenario not in SCENARIOS:
-            raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(SCENARIOS)}")
+        if scenario not in SCENARIOS + ("partial_backfill",):
+            raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(SCENARIOS + ('partial_backfill',))}")
     except BctflowError as err:
         _fail(err)
     h = resolve_home(home)
@@ -460,7 +460,13 @@ def bench(
         "tune_tol": prof.bench.tune_self_tolerance,
         "date": datetime.date.today().isoformat(),
     }
-    if scenario == "sequential":
+    if scenario == "partial_backfill":
+        from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
+
+        curve = run_partial_backfill(b)
+        ctx["wall_seconds"] = time.perf_counter() - t0
+        md = write_partial_report(curve, ctx, folder)
+    elif scenario == "sequential":
         res = run_sequential(b)
         ctx["wall_seconds"] = time.perf_counter() - t0
         md = write_sequential_report(res, ctx, folder)

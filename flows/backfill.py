@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from bctflow.params import apply_overrides, load_params
 from bctflow.pipeline import backfill as bf
 from bctflow.pipeline.context import store_for
+from bctflow.progress import progress_bar
 from bctflow.workspace import Workspace
 from flows.transient import retry_condition
 
@@ -43,13 +44,14 @@ def plan_task(home: str, params_path: str, overrides: list[str], target: int | N
 def embed_task(plan: bf.BackfillPlan) -> tuple[int, int]:
     log = get_run_logger()
 
-    def on_chunk(i: int, n: int, resumed: bool) -> None:
-        if resumed:
-            return
-        if (i + 1) % max(1, n // 10) == 0 or i + 1 == n:
-            log.info("chunk %d/%d embedded", i + 1, n)
+    with progress_bar(f"backfill with g{plan.target}: chunks", plan.n_chunks) as advance:
 
-    before, total = bf.embed_chunks(plan, on_chunk)
+        def on_chunk(i: int, n: int, resumed: bool) -> None:
+            advance(1)
+            if not resumed and ((i + 1) % max(1, n // 10) == 0 or i + 1 == n):
+                log.info("chunk %d/%d embedded", i + 1, n)
+
+        before, total = bf.embed_chunks(plan, on_chunk)
     if before:
         log.info("resumed: %d of %d chunks were already embedded by an earlier run", before, total)
     return before, total

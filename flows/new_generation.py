@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from bctflow.params import GenerationSpec, apply_overrides, load_params
 from bctflow.pipeline import steps
 from bctflow.pipeline.plan import GenerationPlan, make_plan
+from bctflow.progress import progress_bar
 from bctflow.report import generation_markdown
 from bctflow.workspace import Workspace
 from flows.transient import retry_condition
@@ -52,18 +53,23 @@ def snapshot_task(plan: GenerationPlan) -> steps.Snapshot:
 def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str) -> steps.Trained:
     log = get_run_logger()
 
-    def on_epoch(epoch: int, rec: dict) -> None:
-        terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
-        log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
+    with progress_bar(f"g{plan.gen_id} {role}: epochs", plan.epochs) as advance:
 
-    trained = steps.train_role(plan, snap, role, on_epoch)
+        def on_epoch(epoch: int, rec: dict) -> None:
+            terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
+            log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
+            advance(1)
+
+        trained = steps.train_role(plan, snap, role, on_epoch)
     log.info("[%s] trained on %s in %.1fs", role, trained.device, trained.seconds)
     return trained
 
 
 @task(name="embed-and-index", cache_policy=NO_CACHE)
 def gallery_task(plan: GenerationPlan, trained: steps.Trained) -> steps.Gallery:
-    return steps.build_gallery(plan, trained)
+    n = len(steps.load_splits(plan.p, plan.workspace).test)
+    with progress_bar(f"g{plan.gen_id} {trained.role}: embedding the gallery", n) as advance:
+        return steps.build_gallery(plan, trained, on_batch=advance)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from bctflow.pipeline.context import load_splits
 from bctflow.pipeline.plan import GenerationPlan
@@ -16,12 +17,12 @@ from components.training import embed_images
 __all__ = ["build_gallery"]
 
 
-def build_gallery(plan: GenerationPlan, trained: Trained) -> Gallery:
+def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[int], None] | None = None) -> Gallery:
     """Embed the gallery (the test split) and, for the generation's own model, build its FAISS index."""
     p, ws = plan.p, plan.workspace
     splits = load_splits(p, ws)
     model = load_model(Path(trained.checkpoint))
-    emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device)
+    emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device, on_batch=on_batch)
     gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
     out_dir = plan.role_dir(trained.role)
     gal.save(out_dir / "gallery.npz")

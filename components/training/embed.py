@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -29,8 +30,10 @@ class Embeddings:
 
 
 @torch.no_grad()
-def embed_images(model: EmbeddingModel, images: np.ndarray, batch_size: int = 512, device: str = "auto") -> Embeddings:
-    """Embed (N, H, W, C) uint8 images. The model is used in eval mode."""
+def embed_images(
+    model: EmbeddingModel, images: np.ndarray, batch_size: int = 512, device: str = "auto", on_batch: Callable[[int], None] | None = None
+) -> Embeddings:
+    """Embed (N, H, W, C) uint8 images. The model is used in eval mode. ``on_batch(n)`` after each batch of n."""
     dev = select_device(device)  # type: ignore[arg-type]
     model = prepare_module(model, dev).eval()
     data = to_image_tensor(images, np.zeros(len(images), dtype=np.int64), pin=dev.type == "cuda")
@@ -42,6 +45,8 @@ def embed_images(model: EmbeddingModel, images: np.ndarray, batch_size: int = 51
         embs.append(out.emb.float().cpu())
         clips.append(out.clipped.cpu())
         logits.append(out.logits.float().cpu())  # type: ignore[union-attr]
+        if on_batch is not None:
+            on_batch(len(x))
     return Embeddings(
         torch.cat(zs).numpy(), torch.cat(embs).numpy(), torch.cat(clips).numpy(), torch.cat(logits).numpy()
     )

@@ -115,3 +115,21 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
         load_profile(str(bad))
     with pytest.raises(ConfigError, match="available: cpu, gpu"):
         load_profile("no-such-profile")
+
+
+def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
+    from benchmarks.partial_backfill import FRACTIONS, run_partial_backfill, write_partial_report
+
+    b = tiny_bench(tmp_path, [{"name": "hbct", "method": "hbct", "geometry": "lorentz"}])
+    res = run_partial_backfill(b, random_seeds=2)
+    assert res.fractions == list(FRACTIONS)
+    old = b.train_model("old/lorentz", b.selection(list(range(5))), geometry="lorentz", arch=b.settings.old_arch, zeta=1.0)
+    new_self = res.models["new_self"]
+    for order in ("uncertainty", "random"):
+        assert res.curves[order]["map"][-1] == pytest.approx(new_self["map"])  # f = 1: the new model's own gallery
+        assert res.curves[order]["cmc@1"][-1] == pytest.approx(new_self["cmc@1"])
+    assert res.curves["uncertainty"]["map"][0] == res.curves["random"]["map"][0]  # f = 0: pure cross retrieval
+    assert res.spread["map"][0] == 0.0 and res.spread["map"][-1] == 0.0
+    assert old.key  # the old model is the cached one the curve used
+    md = write_partial_report(res, CTX, tmp_path / "pb")
+    assert (tmp_path / "pb" / "curve.png").stat().st_size > 1000 and "Area under the mAP curve" in md.read_text()

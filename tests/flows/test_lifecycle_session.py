@@ -110,7 +110,7 @@ def test_promotion_gate_and_forced_override(session):
     assert str(client.get_model_version_by_alias("bctflow-embedder", "production").version) == g6["mlflow_version"]
     assert client.get_model_version("bctflow-embedder", g6["mlflow_version"]).tags["bctflow.promotion"].startswith("promoted (forced by tester")
     out = CliRunner().invoke(app, ["lineage", "--home", str(home), "--params", str(params)]).output
-    assert "REQUIRED" in out and "ceiling" in out
+    assert "yes (" in out and "ceiling" in out and "★ production (forced)" in out
 
 
 def test_partial_backfill_by_uncertainty_mixes_generations(session):

@@ -1,0 +1,128 @@
+"""Partial-backfill curves: retrieval quality of the newest model over a mixed gallery vs the backfilled fraction.
+
+Setting (ext_class): the old model (Lorentz, base loss, first half of the classes)
+embedded the gallery; the new HBCT model queries it. A fraction f of the gallery
+is re-embedded by the new model — chosen by ``uncertainty`` (highest hyperbolic
+uncertainty of the old vector first) or ``random`` (averaged over seeds) — and the
+new model's queries search the mixed gallery (leave-one-out by id). f = 0 is pure
+cross retrieval, f = 1 the new model's self retrieval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.runner import Bench
+from benchmarks.scenarios import make_scenario
+from components.evaluation import gallery_metrics
+from components.indexing.mixed import backfill_order, mix_galleries
+
+__all__ = ["run_partial_backfill", "FRACTIONS"]
+
+FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+@dataclass
+class CurveResult:
+    fractions: list[float]
+    curves: dict[str, dict[str, list[float]]]  # order -> metric -> values (random: mean over seeds)
+    spread: dict[str, list[float]]  # random: std of mAP over seeds
+    seeds: list[int]
+    method: str
+    models: dict[str, Any]
+
+
+def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int = 5) -> CurveResult:
+    p = bench.params
+    sc = make_scenario(bench, "ext_class")
+    entry = next((m for m in bench.settings.methods if m.name == method), None)
+    options = entry.options if entry else {}
+    old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
+    new_sel = bench.selection("all")
+    z0 = p.geometry.zeta0
+    old = bench.train_model("old/lorentz", old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs)
+    ref = bench.train_model("reference/lorentz", new_sel, geometry="lorentz", arch=sc.new_arch, zeta=z0 + p.geometry.delta_zeta, epochs=sc.epochs)
+    new = bench.train_model(f"{method}/λ={p.alignment.weight:g}/seed=0", new_sel, geometry="lorentz", arch=sc.new_arch, method="hbct",
+                            options=options, weight=p.alignment.weight, seed=0, zeta=z0 + p.geometry.delta_zeta, old=old, reference=ref, epochs=sc.epochs)
+    n = len(old.test)
+    ks = tuple(p.evaluation.cmc_k)
+
+    def curve(order: np.ndarray) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {"cmc@1": [], "map": []}
+        for f in FRACTIONS:
+            pos = np.sort(order[: int(round(f * n))])
+            part = replace(new.test, z=new.test.z[pos], emb=new.test.emb[pos], clipped=new.test.clipped[pos],
+                           logits=new.test.logits[pos], ids=new.test.ids[pos], labels=new.test.labels[pos])
+            mixed = mix_galleries(old.test, part, pos)
+            m = gallery_metrics(new.test, mixed, ks=ks)
+            out["cmc@1"].append(m["cmc@1"])
+            out["map"].append(m["map"])
+        return out
+
+    curves = {"uncertainty": curve(backfill_order(old.test, "uncertainty", seed=0))}
+    runs = [curve(backfill_order(old.test, "random", seed=s)) for s in range(random_seeds)]
+    curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in ("cmc@1", "map")}
+    spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in ("cmc@1", "map")}
+    return CurveResult(list(FRACTIONS), curves, spread, list(range(random_seeds)), method,
+                       {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)})
+
+
+def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -> Path:
+    import csv
+    import json
+
+    import matplotlib
+
+    from components.io import atomic_write_text
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.report import _header
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
+    for ax, k in zip(axes, ("cmc@1", "map")):
+        for order, style in (("uncertainty", "o-"), ("random", "s--")):
+            ax.plot(res.fractions, res.curves[order][k], style, label=order if order == "uncertainty" else f"random (mean of {len(res.seeds)} seeds)")
+        lo = np.array(res.curves["random"][k]) - np.array(res.spread[k])
+        hi = np.array(res.curves["random"][k]) + np.array(res.spread[k])
+        ax.fill_between(res.fractions, lo, hi, alpha=0.2)
+        ax.set_xlabel("fraction of the gallery re-embedded by the new model")
+        ax.set_ylabel(k.upper().replace("MAP", "mAP"))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"partial backfill ({ctx['dataset']}): new {res.method} queries over a mixed gallery", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_dir / "curve.png")
+    plt.close(fig)
+    lines = _header("partial backfill: retrieval quality vs backfilled fraction", ctx)
+    lines += [
+        f"Setting: ext_class — the old model (Lorentz, base loss, first half of the classes) embedded the gallery; the new model "
+        f"({res.method}, aligned to it) queries a gallery in which a fraction f was re-embedded by the new model, chosen by the old "
+        f"vectors' hyperbolic uncertainty (highest first) or at random (mean ± std over {len(res.seeds)} seeds). Old self: "
+        f"{', '.join(f'{k} {v:.4f}' for k, v in res.models['old_self'].items())}; new self: {', '.join(f'{k} {v:.4f}' for k, v in res.models['new_self'].items())}.",
+        "",
+        "| fraction | CMC@1 uncertainty | CMC@1 random | mAP uncertainty | mAP random (± std) | mAP gain of uncertainty |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, f in enumerate(res.fractions):
+        u, r = res.curves["uncertainty"], res.curves["random"]
+        lines.append(f"| {f:.2f} | {u['cmc@1'][i]:.4f} | {r['cmc@1'][i]:.4f} | {u['map'][i]:.4f} | {r['map'][i]:.4f} ± {res.spread['map'][i]:.4f} | {u['map'][i] - r['map'][i]:+.4f} |")
+    area = {o: float(np.trapezoid(res.curves[o]["map"], res.fractions)) for o in ("uncertainty", "random")}
+    lines += ["", f"Area under the mAP curve: uncertainty {area['uncertainty']:.4f}, random {area['random']:.4f}.", "", "Plot: `curve.png`."]
+    md = out_dir / "report.md"
+    atomic_write_text(md, "\n".join(lines) + "\n")
+    with (out_dir / "results.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["order", "fraction", "cmc@1", "map", "map_std"])
+        for order in ("uncertainty", "random"):
+            for i, f in enumerate(res.fractions):
+                w.writerow([order, f, res.curves[order]["cmc@1"][i], res.curves[order]["map"][i], res.spread["map"][i] if order == "random" else 0.0])
+    atomic_write_text(out_dir / "results.json", json.dumps({"context": ctx, "fractions": res.fractions, "curves": res.curves, "spread": res.spread,
+                                                          "area_map": area, "models": res.models}, indent=1, default=str))
+    return md

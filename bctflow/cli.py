@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bctflow.env import configure_environment
-from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, Params, apply_overrides, load_params
+from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, Params, apply_overrides, load_params, load_params_with
 from bctflow.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
@@ -99,8 +99,7 @@ def _lineage(home: Path, params_path: Path, overrides: list[str]) -> list[dict[s
 
 def _load(params_path: Path, overrides: list[str]) -> Params:
     """params.yaml with --set overrides applied, validated (ConfigError on problems)."""
-    p = load_params(params_path)
-    return apply_overrides(p, overrides) if overrides else p
+    return load_params_with(params_path, overrides)
 
 
 @app.command()

@@ -22,6 +22,7 @@ from components.errors import ConfigError
 __all__ = [
     "Params",
     "load_params",
+    "load_params_with",
     "params_from_dict",
     "apply_overrides",
     "flatten_overrides",
@@ -253,6 +254,12 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a mapping of sections (data:, model:, ...), not {type(raw).__name__}")
     return params_from_dict(raw, str(p))
+
+
+def load_params_with(path: str | Path, overrides: list[str] | None = None) -> Params:
+    """params.yaml with ``KEY=VALUE`` overrides applied, validated."""
+    p = load_params(path)
+    return apply_overrides(p, overrides) if overrides else p
 
 
 def _parse_scalar(text: str) -> Any:

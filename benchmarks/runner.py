@@ -17,16 +17,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 
 from bctflow.params import Params
+from bctflow.pipeline.context import dataset_splits
 from bctflow.pipeline.specs import model_spec_from_params, train_config_from_params
 from benchmarks.profile import Arch, Profile
 from components.data import DataManifest, select_training_data
 from components.data.base import ArrayDataset
 from components.data.batches import to_image_tensor
-from components.data.prepare import prepared_splits
 from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
@@ -75,10 +74,7 @@ class Bench:
         self.cache = self.out_dir / "cache"
         self.log = log
         d = params.data
-        splits = prepared_splits(
-            d.dataset, str(datasets_dir), download=d.download, test_fraction=d.test_fraction, split_seed=d.split_seed,
-            image_size=d.image_size, path=d.path, max_train_per_class=d.max_train_per_class, max_test_per_class=d.max_test_per_class,
-        )
+        splits = dataset_splits(params, datasets_dir)
         self.splits = splits
         # hyperparameters are selected on a validation split carved from the training data, never on the test split
         tr, va = stratified_split(splits.train.labels, self.settings.validation_fraction, d.split_seed + 101)

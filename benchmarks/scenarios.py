@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.profile import Arch, MethodEntry
-from benchmarks.runner import METRICS, Bench, BenchModel
+from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError
 from components.evaluation import compat_summary, p_com, p_up
 from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen

@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.params import apply_overrides, load_params
+from bctflow.params import load_params_with
 from bctflow.pipeline import backfill as bf
 from bctflow.pipeline.context import store_for
 from bctflow.progress import progress_bar
@@ -24,9 +24,7 @@ from flows.transient import retry_condition
 
 @task(name="plan-backfill", cache_policy=NO_CACHE)
 def plan_task(home: str, params_path: str, overrides: list[str], target: int | None, fraction: float, order: str | None, seed: int, force: bool) -> bf.BackfillPlan:
-    params = load_params(params_path)
-    if overrides:
-        params = apply_overrides(params, overrides)
+    params = load_params_with(params_path, overrides)
     ws = Workspace(home)
     store = store_for(params, ws)
     try:

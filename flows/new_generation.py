@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.params import GenerationSpec, apply_overrides, load_params
+from bctflow.params import GenerationSpec, load_params_with
 from bctflow.pipeline import steps
 from bctflow.pipeline.plan import GenerationPlan, make_plan
 from bctflow.progress import progress_bar
@@ -25,9 +25,7 @@ from flows.transient import retry_condition
 
 @task(name="plan", cache_policy=NO_CACHE)
 def plan_task(home: str, params_path: str, overrides: list[str], spec: dict[str, Any] | None) -> GenerationPlan:
-    params = load_params(params_path)
-    if overrides:
-        params = apply_overrides(params, overrides)
+    params = load_params_with(params_path, overrides)
     ws = Workspace(home)
     store = steps.store_for(params, ws)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.params import apply_overrides, load_params
+from bctflow.params import load_params_with
 from bctflow.pipeline.changes import ChangeReport, detect_changes
 from bctflow.pipeline.preflight import open_store_readonly
 from bctflow.workspace import Workspace
@@ -20,9 +20,7 @@ from flows.new_generation import new_generation
 
 @task(name="detect-changes", cache_policy=NO_CACHE)
 def detect_task(home: str, params_path: str, overrides: list[str]) -> ChangeReport:
-    params = load_params(params_path)
-    if overrides:
-        params = apply_overrides(params, overrides)
+    params = load_params_with(params_path, overrides)
     ws = Workspace(home)
     store = open_store_readonly(params, ws)
     try:

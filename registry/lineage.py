@@ -23,7 +23,6 @@ from components.errors import LineageError
 from registry.db import (
     SCHEMA_VERSION,
     BackfillDecision,
-    Base,
     Evaluation,
     GalleryPointer,
     Generation,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bctflow.params import GenerationSpec, Params, apply_overrides, load_params
+from bctflow.params import GenerationSpec, Params, load_params_with
 from bctflow.pipeline.plan import GenerationPlan, make_plan
 from bctflow.workspace import Workspace
 from registry.lineage import LineageStore
@@ -27,9 +27,7 @@ def open_store_readonly(params: Params, ws: Workspace) -> LineageStore:
 
 def preflight(params_path: str | Path, overrides: list[str], home: Path, spec: dict | None) -> GenerationPlan:
     """Return the plan the flow would make, or raise the error it would raise."""
-    params = load_params(params_path)
-    if overrides:
-        params = apply_overrides(params, overrides)
+    params = load_params_with(params_path, overrides)
     ws = Workspace(home)
     store = open_store_readonly(params, ws)
     try:

@@ -56,7 +56,7 @@ def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: 
     assert "p_com/map" not in run.data.metrics  # None is not logged as a number
     assert [m.value for m in client.get_metric_history(r1.run_id, "train/loss")] == [1.5, 1.0]
     assert run.data.params["alignment.tau"] == "0.5"
-    model = mlflow.pyfunc.load_model(f"models:/embedder@gen-1")
+    model = mlflow.pyfunc.load_model("models:/embedder@gen-1")
     out = model.predict(np.zeros((3, 8, 8, 1), dtype=np.uint8))
     assert out.shape == (3, 9) and np.isfinite(out).all()
     assert np.allclose(out[:, 1:] ** 2 @ np.ones(8) - out[:, 0] ** 2, -1.0, atol=1e-4)  # on the hyperboloid

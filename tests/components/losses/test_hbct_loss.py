@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from components.errors import ConfigError
-from components.geometry import expmap0, geodesic_distance, half_aperture, pairwise_geodesic_distance, uncertainty
+from components.geometry import expmap0, geodesic_distance, half_aperture, pairwise_geodesic_distance
 from components.losses import AlignmentContext, create_alignment
 from components.losses.methods.hbct import info_nce, rince
 from components.models import ModelOutput, ModelSpec

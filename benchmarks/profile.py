@@ -35,6 +35,17 @@ class Arch(_Strict):
     backbone: str
     backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
     pretrained_path: str | None = None
+    small_stem: bool | None = None  # None: params model.small_stem
+    input_size: int | None = None  # resize inside the model (a ViT-B/16 wants 224)
+
+    def overrides(self) -> dict[str, Any]:
+        """ModelSpec fields this architecture sets."""
+        out: dict[str, Any] = {}
+        if self.small_stem is not None:
+            out["small_stem"] = self.small_stem
+        if self.input_size is not None:
+            out["input_size"] = self.input_size
+        return out
 
 
 class BenchSettings(_Strict):

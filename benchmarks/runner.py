@@ -114,7 +114,7 @@ class Bench:
         overrides = {k: v for k, v in overrides.items() if k != "features"}  # features are a view, applied at evaluation
         spec = model_spec_from_params(
             p, self.train, data.class_order, data.class_names, geometry=geometry, zeta=zeta,
-            backbone=arch.backbone, backbone_kwargs=arch.backbone_kwargs, overrides={**overrides, "features": "embedding"},
+            backbone=arch.backbone, backbone_kwargs=arch.backbone_kwargs, overrides={**arch.overrides(), **overrides, "features": "embedding"},
         )
         cfg = train_config_from_params(p, epochs=epochs, seed=seed, align_weight=weight)
         key = _digest(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from components.models.backbone import create_backbone
@@ -80,6 +81,9 @@ class EmbeddingModel(nn.Module):
         return self.classifier(emb)
 
     def forward(self, x: Tensor, with_logits: bool = True) -> ModelOutput:
+        size = self.spec.input_size
+        if size is not None and x.shape[-2:] != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
         x = (x - self.norm_mean) / self.norm_std
         feats = self.backbone(x)
         out = self.head(feats)

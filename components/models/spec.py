@@ -23,6 +23,7 @@ IDENTITY_FIELDS = (
     "curvature",
     "zeta",
     "tangent_scale",
+    "input_size",
     "num_classes",
     "class_order",
 )
@@ -55,6 +56,8 @@ class ModelSpec:
     #: Lorentz: z ← (z/√d)·tangent_scale before the clip. A ζ-restarting backfill serves a generation
     #: rescaled into the ζ₀ ball: tangent_scale = ζ₀/ζ_g and zeta = ζ₀, i.e. exactly its embeddings × ζ₀/ζ_g
     tangent_scale: float = 1.0
+    #: resize inputs to input_size × input_size inside the model (e.g. 224 for a ViT fed 32×32 images); None = as given
+    input_size: int | None = None
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output
     features: Literal["embedding", "psp", "lsp"] = "embedding"
 

@@ -122,3 +122,15 @@ def test_input_normalisation_is_part_of_the_model():
     x = torch.rand(2, 1, 8, 8)
     # same weights, different normalisation → different embeddings
     assert not torch.allclose(a(x).emb, b(x).emb)
+
+
+def test_model_resizes_inputs_to_its_input_size():
+    """A ViT fed 8×8 images resizes them itself (ModelSpec.input_size), like it normalises them."""
+    torch.manual_seed(0)
+    spec = tiny_spec(backbone="vit_tiny_patch16_224", backbone_kwargs={"img_size": 32, "patch_size": 8}, small_stem=False, input_size=32)
+    model = build_model(spec).eval()
+    x = torch.rand(2, 1, 8, 8)
+    out = model(x)
+    assert out.emb.shape == (2, 17)
+    big = torch.nn.functional.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+    assert torch.allclose(model(big).emb, out.emb, atol=1e-6)  # identical to feeding pre-resized images

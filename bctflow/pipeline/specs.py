@@ -50,6 +50,8 @@ def model_spec_from_params(
         class_order=tuple(int(c) for c in class_order),
         class_names=tuple(class_names),
         classifier_scale=p.model.classifier_scale,
+        classifier=p.model.classifier,
+        bn_neck=p.model.bn_neck,
         norm_mean=mean,
         norm_std=std,
         features=p.model.features,

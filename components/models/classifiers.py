@@ -10,13 +10,17 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["LinearClassifier", "LorentzMLR", "linear_logits", "lorentz_mlr_logits"]
 
 
-def linear_logits(emb: Tensor, weight: Tensor, bias: Tensor | None, scale: float) -> Tensor:
-    """s · (ê W^T + b). emb: (B, d), weight: (C, d), bias: (C,) → (B, C)."""
+def linear_logits(emb: Tensor, weight: Tensor, bias: Tensor | None, scale: float, cosine: bool = False) -> Tensor:
+    """s · (ê W^T + b), or for a cosine classifier s · ê Ŵ^T (unit rows, no bias).
+    emb: (B, d), weight: (C, d), bias: (C,) → (B, C)."""
+    if cosine:
+        return scale * (emb @ F.normalize(weight, dim=-1).t())
     out = emb @ weight.t()
     if bias is not None:
         out = out + bias
@@ -40,14 +44,20 @@ def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | floa
 
 
 class LinearClassifier(nn.Module):
-    """logits = s · (ê W^T + b) on L2-normalised embeddings ê. (B, d) → (B, C).
+    """Classifier on L2-normalised embeddings ê. (B, d) → (B, C).
 
+    ``cosine`` (default): logits = s · ê Ŵ^T with unit-norm class rows and no bias
+    (NormFace). The class prototypes spread over the sphere and the embeddings with
+    them. A plain linear layer (s · (ê W^T + b)) can classify inside a narrow cone —
+    measured on Fashion-MNIST: mean pairwise cosine 0.97 between embeddings — where
+    a shift common to all items, not the class, decides cross-model neighbours.
     The fixed scale s lets softmax become confident although ‖ê‖ = 1.
     """
 
-    def __init__(self, embed_dim: int, num_classes: int, scale: float = 16.0) -> None:
+    def __init__(self, embed_dim: int, num_classes: int, scale: float = 16.0, cosine: bool = True) -> None:
         super().__init__()
-        self.fc = nn.Linear(embed_dim, num_classes)
+        self.cosine = bool(cosine)
+        self.fc = nn.Linear(embed_dim, num_classes, bias=not self.cosine)
         self.scale = float(scale)
 
     @property
@@ -55,7 +65,7 @@ class LinearClassifier(nn.Module):
         return self.fc.weight
 
     def forward(self, emb: Tensor) -> Tensor:
-        return linear_logits(emb, self.fc.weight, self.fc.bias, self.scale)
+        return linear_logits(emb, self.fc.weight, self.fc.bias, self.scale, self.cosine)
 
 
 class LorentzMLR(nn.Module):

@@ -54,14 +54,14 @@ class EmbeddingModel(nn.Module):
         if spec.head == "bt2":
             n = spec.compat_dim if spec.compat_dim is not None else spec.embed_dim
             self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims, spec.bt2_scale)
-            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
+            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
         elif spec.geometry == "lorentz":
             assert spec.zeta is not None
             self.head = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature, spec.tangent_scale)
             self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
         else:
-            self.head = EuclideanHead(feat_dim, spec.embed_dim)
-            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale)
+            self.head = EuclideanHead(feat_dim, spec.embed_dim, spec.bn_neck)
+            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
 
     @property
     def geometry(self) -> str:

@@ -36,16 +36,22 @@ def rescale_and_clip(z: Tensor, zeta: float, scale: float = 1.0) -> tuple[Tensor
 
 
 class EuclideanHead(nn.Module):
-    """features (B, F) → linear → L2 normalise → (B, d)."""
+    """features (B, F) → linear → [BatchNorm "neck"] → L2 normalise → (B, d).
+
+    The BN neck centres the embedding per dimension before normalisation, removing
+    the direction all items share (pooled ReLU features are non-negative), so the
+    unit embeddings spread over the sphere instead of sitting in a narrow cone.
+    """
 
     geometry = "euclidean"
 
-    def __init__(self, in_features: int, embed_dim: int) -> None:
+    def __init__(self, in_features: int, embed_dim: int, bn_neck: bool = False) -> None:
         super().__init__()
         self.proj = nn.Linear(in_features, embed_dim)
+        self.neck = nn.BatchNorm1d(embed_dim) if bn_neck else nn.Identity()
 
     def forward(self, feats: Tensor) -> HeadOutput:
-        z = self.proj(feats)
+        z = self.neck(self.proj(feats))
         emb = F.normalize(z.float(), dim=-1)
         return HeadOutput(z, emb, torch.zeros(z.shape[0], dtype=torch.bool, device=z.device))
 

@@ -26,6 +26,8 @@ IDENTITY_FIELDS = (
     "input_size",
     "num_classes",
     "class_order",
+    "classifier",
+    "bn_neck",
 )
 
 
@@ -45,6 +47,10 @@ class ModelSpec:
     learn_curvature: bool = False
     zeta: float | None = 1.0
     classifier_scale: float = 16.0
+    #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias)
+    classifier: Literal["cosine", "linear"] = "cosine"
+    #: Euclidean head: BatchNorm on the embedding before L2 normalisation (centres it)
+    bn_neck: bool = False
     norm_mean: tuple[float, ...] = (0.5,)
     norm_std: tuple[float, ...] = (0.25,)
     #: "standard" or "bt2" (BT² basis-transformation head: embed_dim + extra_dims wide,

@@ -76,6 +76,8 @@ class BCT(AlignmentLoss):
         unseen = torch.nonzero(label_map < 0).flatten()
         lorentz = isinstance(clf, LorentzMLR)
         self._scale = old.spec.classifier_scale
+        # prototype rows (BT² parents) are compared by cosine, like a cosine classifier's
+        self._cosine = old.spec.head == "bt2" or (isinstance(clf, LinearClassifier) and clf.cosine)
         if old.spec.head == "bt2":  # its classifier reads φ3, not the embedding: use prototypes of the embedding
             seen = torch.nonzero(label_map >= 0).flatten()
             n_old = old.spec.num_classes
@@ -83,7 +85,8 @@ class BCT(AlignmentLoss):
             weight[label_map[seen]] = F.normalize(class_means(ctx, use_tangent=False, classes=seen), dim=-1)
             bias = torch.zeros(n_old, device=ctx.device)
         elif isinstance(clf, LinearClassifier):
-            weight, bias = clf.fc.weight.detach(), clf.fc.bias.detach()
+            weight = clf.fc.weight.detach()
+            bias = clf.fc.bias.detach() if clf.fc.bias is not None else torch.zeros(weight.shape[0], device=weight.device)
         elif lorentz:
             weight, bias = clf.w.detach(), clf.a.detach()
         else:  # pragma: no cover - every model has one of the two
@@ -103,7 +106,7 @@ class BCT(AlignmentLoss):
         old = self._old[0]
         if isinstance(old.classifier, LorentzMLR):
             return lorentz_mlr_logits(emb, self.old_bias, self.old_weight, old.curvature)
-        return linear_logits(emb.float(), self.old_weight, self.old_bias, self._scale)
+        return linear_logits(emb.float(), self.old_weight, self.old_bias, self._scale, self._cosine)
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
         target = self.label_map[labels]

@@ -16,11 +16,11 @@ TINY = {"channels": [8, 8, 16, 16]}
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
-def _old_model(geometry: str):
+def _old_model(geometry: str, classifier: str = "cosine"):
     torch.manual_seed(0)
     spec = ModelSpec(
         backbone="resnet18", backbone_kwargs=TINY, embed_dim=16, geometry=geometry, num_classes=3,
-        class_order=(4, 7, 1), in_chans=1, image_size=8, small_stem=True,
+        class_order=(4, 7, 1), in_chans=1, image_size=8, small_stem=True, classifier=classifier,
     )
     model = build_model(spec).eval()
     model.requires_grad_(False)  # as the training loop freezes it
@@ -107,10 +107,10 @@ def test_bct_needs_old_model_and_label_map():
         m.check_models("euclidean", 16, "lorentz", 16)
 
 
-@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
-def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry):
+@pytest.mark.parametrize(("geometry", "classifier"), [("euclidean", "cosine"), ("euclidean", "linear"), ("lorentz", "cosine")])
+def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry, classifier):
     """Design §5: a class the old model never saw gets the (scaled) class mean of old features as its row."""
-    old = _old_model(geometry)
+    old = _old_model(geometry, classifier)
     label_map = torch.tensor([1, 2, 0, -1])
     torch.manual_seed(3)
     x = torch.rand(12, 1, 8, 8)
@@ -127,7 +127,7 @@ def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry):
     row = F.normalize(mean3, dim=0) * w_old.norm(dim=-1).mean()
     assert torch.allclose(method.old_weight[3], row, atol=1e-5)
     assert torch.allclose(method.old_weight[:3], w_old)
-    expected_bias = 0.0 if geometry == "lorentz" else float(b_old.mean())
+    expected_bias = 0.0 if b_old is None or geometry == "lorentz" else float(b_old.mean())
     assert float(method.old_bias[3]) == pytest.approx(expected_bias, abs=1e-6)
     # every sample now contributes, unseen ones through the synthesised row (old index 3)
     z, new = _new_output(geometry)
@@ -139,7 +139,7 @@ def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry):
     if geometry == "lorentz":
         logits = lorentz_mlr_logits(new.emb, method.old_bias, method.old_weight, old.curvature)
     else:
-        logits = linear_logits(new.emb, method.old_weight, method.old_bias, old.classifier.scale)
+        logits = linear_logits(new.emb, method.old_weight, method.old_bias, old.classifier.scale, old.classifier.cosine)
     expected = F.cross_entropy(logits, torch.tensor([1, 2, 0, 3, 3, 2, 1, 0]))
     assert float(out.terms["influence"]) == pytest.approx(float(expected), rel=1e-5)
     out.terms["influence"].backward()

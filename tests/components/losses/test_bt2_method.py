@@ -51,8 +51,11 @@ def _new_output(b=6, seed=1, width=16, m=16):
 
 
 def _hand_influence(old, compat, labels, label_map):
+    """CE of the old classifier on the compatible prefix; a cosine classifier has unit rows and no bias."""
     w = old.classifier.fc.weight.tolist()
-    b = old.classifier.fc.bias.tolist()
+    if old.classifier.cosine:
+        w = [[v / math.sqrt(sum(u * u for u in row)) for v in row] for row in w]
+    b = old.classifier.fc.bias.tolist() if old.classifier.fc.bias is not None else [0.0] * len(w)
     s = old.classifier.scale
     losses = []
     for x, y in zip(compat.tolist(), labels.tolist()):

@@ -97,6 +97,16 @@ def test_gradients_reach_a_and_w():
 
 def test_linear_classifier_scales_logits():
     torch.manual_seed(0)
-    c = LinearClassifier(4, 3, scale=16.0)
+    c = LinearClassifier(4, 3, scale=16.0, cosine=False)
     e = torch.nn.functional.normalize(torch.randn(5, 4), dim=-1)
     assert torch.allclose(c(e), 16.0 * (e @ c.weight.t() + c.fc.bias), atol=1e-5)
+
+
+def test_cosine_classifier_uses_unit_rows_and_no_bias():
+    torch.manual_seed(0)
+    c = LinearClassifier(4, 3, scale=16.0)  # the default
+    assert c.cosine and c.fc.bias is None
+    e = torch.nn.functional.normalize(torch.randn(5, 4), dim=-1)
+    w = c.weight / c.weight.norm(dim=-1, keepdim=True)
+    assert torch.allclose(c(e), 16.0 * (e @ w.t()), atol=1e-5)
+    assert float(c(e).abs().max()) <= 16.0 + 1e-4  # cosine logits are bounded by the scale

@@ -98,7 +98,7 @@ class BackfillPlan:
         return (len(self.positions) + self.chunk_size - 1) // self.chunk_size
 
     def same_request(self, other: "BackfillPlan") -> bool:
-        keys = ("target", "source_pointer_version", "kind", "fraction", "order", "seed", "chunk_size", "forced")
+        keys = ("target", "source_gallery", "kind", "fraction", "order", "seed", "chunk_size", "forced")
         return all(getattr(self, k) == getattr(other, k) for k in keys)
 
 
@@ -297,7 +297,8 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
     old_pointer = live.pointer()
     try:
         cur = store.live_pointer()
-        if cur is None or cur.id != plan.source_pointer_version:
+        # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
+        if cur is None or Path(cur.index_path).parent / "gallery.npz" != Path(plan.source_gallery):
             raise LineageError("the live gallery changed while this backfill ran; delete backfills/in_progress and start again")
         started = datetime.fromisoformat(plan.started_at)
         event = BackfillRecord(
@@ -316,7 +317,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         promote = plan.kind == "full" and store.production_generation_id() != plan.target
 
         def flip() -> None:
-            live.switch(index_dir, generation=plan.target, compatible_generations=[plan.target], model_checkpoint=model_ckpt, zeta=plan.zeta)
+            live.switch(index_dir, generation=plan.target, compatible_generations=pointer.compatible_generations, model_checkpoint=model_ckpt, zeta=plan.zeta)
             if version is not None:
                 registry.set_alias("gallery", version)
                 if promote:

@@ -29,6 +29,8 @@ class MethodEntry(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     tune: bool = False  # select λ on the validation split from BenchSettings.tune_weights
     weight: float | None = None  # fixed λ (default: params alignment.weight)
+    #: params overrides for this method's new model only, e.g. {"geometry.delta_zeta": 0.1} (ablations)
+    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class Arch(_Strict):
@@ -77,6 +79,27 @@ class Profile(_Strict):
         return apply_overrides(base, flatten_overrides(self.params)) if self.params else base
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_profile(path: Path) -> dict[str, Any]:
+    """A profile's YAML; ``extends: <name>`` deep-merges it onto another profile (lists are replaced)."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    base_path = path.parent / f"{parent}.yaml"
+    if not base_path.exists():
+        raise ConfigError(f"profile {path.name} extends unknown profile {parent!r}; available: {', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}")
+    base = _read_profile(base_path)
+    base.pop("description", None)
+    return _merge(base, raw)
+
+
 def load_profile(name_or_path: str, params_path: str | Path = "params.yaml") -> tuple[Profile, Params]:
     """A profile by name (benchmarks/profiles/<name>.yaml) or path, and the params it runs with."""
     path = Path(name_or_path)
@@ -86,7 +109,7 @@ def load_profile(name_or_path: str, params_path: str | Path = "params.yaml") -> 
         known = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
         raise ConfigError(f"unknown benchmark profile {name_or_path!r}; available: {known} (or pass a YAML path)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = _read_profile(path)
         profile = Profile.model_validate({"name": path.stem, **raw})
     except (yaml.YAMLError, ValidationError) as err:
         raise ConfigError(f"invalid benchmark profile {path}: {err}") from None

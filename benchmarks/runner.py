@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from bctflow.params import Params
+from bctflow.params import Params, apply_overrides
 from bctflow.pipeline.context import dataset_splits
 from bctflow.pipeline.specs import model_spec_from_params, train_config_from_params
 from benchmarks.profile import Arch, Profile
@@ -106,9 +106,13 @@ class Bench:
         old: BenchModel | None = None,
         reference: BenchModel | None = None,
         epochs: int | None = None,
+        params: dict[str, Any] | None = None,
     ) -> BenchModel:
-        """Train (or load from the cache) one model; embed the validation split and the test gallery."""
-        p = self.params
+        """Train (or load from the cache) one model; embed the validation split and the test gallery.
+
+        ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
+        """
+        p = apply_overrides(self.params, dict(params)) if params else self.params
         align = create_alignment(method, options)
         overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
         overrides = {k: v for k, v in overrides.items() if k != "features"}  # features are a view, applied at evaluation

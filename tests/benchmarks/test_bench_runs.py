@@ -133,3 +133,26 @@ def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
     assert old.key  # the old model is the cached one the curve used
     md = write_partial_report(res, CTX, tmp_path / "pb")
     assert (tmp_path / "pb" / "curve.png").stat().st_size > 1000 and "Area under the mAP curve" in md.read_text()
+
+
+def test_method_params_override_only_that_methods_model(tmp_path: Path):
+    """Ablation entries (HBCT Tables 3–4) change their own model's ζ / curvature, not the old model or φ*."""
+    methods = [
+        {"name": "hbct", "method": "hbct", "geometry": "lorentz"},
+        {"name": "zeta_n_1.0", "method": "hbct", "geometry": "lorentz", "params": {"geometry.delta_zeta": 0.0}},
+        {"name": "learnable_K", "method": "hbct", "geometry": "lorentz", "params": {"geometry.learn_curvature": True}},
+    ]
+    b = tiny_bench(tmp_path, methods, extra_seed_methods=[])
+    res = run_table(b, make_scenario(b, "ext_class"))
+    assert [r.name for r in res.rows] == ["hbct", "zeta_n_1.0", "learnable_K"]
+    zetas = {}
+    for d in (tmp_path / "cache" / "cache").glob("*/done.json"):
+        meta = json.loads(d.read_text())
+        spec = json.loads(json.dumps(__import__("torch").load(d.parent / "model.pt", weights_only=True)["metadata"]))
+        zetas[meta["label"]] = (spec["zeta"], spec["learn_curvature"])
+    assert zetas["hbct/λ=0.3/seed=0"] == (1.2, False)
+    assert zetas["zeta_n_1.0/λ=0.3/seed=0"] == (1.0, False)
+    assert zetas["learnable_K/λ=0.3/seed=0"] == (1.2, True)
+    assert zetas["old/lorentz"] == (1.0, False) and zetas["reference/lorentz"] == (1.2, False)
+    # all three share the old model and φ*: same old self and reference self
+    assert len({r.old_self["map"] for r in res.rows}) == 1 and len({r.ref_self["map"] for r in res.rows}) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from pathlib import Path
 
 __all__ = ["configure_environment"]
 
@@ -15,6 +16,7 @@ def configure_environment(home: Path) -> None:
     """Keep Prefect's ephemeral server state under the workspace and switch off phone-home."""
     if "PREFECT_API_URL" not in os.environ:  # a real Prefect server keeps its own state
         os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+        Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # the ephemeral server's SQLite lives there
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("DO_NOT_TRACK", "1")

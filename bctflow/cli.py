@@ -28,7 +28,7 @@ ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to u
 SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
 
 #: names a bctflow workspace may contain (demo --reset wipes nothing else)
-WORKSPACE_ENTRIES = {"lineage.db", "mlflow.db", "mlartifacts", "data", "datasets", "generations", "staging", "prefect", "backfills", "live"}
+WORKSPACE_ENTRIES = {"lineage.db", "mlflow.db", "mlartifacts", "data", "datasets", "generations", "staging", "prefect", "backfills", "live", "bench-cache", ".lock"}
 
 DEMO_CHAIN = [
     {"name": "g0", "classes": [0, 1, 2, 3, 4], "alignment": "independent"},

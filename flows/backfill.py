@@ -8,12 +8,14 @@ the old index until the final, atomic switch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from bctflow.lock import workspace_lock
 from bctflow.params import load_params_with
 from bctflow.pipeline import backfill as bf
 from bctflow.pipeline.context import store_for
@@ -64,8 +66,6 @@ def publish_task(plan: bf.BackfillPlan) -> tuple[str, dict[str, float]]:
 
 @task(name="switch-live-gallery", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition)
 def switch_task(plan: bf.BackfillPlan, index_dir: str, metrics: dict[str, float]) -> int:
-    from pathlib import Path
-
     event = bf.switch(plan, Path(index_dir), metrics)
     get_run_logger().info("live gallery switched to generation %d (backfill %d)", plan.target, event)
     return event
@@ -83,6 +83,11 @@ def backfill(
     force: bool = False,
 ) -> dict[str, Any]:
     """Re-embed (a fraction of) the live gallery with ``generation`` (default: the production generation)."""
+    with workspace_lock(Path(home), "a backfill is running"):
+        return _backfill(home, params_path, overrides, generation, fraction, order, seed, force)
+
+
+def _backfill(home: str, params_path: str, overrides: list[str] | None, generation: int | None, fraction: float, order: str | None, seed: int, force: bool) -> dict[str, Any]:
     plan = plan_task(home, params_path, list(overrides or []), generation, fraction, order, seed, force)
     before, total = embed_task(plan)
     index_dir, metrics = publish_task(plan)

@@ -8,12 +8,14 @@ registry and the live index as they were.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from bctflow.lock import workspace_lock
 from bctflow.params import GenerationSpec, load_params_with
 from bctflow.pipeline import steps
 from bctflow.pipeline.plan import GenerationPlan, make_plan
@@ -106,6 +108,11 @@ def new_generation(
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create the next generation in the workspace at ``home`` and return its evaluation summary."""
+    with workspace_lock(Path(home), "a new generation is being created"):
+        return _new_generation(home, params_path, overrides, spec)
+
+
+def _new_generation(home: str, params_path: str, overrides: list[str] | None, spec: dict[str, Any] | None) -> dict[str, Any]:
     plan = plan_task(home, params_path, list(overrides or []), spec)
     snap = snapshot_task(plan)
     # the reference first: some methods (BT²) learn from it

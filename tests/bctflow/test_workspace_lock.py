@@ -1,0 +1,35 @@
+"""One writer per workspace: a second run is refused at once, naming the holder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bctflow.lock import workspace_lock
+from components.errors import LineageError
+
+
+def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path):
+    with workspace_lock(tmp_path, "a backfill is running"):
+        # another process tries the same workspace
+        code = f"from bctflow.lock import workspace_lock\nfrom pathlib import Path\nwith workspace_lock(Path({str(tmp_path)!r}), 'x'): pass"
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert res.returncode != 0
+        assert "is busy" in res.stderr and "a backfill is running" in res.stderr
+    with workspace_lock(tmp_path, "next"):  # released after the first holder finished
+        pass
+
+
+def test_the_lock_is_released_when_the_holder_fails(tmp_path: Path):
+    with pytest.raises(RuntimeError):
+        with workspace_lock(tmp_path, "first"):
+            raise RuntimeError("boom")
+    with workspace_lock(tmp_path, "second"):
+        pass
+    with pytest.raises(LineageError, match="busy"):
+        with workspace_lock(tmp_path, "outer"):
+            with workspace_lock(tmp_path, "inner"):  # a second open file in the same process conflicts too
+                pass

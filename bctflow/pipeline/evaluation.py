@@ -134,7 +134,9 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
     ids = sorted(set(plan.serving) | {gid})
     compat = compat_records(store, gid, ids, {**against, gid: self_m})
     if len(ids) > 1:
-        artifacts.append(str(compat_heatmap(plan.staging_dir / "compat_matrix.png", compat[-1].matrix, [f"g{i}" for i in ids], f"compatibility (mAP) as of g{gid}: AC {compat[-1].ac}, AA {compat[-1].aa}")))
+        c = compat[-1]
+        title = f"compatibility (mAP) as of g{gid}\nAC {c.ac if c.ac is None else round(c.ac, 3)}, AA {c.aa if c.aa is None else round(c.aa, 3)}, ACA {c.aca if c.aca is None else round(c.aca, 3)}"
+        artifacts.append(str(compat_heatmap(plan.staging_dir / "compat_matrix.png", c.matrix, [f"g{i}" for i in ids], title)))
     decision = _decide(plan, cross, parent_self, derived, gallery.clip_fraction, skipped)
     compatible = parent is None or any(c["rule"] == "compatibility" and c["passed"] for c in decision.checks)
     summary = {

@@ -65,7 +65,7 @@ def compat_heatmap(path: Path, matrix: list[list[float | None]], labels: list[st
     plt = _plt()
     m = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
     n = len(labels)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * n, 0.8 + 0.55 * n), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(3.6, 1.0 + 0.6 * n), max(3.0, 1.0 + 0.55 * n)), dpi=110)
     ax.imshow(m, vmin=0.0, vmax=1.0, cmap="viridis")
     for (i, j), v in np.ndenumerate(m):
         if not np.isnan(v):

@@ -155,7 +155,7 @@ class Bench:
             reference_model=load_model(reference.checkpoint) if reference is not None and align.requires_reference else None,
             run_key=key,
         )
-        k = float(result.model.curvature)
+        k = float(result.model.curvature.detach())
         t0 = time.perf_counter()
         val = self._embed(result.model, self.val, k)
         test = self._embed(result.model, self.test, k)

@@ -106,14 +106,14 @@ def test_sequential_matrix_and_summary(tmp_path: Path):
 
 
 def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
-    for name in ("cpu", "digits", "gpu"):
+    for name in ("cpu", "cpu_hbct_ablations", "digits", "gpu"):
         prof, params = load_profile(name, REPO / "params.yaml")
         assert prof.bench.methods and params.data.dataset in ("fashion_mnist", "cifar100", "digits")
     bad = tmp_path / "bad.yaml"
     bad.write_text("bench: {methods: [], old_arch: {backbone: resnet18}, new_arch: {backbone: resnet18}, typo: 1}\n")
     with pytest.raises(ConfigError, match="typo"):
         load_profile(str(bad))
-    with pytest.raises(ConfigError, match="available: cpu, digits, gpu"):
+    with pytest.raises(ConfigError, match="available: cpu, cpu_hbct_ablations, digits, gpu "):
         load_profile("no-such-profile")
 
 

@@ -7,14 +7,21 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from bctflow.env import configure_environment
-from bctflow.params import DEFAULT_PARAMS_PATH, GenerationSpec, Params, apply_overrides, load_params, load_params_with
+from bctflow.params import (
+    DEFAULT_PARAMS_PATH,
+    GenerationSpec,
+    Params,
+    apply_overrides,
+    load_params,
+    load_params_with,
+)
 from bctflow.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
@@ -78,7 +85,7 @@ def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[st
             state.result()
         except BctflowError as err:
             _fail(err)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             err_console.print(f"[bold red]generation failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
             raise typer.Exit(1)
     return state.result()
@@ -104,10 +111,10 @@ def _load(params_path: Path, overrides: list[str]) -> Params:
 
 @app.command()
 def demo(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     reset: bool = typer.Option(False, "--reset", help="wipe an existing bctflow workspace first"),
-    set_: Optional[list[str]] = SetOpt,
+    set_: list[str] | None = SetOpt,
 ) -> None:
     """Fresh workspace: g0 on digits classes 0–4, then g1 on all classes with HBCT + an independent reference."""
     from bctflow.report import compat_table, retrieval_table
@@ -155,16 +162,16 @@ def demo(
 
 @app.command()
 def run(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    generation: Optional[str] = typer.Option(None, "--generation", help="take the spec of this entry of params.yaml `generations:`"),
-    name: Optional[str] = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
-    classes: Optional[str] = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
-    fraction: Optional[float] = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
-    alignment: Optional[str] = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
-    epochs: Optional[int] = typer.Option(None, "--epochs"),
-    reference: Optional[bool] = typer.Option(None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"),
-    set_: Optional[list[str]] = SetOpt,
+    generation: str | None = typer.Option(None, "--generation", help="take the spec of this entry of params.yaml `generations:`"),
+    name: str | None = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
+    classes: str | None = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
+    fraction: float | None = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
+    alignment: str | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
+    epochs: int | None = typer.Option(None, "--epochs"),
+    reference: bool | None = typer.Option(None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"),
+    set_: list[str] | None = SetOpt,
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
     h = resolve_home(home)
@@ -197,11 +204,11 @@ def run(
 
 @app.command()
 def chain(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    expect_data: Optional[Path] = typer.Option(None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"),
-    metrics_out: Optional[Path] = typer.Option(None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"),
-    set_: Optional[list[str]] = SetOpt,
+    expect_data: Path | None = typer.Option(None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"),
+    metrics_out: Path | None = typer.Option(None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"),
+    set_: list[str] | None = SetOpt,
 ) -> None:
     """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
     from components.data.versioning import DataSnapshotStore
@@ -247,9 +254,9 @@ def chain(
 @app.command()
 def snapshot(
     out: Path = typer.Option(Path("outputs/data"), "--out", help="folder for one manifest per declared generation"),
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    set_: Optional[list[str]] = SetOpt,
+    set_: list[str] | None = SetOpt,
 ) -> None:
     """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
     from bctflow.chain import write_manifests
@@ -265,7 +272,7 @@ def snapshot(
 
 @app.command()
 def lineage(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     as_json: bool = typer.Option(False, "--json", help="print the lineage as a JSON array (schema in README)"),
 ) -> None:
@@ -285,14 +292,14 @@ def lineage(
 
 @app.command()
 def backfill(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    generation: Optional[int] = typer.Option(None, "--generation", help="re-embed with this generation (default: the production generation)"),
+    generation: int | None = typer.Option(None, "--generation", help="re-embed with this generation (default: the production generation)"),
     fraction: float = typer.Option(1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"),
-    order: Optional[str] = typer.Option(None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"),
+    order: str | None = typer.Option(None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
     force: bool = typer.Option(False, "--force", help="partial backfill with a generation whose compatibility with the live gallery was not established"),
-    set_: Optional[list[str]] = SetOpt,
+    set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
     from bctflow.pipeline.backfill import plan_backfill
@@ -321,7 +328,7 @@ def backfill(
             state.result()
         except BctflowError as err:
             _fail(err)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             err_console.print(f"[bold red]backfill failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
             raise typer.Exit(1)
     res = state.result()
@@ -335,10 +342,10 @@ def backfill(
 @app.command()
 def promote(
     generation: int = typer.Argument(..., help="generation id to serve as `production`"),
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     force: bool = typer.Option(False, "--force", help="override a failed promotion gate (recorded in the lineage)"),
-    by: Optional[str] = typer.Option(None, "--by", help="who promotes (default: the login name)"),
+    by: str | None = typer.Option(None, "--by", help="who promotes (default: the login name)"),
     reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
 ) -> None:
     """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
@@ -361,7 +368,7 @@ def promote(
 
 @app.command()
 def schedule(
-    home: Optional[Path] = HomeOpt,
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     serve: bool = typer.Option(False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"),
 ) -> None:
@@ -380,9 +387,9 @@ def schedule(
         console.print("                                   prefect deploy --all && prefect worker start --pool bctflow")
         return
     configure_environment(h)
-    from flows.nightly import nightly_generation
-
     from prefect.schedules import Cron
+
+    from flows.nightly import nightly_generation
 
     nightly_generation.serve(name="nightly", schedule=Cron(sch.cron, timezone=sch.timezone), parameters={"home": str(h), "params_path": str(params)})
 
@@ -392,12 +399,12 @@ def bench(
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"),
     scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"),
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"),
-    tag: Optional[str] = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
-    home: Optional[Path] = HomeOpt,
+    tag: str | None = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
+    home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    set_: Optional[list[str]] = SetOpt,
-    bench_set: Optional[list[str]] = typer.Option(None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"),
-    methods: Optional[str] = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
+    set_: list[str] | None = SetOpt,
+    bench_set: list[str] | None = typer.Option(None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"),
+    methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
 ) -> None:
     """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
     import datetime
@@ -460,7 +467,10 @@ def bench(
         "date": datetime.date.today().isoformat(),
     }
     if scenario == "partial_backfill":
-        from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
+        from benchmarks.partial_backfill import (
+            run_partial_backfill,
+            write_partial_report,
+        )
 
         curve = run_partial_backfill(b)
         ctx["wall_seconds"] = time.perf_counter() - t0

@@ -15,19 +15,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from components.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_PARAMS_PATH",
     "Params",
-    "load_params",
-    "load_params_with",
-    "params_from_dict",
     "apply_overrides",
     "flatten_overrides",
+    "load_params",
+    "load_params_with",
     "params_digest",
-    "DEFAULT_PARAMS_PATH",
+    "params_from_dict",
 ]
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
@@ -203,7 +210,7 @@ class Params(_Strict):
     schedule: ScheduleParams = ScheduleParams()
 
     @model_validator(mode="after")
-    def _unique_generation_names(self) -> "Params":
+    def _unique_generation_names(self) -> Params:
         names = [g.name for g in self.generations]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

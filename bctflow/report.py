@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["retrieval_table", "compat_table", "lineage_table", "generation_markdown", "fmt"]
+__all__ = ["compat_table", "fmt", "generation_markdown", "lineage_table", "retrieval_table"]
 
 METRICS = ("cmc@1", "cmc@5", "map")
 #: |P_com denominator| below this is flagged as ill-conditioned

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bctflow.params import Params
 
-__all__ = ["Workspace", "resolve_home", "DEFAULT_HOME", "generation_dirname"]
+__all__ = ["DEFAULT_HOME", "Workspace", "generation_dirname", "resolve_home"]
 
 DEFAULT_HOME = Path(".bctflow")
 

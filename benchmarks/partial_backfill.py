@@ -21,7 +21,7 @@ from benchmarks.scenarios import make_scenario
 from components.evaluation import gallery_metrics
 from components.indexing.mixed import backfill_order, mix_galleries
 
-__all__ = ["run_partial_backfill", "FRACTIONS"]
+__all__ = ["FRACTIONS", "run_partial_backfill"]
 
 FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
 

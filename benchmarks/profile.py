@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bctflow.params import Params, apply_overrides, flatten_overrides, load_params
 from components.errors import ConfigError
 
-__all__ = ["MethodEntry", "Arch", "BenchSettings", "Profile", "load_profile", "PROFILE_DIR"]
+__all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "MethodEntry", "Profile", "load_profile"]
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 

@@ -13,7 +13,7 @@ import numpy as np
 from benchmarks.scenarios import DERIVED, SequentialResult, TableResult
 from components.io import atomic_write_text
 
-__all__ = ["write_table_report", "write_sequential_report"]
+__all__ = ["write_sequential_report", "write_table_report"]
 
 ILL = 0.05  # |P_com denominator| below this is flagged
 

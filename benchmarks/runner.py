@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -54,7 +55,7 @@ class BenchModel:
     test: GalleryEmbeddings
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def view(self, features: str) -> "BenchModel":
+    def view(self, features: str) -> BenchModel:
         """The same model with PSP / LSP (or embedding) retrieval features."""
         return replace(self, val=self.val.view(features), test=self.test.view(features), label=f"{self.label}[{features}]")
 

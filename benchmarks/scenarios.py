@@ -26,10 +26,14 @@ from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError
 from components.evaluation import compat_summary, p_com, p_up
-from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
+from components.evaluation.diagnostics import (
+    clip_fraction,
+    in_cone_fraction,
+    uncertainty_seen_unseen,
+)
 from components.losses import create_alignment
 
-__all__ = ["Scenario", "make_scenario", "run_table", "run_sequential", "SCENARIOS", "Row"]
+__all__ = ["SCENARIOS", "Row", "Scenario", "make_scenario", "run_sequential", "run_table"]
 
 SCENARIOS = ("ext_data", "ext_class", "new_arch", "both", "sequential")
 SIMPLEX = ("psp", "lsp")

@@ -26,6 +26,6 @@ def retry_condition(task: Any, task_run: Any, state: Any) -> bool:
     """Prefect ``retry_condition_fn``: retry only transient failures."""
     try:
         state.result()
-    except BaseException as exc:  # noqa: BLE001 - inspecting the failure is the point
+    except BaseException as exc:
         return is_transient(exc)
     return False

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from registry.lineage import DecisionRecord
 
-__all__ = ["BackfillRules", "BackfillEvidence", "decide_backfill"]
+__all__ = ["BackfillEvidence", "BackfillRules", "decide_backfill"]
 
 
 @dataclass(frozen=True)

@@ -17,33 +17,42 @@ an existing database.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = [
-    "Base",
-    "Generation",
-    "Evaluation",
-    "GenerationMetric",
-    "ZetaStep",
-    "BackfillDecision",
-    "GalleryPointer",
-    "BackfillEvent",
-    "Promotion",
-    "CompatSummary",
-    "utcnow",
-    "upgrade_schema",
     "SCHEMA_VERSION",
+    "BackfillDecision",
+    "BackfillEvent",
+    "Base",
+    "CompatSummary",
+    "Evaluation",
+    "GalleryPointer",
+    "Generation",
+    "GenerationMetric",
+    "Promotion",
+    "ZetaStep",
+    "upgrade_schema",
+    "utcnow",
 ]
 
 SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
@@ -80,12 +89,12 @@ class Generation(Base):
     train_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
-    parent: Mapped["Generation | None"] = relationship(remote_side=[id])
-    metrics: Mapped[list["GenerationMetric"]] = relationship(back_populates="generation", cascade="all, delete-orphan")
-    decision: Mapped["BackfillDecision | None"] = relationship(
+    parent: Mapped[Generation | None] = relationship(remote_side=[id])
+    metrics: Mapped[list[GenerationMetric]] = relationship(back_populates="generation", cascade="all, delete-orphan")
+    decision: Mapped[BackfillDecision | None] = relationship(
         back_populates="generation", cascade="all, delete-orphan", foreign_keys="BackfillDecision.generation_id"
     )
-    zeta_step: Mapped["ZetaStep | None"] = relationship(back_populates="generation", cascade="all, delete-orphan")
+    zeta_step: Mapped[ZetaStep | None] = relationship(back_populates="generation", cascade="all, delete-orphan")
 
 
 class Evaluation(Base):

@@ -10,9 +10,10 @@ leaves the database as it was.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
@@ -23,12 +24,12 @@ from components.errors import LineageError
 from registry.db import (
     SCHEMA_VERSION,
     BackfillDecision,
+    BackfillEvent,
+    CompatSummary,
     Evaluation,
     GalleryPointer,
     Generation,
     GenerationMetric,
-    BackfillEvent,
-    CompatSummary,
     Promotion,
     SchemaInfo,
     ZetaStep,
@@ -36,16 +37,16 @@ from registry.db import (
 )
 
 __all__ = [
-    "LineageStore",
-    "GenerationRecord",
-    "EvaluationRecord",
-    "DecisionRecord",
-    "ZetaRecord",
-    "GenerationBundle",
-    "PointerRecord",
-    "CompatRecord",
-    "BackfillRecord",
     "RETRIEVAL_METRICS",
+    "BackfillRecord",
+    "CompatRecord",
+    "DecisionRecord",
+    "EvaluationRecord",
+    "GenerationBundle",
+    "GenerationRecord",
+    "LineageStore",
+    "PointerRecord",
+    "ZetaRecord",
 ]
 
 RETRIEVAL_METRICS = ("cmc@1", "cmc@5", "map")

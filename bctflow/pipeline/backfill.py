@@ -28,14 +28,16 @@ import dataclasses
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from bctflow.params import Params
+from bctflow.pipeline.commit import PRODUCTION_ALIAS
 from bctflow.pipeline.context import load_splits, registry_for, store_for
 from bctflow.workspace import Workspace
 from components.errors import ConfigError, IndexIntegrityError, LineageError
@@ -47,10 +49,9 @@ from components.indexing.mixed import ORDERS, backfill_order, mix_galleries
 from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
 from components.training import embed_images
-from bctflow.pipeline.commit import PRODUCTION_ALIAS
 from registry.lineage import BackfillRecord, LineageStore, PointerRecord
 
-__all__ = ["BackfillPlan", "plan_backfill", "embed_chunks", "publish", "switch", "run_backfill", "IN_PROGRESS"]
+__all__ = ["IN_PROGRESS", "BackfillPlan", "embed_chunks", "plan_backfill", "publish", "run_backfill", "switch"]
 
 IN_PROGRESS = "in_progress"
 
@@ -97,7 +98,7 @@ class BackfillPlan:
     def n_chunks(self) -> int:
         return (len(self.positions) + self.chunk_size - 1) // self.chunk_size
 
-    def same_request(self, other: "BackfillPlan") -> bool:
+    def same_request(self, other: BackfillPlan) -> bool:
         keys = ("target", "source_gallery", "kind", "fraction", "order", "seed", "chunk_size", "forced")
         return all(getattr(self, k) == getattr(other, k) for k in keys)
 
@@ -169,7 +170,7 @@ def plan_backfill(
         source_generation=ptr.generation_id, source_pointer_version=ptr.id, source_gallery=str(source), kind=kind,
         fraction=float(fraction), order=order if kind == "partial" else "all", seed=seed, chunk_size=b.chunk_size,
         throttle_s=b.throttle_seconds, restart_zeta=restart, zeta=params.geometry.zeta0 if restart else g.zeta,
-        positions=positions, started_at=datetime.now(timezone.utc).isoformat(), forced=bool(force and kind == "partial"),
+        positions=positions, started_at=datetime.now(UTC).isoformat(), forced=bool(force and kind == "partial"),
     )
     saved = plan.work_dir / "plan.json"
     if saved.exists():
@@ -233,7 +234,7 @@ def _assemble(plan: BackfillPlan) -> tuple[GalleryEmbeddings, np.ndarray]:
     stamps = current_stamps(Path(plan.source_gallery), current, plan.source_generation).copy()
     parts = [GalleryEmbeddings.load(plan.chunk_path(i)) for i in range(plan.n_chunks)]
     pos = np.asarray(plan.positions, dtype=np.int64)
-    cat = lambda name: np.concatenate([getattr(x, name) for x in parts])  # noqa: E731
+    cat = lambda name: np.concatenate([getattr(x, name) for x in parts])
     z, emb, clipped, logits, ids = cat("z"), cat("emb"), cat("clipped"), cat("logits"), cat("ids")
     if not np.array_equal(ids, current.ids[pos]):
         raise IndexIntegrityError(f"backfill chunks in {plan.work_dir} do not match the plan's items; delete the folder and run the backfill again")
@@ -305,7 +306,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             from_generation_id=plan.source_generation, to_generation_id=plan.target, kind=plan.kind, fraction=plan.fraction,
             order=plan.order, total=len(GalleryEmbeddings.load(Path(plan.source_gallery))), reembedded=len(plan.positions),
             index_path=str(index_dir), zeta_restarted=plan.restart_zeta, metrics={**metrics, "forced": plan.forced}, started_at=started,
-            duration_s=(datetime.now(timezone.utc) - started).total_seconds(),
+            duration_s=(datetime.now(UTC) - started).total_seconds(),
         )
         model_ckpt = str(index_dir.parent / "gallery_model.pt")
         pointer = PointerRecord(plan.target, str(index_dir), f"{plan.kind} backfill with generation {plan.target}", model_ckpt, plan.zeta, [plan.target])

@@ -23,10 +23,15 @@ from bctflow.pipeline.registration import promoted
 from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
 from components.errors import LineageError
 from components.indexing.live import LiveGallery
-from registry.lineage import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
+from registry.lineage import (
+    GenerationBundle,
+    GenerationRecord,
+    PointerRecord,
+    ZetaRecord,
+)
 from registry.tracking import RegistrationResult
 
-__all__ = ["commit", "rollback", "PRODUCTION_ALIAS"]
+__all__ = ["PRODUCTION_ALIAS", "commit", "rollback"]
 
 PRODUCTION_ALIAS = "production"
 
@@ -41,7 +46,7 @@ def commit(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gall
         if existing is not None and existing.mlflow_run_id == reg.run_id:
             return  # an earlier attempt committed (retry after a lost acknowledgement)
         final = plan.final_dir
-        rel = lambda path: str(final / Path(path).relative_to(plan.staging_dir))  # noqa: E731
+        rel = lambda path: str(final / Path(path).relative_to(plan.staging_dir))
         gate = promoted(plan, ev)
         record = GenerationRecord(
             id=plan.gen_id,

@@ -12,7 +12,7 @@ from components.data.prepare import prepared_splits
 from registry.lineage import LineageStore
 from registry.tracking import MlflowRegistry
 
-__all__ = ["load_splits", "dataset_splits", "store_for", "registry_for", "METRICS", "DERIVED"]
+__all__ = ["DERIVED", "METRICS", "dataset_splits", "load_splits", "registry_for", "store_for"]
 
 METRICS = ("cmc@1", "cmc@5", "map")
 DERIVED = ("cmc@1", "map")

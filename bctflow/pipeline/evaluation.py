@@ -22,17 +22,30 @@ from bctflow.pipeline.plan import GenerationPlan
 from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
 from components.data.selection import DataManifest
 from components.evaluation import compat_summary, gallery_metrics, p_com, p_up
-from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
-from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
+from components.evaluation.diagnostics import (
+    clip_fraction,
+    in_cone_fraction,
+    uncertainty_seen_unseen,
+)
+from components.evaluation.plots import (
+    compat_heatmap,
+    training_curves,
+    uncertainty_histogram,
+)
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.models import load_model
 from components.training import embed_images
 from registry.backfill import BackfillEvidence, BackfillRules, decide_backfill
-from registry.lineage import CompatRecord, DecisionRecord, EvaluationRecord, LineageStore
+from registry.lineage import (
+    CompatRecord,
+    DecisionRecord,
+    EvaluationRecord,
+    LineageStore,
+)
 
-__all__ = ["evaluate", "compat_records"]
+__all__ = ["compat_records", "evaluate"]
 
 
 def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str, float]:

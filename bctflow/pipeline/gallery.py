@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from bctflow.pipeline.context import load_splits
 from bctflow.pipeline.plan import GenerationPlan

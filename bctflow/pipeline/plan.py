@@ -27,7 +27,7 @@ from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.loop import TrainConfig, latest_checkpoint
 from registry.lineage import LineageStore
 
-__all__ = ["ParentRef", "GenerationPlan", "make_plan", "ROLES"]
+__all__ = ["ROLES", "GenerationPlan", "ParentRef", "make_plan"]
 
 ROLES = ("model", "reference")
 

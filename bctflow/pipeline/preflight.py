@@ -14,7 +14,7 @@ from bctflow.pipeline.plan import GenerationPlan, make_plan
 from bctflow.workspace import Workspace
 from registry.lineage import LineageStore
 
-__all__ = ["preflight", "open_store_readonly"]
+__all__ = ["open_store_readonly", "preflight"]
 
 
 def open_store_readonly(params: Params, ws: Workspace) -> LineageStore:

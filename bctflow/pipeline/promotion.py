@@ -8,7 +8,7 @@ overrides it, and the lineage records who, when and why.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from bctflow.params import Params
 from bctflow.pipeline.commit import PRODUCTION_ALIAS
@@ -35,7 +35,7 @@ def promote(params: Params, ws: Workspace, gen_id: int, *, force: bool = False, 
             raise ConfigError(f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it anyway")
         prev = store.production_generation_id()
         prev_version = store.generation(prev).mlflow_version if prev is not None else None
-        at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        at = datetime.now(UTC).isoformat(timespec="seconds")
         status = f"promoted ({'forced' if force and failed else 'manual'} by {by} at {at})"
         text = reason or ("override of the gate: " + "; ".join(failed) if failed else "passed the gate")
 

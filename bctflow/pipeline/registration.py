@@ -10,7 +10,7 @@ from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import DecisionRecord, LineageStore
 from registry.tracking import RegistrationRequest, RegistrationResult
 
-__all__ = ["register", "chain_description", "promoted"]
+__all__ = ["chain_description", "promoted", "register"]
 
 
 def promoted(plan: GenerationPlan, ev: Evaluation) -> bool:

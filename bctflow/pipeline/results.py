@@ -7,7 +7,7 @@ from typing import Any
 
 from registry.lineage import CompatRecord, DecisionRecord, EvaluationRecord
 
-__all__ = ["Snapshot", "Trained", "Gallery", "Evaluation"]
+__all__ = ["Evaluation", "Gallery", "Snapshot", "Trained"]
 
 
 @dataclass(frozen=True)

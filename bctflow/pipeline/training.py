@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -21,7 +21,7 @@ from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
 from components.training.device import cuda_available
 
-__all__ = ["train_role", "label_map"]
+__all__ = ["label_map", "train_role"]
 
 
 def _model_spec(plan: GenerationPlan, snap: Snapshot, splits: DatasetSplits, overrides: dict | None = None) -> ModelSpec:

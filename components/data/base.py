@@ -43,7 +43,7 @@ class ArrayDataset:
         """(H, W, C)."""
         return tuple(self.images.shape[1:])  # type: ignore[return-value]
 
-    def subset(self, index: np.ndarray) -> "ArrayDataset":
+    def subset(self, index: np.ndarray) -> ArrayDataset:
         """Rows ``index`` (positions, not ids), in that order."""
         return ArrayDataset(self.images[index], self.labels[index], self.ids[index], self.class_names)
 

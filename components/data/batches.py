@@ -8,15 +8,15 @@ per-sample Python work.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ImageTensor", "to_image_tensor", "iterate_batches", "augment_batch", "resize_images"]
+__all__ = ["ImageTensor", "augment_batch", "iterate_batches", "resize_images", "to_image_tensor"]
 
 
 @dataclass

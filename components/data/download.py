@@ -39,12 +39,12 @@ from components.io import atomic_path
 
 __all__ = [
     "ChecksumError",
-    "file_digest",
-    "verify_file",
     "download",
     "download_first",
     "extract",
+    "file_digest",
     "load_or_build_cache",
+    "verify_file",
 ]
 
 log = logging.getLogger(__name__)
@@ -353,7 +353,7 @@ def load_or_build_cache(
             if stored_key == key:
                 return arrays
             log.info("cache %s was built from other inputs; rebuilding it", cache)
-        except Exception as e:  # noqa: BLE001 - any damage means: rebuild
+        except Exception as e:
             log.warning("cache %s is damaged (%s: %s); rebuilding it", cache, type(e).__name__, e)
     arrays = build()
     bad = [k for k in arrays if k.startswith("__")]

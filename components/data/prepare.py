@@ -11,7 +11,7 @@ from components.data.base import ArrayDataset, DatasetSplits
 from components.data.batches import resize_images
 from components.data.registry import load_dataset
 
-__all__ = ["prepared_splits", "per_class_subsample"]
+__all__ = ["per_class_subsample", "prepared_splits"]
 
 
 def per_class_subsample(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:

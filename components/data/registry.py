@@ -11,14 +11,15 @@ resize to it themselves. ``path`` points a dataset at user data (``image_folder`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from components.data.base import DatasetSplits
 from components.errors import DataError
 from components.plugins import Registry
 
-__all__ = ["register_dataset", "get_dataset_loader", "available_datasets", "load_dataset", "DATASETS"]
+__all__ = ["DATASETS", "available_datasets", "get_dataset_loader", "load_dataset", "register_dataset"]
 
 
 class DatasetLoader(Protocol):

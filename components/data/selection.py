@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
 from components.data.base import ArrayDataset
 from components.errors import DataError
 
-__all__ = ["DataManifest", "resolve_class_order", "select_training_data", "MANIFEST_VERSION"]
+__all__ = ["MANIFEST_VERSION", "DataManifest", "resolve_class_order", "select_training_data"]
 
 MANIFEST_VERSION = 1
 
@@ -92,7 +93,7 @@ class DataManifest:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod
-    def from_json(cls, text: str) -> "DataManifest":
+    def from_json(cls, text: str) -> DataManifest:
         try:
             b = json.loads(text)
             if b.get("version") != MANIFEST_VERSION:

@@ -16,7 +16,7 @@ import yaml
 
 from components.data.selection import DataManifest
 
-__all__ = ["SnapshotInfo", "DataSnapshotStore"]
+__all__ = ["DataSnapshotStore", "SnapshotInfo"]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from components.geometry import expmap0, exterior_angle, half_aperture, uncertainty_from_tangent
+from components.geometry import (
+    expmap0,
+    exterior_angle,
+    half_aperture,
+    uncertainty_from_tangent,
+)
 
 __all__ = ["clip_fraction", "in_cone_fraction", "uncertainty_seen_unseen"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["uncertainty_histogram", "training_curves", "compat_heatmap"]
+__all__ = ["compat_heatmap", "training_curves", "uncertainty_histogram"]
 
 
 def _plt():

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GEOMETRIES",
-    "gallery_metrics",
     "average_precision",
+    "gallery_metrics",
     "retrieval_metrics",
     "retrieval_scores",
 ]
@@ -266,7 +266,7 @@ def retrieval_metrics(
     return out
 
 
-def gallery_metrics(query: "GalleryEmbeddings", gallery: "GalleryEmbeddings", ks: Sequence[int] = (1, 5), chunk_size: int = 1024) -> dict[str, float]:
+def gallery_metrics(query: GalleryEmbeddings, gallery: GalleryEmbeddings, ks: Sequence[int] = (1, 5), chunk_size: int = 1024) -> dict[str, float]:
     """M(φ_q, φ_g) (design §6) for two models' embeddings of the same gallery items.
 
     Queries are the gallery items embedded by the query model, put into the

@@ -29,19 +29,19 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "MAX_TANGENT_NORM",
     "dtype_margin",
+    "expmap0",
+    "exterior_angle",
+    "geodesic_distance",
+    "half_aperture",
+    "logmap0",
     "lorentz_inner",
+    "pairwise_geodesic_distance",
     "pairwise_lorentz_inner",
     "time_from_space",
-    "expmap0",
-    "logmap0",
-    "geodesic_distance",
-    "pairwise_geodesic_distance",
     "uncertainty",
     "uncertainty_from_tangent",
-    "half_aperture",
-    "exterior_angle",
-    "MAX_TANGENT_NORM",
 ]
 
 #: Largest sqrt(K)*||v|| the exp map accepts before clamping. sinh(15) ≈ 1.6e6,

@@ -32,8 +32,8 @@ from components.errors import (
     IncompatibleQueryError,
     IndexIntegrityError,
 )
-from components.io import atomic_write_bytes
 from components.indexing.manifest import IndexManifest
+from components.io import atomic_write_bytes
 
 __all__ = [
     "HYPERBOLOID_RTOL",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from components.models.spec import ModelSpec
     from components.training.embed import Embeddings
 
-__all__ = ["GalleryEmbeddings", "FEATURES"]
+__all__ = ["FEATURES", "GalleryEmbeddings"]
 
 FEATURES = ("embedding", "psp", "lsp")
 
@@ -73,7 +73,7 @@ class GalleryEmbeddings:
             return self.logits.shape[1]
         return self.z.shape[1] + (1 if self.geometry == "lorentz" else 0)
 
-    def view(self, features: str) -> "GalleryEmbeddings":
+    def view(self, features: str) -> GalleryEmbeddings:
         """The same embeddings under another retrieval view (the logits are stored, so no re-embedding)."""
         if features not in FEATURES:
             raise ValueError(f"unknown features {features!r}; use one of {FEATURES}")
@@ -92,7 +92,7 @@ class GalleryEmbeddings:
             return expmap0(torch.from_numpy(self.z).double(), k).numpy()
         return _unit(self.emb)
 
-    def incompatibility(self, gallery: "GalleryEmbeddings") -> str | None:
+    def incompatibility(self, gallery: GalleryEmbeddings) -> str | None:
         """Why these (query) embeddings cannot search ``gallery``; None when they can."""
         if not np.array_equal(self.ids, gallery.ids):
             return "the galleries hold different items (dataset or split changed)"
@@ -110,7 +110,7 @@ class GalleryEmbeddings:
             return f"dimension {own} vs {other}"
         return None
 
-    def vectors_against(self, gallery: "GalleryEmbeddings") -> np.ndarray:
+    def vectors_against(self, gallery: GalleryEmbeddings) -> np.ndarray:
         """These embeddings as queries in ``gallery``'s space, float64 (see the module docstring)."""
         why = self.incompatibility(gallery)
         if why is not None:
@@ -142,7 +142,7 @@ class GalleryEmbeddings:
         atomic_write_bytes(Path(path), buf.getvalue())
 
     @classmethod
-    def load(cls, path: Path) -> "GalleryEmbeddings":
+    def load(cls, path: Path) -> GalleryEmbeddings:
         p = Path(path)
         try:
             with np.load(p, allow_pickle=False) as f:
@@ -163,7 +163,7 @@ class GalleryEmbeddings:
             raise IndexIntegrityError(f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation") from None
 
     @classmethod
-    def from_embeddings(cls, emb: "Embeddings", spec: "ModelSpec", curvature: float, ids: np.ndarray, labels: np.ndarray) -> "GalleryEmbeddings":
+    def from_embeddings(cls, emb: Embeddings, spec: ModelSpec, curvature: float, ids: np.ndarray, labels: np.ndarray) -> GalleryEmbeddings:
         """Build from embedded images and the model's spec (its geometry, features and BT² prefix)."""
         return cls(
             geometry=spec.geometry,

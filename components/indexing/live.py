@@ -20,7 +20,7 @@ from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.indexing.faiss_index import GalleryIndex
 from components.io import atomic_write_text
 
-__all__ = ["LiveGallery", "POINTER"]
+__all__ = ["POINTER", "LiveGallery"]
 
 POINTER = "CURRENT"
 

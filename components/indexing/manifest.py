@@ -11,7 +11,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from components.errors import IndexIntegrityError
@@ -34,7 +34,7 @@ _FIX = "rebuild the index (GalleryIndex.build(...).save(...)) to get a valid man
 
 def utc_now_iso() -> str:
     """Current time as ISO-8601 UTC, e.g. ``2025-01-31T12:00:00.123456+00:00``."""
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def _bad(name: str, why: str) -> IndexIntegrityError:

@@ -19,7 +19,7 @@ import numpy as np
 
 from components.indexing.gallery import GalleryEmbeddings
 
-__all__ = ["backfill_order", "mix_galleries", "ORDERS", "item_uncertainty"]
+__all__ = ["ORDERS", "backfill_order", "item_uncertainty", "mix_galleries"]
 
 ORDERS = ("uncertainty", "random", "oldest")
 

@@ -1,7 +1,12 @@
 """Alignment losses behind one registry (one small module per method in ``methods/``)."""
 
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
-from components.losses.registry import available_alignments, create_alignment, get_alignment, register_alignment
+from components.losses.registry import (
+    available_alignments,
+    create_alignment,
+    get_alignment,
+    register_alignment,
+)
 
 __all__ = [
     "AlignmentContext",

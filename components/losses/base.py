@@ -11,8 +11,9 @@ same augmented batch, and adds ``weight * sum(terms)`` to the base loss
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -74,7 +75,7 @@ class AlignmentLoss(nn.Module):
         self.options = options if options is not None else self.Options()
 
     @classmethod
-    def from_options(cls, raw: dict[str, Any] | None) -> "AlignmentLoss":
+    def from_options(cls, raw: dict[str, Any] | None) -> AlignmentLoss:
         raw = dict(raw or {})
         names = {f.name: f for f in dataclasses.fields(cls.Options)}
         unknown = sorted(set(raw) - set(names))
@@ -112,6 +113,6 @@ class AlignmentLoss(nn.Module):
     def prepare(self, ctx: AlignmentContext) -> None:
         """One-off setup with the frozen old model (class statistics, frozen heads...)."""
 
-    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:  # noqa: D401
+    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:
         """Loss terms for one batch: ``new``/``old``/``ref`` are the three models' outputs on the same view."""
         raise NotImplementedError

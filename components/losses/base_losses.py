@@ -17,8 +17,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ from components.errors import ConfigError
 from components.geometry import expmap0, pairwise_geodesic_distance
 from components.models.encoder import ModelOutput
 
-__all__ = ["BaseLoss", "MixedOptions", "base_loss", "BASE_LOSSES", "mixed_geometry_loss"]
+__all__ = ["BASE_LOSSES", "BaseLoss", "MixedOptions", "base_loss", "mixed_geometry_loss"]
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ so a new method is one new file — the training loop does not change.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentLoss
 from components.plugins import Registry
 
-__all__ = ["register_alignment", "get_alignment", "available_alignments", "create_alignment", "ALIGNMENTS"]
+__all__ = ["ALIGNMENTS", "available_alignments", "create_alignment", "get_alignment", "register_alignment"]
 
 ALIGNMENTS: Registry[type[AlignmentLoss]] = Registry(
     "alignment method", "components.losses.methods", ConfigError, "set alignment.method in params.yaml or pass --alignment"

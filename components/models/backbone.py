@@ -10,7 +10,7 @@ from torch import nn
 
 from components.errors import CheckpointMismatchError, ConfigError
 
-__all__ = ["create_backbone", "apply_small_stem", "load_pretrained_weights"]
+__all__ = ["apply_small_stem", "create_backbone", "load_pretrained_weights"]
 
 
 def apply_small_stem(model: nn.Module, in_chans: int) -> nn.Module:
@@ -54,7 +54,7 @@ def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
     else:
         try:
             state = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as err:  # noqa: BLE001 - report any unpickling problem the same way
+        except Exception as err:
             raise CheckpointMismatchError(f"cannot read pretrained weights {p} as a plain state dict ({err}); convert it to .safetensors") from None
         for key in ("state_dict", "model", "module"):
             if isinstance(state, dict) and key in state and isinstance(state[key], dict):

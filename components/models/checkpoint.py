@@ -20,7 +20,7 @@ from components.io import atomic_write_bytes
 from components.models.encoder import EmbeddingModel, build_model
 from components.models.spec import IDENTITY_FIELDS, ModelSpec
 
-__all__ = ["MODEL_FORMAT", "save_torch_atomic", "load_torch_safe", "save_model", "load_model", "read_spec", "check_spec"]
+__all__ = ["MODEL_FORMAT", "check_spec", "load_model", "load_torch_safe", "read_spec", "save_model", "save_torch_atomic"]
 
 MODEL_FORMAT = "bctflow-model/1"
 
@@ -40,7 +40,7 @@ def load_torch_safe(path: Path) -> dict[str, Any]:
         raise CheckpointMismatchError(f"checkpoint {p} does not exist; check the path or retrain the generation")
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - truncated zip, foreign pickle, ... all mean the same to the user
+    except Exception as err:
         raise CheckpointMismatchError(
             f"checkpoint {p} cannot be read safely ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
             "it is truncated or not a bctflow checkpoint: restore it or retrain"

@@ -13,7 +13,7 @@ from components.models.classifiers import LinearClassifier, LorentzMLR
 from components.models.heads import BT2Head, EuclideanHead, LorentzHead
 from components.models.spec import ModelSpec
 
-__all__ = ["ModelOutput", "EmbeddingModel", "build_model"]
+__all__ = ["EmbeddingModel", "ModelOutput", "build_model"]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from components.geometry import expmap0
 
-__all__ = ["HeadOutput", "EuclideanHead", "LorentzHead", "BT2Head", "rescale_and_clip", "orthonormal_from_skew"]
+__all__ = ["BT2Head", "EuclideanHead", "HeadOutput", "LorentzHead", "orthonormal_from_skew", "rescale_and_clip"]
 
 
 @dataclass

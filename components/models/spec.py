@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["ModelSpec", "IDENTITY_FIELDS"]
+__all__ = ["IDENTITY_FIELDS", "ModelSpec"]
 
 #: Fields that define what a checkpoint *is*; a mismatch on any of them means
 #: the weights cannot serve the requested model.
@@ -107,7 +107,7 @@ class ModelSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -118,7 +118,7 @@ class ModelSpec:
                 d[k] = tuple(d[k])
         return cls(**d)
 
-    def mismatches(self, other: "ModelSpec", names: tuple[str, ...] = IDENTITY_FIELDS) -> list[str]:
+    def mismatches(self, other: ModelSpec, names: tuple[str, ...] = IDENTITY_FIELDS) -> list[str]:
         """Human-readable differences on ``names`` (empty when compatible)."""
         out = []
         for n in names:

@@ -2,7 +2,13 @@
 
 from components.training.device import select_device
 from components.training.embed import Embeddings, embed_images, retrieval_vectors
-from components.training.loop import TrainConfig, TrainResult, TrainingDivergedError, latest_checkpoint, train_model
+from components.training.loop import (
+    TrainConfig,
+    TrainingDivergedError,
+    TrainResult,
+    latest_checkpoint,
+    train_model,
+)
 
 __all__ = [
     "Embeddings",

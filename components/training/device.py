@@ -10,7 +10,7 @@ from torch import nn
 
 from components.errors import ConfigError
 
-__all__ = ["select_device", "autocast", "prepare_module", "to_memory_format", "cuda_available"]
+__all__ = ["autocast", "cuda_available", "prepare_module", "select_device", "to_memory_format"]
 
 
 def cuda_available() -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -12,7 +12,12 @@ from components.data.batches import iterate_batches, to_image_tensor
 from components.geometry import expmap0
 from components.models.encoder import EmbeddingModel
 from components.models.features import simplex_features
-from components.training.device import autocast, prepare_module, select_device, to_memory_format
+from components.training.device import (
+    autocast,
+    prepare_module,
+    select_device,
+    to_memory_format,
+)
 
 __all__ = ["Embeddings", "embed_images", "retrieval_vectors"]
 

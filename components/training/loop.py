@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -28,12 +28,22 @@ from components.data.batches import ImageTensor, augment_batch, iterate_batches
 from components.errors import BctflowError, CheckpointMismatchError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.base_losses import base_loss
-from components.models.checkpoint import check_spec, load_torch_safe, read_spec, save_torch_atomic
+from components.models.checkpoint import (
+    check_spec,
+    load_torch_safe,
+    read_spec,
+    save_torch_atomic,
+)
 from components.models.encoder import EmbeddingModel
-from components.training.device import autocast, prepare_module, select_device, to_memory_format
+from components.training.device import (
+    autocast,
+    prepare_module,
+    select_device,
+    to_memory_format,
+)
 from components.training.optim import build_optimizer, build_scheduler
 
-__all__ = ["TrainConfig", "TrainResult", "TrainingDivergedError", "train_model", "latest_checkpoint", "TRAIN_FORMAT"]
+__all__ = ["TRAIN_FORMAT", "TrainConfig", "TrainResult", "TrainingDivergedError", "latest_checkpoint", "train_model"]
 
 TRAIN_FORMAT = "bctflow-train/1"
 _CKPT_RE = re.compile(r"^epoch_(\d{4,})\.pt$")

@@ -15,7 +15,13 @@ from bctflow.workspace import Workspace
 from components.errors import CheckpointMismatchError, ConfigError, DataError
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
-from registry.lineage import PointerRecord, GenerationBundle, GenerationRecord, LineageStore, ZetaRecord
+from registry.lineage import (
+    GenerationBundle,
+    GenerationRecord,
+    LineageStore,
+    PointerRecord,
+    ZetaRecord,
+)
 from tests.helpers import tiny_spec
 
 

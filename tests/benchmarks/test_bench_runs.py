@@ -118,7 +118,11 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
 
 
 def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
-    from benchmarks.partial_backfill import FRACTIONS, run_partial_backfill, write_partial_report
+    from benchmarks.partial_backfill import (
+        FRACTIONS,
+        run_partial_backfill,
+        write_partial_report,
+    )
 
     b = tiny_bench(tmp_path, [{"name": "hbct", "method": "hbct", "geometry": "lorentz"}])
     res = run_partial_backfill(b, random_seeds=2)

@@ -33,8 +33,8 @@ def sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def lineage_run(prefect_harness, tmp_path_factory):
     """Run g0 and g1 once for every test in this module."""
-    from tests.conftest import REPO, TINY_OVERRIDES  # noqa: F401  (module-scoped twin of tiny_params_file)
     from bctflow.params import apply_overrides, load_params
+    from tests.conftest import REPO, TINY_OVERRIDES
 
     tmp = tmp_path_factory.mktemp("flow")
     params = tmp / "params.yaml"

@@ -9,12 +9,12 @@ from sqlalchemy import text
 
 from components.errors import LineageError
 from registry.lineage import (
-    PointerRecord,
     DecisionRecord,
     EvaluationRecord,
     GenerationBundle,
     GenerationRecord,
     LineageStore,
+    PointerRecord,
     ZetaRecord,
 )
 

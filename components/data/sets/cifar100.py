@@ -58,7 +58,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         super().__init__(file, **kw)
         self.source = source
 
-    def find_class(self, module: str, name: str):  # noqa: D401 - pickle hook
+    def find_class(self, module: str, name: str):
         try:
             return self._ALLOWED[(module, name)]
         except KeyError:
@@ -75,7 +75,7 @@ def safe_unpickle(data: bytes, source: str) -> object:
         return RestrictedUnpickler(io.BytesIO(data), source=source, encoding="bytes").load()
     except DataError:
         raise
-    except Exception as e:  # noqa: BLE001 - any malformed pickle
+    except Exception as e:
         raise DataError(f"{source} is not a readable CIFAR pickle ({type(e).__name__}: {e}); delete the archive and download it again") from e
 
 

@@ -29,7 +29,12 @@ from torch import Tensor
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.registry import register_alignment
-from components.models.classifiers import LinearClassifier, LorentzMLR, linear_logits, lorentz_mlr_logits
+from components.models.classifiers import (
+    LinearClassifier,
+    LorentzMLR,
+    linear_logits,
+    lorentz_mlr_logits,
+)
 from components.models.encoder import EmbeddingModel, ModelOutput
 
 

@@ -32,13 +32,19 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from components.geometry import expmap0, exterior_angle, half_aperture, pairwise_lorentz_inner, uncertainty
+from components.geometry import (
+    expmap0,
+    exterior_angle,
+    half_aperture,
+    pairwise_lorentz_inner,
+    uncertainty,
+)
 from components.geometry.lorentz import dtype_margin, lorentz_inner
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.registry import register_alignment
 from components.models.encoder import ModelOutput
 
-__all__ = ["HBCT", "HBCTOptions", "pairwise_distance", "rince", "info_nce", "entailment_loss"]
+__all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince"]
 
 Distance = Literal["geodesic", "squared_lorentz", "inner"]
 

@@ -31,7 +31,7 @@ def leftovers(folder: Path) -> list[str]:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - keep test output quiet
+    def log_message(self, format, *args):
         pass
 
 
@@ -41,7 +41,7 @@ def serve_dir(directory: Path) -> Iterator[tuple[str, list[str]]]:
     requests: list[str] = []
 
     class Handler(_Handler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             requests.append(self.path)
             super().do_GET()
 

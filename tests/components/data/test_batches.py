@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from components.data.batches import augment_batch, iterate_batches, resize_images, to_image_tensor
+from components.data.batches import (
+    augment_batch,
+    iterate_batches,
+    resize_images,
+    to_image_tensor,
+)
 
 CPU = torch.device("cpu")
 

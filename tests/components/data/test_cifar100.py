@@ -14,7 +14,13 @@ from components.data import load_dataset
 from components.data.download import ChecksumError
 from components.data.sets import cifar100 as c100
 from components.errors import DataError
-from tests.components.data.dataset_archives import add_tar_member, leftovers, md5_of, py2_pickle, serve_dir
+from tests.components.data.dataset_archives import (
+    add_tar_member,
+    leftovers,
+    md5_of,
+    py2_pickle,
+    serve_dir,
+)
 
 N_TRAIN, N_TEST = 6, 3
 FINE_NAMES = [f"class_{i:02d}" for i in range(100)]

@@ -8,7 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from components.data import DataManifest, load_dataset, resolve_class_order, select_training_data
+from components.data import (
+    DataManifest,
+    load_dataset,
+    resolve_class_order,
+    select_training_data,
+)
 from components.errors import DataError
 
 

@@ -10,9 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data.download import ChecksumError, download, download_first, extract, file_digest, load_or_build_cache
+from components.data.download import (
+    ChecksumError,
+    download,
+    download_first,
+    extract,
+    file_digest,
+    load_or_build_cache,
+)
 from components.errors import DataError
-from tests.components.data.dataset_archives import add_tar_member, closed_port_url, leftovers, serve_dir
+from tests.components.data.dataset_archives import (
+    add_tar_member,
+    closed_port_url,
+    leftovers,
+    serve_dir,
+)
 
 PAYLOAD = bytes(range(256)) * 5000  # 1.28 MB: more than one read chunk
 

@@ -7,7 +7,12 @@ import hashlib
 import pytest
 import yaml
 
-from components.data import DataManifest, DataSnapshotStore, load_dataset, select_training_data
+from components.data import (
+    DataManifest,
+    DataSnapshotStore,
+    load_dataset,
+    select_training_data,
+)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,14 @@ from components.data import load_dataset
 from components.data.download import ChecksumError
 from components.data.sets import fashion_mnist as fm
 from components.errors import DataError
-from tests.components.data.dataset_archives import closed_port_url, idx_bytes, leftovers, md5_of, serve_dir, write_idx_gz
+from tests.components.data.dataset_archives import (
+    closed_port_url,
+    idx_bytes,
+    leftovers,
+    md5_of,
+    serve_dir,
+    write_idx_gz,
+)
 
 N_TRAIN, N_TEST = 7, 4
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")

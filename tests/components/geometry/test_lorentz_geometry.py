@@ -28,6 +28,7 @@ from components.geometry import (
     uncertainty_from_tangent,
 )
 
+
 def ref_expmap0(v: torch.Tensor, k: float) -> torch.Tensor:
     """Independent float64 exp map at the origin (design §2). v: (..., d) → (..., d+1)."""
     v = v.double()

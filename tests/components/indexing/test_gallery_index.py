@@ -14,8 +14,8 @@ import components.indexing.faiss_index as faiss_index_module
 from components.errors import DataError, IncompatibleQueryError, IndexIntegrityError
 from components.geometry import expmap0, pairwise_geodesic_distance
 from components.indexing import INDEX_FILE, MANIFEST_FILE, GalleryIndex
-from components.io import atomic_path
 from components.indexing.faiss_index import _maybe_to_gpu
+from components.io import atomic_path
 
 
 def _lorentz_points(n: int, d: int = 16, k: float = 1.0, seed: int = 0) -> np.ndarray:

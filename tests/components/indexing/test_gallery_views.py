@@ -243,9 +243,9 @@ def test_gallery_metrics_of_a_gallery_with_itself(make):
         assert got[k] == pytest.approx(direct[k], abs=1e-12), k
     if g.retrieval_geometry == "lorentz":
         k = g.curvature
-        score = lambda a, b: -math.acosh(max(1.0, -k * (float(a[1:] @ b[1:]) - a[0] * b[0]))) / math.sqrt(k)  # noqa: E731
+        score = lambda a, b: -math.acosh(max(1.0, -k * (float(a[1:] @ b[1:]) - a[0] * b[0]))) / math.sqrt(k)
     else:
-        score = lambda a, b: float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b))  # noqa: E731
+        score = lambda a, b: float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b))
     v = g.vectors()
     assert got["cmc@1"] == pytest.approx(_hand_cmc1(v, v, g.ids, g.ids, g.labels, g.labels, score))
 

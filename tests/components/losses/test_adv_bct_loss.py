@@ -111,7 +111,7 @@ def test_boundary_term_by_hand():
     m = _prepared(torch.tensor([0, 1, 2, -1]))
     c0, r0, _ = _hand_ball(CLASS0)
     c2, r2, _ = _hand_ball(CLASS2)
-    unit = lambda v: [x / math.hypot(*v) for x in v]  # noqa: E731
+    unit = lambda v: [x / math.hypot(*v) for x in v]
 
     # at the (normalised) class centres: inside the ball, boundary 0
     at_centre = torch.tensor([unit(c0), unit(c2)])
@@ -146,7 +146,7 @@ def test_adversarial_term_by_hand():
     new = torch.tensor([[3.0, 4.0], [0.0, -2.0]])
     old = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
     n, o = F.normalize(new, dim=-1), F.normalize(old, dim=-1)
-    softplus = lambda t: math.log1p(math.exp(t))  # noqa: E731
+    softplus = lambda t: math.log1p(math.exp(t))
     bce_old = sum(softplus(float(v)) for v in d(o)) / 2  # target 0
     bce_new = sum(softplus(-float(v)) for v in d(n)) / 2  # target 1
     out = m(_out(new), _out(old), torch.tensor([0, 2]))

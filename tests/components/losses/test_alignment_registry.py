@@ -11,7 +11,14 @@ import torch
 from components.data import load_dataset
 from components.data.batches import to_image_tensor
 from components.errors import ConfigError
-from components.losses import AlignmentLoss, LossOutput, available_alignments, create_alignment, get_alignment, register_alignment
+from components.losses import (
+    AlignmentLoss,
+    LossOutput,
+    available_alignments,
+    create_alignment,
+    get_alignment,
+    register_alignment,
+)
 from components.losses import registry as registry_module
 from components.models import ModelSpec, build_model
 from components.training import TrainConfig, train_model

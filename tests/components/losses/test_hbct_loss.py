@@ -9,11 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from components.errors import ConfigError
-from components.geometry import expmap0, geodesic_distance, half_aperture, pairwise_geodesic_distance
+from components.geometry import (
+    expmap0,
+    geodesic_distance,
+    half_aperture,
+    pairwise_geodesic_distance,
+)
 from components.losses import AlignmentContext, create_alignment
 from components.losses.methods.hbct import info_nce, rince
 from components.models import ModelOutput, ModelSpec
-
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 

@@ -29,7 +29,7 @@ def _unit(v):
 def _hand_hoc(new, old, labels, mu):
     n = [_unit(v) for v in new]
     o = [_unit(v) for v in old]
-    dot = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))
     per = []
     for i in range(len(n)):
         others = [mu * dot(o[i], n[j]) for j in range(len(n)) if int(labels[j]) != int(labels[i])]
@@ -66,8 +66,9 @@ def test_default_mu_is_ten():
 def test_same_class_items_are_not_negatives():
     """Anchor 0's term uses only other-class new embeddings: moving a same-class new embedding
     (item 2, not item 0 itself) changes its own term but not anchor 0's."""
-    from components.losses.methods.hoc import hoc_loss
     import torch.nn.functional as F
+
+    from components.losses.methods.hoc import hoc_loss
 
     new, old = _data(2)
     labels = torch.tensor([0, 1, 0, 2, 1])

@@ -31,7 +31,7 @@ def _hand_ra_comp(new, old, labels, tau):
     """Per anchor: −log softmax of the positive among [⟨n̂_i,ô_i⟩, ⟨n̂_i,ô_j⟩, ⟨n̂_i,n̂_j⟩ (y_j ≠ y_i)] / τ."""
     n = [v / math.sqrt(sum(float(a) ** 2 for a in v)) for v in new]
     o = [v / math.sqrt(sum(float(a) ** 2 for a in v)) for v in old]
-    dot = lambda a, b: sum(float(x) * float(y) for x, y in zip(a, b))  # noqa: E731
+    dot = lambda a, b: sum(float(x) * float(y) for x, y in zip(a, b))
     losses = []
     for i in range(len(n)):
         pos = dot(n[i], o[i]) / tau

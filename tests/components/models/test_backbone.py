@@ -8,7 +8,11 @@ import torch
 from torch import nn
 
 from components.errors import CheckpointMismatchError, ConfigError
-from components.models.backbone import apply_small_stem, create_backbone, load_pretrained_weights
+from components.models.backbone import (
+    apply_small_stem,
+    create_backbone,
+    load_pretrained_weights,
+)
 
 TINY = {"channels": [8, 8, 16, 16]}
 

@@ -10,7 +10,11 @@ import torch
 
 from components.errors import CheckpointMismatchError
 from components.models import build_model, load_model, save_model
-from components.models.checkpoint import MODEL_FORMAT, load_torch_safe, save_torch_atomic
+from components.models.checkpoint import (
+    MODEL_FORMAT,
+    load_torch_safe,
+    save_torch_atomic,
+)
 from tests.helpers import tiny_spec
 
 

@@ -13,7 +13,12 @@ from components.data.batches import to_image_tensor
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import create_alignment
 from components.models import build_model
-from components.training import TrainConfig, TrainingDivergedError, latest_checkpoint, train_model
+from components.training import (
+    TrainConfig,
+    TrainingDivergedError,
+    latest_checkpoint,
+    train_model,
+)
 from tests.helpers import tiny_spec
 
 

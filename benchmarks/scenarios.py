@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from bctflow.params import apply_overrides
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError
@@ -95,11 +96,11 @@ class Row:
         return d
 
 
-def _entry_zeta(p: Any, entry: MethodEntry, default: float) -> float:
-    """ζ of a method's new model: ζ₀ + the entry's own Δζ when it overrides geometry.delta_zeta (ζ ablation)."""
-    if "geometry.delta_zeta" in entry.params:
-        return p.geometry.zeta0 + float(entry.params["geometry.delta_zeta"])
-    return default
+def _entry_zeta(p: Any, entry: MethodEntry) -> float:
+    """ζ of a method's new model, ζ₀ + Δζ, read from the same params the model trains with (the entry's
+    overrides applied: the ζ ablations set ``geometry.delta_zeta``)."""
+    g = (apply_overrides(p, dict(entry.params)) if entry.params else p).geometry
+    return g.zeta0 + g.delta_zeta
 
 
 def _row(bench: Bench, entry: MethodEntry, new: BenchModel, old: BenchModel, ref: BenchModel, *, seed: int, weight: float | None, selection: str, space: str, seconds: float | None, note: str = "") -> Row:
@@ -178,7 +179,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
             rows.append(_row(bench, entry, ref.view(kind), old.view(kind), ref.view(kind), seed=seeds[0], weight=None, selection="training-free", space=kind, seconds=0.0, note=note))
             continue
         weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
-        zeta_e = _entry_zeta(p, entry, zeta_n)
+        zeta_e = _entry_zeta(p, entry)
         cands = [
             (w, bench.train_model(
                 f"{entry.name}/λ={w:g}/seed={seeds[0]}", new_sel, geometry=entry.geometry, arch=sc.new_arch, method=entry.method,
@@ -202,7 +203,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
             m = bench.train_model(
                 f"{entry.name}/λ={w:g}/seed={seed}", new_sel, geometry=entry.geometry, arch=sc.new_arch, method=entry.method,
-                options=entry.options, weight=w, seed=seed, zeta=_entry_zeta(p, entry, zeta_n), old=old, reference=ref, epochs=sc.epochs,
+                options=entry.options, weight=w, seed=seed, zeta=_entry_zeta(p, entry), old=old, reference=ref, epochs=sc.epochs,
                 params=entry.params,
             )
             rows.append(_row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", space="embedding", seconds=m.seconds))

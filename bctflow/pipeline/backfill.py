@@ -43,7 +43,7 @@ from bctflow.workspace import Workspace
 from components.errors import ConfigError, IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.indexing import GalleryIndex
-from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import ORDERS, backfill_order, mix_galleries
 from components.io import atomic_path, atomic_write_text
@@ -148,7 +148,7 @@ def plan_backfill(
         raise ConfigError(f"generation {target} is retired; backfill with a serving generation")
     kind = "full" if fraction >= 1.0 else "partial"
     live_gen = store.generation(ptr.generation_id)
-    source = Path(ptr.index_path).parent / "gallery.npz"
+    source = gallery_beside(ptr.index_path)
     current = GalleryEmbeddings.load(source)
     if kind == "partial":
         accepted = ptr.compatible_generations or [ptr.generation_id]
@@ -299,7 +299,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
     try:
         cur = store.live_pointer()
         # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
-        if cur is None or Path(cur.index_path).parent / "gallery.npz" != Path(plan.source_gallery):
+        if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):
             raise LineageError("the live gallery changed while this backfill ran; delete backfills/in_progress and start again")
         started = datetime.fromisoformat(plan.started_at)
         event = BackfillRecord(

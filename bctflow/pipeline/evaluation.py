@@ -20,6 +20,7 @@ from bctflow.params import Params
 from bctflow.pipeline.context import DERIVED, load_splits, store_for
 from bctflow.pipeline.plan import GenerationPlan
 from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
+from bctflow.report import fmt
 from components.data.selection import DataManifest
 from components.evaluation import compat_summary, gallery_metrics, p_com, p_up
 from components.evaluation.diagnostics import (
@@ -32,7 +33,7 @@ from components.evaluation.plots import (
     training_curves,
     uncertainty_histogram,
 )
-from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.models import load_model
@@ -100,7 +101,7 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
         if parent is not None and sid == parent.id:
             other = live
         else:
-            other = GalleryEmbeddings.load(Path(store.generation(sid).index_path).parent / "gallery.npz")
+            other = GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
         assert other is not None
         galleries[sid] = other
         why = new.incompatibility(other)
@@ -148,7 +149,7 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
     compat = compat_records(store, gid, ids, {**against, gid: self_m})
     if len(ids) > 1:
         c = compat[-1]
-        title = f"compatibility (mAP) as of g{gid}\nAC {c.ac if c.ac is None else round(c.ac, 3)}, AA {c.aa if c.aa is None else round(c.aa, 3)}, ACA {c.aca if c.aca is None else round(c.aca, 3)}"
+        title = f"compatibility (mAP) as of g{gid}\nAC {fmt(c.ac, 3)}, AA {fmt(c.aa, 3)}, ACA {fmt(c.aca, 3)}"
         artifacts.append(str(compat_heatmap(plan.staging_dir / "compat_matrix.png", c.matrix, [f"g{i}" for i in ids], title)))
     decision = _decide(plan, cross, parent_self, derived, gallery.clip_fraction, skipped)
     compatible = parent is None or any(c["rule"] == "compatibility" and c["passed"] for c in decision.checks)

@@ -21,6 +21,7 @@ from bctflow.pipeline.specs import train_config_from_params
 from bctflow.workspace import Workspace
 from components.data.registry import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError
+from components.indexing.gallery import gallery_beside
 from components.losses import create_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
@@ -127,7 +128,7 @@ def _parent_ref(store: LineageStore) -> ParentRef | None:
         id=g.id,
         name=g.name,
         checkpoint=ptr.model_checkpoint or g.checkpoint_path,
-        gallery=str(Path(ptr.index_path).parent / "gallery.npz"),
+        gallery=str(gallery_beside(ptr.index_path)),
         zeta=ptr.zeta if ptr.zeta is not None else g.zeta,
         curvature=g.curvature,
         geometry=g.geometry,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from components.models.spec import ModelSpec
     from components.training.embed import Embeddings
 
-__all__ = ["FEATURES", "GalleryEmbeddings"]
+__all__ = ["FEATURES", "GalleryEmbeddings", "gallery_beside"]
 
 FEATURES = ("embedding", "psp", "lsp")
 
@@ -38,6 +38,11 @@ FEATURES = ("embedding", "psp", "lsp")
 def _unit(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
+
+
+def gallery_beside(index_path: str | Path) -> Path:
+    """The ``gallery.npz`` next to an index directory (a generation's, or a live index version's)."""
+    return Path(index_path).parent / "gallery.npz"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bctflow.env import configure_environment
-from bctflow.params import (
+from flows.env import configure_environment
+from flows.params import (
     DEFAULT_PARAMS_PATH,
     GenerationSpec,
     Params,
@@ -22,7 +22,7 @@ from bctflow.params import (
     load_params,
     load_params_with,
 )
-from bctflow.workspace import Workspace, resolve_home
+from flows.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
@@ -69,7 +69,7 @@ def _parse_classes(text: str | None) -> list[int] | str | None:
 
 
 def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[str, Any] | None) -> dict[str, Any]:
-    from bctflow.pipeline.preflight import preflight
+    from flows.steps.preflight import preflight
 
     try:
         preflight(params_path, overrides, home, spec)
@@ -117,7 +117,7 @@ def demo(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Fresh workspace: g0 on digits classes 0–4, then g1 on all classes with HBCT + an independent reference."""
-    from bctflow.report import compat_table, retrieval_table
+    from bctflow.tables import compat_table, retrieval_table
 
     h = resolve_home(home)
     ws = Workspace(h)
@@ -183,7 +183,7 @@ def run(
         base.update({k: v for k, v in explicit.items() if v is not None})
         if base["name"] == "__auto__":
             base.pop("name")
-            from bctflow.pipeline.preflight import open_store_readonly
+            from flows.steps.preflight import open_store_readonly
 
             store = open_store_readonly(p, Workspace(h))
             base["name"] = f"g{store.next_generation_id()}"
@@ -194,7 +194,7 @@ def run(
     except ValueError as err:
         _fail(ConfigError(str(err)))
     summary = _run_flow(h, params, overrides, spec)
-    from bctflow.report import compat_table, retrieval_table
+    from bctflow.tables import compat_table, retrieval_table
 
     gens = [g for g in _lineage(h, params, overrides) if g["id"] == summary["generation"]]
     console.print(retrieval_table(gens))
@@ -211,7 +211,7 @@ def chain(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
-    from components.data.versioning import DataSnapshotStore
+    from registry.data_snapshots import DataSnapshotStore
 
     h = resolve_home(home)
     overrides = list(set_ or [])
@@ -234,7 +234,7 @@ def chain(
             if used.to_json() != want:
                 _fail(ConfigError(f"generation {spec.name} trained on data that differs from {expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"))
     gens = _lineage(h, params, overrides)
-    from bctflow.report import compat_table, lineage_table
+    from bctflow.tables import compat_table, lineage_table
 
     console.print(lineage_table(gens))
     console.print(compat_table(gens))
@@ -259,7 +259,7 @@ def snapshot(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
-    from bctflow.chain import write_manifests
+    from flows.chain import write_manifests
 
     try:
         p = _load(params, list(set_ or []))
@@ -284,7 +284,7 @@ def lineage(
     if as_json:
         sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
         return
-    from bctflow.report import compat_table, lineage_table
+    from bctflow.tables import compat_table, lineage_table
 
     console.print(lineage_table(gens))
     console.print(compat_table(gens))
@@ -302,8 +302,8 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
-    from bctflow.pipeline.backfill import plan_backfill
-    from bctflow.pipeline.preflight import open_store_readonly
+    from flows.steps.reembed import plan_backfill
+    from flows.steps.preflight import open_store_readonly
 
     h = resolve_home(home)
     overrides = list(set_ or [])
@@ -351,7 +351,7 @@ def promote(
     """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
     import getpass
 
-    from bctflow.pipeline.promotion import promote as do_promote
+    from flows.steps.promotion import promote as do_promote
 
     h = resolve_home(home)
     try:

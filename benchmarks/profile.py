@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bctflow.params import Params, apply_overrides, flatten_overrides, load_params
+from flows.params import Params, apply_overrides, flatten_overrides, load_params
 from components.errors import ConfigError
 
 __all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "MethodEntry", "Profile", "load_profile"]

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from bctflow.params import Params, apply_overrides
-from bctflow.pipeline.context import dataset_splits
-from bctflow.pipeline.specs import model_spec_from_params, train_config_from_params
+from flows.params import Params, apply_overrides
+from flows.steps.context import dataset_splits
+from flows.specs import model_spec_from_params, train_config_from_params
 from benchmarks.profile import Arch, Profile
 from components.data import DataManifest, select_training_data
 from components.data.base import ArrayDataset

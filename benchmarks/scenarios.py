@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bctflow.params import apply_overrides
+from flows.params import apply_overrides
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError

@@ -1,7 +1,7 @@
-"""A name → plugin registry whose plugins live one per module in a package.
+"""A catalog of plugins by name, one plugin per module of a package.
 
 Every module of the package is imported on the first lookup, so adding a
-plugin is adding one file with ``@registry.register("name")`` — nothing else
+plugin is adding one file with ``@catalog.register("name")`` — nothing else
 changes. Used for alignment methods and datasets.
 """
 
@@ -12,12 +12,12 @@ import pkgutil
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Registry"]
+__all__ = ["Catalog"]
 
 T = TypeVar("T")
 
 
-class Registry(Generic[T]):
+class Catalog(Generic[T]):
     def __init__(self, kind: str, package: str, error: type[Exception], fix: str) -> None:
         """``kind``: what is registered (for messages); ``package``: dotted name of the plugin
         package; ``error``: raised for unknown names; ``fix``: how the user picks a name."""

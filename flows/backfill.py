@@ -1,6 +1,6 @@
 """The ``backfill`` flow: plan → embed chunks (resumable) → publish + verify → switch the live gallery.
 
-Each task calls one step of :mod:`bctflow.pipeline.backfill`. Killing the
+Each task calls one step of :mod:`flows.steps.reembed`. Killing the
 process at any point and running the flow again finishes the same backfill
 from the chunks already on disk; the live gallery keeps answering queries from
 the old index until the final, atomic switch.
@@ -15,12 +15,12 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.lock import workspace_lock
-from bctflow.params import load_params_with
-from bctflow.pipeline import backfill as bf
-from bctflow.pipeline.context import store_for
-from bctflow.progress import progress_bar
-from bctflow.workspace import Workspace
+from flows.lock import workspace_lock
+from flows.params import load_params_with
+from flows.steps import reembed as bf
+from flows.steps.context import store_for
+from flows.progress import progress_bar
+from flows.workspace import Workspace
 from flows.transient import retry_condition
 
 

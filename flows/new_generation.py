@@ -1,6 +1,6 @@
 """The ``new-generation`` flow: snapshot → train → index → evaluate → register → lineage.
 
-Each task calls one step of :mod:`bctflow.pipeline.steps`. Registration and
+Each task calls one step of :mod:`flows.steps`. Registration and
 the lineage commit retry on transient failures; if the commit still fails the
 MLflow registration is rolled back, so a failed run leaves the lineage DB, the
 registry and the live index as they were.
@@ -15,13 +15,13 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.lock import workspace_lock
-from bctflow.params import GenerationSpec, load_params_with
-from bctflow.pipeline import steps
-from bctflow.pipeline.plan import GenerationPlan, make_plan
-from bctflow.progress import progress_bar
-from bctflow.report import generation_markdown
-from bctflow.workspace import Workspace
+from flows.lock import workspace_lock
+from flows.params import GenerationSpec, load_params_with
+from flows import steps
+from flows.plan import GenerationPlan, make_plan
+from flows.progress import progress_bar
+from flows.artifacts import generation_markdown
+from flows.workspace import Workspace
 from flows.transient import retry_condition
 
 

@@ -11,10 +11,10 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from bctflow.params import load_params_with
-from bctflow.pipeline.changes import ChangeReport, detect_changes
-from bctflow.pipeline.preflight import open_store_readonly
-from bctflow.workspace import Workspace
+from flows.params import load_params_with
+from flows.steps.changes import ChangeReport, detect_changes
+from flows.steps.preflight import open_store_readonly
+from flows.workspace import Workspace
 from flows.new_generation import new_generation
 
 

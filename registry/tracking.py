@@ -19,6 +19,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,6 @@ class MlflowRegistry:
         from mlflow.models.signature import ModelSignature
         from mlflow.types.schema import Schema, TensorSpec
 
-        import bctflow
-
         with _quiet_mlflow():
             client = self._client()
             exp_id = self._experiment_id(client)
@@ -183,7 +182,7 @@ class MlflowRegistry:
                         python_model=str(_MODEL_CODE),
                         artifacts={"checkpoint": str(req.checkpoint)},
                         signature=signature,
-                        pip_requirements=[f"bctflow=={bctflow.__version__}"],
+                        pip_requirements=[f"bctflow=={package_version('bctflow')}"],
                     )
                 if created_model:
                     client.create_registered_model(

@@ -55,12 +55,12 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--reference", action="store_true", help="also train independent references (P_com / P_up)")
     a = ap.parse_args()
-    from bctflow.env import configure_environment
+    from flows.env import configure_environment
 
     configure_environment(a.home.resolve())
     from rich.console import Console
 
-    from bctflow.report import lineage_table
+    from bctflow.tables import lineage_table
 
     gens = run_session(a.home.resolve(), a.params, a.overrides, a.reference)
     Console(width=140).print(lineage_table(gens))

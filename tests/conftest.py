@@ -40,7 +40,7 @@ def tiny_params_file(tmp_path: Path) -> Path:
     """A params.yaml with the repository's defaults and the tiny overrides applied."""
     import yaml
 
-    from bctflow.params import apply_overrides, load_params
+    from flows.params import apply_overrides, load_params
 
     p = apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES)
     path = tmp_path / "params.yaml"

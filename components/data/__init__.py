@@ -1,7 +1,7 @@
-"""Data: dataset registry, deterministic selections (manifests), DVC snapshots, batching."""
+"""Data: dataset catalog, deterministic selections (manifests), batching."""
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
-from components.data.registry import (
+from components.data.catalog import (
     available_datasets,
     get_dataset_loader,
     load_dataset,
@@ -12,14 +12,11 @@ from components.data.selection import (
     resolve_class_order,
     select_training_data,
 )
-from components.data.versioning import DataSnapshotStore, SnapshotInfo
 
 __all__ = [
     "ArrayDataset",
     "DataManifest",
-    "DataSnapshotStore",
     "DatasetSplits",
-    "SnapshotInfo",
     "array_fingerprint",
     "available_datasets",
     "get_dataset_loader",

@@ -9,7 +9,7 @@ import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
 from components.data.batches import resize_images
-from components.data.registry import load_dataset
+from components.data.catalog import load_dataset
 
 __all__ = ["per_class_subsample", "prepared_splits"]
 

@@ -1,7 +1,7 @@
-"""Alignment losses behind one registry (one small module per method in ``methods/``)."""
+"""Alignment losses behind one catalog (one small module per method in ``methods/``)."""
 
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
-from components.losses.registry import (
+from components.losses.catalog import (
     available_alignments,
     create_alignment,
     get_alignment,

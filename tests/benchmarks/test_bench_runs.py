@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bctflow.params import apply_overrides, load_params
+from flows.params import apply_overrides, load_params
 from benchmarks.profile import BenchSettings, Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
 from benchmarks.runner import Bench

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bctflow.params import apply_overrides, load_params
-from bctflow.workspace import Workspace
+from flows.params import apply_overrides, load_params
+from flows.workspace import Workspace
 from components.errors import IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery

@@ -13,9 +13,9 @@ import yaml
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from bctflow.params import apply_overrides, load_params
-from bctflow.pipeline.promotion import promote
-from bctflow.workspace import Workspace
+from flows.params import apply_overrides, load_params
+from flows.steps.promotion import promote
+from flows.workspace import Workspace
 from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery

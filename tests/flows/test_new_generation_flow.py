@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bctflow.workspace import Workspace
+from flows.workspace import Workspace
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from flows.new_generation import new_generation
@@ -33,7 +33,7 @@ def sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def lineage_run(prefect_harness, tmp_path_factory):
     """Run g0 and g1 once for every test in this module."""
-    from bctflow.params import apply_overrides, load_params
+    from flows.params import apply_overrides, load_params
     from tests.conftest import REPO, TINY_OVERRIDES
 
     tmp = tmp_path_factory.mktemp("flow")

@@ -11,7 +11,7 @@ from prefect import Flow
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.schedules import Cron
 
-from bctflow.params import load_params
+from flows.params import load_params
 from tests.conftest import REPO
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
-from components.data.registry import register_dataset
+from components.data.catalog import register_dataset
 from components.data.split import stratified_split
 
 

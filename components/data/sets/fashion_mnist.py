@@ -25,7 +25,7 @@ import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
 from components.data.download import ChecksumError, download_first
-from components.data.registry import register_dataset
+from components.data.catalog import register_dataset
 from components.errors import DataError
 
 NAME = "fashion_mnist"

@@ -31,7 +31,7 @@ import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
 from components.data.download import load_or_build_cache
-from components.data.registry import register_dataset
+from components.data.catalog import register_dataset
 from components.data.split import stratified_split
 from components.errors import DataError
 

@@ -24,7 +24,7 @@ import numpy as np
 from components.data.base import ArrayDataset, DatasetSplits
 from components.data.download import download as _download
 from components.data.download import extract, load_or_build_cache
-from components.data.registry import register_dataset
+from components.data.catalog import register_dataset
 from components.errors import DataError
 
 NAME = "tiny_imagenet"

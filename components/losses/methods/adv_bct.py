@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 
 

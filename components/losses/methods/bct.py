@@ -28,7 +28,7 @@ from torch import Tensor
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.classifiers import (
     LinearClassifier,
     LorentzMLR,

@@ -26,7 +26,7 @@ from torch import Tensor
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, LossOutput
 from components.losses.methods.bct import BCT
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 from components.models.spec import ModelSpec
 

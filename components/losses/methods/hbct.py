@@ -41,7 +41,7 @@ from components.geometry import (
 )
 from components.geometry.lorentz import dtype_margin, lorentz_inner
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 
 __all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince"]

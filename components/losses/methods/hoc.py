@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from components.losses.base import AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from components.losses.base import AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentLoss, LossOutput
-from components.losses.registry import register_alignment
+from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
 from components.models.spec import ModelSpec
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bctflow.pipeline.context import load_splits
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.results import Snapshot
-from components.data import DataSnapshotStore, resolve_class_order, select_training_data
+from flows.steps.context import load_splits
+from flows.plan import GenerationPlan
+from flows.steps.results import Snapshot
+from components.data import resolve_class_order, select_training_data
+from registry.data_snapshots import DataSnapshotStore
 
 __all__ = ["snapshot_data"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bctflow.params import Params
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.workspace import Workspace
+from flows.params import Params
+from flows.plan import GenerationPlan
+from flows.workspace import Workspace
 from components.data.base import DatasetSplits
 from components.data.prepare import prepared_splits
 from registry.lineage import LineageStore

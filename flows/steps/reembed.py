@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from bctflow.params import Params
-from bctflow.pipeline.commit import PRODUCTION_ALIAS
-from bctflow.pipeline.context import load_splits, registry_for, store_for
-from bctflow.workspace import Workspace
+from flows.params import Params
+from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.context import load_splits, registry_for, store_for
+from flows.workspace import Workspace
 from components.errors import ConfigError, IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.indexing import GalleryIndex
@@ -87,7 +87,7 @@ class BackfillPlan:
 
     @property
     def p(self) -> Params:
-        from bctflow.params import params_from_dict
+        from flows.params import params_from_dict
 
         return params_from_dict(self.params)
 

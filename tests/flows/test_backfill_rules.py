@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from registry.backfill import BackfillEvidence, BackfillRules, decide_backfill
+from flows.backfill_rules import BackfillEvidence, BackfillRules, decide_backfill
 
 LIVE_SELF = {"cmc@1": 0.80, "cmc@5": 0.93, "map": 0.60}
 

@@ -6,14 +6,14 @@ changes until :func:`commit`, which moves staging into place inside the
 lineage transaction.
 """
 
-from bctflow.pipeline.commit import PRODUCTION_ALIAS, commit, rollback
-from bctflow.pipeline.context import load_splits, registry_for, store_for
-from bctflow.pipeline.evaluation import evaluate
-from bctflow.pipeline.gallery import build_gallery
-from bctflow.pipeline.registration import register
-from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
-from bctflow.pipeline.snapshot import snapshot_data
-from bctflow.pipeline.training import train_role
+from flows.steps.commit import PRODUCTION_ALIAS, commit, rollback
+from flows.steps.context import load_splits, registry_for, store_for
+from flows.steps.evaluation import evaluate
+from flows.steps.embed_gallery import build_gallery
+from flows.steps.registration import register
+from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.snapshot import snapshot_data
+from flows.steps.training import train_role
 
 __all__ = [
     "PRODUCTION_ALIAS",

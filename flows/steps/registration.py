@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bctflow.pipeline.context import load_splits, registry_for, store_for
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.context import load_splits, registry_for, store_for
+from flows.plan import GenerationPlan
+from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import DecisionRecord, LineageStore
 from registry.tracking import RegistrationRequest, RegistrationResult
 

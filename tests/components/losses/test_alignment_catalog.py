@@ -1,4 +1,4 @@
-"""The alignment-method registry (components/losses/registry.py, base.py)."""
+"""The alignment-method catalog (components/losses/catalog.py, base.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from components.losses import (
     get_alignment,
     register_alignment,
 )
-from components.losses import registry as registry_module
+from components.losses import catalog as catalog_module
 from components.models import ModelSpec, build_model
 from components.training import TrainConfig, train_model
 
@@ -73,7 +73,7 @@ def test_registering_a_different_class_under_a_taken_name_is_refused():
 @pytest.fixture
 def unregister_test_pull():
     yield "test_pull_alignment_registry"
-    registry_module.ALIGNMENTS.unregister("test_pull_alignment_registry")
+    catalog_module.ALIGNMENTS.unregister("test_pull_alignment_registry")
 
 
 def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_pull):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bctflow.params import Params
-from bctflow.pipeline.commit import PRODUCTION_ALIAS
-from bctflow.pipeline.context import registry_for, store_for
-from bctflow.workspace import Workspace
+from flows.params import Params
+from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.context import registry_for, store_for
+from flows.workspace import Workspace
 from components.errors import ConfigError, LineageError
 
 __all__ = ["promote"]

@@ -1,7 +1,7 @@
 """Has anything changed since the last generation? (The nightly retraining's first question.)
 
 A generation records the digest of the parameters that shape a model
-(:func:`bctflow.params.params_digest`) and the content fingerprint of its dataset
+(:func:`flows.params.params_digest`) and the content fingerprint of its dataset
 (checksums of the source files or arrays, plus split and subsampling — the same
 content the DVC manifest snapshots select from). Retraining is worth it when
 either differs from the newest generation's.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bctflow.params import Params, params_digest
-from bctflow.pipeline.context import load_splits
-from bctflow.workspace import Workspace
+from flows.params import Params, params_digest
+from flows.steps.context import load_splits
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
 
 __all__ = ["ChangeReport", "detect_changes"]

@@ -1,4 +1,4 @@
-"""DVC snapshots of data manifests (components/data/versioning.py) with a real DVC repository."""
+"""DVC snapshots of data manifests (registry/data_snapshots.py) with a real DVC repository."""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ import hashlib
 import pytest
 import yaml
 
-from components.data import (
-    DataManifest,
-    DataSnapshotStore,
-    load_dataset,
-    select_training_data,
-)
+from components.data import DataManifest, load_dataset, select_training_data
+from registry.data_snapshots import DataSnapshotStore
 
 
 @pytest.fixture(scope="module")

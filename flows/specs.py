@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from bctflow.params import Params
+from flows.params import Params
 from components.data.base import ArrayDataset
 from components.models import ModelSpec
 from components.training.loop import TrainConfig

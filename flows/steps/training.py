@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from bctflow.pipeline.context import load_splits
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.results import Snapshot, Trained
-from bctflow.pipeline.specs import model_spec_from_params
+from flows.steps.context import load_splits
+from flows.plan import GenerationPlan
+from flows.steps.results import Snapshot, Trained
+from flows.specs import model_spec_from_params
 from components.data.base import DatasetSplits
 from components.data.batches import to_image_tensor
 from components.data.selection import DataManifest

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from bctflow.pipeline.context import load_splits
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.results import Gallery, Trained
+from flows.steps.context import load_splits
+from flows.plan import GenerationPlan
+from flows.steps.results import Gallery, Trained
 from components.evaluation.diagnostics import clip_fraction
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings

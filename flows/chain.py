@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bctflow.params import Params
-from bctflow.pipeline.steps import load_splits
-from bctflow.workspace import Workspace
+from flows.params import Params
+from flows.steps import load_splits
+from flows.workspace import Workspace
 from components.data import DataManifest, resolve_class_order, select_training_data
 from components.errors import ConfigError
 

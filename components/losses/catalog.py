@@ -1,4 +1,4 @@
-"""The alignment-method registry: ``@register_alignment`` on a class in its own module.
+"""The alignment-method catalog: ``@register_alignment`` on a class in its own module.
 
 Every module in ``components/losses/methods/`` is imported on first lookup,
 so a new method is one new file — the training loop does not change.
@@ -11,11 +11,11 @@ from typing import Any
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentLoss
-from components.plugins import Registry
+from components.plugins import Catalog
 
 __all__ = ["ALIGNMENTS", "available_alignments", "create_alignment", "get_alignment", "register_alignment"]
 
-ALIGNMENTS: Registry[type[AlignmentLoss]] = Registry(
+ALIGNMENTS: Catalog[type[AlignmentLoss]] = Catalog(
     "alignment method", "components.losses.methods", ConfigError, "set alignment.method in params.yaml or pass --alignment"
 )
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bctflow.params import GenerationSpec, Params, load_params_with
-from bctflow.pipeline.plan import GenerationPlan, make_plan
-from bctflow.workspace import Workspace
+from flows.params import GenerationSpec, Params, load_params_with
+from flows.plan import GenerationPlan, make_plan
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
 
 __all__ = ["open_store_readonly", "preflight"]

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bctflow.params import Params
-from bctflow.pipeline.context import DERIVED, load_splits, store_for
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
-from bctflow.report import fmt
+from flows.params import Params
+from flows.steps.context import DERIVED, load_splits, store_for
+from flows.plan import GenerationPlan
+from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.artifacts import fmt
 from components.data.selection import DataManifest
 from components.evaluation import compat_summary, gallery_metrics, p_com, p_up
 from components.evaluation.diagnostics import (
@@ -38,7 +38,7 @@ from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.models import load_model
 from components.training import embed_images
-from registry.backfill import BackfillEvidence, BackfillRules, decide_backfill
+from flows.backfill_rules import BackfillEvidence, BackfillRules, decide_backfill
 from registry.lineage import (
     CompatRecord,
     DecisionRecord,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bctflow.lock import workspace_lock
+from flows.lock import workspace_lock
 from components.errors import LineageError
 
 
 def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path):
     with workspace_lock(tmp_path, "a backfill is running"):
         # another process tries the same workspace
-        code = f"from bctflow.lock import workspace_lock\nfrom pathlib import Path\nwith workspace_lock(Path({str(tmp_path)!r}), 'x'): pass"
+        code = f"from flows.lock import workspace_lock\nfrom pathlib import Path\nwith workspace_lock(Path({str(tmp_path)!r}), 'x'): pass"
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert res.returncode != 0
         assert "is busy" in res.stderr and "a backfill is running" in res.stderr

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bctflow.params import Params
+from flows.params import Params
 
 __all__ = ["DEFAULT_HOME", "Workspace", "generation_dirname", "resolve_home"]
 

@@ -1,4 +1,4 @@
-"""Dataset registry: one loader per name (``@register_dataset("digits")``) in ``components/data/sets/``.
+"""Dataset catalog: one loader per name (``@register_dataset("digits")``) in ``components/data/sets/``.
 
 A loader has the signature ``load(root: Path, *, download: bool, test_fraction:
 float, split_seed: int, image_size: int | None = None, path: str | None = None)
@@ -17,7 +17,7 @@ from typing import Protocol
 
 from components.data.base import DatasetSplits
 from components.errors import DataError
-from components.plugins import Registry
+from components.plugins import Catalog
 
 __all__ = ["DATASETS", "available_datasets", "get_dataset_loader", "load_dataset", "register_dataset"]
 
@@ -35,7 +35,7 @@ class DatasetLoader(Protocol):
     ) -> DatasetSplits: ...
 
 
-DATASETS: Registry[DatasetLoader] = Registry("dataset", "components.data.sets", DataError, "set data.dataset in params.yaml to one of them")
+DATASETS: Catalog[DatasetLoader] = Catalog("dataset", "components.data.sets", DataError, "set data.dataset in params.yaml to one of them")
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bctflow.params import GenerationSpec, Params, params_digest, params_from_dict
-from bctflow.pipeline.specs import train_config_from_params
-from bctflow.workspace import Workspace
-from components.data.registry import get_dataset_loader
+from flows.params import GenerationSpec, Params, params_digest, params_from_dict
+from flows.specs import train_config_from_params
+from flows.workspace import Workspace
+from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError
 from components.indexing.gallery import gallery_beside
 from components.losses import create_alignment

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from bctflow.params import apply_overrides, load_params
-from bctflow.pipeline.preflight import preflight
-from bctflow.workspace import Workspace
+from flows.params import apply_overrides, load_params
+from flows.steps.preflight import preflight
+from flows.workspace import Workspace
 from components.errors import CheckpointMismatchError, ConfigError, DataError
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic

@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bctflow.params import params_digest
-from bctflow.pipeline.context import load_splits, registry_for, store_for
-from bctflow.pipeline.plan import GenerationPlan
-from bctflow.pipeline.registration import promoted
-from bctflow.pipeline.results import Evaluation, Gallery, Snapshot, Trained
+from flows.params import params_digest
+from flows.steps.context import load_splits, registry_for, store_for
+from flows.plan import GenerationPlan
+from flows.steps.registration import promoted
+from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from components.errors import LineageError
 from components.indexing.live import LiveGallery
 from registry.lineage import (

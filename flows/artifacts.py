@@ -1,0 +1,48 @@
+"""Markdown summaries of a generation (Prefect artifacts) and the number format every view shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["METRICS", "fmt", "generation_markdown"]
+
+METRICS = ("cmc@1", "cmc@5", "map")
+
+
+def fmt(v: float | None, digits: int = 4) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def generation_markdown(summary: dict[str, Any]) -> str:
+    """A markdown summary of one generation (Prefect artifact)."""
+    lines = [
+        f"# bctflow generation {summary['generation']} ({summary['name']})",
+        "",
+        f"alignment **{summary['alignment']}**, geometry **{summary['geometry']}**, ζ = {fmt(summary['zeta'], 2)}, "
+        f"parent {'—' if summary['parent'] is None else 'g' + str(summary['parent'])}, "
+        f"MLflow {summary.get('mlflow_model')} v{summary.get('mlflow_version')}",
+        "",
+        "| comparison | CMC@1 | CMC@5 | mAP |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def row(name: str, vals: dict[str, float] | None) -> None:
+        if vals:
+            lines.append(f"| {name} | " + " | ".join(fmt(vals.get(k)) for k in METRICS) + " |")
+
+    row("self", summary["self"])
+    row("cross (vs parent gallery)", summary["cross"])
+    row("parent self (old-old)", summary["parent_self"])
+    if summary.get("reference"):
+        row("reference self", summary["reference"]["self"])
+        row("reference cross", summary["reference"]["cross"])
+    d = summary.get("derived") or {}
+    if d:
+        lines += ["", "| metric | P_com | denominator | P_up |", "|---|---:|---:|---:|"]
+        for k in ("cmc@1", "map"):
+            lines.append(f"| {k} | {fmt(d.get(f'p_com/{k}'), 3)} | {fmt(d.get(f'p_com_denominator/{k}'))} | {fmt(d.get(f'p_up/{k}'))} |")
+    b = summary["backfill"]
+    lines += ["", f"**Backfill required: {'yes' if b['required'] else 'no'}**"] + [f"- {r}" for r in b["reasons"]]
+    if summary.get("diagnostics"):
+        lines += ["", "| diagnostic | value |", "|---|---:|"] + [f"| {k} | {fmt(v)} |" for k, v in summary["diagnostics"].items()]
+    return "\n".join(lines) + "\n"

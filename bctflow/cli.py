@@ -1,9 +1,13 @@
-"""The `bctflow` command line (typer)."""
+"""The `bctflow` command line (typer): a thin shell over flows/ (and benchmarks/ for `bench`).
+
+Each command parses params.yaml once and, for a generation or a backfill, makes
+the run's one plan before any Prefect server starts, so bad input fails fast
+and writes nothing.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,17 +17,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from flows.env import configure_environment
-from flows.params import (
-    DEFAULT_PARAMS_PATH,
-    GenerationSpec,
-    Params,
-    apply_overrides,
-    load_params,
-    load_params_with,
-)
-from flows.workspace import Workspace, resolve_home
 from components.errors import BctflowError, ConfigError
+from flows.env import configure_environment
+from flows.params import DEFAULT_PARAMS_PATH, GenerationSpec, Params, load_params
+from flows.workspace import Workspace, resolve_home
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
 # piped output (CI logs, `| tee`) gets 140 columns instead of rich's default 80
@@ -34,18 +31,59 @@ HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTF
 ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to use")
 SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
 
-#: names a bctflow workspace may contain (demo --reset wipes nothing else)
-WORKSPACE_ENTRIES = {"lineage.db", "mlflow.db", "mlartifacts", "data", "datasets", "generations", "staging", "prefect", "backfills", "live", "bench-cache", ".lock"}
-
 DEMO_CHAIN = [
-    {"name": "g0", "classes": [0, 1, 2, 3, 4], "alignment": "independent"},
-    {"name": "g1", "classes": "all", "alignment": "hbct", "reference": True},
+    GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4], alignment="independent"),
+    GenerationSpec(name="g1", classes="all", alignment="hbct", reference=True),
 ]
 
 
 def _fail(err: Exception) -> None:
     err_console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
     raise typer.Exit(2)
+
+
+def _params(path: Path, overrides: list[str] | None) -> Params:
+    try:
+        return load_params(path, overrides)
+    except BctflowError as err:
+        _fail(err)
+        raise  # unreachable: _fail exits
+
+
+def _finish(state: Any, what: str) -> Any:
+    """The flow's result, or one clear error line and a non-zero exit."""
+    if state.is_failed():
+        try:
+            state.result()
+        except BctflowError as err:
+            _fail(err)
+        except Exception as err:
+            err_console.print(f"[bold red]{what} failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
+            raise typer.Exit(1) from None
+    return state.result()
+
+
+def _run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
+    """Plan (the run's only plan; refuses bad input before any server starts), then run the flow."""
+    from flows.steps.preflight import plan_generation
+
+    try:
+        plan = plan_generation(params, home, spec)
+    except BctflowError as err:
+        _fail(err)
+    home.mkdir(parents=True, exist_ok=True)
+    configure_environment(home)
+    from flows.new_generation import new_generation
+
+    return _finish(new_generation(plan, return_state=True), "generation")
+
+
+def _lineage(params: Params, home: Path) -> list[dict[str, Any]]:
+    store = Workspace(home).lineage(params, readonly=True)
+    try:
+        return store.to_json()
+    finally:
+        store.close()
 
 
 def _parse_classes(text: str | None) -> list[int] | str | None:
@@ -68,47 +106,6 @@ def _parse_classes(text: str | None) -> list[int] | str | None:
     return out
 
 
-def _run_flow(home: Path, params_path: Path, overrides: list[str], spec: dict[str, Any] | None) -> dict[str, Any]:
-    from flows.steps.preflight import preflight
-
-    try:
-        preflight(params_path, overrides, home, spec)
-    except BctflowError as err:
-        _fail(err)
-    home.mkdir(parents=True, exist_ok=True)
-    configure_environment(home)
-    from flows.new_generation import new_generation
-
-    state = new_generation(home=str(home), params_path=str(params_path), overrides=overrides, spec=spec, return_state=True)
-    if state.is_failed():
-        try:
-            state.result()
-        except BctflowError as err:
-            _fail(err)
-        except Exception as err:
-            err_console.print(f"[bold red]generation failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
-            raise typer.Exit(1)
-    return state.result()
-
-
-def _lineage(home: Path, params_path: Path, overrides: list[str]) -> list[dict[str, Any]]:
-    from registry.lineage import LineageStore
-
-    p = _load(params_path, overrides) if Path(params_path).exists() else None
-    ws = Workspace(home)
-    url = ws.lineage_url(p) if p is not None else f"sqlite:///{home / 'lineage.db'}"
-    store = LineageStore(url)
-    try:
-        return store.to_json()
-    finally:
-        store.close()
-
-
-def _load(params_path: Path, overrides: list[str]) -> Params:
-    """params.yaml with --set overrides applied, validated (ConfigError on problems)."""
-    return load_params_with(params_path, overrides)
-
-
 @app.command()
 def demo(
     home: Path | None = HomeOpt,
@@ -121,24 +118,20 @@ def demo(
 
     h = resolve_home(home)
     ws = Workspace(h)
-    overrides = ["data.dataset=digits", *(set_ or [])]
+    p = _params(params, ["data.dataset=digits", *(set_ or [])])
     try:
-        _load(params, overrides)
         if not ws.is_empty():
             if not reset:
                 raise ConfigError(f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory")
-            foreign = sorted(p.name for p in h.iterdir() if p.name not in WORKSPACE_ENTRIES)
-            if foreign:
-                raise ConfigError(f"{h} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home")
-            shutil.rmtree(h)
+            ws.reset()
     except BctflowError as err:
         _fail(err)
     t0 = time.perf_counter()
     for spec in DEMO_CHAIN:
-        console.rule(f"[bold]generation {spec['name']}: {spec['alignment']} on classes {spec['classes']}")
-        _run_flow(h, params, overrides, spec)
+        console.rule(f"[bold]generation {spec.name}: {spec.alignment} on classes {spec.classes}")
+        _run_generation(p, h, spec)
     wall = time.perf_counter() - t0
-    gens = _lineage(h, params, overrides)
+    gens = _lineage(p, h)
     console.print(retrieval_table(gens))
     console.print(compat_table(gens))
     g1 = gens[-1]
@@ -148,16 +141,17 @@ def demo(
         console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
     diag = g1.get("diagnostics") or {}
     if diag:
+        nan = float("nan")
         console.print(
             "HBCT health: clip fraction (gallery, new/parent) "
-            f"{diag.get('clip_fraction_gallery', float('nan')):.2f}/{diag.get('clip_fraction_gallery_parent', float('nan')):.2f}, "
-            f"in-cone {diag.get('in_cone_fraction', float('nan')):.3f}, "
-            f"parent uncertainty seen/unseen {diag.get('uncertainty_parent_seen', float('nan')):.3f}/{diag.get('uncertainty_parent_unseen', float('nan')):.3f}"
+            f"{diag.get('clip_fraction_gallery', nan):.2f}/{diag.get('clip_fraction_gallery_parent', nan):.2f}, "
+            f"in-cone {diag.get('in_cone_fraction', nan):.3f}, "
+            f"parent uncertainty seen/unseen {diag.get('uncertainty_parent_seen', nan):.3f}/{diag.get('uncertainty_parent_unseen', nan):.3f}"
         )
     console.print(f"\ndemo finished in {wall:.0f}s. Next:")
     console.print(f"  bctflow lineage --home {h}            # the chain, ζ, backfill flags (--json for machines)")
-    console.print(f"  mlflow ui --backend-store-uri sqlite:///{h / 'mlflow.db'}   # runs, model versions, tags, plots")
-    console.print(f"  ls {h / 'generations'}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json")
+    console.print(f"  mlflow ui --backend-store-uri {ws.tracking_uri(p)}   # runs, model versions, tags, plots")
+    console.print(f"  ls {ws.generations_dir}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json")
 
 
 @app.command()
@@ -174,29 +168,20 @@ def run(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
-    h = resolve_home(home)
-    overrides = list(set_ or [])
-    try:
-        p = _load(params, overrides)
-        base = p.generation(generation).model_dump() if generation else {"name": name or "__auto__"}
-        explicit = {"name": name, "classes": _parse_classes(classes), "fraction": fraction, "alignment": alignment, "epochs": epochs, "reference": reference}
-        base.update({k: v for k, v in explicit.items() if v is not None})
-        if base["name"] == "__auto__":
-            base.pop("name")
-            from flows.steps.preflight import open_store_readonly
+    from bctflow.tables import compat_table, retrieval_table
 
-            store = open_store_readonly(p, Workspace(h))
-            base["name"] = f"g{store.next_generation_id()}"
-            store.close()
-        spec = GenerationSpec(**base).model_dump()
+    h = resolve_home(home)
+    p = _params(params, set_)
+    try:
+        base = p.generation(generation).model_dump() if generation else {}
+        explicit = {"name": name, "classes": _parse_classes(classes), "fraction": fraction, "alignment": alignment, "epochs": epochs, "reference": reference}
+        spec = GenerationSpec(**{**base, **{k: v for k, v in explicit.items() if v is not None}})
     except BctflowError as err:
         _fail(err)
     except ValueError as err:
         _fail(ConfigError(str(err)))
-    summary = _run_flow(h, params, overrides, spec)
-    from bctflow.tables import compat_table, retrieval_table
-
-    gens = [g for g in _lineage(h, params, overrides) if g["id"] == summary["generation"]]
+    summary = _run_generation(p, h, spec)
+    gens = [g for g in _lineage(p, h) if g["id"] == summary["generation"]]
     console.print(retrieval_table(gens))
     if gens and gens[0]["parent"] is not None:
         console.print(compat_table(gens))
@@ -211,44 +196,32 @@ def chain(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
+    from bctflow.tables import compat_table, lineage_table
+    from components.io import atomic_write_text
+    from flows.chain import flat_metrics
     from registry.data_snapshots import DataSnapshotStore
 
     h = resolve_home(home)
-    overrides = list(set_ or [])
-    try:
-        p = _load(params, overrides)
-        if not p.generations:
-            raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
-    except BctflowError as err:
-        _fail(err)
-    done = {g["name"] for g in _lineage(h, params, overrides)} if (h / "lineage.db").exists() else set()
+    p = _params(params, set_)
+    if not p.generations:
+        _fail(ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)"))
+    done = {g["name"] for g in _lineage(p, h)}
     for spec in p.generations:
         if spec.name in done:
             console.print(f"generation {spec.name} already in the lineage, skipping")
             continue
         console.rule(f"[bold]generation {spec.name}")
-        summary = _run_flow(h, params, overrides, spec.model_dump())
+        summary = _run_generation(p, h, spec)
         if expect_data is not None:
             used = DataSnapshotStore(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
-            want = (expect_data / f"{spec.name}.json").read_text()
-            if used.to_json() != want:
+            if used.to_json() != (expect_data / f"{spec.name}.json").read_text():
                 _fail(ConfigError(f"generation {spec.name} trained on data that differs from {expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"))
-    gens = _lineage(h, params, overrides)
-    from bctflow.tables import compat_table, lineage_table
-
+    gens = _lineage(p, h)
     console.print(lineage_table(gens))
     console.print(compat_table(gens))
     if metrics_out is not None:
-        flat: dict[str, Any] = {}
-        for g in gens:
-            m = g["metrics"]
-            for block in ("self", "cross", "parent_self", "p_com", "p_up"):
-                for k, v in (m.get(block) or {}).items():
-                    flat[f"{g['name']}.{block}.{k}"] = v
-            flat[f"{g['name']}.zeta"] = g["zeta"]
-            flat[f"{g['name']}.backfill_required"] = g["backfill_required"]
         metrics_out.parent.mkdir(parents=True, exist_ok=True)
-        metrics_out.write_text(json.dumps(flat, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(metrics_out, json.dumps(flat_metrics(gens), indent=2, sort_keys=True) + "\n")
 
 
 @app.command()
@@ -261,8 +234,8 @@ def snapshot(
     """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
     from flows.chain import write_manifests
 
+    p = _params(params, set_)
     try:
-        p = _load(params, list(set_ or []))
         paths = write_manifests(p, Workspace(resolve_home(home)), out)
     except BctflowError as err:
         _fail(err)
@@ -277,15 +250,19 @@ def lineage(
     as_json: bool = typer.Option(False, "--json", help="print the lineage as a JSON array (schema in README)"),
 ) -> None:
     """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
+    from bctflow.tables import compat_table, lineage_table
+
     h = resolve_home(home)
-    if not (h / "lineage.db").exists() and not load_params(params).lineage.db_url:
+    p = _params(params, None) if params.exists() else Params()
+    try:
+        gens = _lineage(p, h)
+    except BctflowError as err:
+        _fail(err)
+    if not gens:
         _fail(BctflowError(f"no lineage in {h}; run `bctflow demo` or `bctflow run` first, or pass --home"))
-    gens = _lineage(h, params, [])
     if as_json:
         sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
         return
-    from bctflow.tables import compat_table, lineage_table
-
     console.print(lineage_table(gens))
     console.print(compat_table(gens))
 
@@ -303,35 +280,18 @@ def backfill(
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
     from flows.steps.reembed import plan_backfill
-    from flows.steps.preflight import open_store_readonly
 
     h = resolve_home(home)
-    overrides = list(set_ or [])
+    p = _params(params, set_)
     try:
-        p = _load(params, overrides)
-        if not (h / "lineage.db").exists() and not p.lineage.db_url:
-            raise BctflowError(f"no lineage in {h}; run `bctflow run` first, or pass --home")
-        store = open_store_readonly(p, Workspace(h))
-        try:  # validate now (clear error, no Prefect server); the flow plans again and resumes the same work
-            plan = plan_backfill(p, Workspace(h), store, target=generation, fraction=fraction, order=order, seed=seed, force=force)
-        finally:
-            store.close()
+        plan = plan_backfill(p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force)
     except BctflowError as err:
         _fail(err)
     configure_environment(h)
     from flows.backfill import backfill as backfill_flow
 
     console.print(f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of {plan.chunk_size}")
-    state = backfill_flow(home=str(h), params_path=str(params), overrides=overrides, generation=plan.target, fraction=fraction, order=order, seed=seed, force=force, return_state=True)
-    if state.is_failed():
-        try:
-            state.result()
-        except BctflowError as err:
-            _fail(err)
-        except Exception as err:
-            err_console.print(f"[bold red]backfill failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
-            raise typer.Exit(1)
-    res = state.result()
+    res = _finish(backfill_flow(plan, return_state=True), "backfill")
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['chunks_resumed']}/{res['chunks']} chunks resumed from an earlier run); "
@@ -353,10 +313,9 @@ def promote(
 
     from flows.steps.promotion import promote as do_promote
 
-    h = resolve_home(home)
+    p = _params(params, None)
     try:
-        p = _load(params, [])
-        res = do_promote(p, Workspace(h), generation, force=force, by=by or getpass.getuser(), reason=reason)
+        res = do_promote(p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason)
     except BctflowError as err:
         _fail(err)
     console.print(f"generation {res['generation']} (version {res['version']}) is production{' — FORCED past the gate' if res['forced'] else ''}; "
@@ -364,6 +323,22 @@ def promote(
     if not res["live_gallery_accepts_queries"]:
         console.print(f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with it); "
                       f"run `bctflow backfill --generation {generation}` before serving its queries")
+
+
+@app.command(name="db-upgrade")
+def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
+    """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
+    p = _params(params, None) if params.exists() else Params()
+    try:
+        store = Workspace(resolve_home(home)).lineage(p, upgrade=True)
+    except BctflowError as err:
+        _fail(err)
+    added = store.upgraded
+    store.close()
+    if added is None:
+        console.print("the lineage database is already at this bctflow's schema; nothing to do")
+    else:
+        console.print(f"lineage database upgraded ({', '.join(added) or 'version stamp only'})")
 
 
 @app.command()
@@ -374,11 +349,7 @@ def schedule(
 ) -> None:
     """Nightly retraining: show the schedule and how to run it, or serve it (`--serve`)."""
     h = resolve_home(home)
-    try:
-        p = _load(params, [])
-    except BctflowError as err:
-        _fail(err)
-    sch = p.schedule
+    sch = _params(params, None).schedule
     if not serve:
         console.print(f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters changed.")
         console.print("  serve it from this process:      bctflow schedule --serve")
@@ -407,83 +378,18 @@ def bench(
     methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
 ) -> None:
     """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
-    import datetime
-    import os
+    from benchmarks.run import run_benchmark
 
-    from benchmarks.profile import load_profile
-    from benchmarks.report import write_sequential_report, write_table_report
-    from benchmarks.runner import Bench
-    from benchmarks.scenarios import SCENARIOS, make_scenario, run_sequential, run_table
-
-    try:
-        prof, p = load_profile(profile, params)
-        if set_:
-            p = apply_overrides(p, list(set_))
-        if bench_set or methods:
-            raw = prof.bench.model_dump()
-            for item in bench_set or []:
-                if "=" not in item:
-                    raise ConfigError(f"--bench-set {item!r} is not KEY=VALUE")
-                k, v = item.split("=", 1)
-                if k not in raw:
-                    raise ConfigError(f"--bench-set: unknown benchmark setting {k!r}; see benchmarks/profile.py BenchSettings")
-                import yaml
-
-                raw[k] = yaml.safe_load(v)
-            if methods:
-                wanted = [m.strip() for m in methods.split(",") if m.strip()]
-                known = {m["name"] for m in raw["methods"]}
-                missing = [m for m in wanted if m not in known]
-                if missing:
-                    raise ConfigError(f"--methods {missing} are not in profile {prof.name!r} (it has {sorted(known)})")
-                raw["methods"] = [m for m in raw["methods"] if m["name"] in wanted]
-                raw["sequential_methods"] = [m for m in raw["sequential_methods"] if m == "independent" or m in wanted]
-            prof = prof.model_copy(update={"bench": type(prof.bench).model_validate(raw)})
-        if scenario not in SCENARIOS + ("partial_backfill",):
-            raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(SCENARIOS + ('partial_backfill',))}")
-    except BctflowError as err:
-        _fail(err)
     h = resolve_home(home)
     configure_environment(h)
-    folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
-    t0 = time.perf_counter()
-    b = Bench(prof, p, h / "bench-cache" / prof.name, Workspace(h).datasets_dir(p), log=lambda m: console.print(m, highlight=False, markup=False))
-    from components.training.device import select_device
-
-    ctx = {
-        "command": "bctflow " + " ".join(sys.argv[1:]),
-        "profile": prof.name,
-        "profile_description": " ".join(prof.description.split()),
-        "dataset": f"{p.data.dataset} ({b.num_classes} classes, {b.train.image_shape[0]}x{b.train.image_shape[1]})",
-        "n_train": len(b.train),
-        "n_val": len(b.val),
-        "n_test": len(b.test),
-        "val_fraction": prof.bench.validation_fraction,
-        "machine": f"{os.cpu_count()} CPU cores, device {select_device(p.train.device)}",
-        "seeds": prof.bench.seeds,
-        "epochs": {"default": p.train.epochs, **prof.bench.scenario_epochs},
-        "tune_weights": prof.bench.tune_weights,
-        "tune_tol": prof.bench.tune_self_tolerance,
-        "date": datetime.date.today().isoformat(),
-    }
-    if scenario == "partial_backfill":
-        from benchmarks.partial_backfill import (
-            run_partial_backfill,
-            write_partial_report,
+    try:
+        md, seconds = run_benchmark(
+            profile, scenario, out=out, home=h, params_path=params, command="bctflow " + " ".join(sys.argv[1:]), tag=tag,
+            overrides=list(set_ or []), bench_set=list(bench_set or []), methods=methods, log=lambda m: console.print(m, highlight=False, markup=False),
         )
-
-        curve = run_partial_backfill(b)
-        ctx["wall_seconds"] = time.perf_counter() - t0
-        md = write_partial_report(curve, ctx, folder)
-    elif scenario == "sequential":
-        res = run_sequential(b)
-        ctx["wall_seconds"] = time.perf_counter() - t0
-        md = write_sequential_report(res, ctx, folder)
-    else:
-        result = run_table(b, make_scenario(b, scenario))
-        ctx["wall_seconds"] = time.perf_counter() - t0
-        md = write_table_report(result, ctx, folder)
-    console.print(f"report: {md}  ({ctx['wall_seconds'] / 60:.1f} min)")
+    except BctflowError as err:
+        _fail(err)
+    console.print(f"report: {md}  ({seconds / 60:.1f} min)")
 
 
 def main() -> None:  # pragma: no cover - entry point

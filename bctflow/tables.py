@@ -6,7 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
-from flows.artifacts import METRICS, fmt
+from components.evaluation import COMPAT_METRICS, REPORTED_METRICS
+from flows.artifacts import fmt
 
 __all__ = ["compat_table", "lineage_table", "retrieval_table"]
 
@@ -33,11 +34,11 @@ def retrieval_table(gens: list[dict[str, Any]], title: str = "Retrieval on the g
     t = Table(title=title, title_justify="left")
     t.add_column("queries embedded by")
     t.add_column("gallery embedded by")
-    for m in METRICS:
+    for m in REPORTED_METRICS:
         t.add_column(m.upper().replace("MAP", "mAP"), justify="right")
     for gen in gens:
         for label, gallery, vals in _rows(gen):
-            t.add_row(label, gallery, *(fmt((vals or {}).get(k)) for k in METRICS))
+            t.add_row(label, gallery, *(fmt((vals or {}).get(k)) for k in REPORTED_METRICS))
     return t
 
 
@@ -50,7 +51,7 @@ def compat_table(gens: list[dict[str, Any]]) -> Table:
         m = gen["metrics"]
         if gen["parent"] is None:
             continue
-        for k in ("cmc@1", "map"):
+        for k in COMPAT_METRICS:
             pc = (m.get("p_com") or {}).get(k)
             den = (m.get("p_com_denominator") or {}).get(k)
             pu = (m.get("p_up") or {}).get(k)

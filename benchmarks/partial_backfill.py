@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.report import report_header
 from benchmarks.runner import Bench
 from benchmarks.scenarios import make_scenario
-from components.evaluation import gallery_metrics
+from components.evaluation import COMPAT_METRICS, gallery_metrics
 from components.indexing.mixed import backfill_order, mix_galleries
 
 __all__ = ["FRACTIONS", "run_partial_backfill"]
@@ -65,8 +66,8 @@ def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int =
 
     curves = {"uncertainty": curve(backfill_order(old.test, "uncertainty", seed=0))}
     runs = [curve(backfill_order(old.test, "random", seed=s)) for s in range(random_seeds)]
-    curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in ("cmc@1", "map")}
-    spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in ("cmc@1", "map")}
+    curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
+    spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
     return CurveResult(list(FRACTIONS), curves, spread, list(range(random_seeds)), method,
                        {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)})
 
@@ -82,11 +83,10 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks.report import _header
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
-    for ax, k in zip(axes, ("cmc@1", "map")):
+    for ax, k in zip(axes, COMPAT_METRICS):
         for order, style in (("uncertainty", "o-"), ("random", "s--")):
             ax.plot(res.fractions, res.curves[order][k], style, label=order if order == "uncertainty" else f"random (mean of {len(res.seeds)} seeds)")
         lo = np.array(res.curves["random"][k]) - np.array(res.spread[k])
@@ -100,7 +100,7 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
     fig.tight_layout()
     fig.savefig(out_dir / "curve.png")
     plt.close(fig)
-    lines = _header("partial backfill: retrieval quality vs backfilled fraction", ctx)
+    lines = report_header("partial backfill: retrieval quality vs backfilled fraction", ctx)
     lines += [
         f"Setting: ext_class — the old model (Lorentz, base loss, first half of the classes) embedded the gallery; the new model "
         f"({res.method}, aligned to it) queries a gallery in which a fraction f was re-embedded by the new model, chosen by the old "

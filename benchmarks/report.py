@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.scenarios import DERIVED, SequentialResult, TableResult
+from benchmarks.scenarios import SequentialResult, TableResult
+from components.evaluation import COMPAT_METRICS, REPORTED_METRICS
 from components.io import atomic_write_text
 
 __all__ = ["write_sequential_report", "write_table_report"]
@@ -22,7 +23,7 @@ def _f(v: float | None, d: int = 4) -> str:
     return "—" if v is None else f"{v:.{d}f}"
 
 
-def _header(title: str, ctx: dict[str, Any]) -> list[str]:
+def report_header(title: str, ctx: dict[str, Any]) -> list[str]:
     return [
         f"# {title}",
         "",
@@ -42,7 +43,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     first = {}
     for r in res.rows:
         first.setdefault(r.name, r)
-    lines = _header(f"{sc.name}: {sc.description}", ctx)
+    lines = report_header(f"{sc.name}: {sc.description}", ctx)
     lines += [
         f"Backbones: old `{sc.old_arch.backbone} {sc.old_arch.backbone_kwargs}`, new `{sc.new_arch.backbone} {sc.new_arch.backbone_kwargs}`; "
         f"epochs {ctx['epochs']}. λ is selected on the validation split from {ctx['tune_weights']} for methods marked *tuned* "
@@ -62,7 +63,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
         spaces.setdefault(f"{r.geometry}/{r.space}", r.old_self)
     for sp, v in spaces.items():
         lines.append(f"| {sp} | {_f(v['cmc@1'])} | {_f(v['cmc@5'])} | {_f(v['map'])} |")
-    for k in DERIVED:
+    for k in COMPAT_METRICS:
         lines += ["", f"## {k.upper().replace('MAP', 'mAP')} (seed {ctx['seeds'][0]})", "",
                   "| method | space | λ | old self | self | cross | P_up | P_com | P_com denominator | train s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in first.values():
@@ -94,7 +95,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
         for r in diag:
             lines.append(f"| {r.name} | {r.seed} | " + " | ".join(_f(r.diagnostics[k], 3) for k in keys) + " |")
     notes = [f"- **{r.name}**: {r.note}" for r in first.values() if r.note]
-    ill = [f"{r.name} ({k}: denominator {r.p_com_den[k]:.4f})" for r in first.values() for k in DERIVED if abs(r.p_com_den[k]) < ILL]
+    ill = [f"{r.name} ({k}: denominator {r.p_com_den[k]:.4f})" for r in first.values() for k in COMPAT_METRICS if abs(r.p_com_den[k]) < ILL]
     if ill:
         notes.append("- ⚠ ill-conditioned P_com (|denominator| < 0.05): " + "; ".join(ill))
     notes += [f"- λ selection for **{r.name}**: {r.selection}" for r in first.values() if r.selection not in ("fixed", "training-free")]
@@ -106,7 +107,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
         w = csv.writer(fh)
         w.writerow(["scenario", "method", "geometry", "space", "seed", "weight", "metric", "old_self", "self", "cross", "ref_self", "p_up", "p_com", "p_com_denominator", "train_seconds"])
         for r in res.rows:
-            for k in ("cmc@1", "cmc@5", "map"):
+            for k in REPORTED_METRICS:
                 w.writerow([sc.name, r.name, r.geometry, r.space, r.seed, r.weight, k, r.old_self[k], r.self_[k], r.cross[k], r.ref_self[k],
                             r.p_up.get(k), r.p_com.get(k), r.p_com_den.get(k), r.seconds])
     atomic_write_text(out_dir / "results.json", json.dumps({"context": ctx, "scenario": sc.__dict__ | {"old_arch": sc.old_arch.model_dump(), "new_arch": sc.new_arch.model_dump()},
@@ -146,7 +147,7 @@ def _heatmaps(res: SequentialResult, metric: str, path: Path) -> Path:
 def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     t = len(res.stages)
-    lines = _header(f"sequential: classes in {t} stages", ctx)
+    lines = report_header(f"sequential: classes in {t} stages", ctx)
     lines += [
         "Stages (classes known to model t, backbone): " + "; ".join(f"t{i}: {len(c)} classes, {a}" for i, (c, a) in enumerate(zip(res.stages, res.archs))),
         "",
@@ -165,7 +166,7 @@ def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir:
         lines += ["", f"### {name} (mAP)", "", "| t \\ k | " + " | ".join(str(k) for k in range(t)) + " |", "|---|" + "---:|" * t]
         for i, row in enumerate(mats["map"]):
             lines.append(f"| {i} | " + " | ".join("" if v is None or j > i else f"{v:.3f}" for j, v in enumerate(row)) + " |")
-    png = {k: _heatmaps(res, k, out_dir / f"compat_matrix_{k.replace('@', '')}.png") for k in DERIVED}
+    png = {k: _heatmaps(res, k, out_dir / f"compat_matrix_{k.replace('@', '')}.png") for k in COMPAT_METRICS}
     lines += ["", f"Heatmaps: `{png['map'].name}`, `{png['cmc@1'].name}`."]
     md = out_dir / "report.md"
     atomic_write_text(md, "\n".join(lines) + "\n")

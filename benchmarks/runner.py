@@ -31,15 +31,12 @@ from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
-from components.losses import create_alignment
+from components.losses import choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import embed_images, train_model
 from components.training.device import cuda_available
 
 __all__ = ["Bench", "BenchModel"]
-
-METRICS = ("cmc@1", "cmc@5", "map")
-
 
 @dataclass
 class BenchModel:
@@ -114,7 +111,8 @@ class Bench:
         ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
         """
         p = apply_overrides(self.params, dict(params)) if params else self.params
-        align = create_alignment(method, options)
+        align = choose_alignment(method, options)
+        loss = align.build()  # before the seeded initialisation below, as every cached result was made
         overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
         overrides = {k: v for k, v in overrides.items() if k != "features"}  # features are a view, applied at evaluation
         spec = model_spec_from_params(
@@ -126,7 +124,7 @@ class Bench:
             {
                 "spec": spec.to_dict(), "method": method, "options": options or {}, "cfg": cfg.__dict__, "data": data.sha256,
                 "old": old.key if old is not None and align.requires_old else None,
-                "ref": reference.key if reference is not None and align.requires_reference else None,
+                "ref": reference.key if reference is not None and align.needs_reference else None,
                 "pretrained": arch.pretrained_path,
             }
         )
@@ -140,20 +138,15 @@ class Bench:
         self.log(f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, {cfg.epochs} epochs)")
         torch.manual_seed(cfg.seed)
         model = build_model(spec, arch.pretrained_path)
-        label_map = None
-        if old is not None:
-            pos = {c: i for i, c in enumerate(old.spec.class_order)}
-            label_map = torch.tensor([pos.get(c, -1) for c in spec.class_order], dtype=torch.long)
         train = data.take(self.train)
         result = train_model(
             model,
             to_image_tensor(train.images, data.model_labels(), pin=cuda_available()),
             cfg,
-            align,
+            loss,
             folder / "checkpoints",
             old_model=load_model(old.checkpoint) if old is not None and align.trains and align.requires_old else None,
-            label_map=label_map,
-            reference_model=load_model(reference.checkpoint) if reference is not None and align.requires_reference else None,
+            reference_model=load_model(reference.checkpoint) if reference is not None and align.needs_reference else None,
             run_key=key,
         )
         k = float(result.model.curvature.detach())

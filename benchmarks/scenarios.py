@@ -26,19 +26,18 @@ from flows.params import apply_overrides
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError
-from components.evaluation import compat_summary, p_com, p_up
+from components.evaluation import COMPAT_METRICS, compat_summary, p_com, p_up
 from components.evaluation.diagnostics import (
     clip_fraction,
     in_cone_fraction,
     uncertainty_seen_unseen,
 )
-from components.losses import create_alignment
+from components.losses import choose_alignment
 
 __all__ = ["SCENARIOS", "Row", "Scenario", "make_scenario", "run_sequential", "run_table"]
 
 SCENARIOS = ("ext_data", "ext_class", "new_arch", "both", "sequential")
 SIMPLEX = ("psp", "lsp")
-DERIVED = ("cmc@1", "map")
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def _row(bench: Bench, entry: MethodEntry, new: BenchModel, old: BenchModel, ref
     old_self = bench.metrics(old, old)
     ref_self = bench.metrics(ref, ref)
     pc, den, pu = {}, {}, {}
-    for k in DERIVED:
+    for k in COMPAT_METRICS:
         pc[k], den[k] = p_com(cross[k], old_self[k], ref_self[k])
         pu[k] = p_up(self_m[k], ref_self[k])
     diag: dict[str, float | None] = {}
@@ -171,7 +170,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         if entry.method in SIMPLEX:
             kind = entry.method
             try:
-                create_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
+                choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
             except ConfigError as err:
                 rows.append(_row(bench, entry, ref, old, ref, seed=seeds[0], weight=None, selection="not applicable", space=kind, seconds=None, note=str(err)))
                 continue
@@ -268,7 +267,7 @@ def run_sequential(bench: Bench) -> SequentialResult:
     summary: dict[str, dict[str, dict[str, float | None]]] = {}
     for name, chain in chains.items():
         matrices[name], summary[name] = {}, {}
-        for k in DERIVED:
+        for k in COMPAT_METRICS:
             mat = np.full((t_stages, t_stages), np.nan)
             for t in range(t_stages):
                 for j in range(t + 1):

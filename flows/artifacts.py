@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["METRICS", "fmt", "generation_markdown"]
+from components.evaluation import COMPAT_METRICS, REPORTED_METRICS, DerivedMetrics
 
-METRICS = ("cmc@1", "cmc@5", "map")
+__all__ = ["fmt", "generation_markdown"]
 
 
 def fmt(v: float | None, digits: int = 4) -> str:
@@ -28,7 +28,7 @@ def generation_markdown(summary: dict[str, Any]) -> str:
 
     def row(name: str, vals: dict[str, float] | None) -> None:
         if vals:
-            lines.append(f"| {name} | " + " | ".join(fmt(vals.get(k)) for k in METRICS) + " |")
+            lines.append(f"| {name} | " + " | ".join(fmt(vals.get(k)) for k in REPORTED_METRICS) + " |")
 
     row("self", summary["self"])
     row("cross (vs parent gallery)", summary["cross"])
@@ -36,11 +36,11 @@ def generation_markdown(summary: dict[str, Any]) -> str:
     if summary.get("reference"):
         row("reference self", summary["reference"]["self"])
         row("reference cross", summary["reference"]["cross"])
-    d = summary.get("derived") or {}
-    if d:
+    d = DerivedMetrics.from_rows(summary.get("derived") or {})
+    if d.parent_self:
         lines += ["", "| metric | P_com | denominator | P_up |", "|---|---:|---:|---:|"]
-        for k in ("cmc@1", "map"):
-            lines.append(f"| {k} | {fmt(d.get(f'p_com/{k}'), 3)} | {fmt(d.get(f'p_com_denominator/{k}'))} | {fmt(d.get(f'p_up/{k}'))} |")
+        for k in COMPAT_METRICS:
+            lines.append(f"| {k} | {fmt(d.p_com.get(k), 3)} | {fmt(d.p_com_denominator.get(k))} | {fmt(d.p_up.get(k))} |")
     b = summary["backfill"]
     lines += ["", f"**Backfill required: {'yes' if b['required'] else 'no'}**"] + [f"- {r}" for r in b["reasons"]]
     if summary.get("diagnostics"):

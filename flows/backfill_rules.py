@@ -1,99 +1,105 @@
-"""The backfill decision (design §7): rules from params.yaml, applied per generation.
+"""The backfill decision (docs/design.md §7): the rules of params ``backfill:``, read by name.
 
-Each rule yields a check ``{rule, value, threshold, passed, detail}``; the
-decision is *required* when any enabled check fails, and its reasons are the
-failed checks' details, in plain words.
+Each enabled rule yields a check ``{rule, value, threshold, passed, detail}``;
+the decision is *required* when any check fails, and its reasons are the failed
+checks' details, in plain words. Whether the new generation is compatible with
+the live gallery is not decided here: it is a measured fact
+(:attr:`BackfillEvidence.compatible`) that the ``require_compatibility`` rule reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from registry.lineage import DecisionRecord
+from flows.params import BackfillParams
+from registry.records import DecisionRecord
 
-__all__ = ["BackfillEvidence", "BackfillRules", "decide_backfill"]
-
-
-@dataclass(frozen=True)
-class BackfillRules:
-    metric: str = "map"
-    require_compatibility: bool = True
-    p_com_floor: float | None = None
-    zeta_ceiling: float | None = 3.0
-    max_generations_since_backfill: int | None = None
-    clip_fraction_max: float | None = 0.9
+__all__ = ["BackfillEvidence", "decide_backfill"]
 
 
 @dataclass(frozen=True)
 class BackfillEvidence:
     """What the rules look at for a new generation against the live gallery's generation.
 
-    cross: M(φ_new, φ_live) or None when the new model cannot query that gallery at all
-    (other geometry or dimension); live_self: M(φ_live, φ_live).
+    cross: M(φ_new, φ_live), None when the new model cannot query that gallery at all
+    (other geometry or dimension, ``incompatibility`` says why); live_self: M(φ_live, φ_live);
+    compatible: the empirical criterion cross > live_self on the decision metric.
     """
 
     live_generation_id: int
     cross: dict[str, float] | None
     live_self: dict[str, float]
-    p_com: dict[str, float | None] | None
+    compatible: bool
+    p_com: dict[str, float | None]
     zeta: float | None
     gallery_clip_fraction: float | None
     generations_since_backfill: int
     incompatibility: str | None = None
 
 
-def decide_backfill(ev: BackfillEvidence, rules: BackfillRules) -> DecisionRecord:
-    m = rules.metric
-    checks: list[dict] = []
+def _check(rule: str, value: float | None, threshold: float | None, passed: bool, detail: str) -> dict[str, Any]:
+    return {"rule": rule, "value": value, "threshold": threshold, "passed": bool(passed), "detail": detail}
 
-    def check(rule: str, value: float | None, threshold: float | None, passed: bool, detail: str) -> None:
-        checks.append({"rule": rule, "value": value, "threshold": threshold, "passed": bool(passed), "detail": detail})
 
-    live = ev.live_generation_id
+def _compatibility(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+    live, m = ev.live_generation_id, rules.metric
     if ev.cross is None:
-        check("compatibility", None, None, False, f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be re-embedded")
-    elif rules.require_compatibility:
-        c, s = ev.cross[m], ev.live_self[m]
-        ok = c > s
-        rel = ">" if ok else "≤"
-        check(
-            "compatibility",
-            c,
-            s,
-            ok,
-            f"empirical compatibility {'holds' if ok else 'fails'} against live gallery generation {live}: "
-            f"cross {m} {c:.4f} {rel} its self {m} {s:.4f}",
-        )
-    if rules.p_com_floor is not None:
-        v = None if ev.p_com is None else ev.p_com.get(m)
-        if v is None:
-            check("p_com_floor", None, rules.p_com_floor, True, "P_com not measured (no independent reference trained); rule skipped")
-        else:
-            ok = v >= rules.p_com_floor
-            check("p_com_floor", v, rules.p_com_floor, ok, f"P_com({m}) {v:.3f} {'≥' if ok else '<'} floor {rules.p_com_floor:.3f}")
-    if rules.zeta_ceiling is not None and ev.zeta is not None:
-        ok = ev.zeta <= rules.zeta_ceiling + 1e-12
-        check("zeta_ceiling", ev.zeta, rules.zeta_ceiling, ok, f"clip radius ζ {ev.zeta:.2f} {'≤' if ok else '>'} ceiling {rules.zeta_ceiling:.2f}")
-    if rules.max_generations_since_backfill is not None:
-        n = ev.generations_since_backfill
-        ok = n <= rules.max_generations_since_backfill
-        check(
-            "max_generations_since_backfill",
-            float(n),
-            float(rules.max_generations_since_backfill),
-            ok,
-            f"{n} generation(s) since the gallery was last embedded {'≤' if ok else '>'} limit {rules.max_generations_since_backfill}",
-        )
-    if rules.clip_fraction_max is not None and ev.gallery_clip_fraction is not None:
-        f = ev.gallery_clip_fraction
-        ok = f <= rules.clip_fraction_max
-        check(
-            "clip_fraction_max",
-            f,
-            rules.clip_fraction_max,
-            ok,
-            f"{f:.0%} of gallery embeddings sit on the clip radius {'≤' if ok else '>'} {rules.clip_fraction_max:.0%}"
-            + ("" if ok else " (the time axis has no room left to encode confidence)"),
-        )
+        return _check("compatibility", None, None, False,
+                      f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be re-embedded")
+    if not rules.require_compatibility:
+        return None
+    c, s = ev.cross[m], ev.live_self[m]
+    rel = ">" if ev.compatible else "≤"
+    return _check("compatibility", c, s, ev.compatible,
+                  f"empirical compatibility {'holds' if ev.compatible else 'fails'} against live gallery generation {live}: "
+                  f"cross {m} {c:.4f} {rel} its self {m} {s:.4f}")
+
+
+def _p_com_floor(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+    floor, m = rules.p_com_floor, rules.metric
+    if floor is None:
+        return None
+    v = ev.p_com.get(m)
+    if v is None:
+        return _check("p_com_floor", None, floor, True, "P_com not measured (no independent reference trained); rule skipped")
+    ok = v >= floor
+    return _check("p_com_floor", v, floor, ok, f"P_com({m}) {v:.3f} {'≥' if ok else '<'} floor {floor:.3f}")
+
+
+def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+    ceiling = rules.zeta_ceiling
+    if ceiling is None or ev.zeta is None:
+        return None
+    ok = ev.zeta <= ceiling + 1e-12
+    return _check("zeta_ceiling", ev.zeta, ceiling, ok, f"clip radius ζ {ev.zeta:.2f} {'≤' if ok else '>'} ceiling {ceiling:.2f}")
+
+
+def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+    limit = rules.max_generations_since_backfill
+    if limit is None:
+        return None
+    n = ev.generations_since_backfill
+    ok = n <= limit
+    return _check("max_generations_since_backfill", float(n), float(limit), ok,
+                  f"{n} generation(s) since the gallery was last embedded {'≤' if ok else '>'} limit {limit}")
+
+
+def _clip_fraction(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+    top, f = rules.clip_fraction_max, ev.gallery_clip_fraction
+    if top is None or f is None:
+        return None
+    ok = f <= top
+    return _check("clip_fraction_max", f, top, ok,
+                  f"{f:.0%} of gallery embeddings sit on the clip radius {'≤' if ok else '>'} {top:.0%}"
+                  + ("" if ok else " (the time axis has no room left to encode confidence)"))
+
+
+#: every rule, in the order its check is reported
+RULES = (_compatibility, _p_com_floor, _zeta_ceiling, _generations_since_backfill, _clip_fraction)
+
+
+def decide_backfill(ev: BackfillEvidence, rules: BackfillParams) -> DecisionRecord:
+    checks = [c for rule in RULES if (c := rule(ev, rules)) is not None]
     reasons = [c["detail"] for c in checks if not c["passed"]]
-    return DecisionRecord(required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=live)
+    return DecisionRecord(required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id)

@@ -10,14 +10,17 @@ writes them, and `bctflow chain --expect-data` checks the run used exactly those
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from flows.params import Params
-from flows.steps import load_splits
-from flows.workspace import Workspace
-from components.data import DataManifest, resolve_class_order, select_training_data
+from components.data import DataManifest
 from components.errors import ConfigError
+from components.io import atomic_write_text
+from flows.params import Params
+from flows.steps.context import load_splits
+from flows.steps.snapshot import select_generation_data
+from flows.workspace import Workspace
 
-__all__ = ["declared_manifests"]
+__all__ = ["declared_manifests", "flat_metrics", "write_manifests"]
 
 
 def declared_manifests(params: Params, ws: Workspace) -> dict[str, DataManifest]:
@@ -27,11 +30,7 @@ def declared_manifests(params: Params, ws: Workspace) -> dict[str, DataManifest]
     out: dict[str, DataManifest] = {}
     live_order: tuple[int, ...] | None = None
     for gen_id, spec in enumerate(params.generations):
-        order = resolve_class_order(spec.classes, splits.train.num_classes, live_order)
-        m = select_training_data(
-            splits.train, dataset=splits.name, fingerprint=splits.fingerprint, class_order=order,
-            fraction=spec.fraction, seed=params.data.split_seed + gen_id,
-        )
+        m = select_generation_data(params, splits, gen_id, spec.classes, spec.fraction, live_order)
         out[spec.name] = m
         if live_order is None:
             live_order = m.class_order
@@ -39,8 +38,6 @@ def declared_manifests(params: Params, ws: Workspace) -> dict[str, DataManifest]
 
 
 def write_manifests(params: Params, ws: Workspace, out_dir: Path) -> list[Path]:
-    from components.io import atomic_write_text
-
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, m in declared_manifests(params, ws).items():
@@ -48,3 +45,16 @@ def write_manifests(params: Params, ws: Workspace, out_dir: Path) -> list[Path]:
         atomic_write_text(path, m.to_json())
         paths.append(path)
     return paths
+
+
+def flat_metrics(lineage: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lineage's numbers as one flat mapping ``<generation>.<block>.<metric>`` (for `dvc metrics`)."""
+    flat: dict[str, Any] = {}
+    for g in lineage:
+        m = g["metrics"]
+        for block in ("self", "cross", "parent_self", "p_com", "p_up"):
+            for k, v in (m.get(block) or {}).items():
+                flat[f"{g['name']}.{block}.{k}"] = v
+        flat[f"{g['name']}.zeta"] = g["zeta"]
+        flat[f"{g['name']}.backfill_required"] = g["backfill_required"]
+    return flat

@@ -1,28 +1,30 @@
 """The ``nightly-retrain`` flow: retrain only when data or parameters changed since the last generation.
 
 Deployed by ``prefect.yaml`` (cron + timezone from params.yaml ``schedule:``) or
-served by ``bctflow schedule --serve``.
+served by ``bctflow schedule --serve``. It parses params once, and hands the
+digest and dataset fingerprint its change check computed to the plan of the
+generation it starts.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.params import load_params_with
-from flows.steps.changes import ChangeReport, detect_changes
-from flows.steps.preflight import open_store_readonly
-from flows.workspace import Workspace
 from flows.new_generation import new_generation
+from flows.params import GenerationSpec, Params, load_params
+from flows.steps.changes import ChangeReport, detect_changes
+from flows.steps.preflight import plan_generation
+from flows.workspace import Workspace
 
 
 @task(name="detect-changes", cache_policy=NO_CACHE)
-def detect_task(home: str, params_path: str, overrides: list[str]) -> ChangeReport:
-    params = load_params_with(params_path, overrides)
-    ws = Workspace(home)
-    store = open_store_readonly(params, ws)
+def detect_task(params: Params, home: str) -> ChangeReport:
+    ws = Workspace(Path(home))
+    store = ws.lineage(params, readonly=True)
     try:
         return detect_changes(params, ws, store)
     finally:
@@ -37,11 +39,13 @@ def nightly_generation(
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create a new generation if data or parameters changed since the newest one; otherwise exit early."""
-    report = detect_task(home, params_path, list(overrides or []))
+    params = load_params(params_path, overrides)
+    report = detect_task(params, home)
     log = get_run_logger()
     if not report.changed:
         log.info("nightly retraining skipped: %s", report.reason)
         return {"skipped": True, "reason": report.reason, "last_generation": report.last_generation}
     log.info("nightly retraining: %s", report.reason)
-    summary = new_generation(home=home, params_path=params_path, overrides=list(overrides or []), spec=spec)
+    plan = plan_generation(params, home, GenerationSpec(**spec) if spec else None, digest=report.params_digest, data_fingerprint=report.data_fingerprint)
+    summary = new_generation(plan)
     return {"skipped": False, "reason": report.reason, **summary}

@@ -32,7 +32,6 @@ __all__ = [
     "apply_overrides",
     "flatten_overrides",
     "load_params",
-    "load_params_with",
     "params_digest",
     "params_from_dict",
 ]
@@ -107,7 +106,7 @@ class GeometryParams(_Strict):
 
 class TrainParams(_Strict):
     epochs: int = Field(30, gt=0)
-    batch_size: int = Field(128, gt=1)
+    batch_size: int = Field(64, gt=1)
     optimizer: Literal["sgd", "adamw"] = "sgd"
     lr: float = Field(0.1, gt=0.0)
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
@@ -132,7 +131,7 @@ class AlignmentParams(_Strict):
 class GenerationSpec(_Strict):
     """One entry of the chain that `dvc repro` / `bctflow chain` reproduces."""
 
-    name: str
+    name: str | None = None  # default g<id>; required for the entries of `generations:`
     classes: list[int] | Literal["all"] = "all"
     fraction: float = Field(1.0, gt=0.0, le=1.0)
     alignment: str | None = None  # default: alignment.method (generation 0 always trains base-only)
@@ -158,14 +157,14 @@ class EvaluationParams(_Strict):
 
 
 class BackfillParams(_Strict):
-    """Rules that make a backfill required (design §7). null disables a rule."""
+    """The backfill rules (docs/design.md §7), read by name; null disables a rule. Also the backfill operations."""
 
     metric: Literal["map", "cmc@1", "cmc@5"] = "map"
     require_compatibility: bool = True
     p_com_floor: float | None = None
     zeta_ceiling: float | None = 3.0
     max_generations_since_backfill: int | None = None
-    clip_fraction_max: float | None = Field(0.9, ge=0.0, le=1.0)
+    clip_fraction_max: float | None = Field(0.95, ge=0.0, le=1.0)
     # --- operations (design §7 "A backfill"): bctflow backfill
     restart_zeta: bool = True  # a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
     chunk_size: int = Field(256, gt=0)  # items embedded per persisted chunk (resume granularity)
@@ -175,13 +174,13 @@ class BackfillParams(_Strict):
 
 
 class TrackingParams(_Strict):
-    mlflow_uri: str | None = None  # default sqlite:///<home>/mlflow.db
+    mlflow_uri: str | None = None  # default: the workspace's own MLflow store
     experiment: str = "bctflow"
     registered_model: str = "bctflow-embedder"
 
 
 class LineageParams(_Strict):
-    db_url: str | None = None  # default sqlite:///<home>/lineage.db
+    db_url: str | None = None  # any SQLAlchemy URL; default: the workspace's own database
 
 
 class ScheduleParams(_Strict):
@@ -211,6 +210,8 @@ class Params(_Strict):
 
     @model_validator(mode="after")
     def _unique_generation_names(self) -> Params:
+        if any(g.name is None for g in self.generations):
+            raise ValueError("every entry of `generations:` needs a name; add name: g0, g1, ...")
         names = [g.name for g in self.generations]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -251,8 +252,8 @@ def params_from_dict(raw: dict[str, Any] | None, source: str = "params") -> Para
         raise ConfigError(_format_validation_error(err, source)) from None
 
 
-def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
-    """Read and validate a params.yaml file."""
+def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | None = None) -> Params:
+    """Read params.yaml, apply ``KEY=VALUE`` overrides and validate, once (ConfigError on any problem)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"params file {p} does not exist; pass --params PATH or run from the repository root")
@@ -262,31 +263,31 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
         raise ConfigError(f"{p} is not valid YAML ({err}); fix the syntax") from None
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a mapping of sections (data:, model:, ...), not {type(raw).__name__}")
-    return params_from_dict(raw, str(p))
+    raw = raw or {}
+    if overrides:
+        _override(raw, _parse_overrides(overrides))
+    return params_from_dict(raw, str(p) + (" with --set overrides" if overrides else ""))
 
 
-def load_params_with(path: str | Path, overrides: list[str] | None = None) -> Params:
-    """params.yaml with ``KEY=VALUE`` overrides applied, validated."""
-    p = load_params(path)
-    return apply_overrides(p, overrides) if overrides else p
-
-
-def _parse_scalar(text: str) -> Any:
-    return yaml.safe_load(text)
+def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    parsed = []
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(f"override {o!r} is not KEY=VALUE; write e.g. train.epochs=5")
+        k, v = o.split("=", 1)
+        parsed.append((k.strip(), yaml.safe_load(v)))
+    return parsed
 
 
 def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Params:
     """Return params with dotted-key overrides applied (``train.epochs=5``)."""
     raw = copy.deepcopy(params.as_dict())
-    items = overrides.items() if isinstance(overrides, dict) else []
-    if isinstance(overrides, list):
-        parsed = []
-        for o in overrides:
-            if "=" not in o:
-                raise ConfigError(f"override {o!r} is not KEY=VALUE; write e.g. train.epochs=5")
-            k, v = o.split("=", 1)
-            parsed.append((k.strip(), _parse_scalar(v)))
-        items = parsed
+    _override(raw, list(overrides.items()) if isinstance(overrides, dict) else _parse_overrides(overrides))
+    return params_from_dict(raw, "overrides")
+
+
+def _override(raw: dict[str, Any], items: list[tuple[str, Any]]) -> None:
+    """Set dotted keys in a raw params mapping, in place."""
     for key, value in items:
         node = raw
         parts = key.split(".")
@@ -297,7 +298,6 @@ def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Pa
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = value
-    return params_from_dict(raw, "overrides")
 
 
 def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,45 +1,52 @@
 """Planning a generation: every decision and every validation, before anything is written.
 
 ``make_plan`` reads params and the lineage and returns an immutable
-:class:`GenerationPlan`. It raises ConfigError / DataError /
+:class:`GenerationPlan`, made once per run and handed to every step (and, as a
+Prefect flow parameter, to the flow). It raises ConfigError / DataError /
 CheckpointMismatchError for bad input — unknown alignment or dataset,
 ζ ≤ 0, K ≤ 0, Δζ < 0, a parent checkpoint that does not match its lineage
 record, a resumable checkpoint of another run — so nothing is trained or
-written when the input is wrong.
+written when the input is wrong. :func:`check_current` re-checks, under the
+workspace lock, that the lineage has not moved since the plan was made.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.params import GenerationSpec, Params, params_digest, params_from_dict
-from flows.specs import train_config_from_params
-from flows.workspace import Workspace
+from pydantic import BaseModel, ConfigDict
+
 from components.data.catalog import get_dataset_loader
-from components.errors import CheckpointMismatchError, ConfigError
+from components.errors import CheckpointMismatchError, ConfigError, LineageError
 from components.indexing.gallery import gallery_beside
-from components.losses import create_alignment
+from components.losses import choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.loop import TrainConfig, latest_checkpoint
+from flows.params import GenerationSpec, Params, params_digest
+from flows.specs import train_config_from_params
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
 
-__all__ = ["ROLES", "GenerationPlan", "ParentRef", "make_plan"]
+__all__ = ["ROLES", "GenerationPlan", "ParentRef", "check_current", "make_plan"]
 
 ROLES = ("model", "reference")
 
 
-@dataclass(frozen=True)
-class ParentRef:
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ParentRef(_Frozen):
     """The generation whose embeddings fill the live gallery (the new one aligns to it).
 
     ``checkpoint`` / ``zeta`` are those of the model that embedded the live gallery:
     the generation's own, or its rescaled copy after a ζ-restarting backfill.
-    ``gallery``: the live gallery's embeddings (gallery.npz beside the live index).
+    ``gallery``: the live gallery's embeddings (gallery.npz beside the live index);
+    ``pointer_id``: the live-pointer row the plan was made against.
     """
 
     id: int
@@ -52,11 +59,15 @@ class ParentRef:
     embed_dim: int
     class_order: tuple[int, ...]
     mlflow_version: str | None
+    pointer_id: int
 
 
-@dataclass(frozen=True)
-class GenerationPlan:
+class GenerationPlan(_Frozen):
     home: str
+    params: Params
+    #: digest of the model-shaping params and the dataset's content fingerprint (the nightly check hands both over)
+    params_digest: str
+    data_fingerprint: str | None = None
     gen_id: int
     name: str
     parent: ParentRef | None
@@ -75,17 +86,12 @@ class GenerationPlan:
     epochs: int
     reference: bool
     run_key: str
-    params: dict[str, Any]
     generations_since_backfill: int
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
 
     @property
     def workspace(self) -> Workspace:
         return Workspace(Path(self.home))
-
-    @property
-    def p(self) -> Params:
-        return params_from_dict(self.params)
 
     @property
     def staging_dir(self) -> Path:
@@ -101,7 +107,7 @@ class GenerationPlan:
 
     def train_config(self, role: str) -> TrainConfig:
         # the reference gets its own seed: an independent twin, not a copy
-        return train_config_from_params(self.p, epochs=self.epochs, seed=self.p.train.seed + (7919 if role == "reference" else 0))
+        return train_config_from_params(self.params, epochs=self.epochs, seed=self.params.train.seed + (7919 if role == "reference" else 0))
 
     def role_alignment(self, role: str) -> str:
         return "independent" if role == "reference" else self.alignment
@@ -125,6 +131,7 @@ def _parent_ref(store: LineageStore) -> ParentRef | None:
         return None
     g = store.generation(ptr.generation_id)
     return ParentRef(
+        pointer_id=ptr.id,
         id=g.id,
         name=g.name,
         checkpoint=ptr.model_checkpoint or g.checkpoint_path,
@@ -184,49 +191,61 @@ def _check_resumable(plan: GenerationPlan) -> None:
                 )
 
 
-def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: GenerationSpec | None = None) -> GenerationPlan:
-    """Decide and validate the next generation. Writes nothing."""
+def make_plan(
+    params: Params,
+    ws: Workspace,
+    store: LineageStore,
+    spec: GenerationSpec | None = None,
+    *,
+    digest: str | None = None,
+    data_fingerprint: str | None = None,
+) -> GenerationPlan:
+    """Decide and validate the next generation. Writes nothing.
+
+    ``digest`` / ``data_fingerprint``: already computed by the caller (the nightly change check).
+    """
     get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
     parent = _parent_ref(store)
-    spec = spec or GenerationSpec(name=f"g{gen_id}")
+    spec = spec or GenerationSpec()
+    if spec.name is None:
+        spec = spec.model_copy(update={"name": f"g{gen_id}"})
     if store.generation_by_name(spec.name) is not None:
         raise ConfigError(f"a generation named {spec.name!r} already exists in the lineage; choose another --name")
     notes: list[str] = []
     g = params.geometry
     geometry = params.model.geometry
     requested = spec.alignment or params.alignment.method
-    create_alignment(requested, params.alignment.options.get(requested))  # ConfigError: unknown name / bad options, even for generation 0
+    choice = choose_alignment(requested, params.alignment.options.get(requested))  # ConfigError: unknown name / bad options, even for generation 0
     zeta_prev, restarted = _zeta_prev(store)
     if parent is None:
-        alignment = "independent"
         if requested != "independent":
             notes.append(f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1")
+            choice = choose_alignment("independent", params.alignment.options.get("independent"))
         zeta = g.zeta0 if geometry == "lorentz" else None
         since = 0
     else:
-        alignment = requested
         zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if geometry == "lorentz" else None
         since = sum(1 for gid in store.serving_generation_ids() if gid > parent.id) + 1
         if restarted:
             notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
-    method = create_alignment(alignment, params.alignment.options.get(alignment))  # ConfigError: unknown name / bad options
-    method.check_models(
-        geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim
-    )
+    choice.check_models(geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim)
     base_loss(params.train.base_loss, params.train.base_options)  # ConfigError: bad base-loss options
     if parent is not None:
         _check_parent_checkpoint(parent)
-    serving = tuple(i for i in store.serving_generation_ids() if i != gen_id)
+    alignment = choice.name
     use_reference = parent is not None and (spec.reference if spec.reference is not None else params.evaluation.reference)
-    use_reference = bool(use_reference and alignment != "independent") or (parent is not None and method.requires_reference)
-    digest = params_digest(params)
+    use_reference = bool(use_reference and alignment != "independent") or (parent is not None and choice.needs_reference)
+    digest = digest or params_digest(params)
     plan = GenerationPlan(
         home=str(ws.home),
+        params=params,
+        params_digest=digest,
+        data_fingerprint=data_fingerprint,
         gen_id=gen_id,
         name=spec.name,
         parent=parent,
-        serving=serving,
+        serving=tuple(i for i in store.serving_generation_ids() if i != gen_id),
         alignment=alignment,
         alignment_options=dict(params.alignment.options.get(alignment, {})),
         geometry=geometry,
@@ -241,9 +260,20 @@ def make_plan(params: Params, ws: Workspace, store: LineageStore, spec: Generati
         epochs=spec.epochs or params.train.epochs,
         reference=use_reference,
         run_key=_run_key(gen_id, parent, spec, alignment, digest),
-        params=params.as_dict(),
         generations_since_backfill=since,
         notes=tuple(notes),
     )
     _check_resumable(plan)
     return plan
+
+
+def check_current(plan: GenerationPlan, store: LineageStore) -> None:
+    """Refuse a plan the lineage has moved past (another run committed, or the live gallery switched since)."""
+    pointer = store.live_pointer()
+    now = (store.next_generation_id(), pointer.id if pointer is not None else None)
+    planned = (plan.gen_id, plan.parent.pointer_id if plan.parent is not None else None)
+    if now != planned:
+        raise LineageError(
+            f"the lineage changed since generation {plan.gen_id} was planned (next generation {now[0]}, live pointer {now[1]}; "
+            f"planned against {planned[0]}, {planned[1]}); run the command again to plan on the current lineage"
+        )

@@ -1,29 +1,34 @@
 """The workspace: every piece of state lives under one directory (``--home`` / BCTFLOW_HOME).
 
 <home>/
-  lineage.db          lineage database (unless lineage.db_url says otherwise)
-  mlflow.db           MLflow tracking + registry store (unless tracking.mlflow_uri)
-  mlartifacts/        MLflow artifacts
   data/               DVC repository with one manifest snapshot per generation
   datasets/           downloaded / cached datasets (unless data.root)
   generations/gen_NNN committed generations: model.pt, gallery.npz, index/, metrics.json, plots
   staging/gen_NNN     work in progress (moved into generations/ on commit)
   live/               CURRENT (the live-gallery pointer) and backfilled index versions index-vNNN/
-  backfills/bf_NNN    work in progress of a backfill (chunks, resumable)
+  backfills/          work in progress of a backfill (chunks, resumable) and finished ones bf_NNN
   prefect/            PREFECT_HOME for the ephemeral Prefect server
+  + the lineage database and the MLflow store, unless params point them elsewhere (registry/stores.py)
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.errors import ConfigError
 from flows.params import Params
+from registry.lineage import LineageStore
+from registry.stores import STORE_ENTRIES, open_lineage, open_tracking, tracking_uri
+from registry.tracking import MlflowStore
 
-__all__ = ["DEFAULT_HOME", "Workspace", "generation_dirname", "resolve_home"]
+__all__ = ["DEFAULT_HOME", "WORKSPACE_ENTRIES", "Workspace", "generation_dirname", "resolve_home"]
 
 DEFAULT_HOME = Path(".bctflow")
+#: names a bctflow workspace may contain (a reset wipes nothing else)
+WORKSPACE_ENTRIES = frozenset({"data", "datasets", "generations", "staging", "prefect", "backfills", "live", "bench-cache", ".lock", *STORE_ENTRIES})
 
 
 def resolve_home(home: str | Path | None) -> Path:
@@ -56,10 +61,6 @@ class Workspace:
         return self.home / "staging"
 
     @property
-    def mlflow_artifacts(self) -> Path:
-        return self.home / "mlartifacts"
-
-    @property
     def live_dir(self) -> Path:
         """The live gallery: the CURRENT pointer and the backfilled index versions."""
         return self.home / "live"
@@ -68,18 +69,8 @@ class Workspace:
     def backfills_dir(self) -> Path:
         return self.home / "backfills"
 
-    @property
-    def prefect_home(self) -> Path:
-        return self.home / "prefect"
-
     def datasets_dir(self, params: Params) -> Path:
         return Path(params.data.root).expanduser() if params.data.root else self.home / "datasets"
-
-    def lineage_url(self, params: Params) -> str:
-        return params.lineage.db_url or f"sqlite:///{self.home / 'lineage.db'}"
-
-    def mlflow_uri(self, params: Params) -> str:
-        return params.tracking.mlflow_uri or f"sqlite:///{self.home / 'mlflow.db'}"
 
     def generation_dir(self, gen_id: int) -> Path:
         return self.generations_dir / generation_dirname(gen_id)
@@ -87,5 +78,26 @@ class Workspace:
     def staging(self, gen_id: int) -> Path:
         return self.staging_dir / generation_dirname(gen_id)
 
+    def lineage(self, params: Params, *, readonly: bool = False, upgrade: bool = False) -> LineageStore:
+        """The lineage store of params ``lineage.db_url`` (default: this workspace's); see :func:`registry.stores.open_lineage`."""
+        return open_lineage(params.lineage.db_url, self.home, readonly=readonly, upgrade=upgrade)
+
+    def tracking(self, params: Params) -> MlflowStore:
+        """The MLflow store of params ``tracking`` (default: this workspace's)."""
+        t = params.tracking
+        return open_tracking(t.mlflow_uri, self.home, t.experiment, t.registered_model)
+
+    def tracking_uri(self, params: Params) -> str:
+        return tracking_uri(params.tracking.mlflow_uri, self.home)
+
     def is_empty(self) -> bool:
         return not self.home.exists() or not any(self.home.iterdir())
+
+    def reset(self) -> None:
+        """Delete the workspace, refusing when it holds anything that is not bctflow's."""
+        if self.is_empty():
+            return
+        foreign = sorted(p.name for p in self.home.iterdir() if p.name not in WORKSPACE_ENTRIES)
+        if foreign:
+            raise ConfigError(f"{self.home} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home")
+        shutil.rmtree(self.home)

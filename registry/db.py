@@ -12,7 +12,8 @@ Tables
 * ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
 
 Schema changes are additive; :func:`upgrade_schema` adds new nullable columns to
-an existing database.
+an existing database. Only an explicit upgrade runs it (``bctflow db-upgrade``):
+opening a store never alters its schema.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ __all__ = [
     "utcnow",
 ]
 
-SCHEMA_VERSION = 2
+#: v2: pointers carry model, ζ, accepted query generations, backfill; v3: generations.compatible_with_live
+SCHEMA_VERSION = 3
 
 
 def utcnow() -> datetime:
@@ -87,6 +89,8 @@ class Generation(Base):
     mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     train_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: the empirical compatibility criterion against the live gallery, measured whatever rules are enabled (docs/design.md §7)
+    compatible_with_live: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     parent: Mapped[Generation | None] = relationship(remote_side=[id])

@@ -7,8 +7,9 @@ The version carries lineage tags (generation, parent, alignment, geometry, ζ,
 K, data hash, backfill status) and a description that spells out the chain.
 
 A registration that fails half-way removes what it created, so a retry starts
-clean; :meth:`MlflowRegistry.rollback` undoes a finished registration when the
-lineage commit that follows it fails.
+clean; :meth:`MlflowStore.rollback` undoes a finished registration when the
+lineage commit that follows it fails, and :meth:`MlflowStore.move_alias`
+returns the undo of every alias move.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import logging
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MlflowRegistry", "RegistrationRequest", "RegistrationResult", "flatten", "metric_key"]
+__all__ = ["MlflowStore", "RegistrationRequest", "RegistrationResult", "flatten", "metric_key"]
 
 _MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
 
@@ -112,7 +113,7 @@ def _quiet_mlflow() -> Iterator[None]:
             logging.getLogger(n).setLevel(lvl)
 
 
-class MlflowRegistry:
+class MlflowStore:
     """MLflow tracking + model registry at ``tracking_uri`` (``sqlite:///…`` by default)."""
 
     def __init__(self, tracking_uri: str, experiment: str, model_name: str, artifact_root: Path) -> None:
@@ -199,11 +200,24 @@ class MlflowRegistry:
                 raise
         return RegistrationResult(self.model_name, version, run_id, created_model)
 
-    def set_alias(self, alias: str, version: str) -> None:
+    def move_alias(self, alias: str, version: str) -> Callable[[], None]:
+        """Point ``alias`` at ``version``; returns the undo (back to the previous version, or no alias)."""
+        previous = self.alias_version(alias)
+        self._set_alias(alias, version)
+
+        def undo() -> None:
+            if previous is None:
+                self._delete_alias(alias)
+            else:
+                self._set_alias(alias, previous)
+
+        return undo
+
+    def _set_alias(self, alias: str, version: str) -> None:
         with _quiet_mlflow():
             self._client().set_registered_model_alias(self.model_name, alias, version)
 
-    def delete_alias(self, alias: str) -> None:
+    def _delete_alias(self, alias: str) -> None:
         from mlflow.exceptions import MlflowException
 
         with _quiet_mlflow(), contextlib.suppress(MlflowException):

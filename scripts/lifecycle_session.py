@@ -1,4 +1,4 @@
-"""A scripted lifecycle session on digits (issue 4, acceptance 1).
+"""A scripted lifecycle session on digits.
 
 g0 on classes 0–4, then four HBCT generations while classes 5–9 arrive, a full
 backfill with the newest generation (ζ restarts from ζ₀ when
@@ -33,15 +33,18 @@ def run_session(home: Path, params_path: Path, overrides: list[str] | None = Non
     """Run the session in ``home`` and return the lineage (``bctflow lineage --json``)."""
     from flows.backfill import backfill
     from flows.new_generation import new_generation
-    from registry.lineage import LineageStore
+    from flows.params import GenerationSpec, load_params
+    from flows.steps.preflight import plan_generation
+    from flows.steps.reembed import plan_backfill
+    from flows.workspace import Workspace
 
-    ov = list(overrides or [])
+    params = load_params(params_path, overrides)
     for spec in CHAIN_BEFORE:
-        new_generation(home=str(home), params_path=str(params_path), overrides=ov, spec={**spec, "reference": reference})
-    backfill(home=str(home), params_path=str(params_path), overrides=ov, generation=len(CHAIN_BEFORE) - 1, fraction=1.0)
+        new_generation(plan_generation(params, home, GenerationSpec(**spec, reference=reference)))
+    backfill(plan_backfill(params, Workspace(home), target=len(CHAIN_BEFORE) - 1, fraction=1.0))
     for spec in CHAIN_AFTER:
-        new_generation(home=str(home), params_path=str(params_path), overrides=ov, spec={**spec, "reference": reference})
-    store = LineageStore(f"sqlite:///{home / 'lineage.db'}")
+        new_generation(plan_generation(params, home, GenerationSpec(**spec, reference=reference)))
+    store = Workspace(home).lineage(params, readonly=True)
     try:
         return store.to_json()
     finally:

@@ -13,3 +13,23 @@ def tiny_spec(**kw) -> ModelSpec:
     )
     base.update(kw)
     return ModelSpec(**base)
+
+
+def run_generation(home, params_path, spec: dict | None = None, overrides: list[str] | None = None) -> dict:
+    """One generation through the real flow, as the CLI runs it: parse params once, plan once, run."""
+    from flows.new_generation import new_generation
+    from flows.params import GenerationSpec, load_params
+    from flows.steps.preflight import plan_generation
+
+    params = load_params(params_path, overrides)
+    return new_generation(plan_generation(params, home, GenerationSpec(**spec) if spec else None))
+
+
+def run_backfill(home, params_path, overrides: list[str] | None = None, **request) -> dict:
+    """One backfill through the real flow (``request``: target, fraction, order, seed, force)."""
+    from flows.backfill import backfill
+    from flows.params import load_params
+    from flows.steps.reembed import plan_backfill
+    from flows.workspace import Workspace
+
+    return backfill(plan_backfill(load_params(params_path, overrides), Workspace(home), **request))

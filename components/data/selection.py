@@ -18,7 +18,7 @@ import numpy as np
 from components.data.base import ArrayDataset
 from components.errors import DataError
 
-__all__ = ["MANIFEST_VERSION", "DataManifest", "resolve_class_order", "select_training_data"]
+__all__ = ["MANIFEST_VERSION", "DataManifest", "label_positions", "resolve_class_order", "select_training_data"]
 
 MANIFEST_VERSION = 1
 
@@ -49,6 +49,12 @@ def resolve_class_order(
     kept = [c for c in parent_order if c in req_set]
     kept_set = set(kept)
     return kept + [c for c in req if c not in kept_set]
+
+
+def label_positions(new_order: Sequence[int], old_order: Sequence[int]) -> np.ndarray:
+    """(C_new,) int64: the old model's label index of each new label, −1 for classes the old model never saw."""
+    pos = {int(c): i for i, c in enumerate(old_order)}
+    return np.asarray([pos.get(int(c), -1) for c in new_order], dtype=np.int64)
 
 
 @dataclass(frozen=True)

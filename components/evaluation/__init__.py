@@ -1,7 +1,10 @@
 """Evaluation: retrieval metrics (CMC@k, mAP) and compatibility metrics (design §6)."""
 
 from components.evaluation.compat import (
+    COMPAT_METRICS,
     DENOMINATOR_EPS,
+    REPORTED_METRICS,
+    DerivedMetrics,
     compat_summary,
     is_compatible,
     p_com,
@@ -16,7 +19,10 @@ from components.evaluation.retrieval import (
 )
 
 __all__ = [
+    "COMPAT_METRICS",
     "DENOMINATOR_EPS",
+    "REPORTED_METRICS",
+    "DerivedMetrics",
     "GEOMETRIES",
     "average_precision",
     "compat_summary",

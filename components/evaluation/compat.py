@@ -13,15 +13,25 @@ one, φ* the new model trained with no alignment (the reference).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
+
 import numpy as np
 
 __all__ = [
+    "COMPAT_METRICS",
     "DENOMINATOR_EPS",
+    "REPORTED_METRICS",
+    "DerivedMetrics",
     "compat_summary",
     "is_compatible",
     "p_com",
     "p_up",
 ]
+
+#: the retrieval metrics every table and lineage record reports (CMC@k for any k is measured too)
+REPORTED_METRICS: tuple[str, ...] = ("cmc@1", "cmc@5", "map")
+#: the metrics P_com, P_up and the compatibility matrix are computed for
+COMPAT_METRICS: tuple[str, ...] = ("cmc@1", "map")
 
 #: |M(φ*, φ*) - M(φ_o, φ_o)| below this makes P_com undefined (None).
 DENOMINATOR_EPS = 1e-12
@@ -104,3 +114,51 @@ def compat_summary(C: np.ndarray) -> dict[str, float | None]:
         "aca": float(cross[ok].sum() / n_pairs),
         "aca_given_compatible": float(cross[ok].mean()) if ok.any() else None,
     }
+
+
+@dataclass(frozen=True)
+class DerivedMetrics:
+    """The numbers derived for a new generation against the live gallery (docs/design.md §6), per metric name.
+
+    ``parent_self``: M(φ_live, φ_live) on the live gallery; ``p_com`` with its
+    ``p_com_denominator``, and ``p_up`` (both need the independent reference φ*).
+    Stores write them as rows named ``<field>/<metric>`` (e.g. ``p_com/map``):
+    :meth:`to_rows` and :meth:`from_rows` are the only places that know that naming.
+    """
+
+    parent_self: dict[str, float] = field(default_factory=dict)
+    p_com: dict[str, float | None] = field(default_factory=dict)
+    p_com_denominator: dict[str, float] = field(default_factory=dict)
+    p_up: dict[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def measure(
+        cls,
+        *,
+        new_self: dict[str, float],
+        cross: dict[str, float] | None,
+        old_self: dict[str, float],
+        ref_self: dict[str, float] | None,
+    ) -> DerivedMetrics:
+        """P_com (when ``cross`` exists) and P_up (when the reference's ``ref_self`` exists) for :data:`COMPAT_METRICS`."""
+        if ref_self is None:
+            return cls(parent_self=dict(old_self))
+        pc: dict[str, float | None] = {}
+        den: dict[str, float] = {}
+        if cross is not None:
+            for m in COMPAT_METRICS:
+                pc[m], den[m] = p_com(cross[m], old_self[m], ref_self[m])
+        return cls(dict(old_self), pc, den, {m: p_up(new_self[m], ref_self[m]) for m in COMPAT_METRICS})
+
+    def to_rows(self) -> dict[str, float | None]:
+        return {f"{f.name}/{m}": v for f in fields(self) for m, v in getattr(self, f.name).items()}
+
+    @classmethod
+    def from_rows(cls, rows: dict[str, float | None]) -> DerivedMetrics:
+        """The inverse of :meth:`to_rows`; rows of other kinds are ignored."""
+        blocks: dict[str, dict[str, float | None]] = {f.name: {} for f in fields(cls)}
+        for name, value in rows.items():
+            kind, _, metric = name.partition("/")
+            if kind in blocks and metric:
+                blocks[kind][metric] = value
+        return cls(**blocks)  # type: ignore[arg-type]

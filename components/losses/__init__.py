@@ -2,17 +2,21 @@
 
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.catalog import (
+    AlignmentChoice,
     available_alignments,
+    choose_alignment,
     create_alignment,
     get_alignment,
     register_alignment,
 )
 
 __all__ = [
+    "AlignmentChoice",
     "AlignmentContext",
     "AlignmentLoss",
     "LossOutput",
     "available_alignments",
+    "choose_alignment",
     "create_alignment",
     "get_alignment",
     "register_alignment",

@@ -75,7 +75,8 @@ class AlignmentLoss(nn.Module):
         self.options = options if options is not None else self.Options()
 
     @classmethod
-    def from_options(cls, raw: dict[str, Any] | None) -> AlignmentLoss:
+    def parse_options(cls, raw: dict[str, Any] | None) -> Any:
+        """Validate ``alignment.options.<name>`` into the method's ``Options`` (ConfigError naming the key)."""
         raw = dict(raw or {})
         names = {f.name: f for f in dataclasses.fields(cls.Options)}
         unknown = sorted(set(raw) - set(names))
@@ -85,30 +86,39 @@ class AlignmentLoss(nn.Module):
                 f"(params.yaml alignment.options.{cls.name})"
             )
         try:
-            return cls(cls.Options(**raw))
+            return cls.Options(**raw)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"alignment {cls.name!r}: {err} (params.yaml alignment.options.{cls.name})") from None
 
-    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
-        """Refuse model combinations the method cannot align (called before any training)."""
-        if self.geometry is not None and new_geometry != self.geometry:
-            raise ConfigError(f"alignment {self.name!r} needs a {self.geometry} model, got {new_geometry}; set model.geometry: {self.geometry}")
-        if self.requires_old:
+    # The checks below run before anything trains; they are classmethods so a plan can make them without building the loss.
+    @classmethod
+    def needs_reference(cls, options: Any) -> bool:
+        """Whether training with these options needs the independent reference φ* (BT²)."""
+        return cls.requires_reference
+
+    @classmethod
+    def check_models(cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+        """Refuse model combinations the method cannot align."""
+        if cls.geometry is not None and new_geometry != cls.geometry:
+            raise ConfigError(f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; set model.geometry: {cls.geometry}")
+        if cls.requires_old:
             if old_geometry is None:
-                raise ConfigError(f"alignment {self.name!r} needs a parent generation; train generation 0 first")
+                raise ConfigError(f"alignment {cls.name!r} needs a parent generation; train generation 0 first")
             if old_geometry != new_geometry or old_dim != new_dim:
                 raise ConfigError(
-                    f"alignment {self.name!r} compares new and old embeddings directly, but the parent is "
+                    f"alignment {cls.name!r} compares new and old embeddings directly, but the parent is "
                     f"{old_geometry}/d={old_dim} and the new model {new_geometry}/d={new_dim}; "
                     "use the parent's geometry and embed_dim"
                 )
 
-    def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
+    @classmethod
+    def model_overrides(cls, options: Any, parent: ModelSpec | None) -> dict[str, Any]:
         """ModelSpec fields the new model must have for this method (e.g. the BT² head, PSP features)."""
         return {}
 
-    def check_lineage(self, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
-        """Refuse, before training, a class order or parent the method cannot work with."""
+    @classmethod
+    def check_lineage(cls, options: Any, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
+        """Refuse a class order or parent the method cannot work with."""
 
     def prepare(self, ctx: AlignmentContext) -> None:
         """One-off setup with the frozen old model (class statistics, frozen heads...)."""

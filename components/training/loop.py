@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from components.data.batches import ImageTensor, augment_batch, iterate_batches
+from components.data.selection import label_positions
 from components.errors import BctflowError, CheckpointMismatchError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.base_losses import base_loss
@@ -102,6 +103,152 @@ def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
+@dataclass
+class _Run:
+    """The parts of one training run the epoch loop works with."""
+
+    model: EmbeddingModel
+    method: AlignmentLoss
+    old_model: EmbeddingModel | None
+    reference_model: EmbeddingModel | None
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    base_fn: Callable[..., Tensor]
+    device: torch.device
+    drop_last: bool
+
+
+def _frozen(model: EmbeddingModel | None, device: torch.device, needed: bool, what: str, method: AlignmentLoss) -> EmbeddingModel | None:
+    """A frozen copy of ``model`` on ``device`` when the method needs it (eval mode, no gradients)."""
+    if not needed:
+        return None
+    if model is None:
+        raise CheckpointMismatchError(f"alignment {method.name!r} needs {what}, none was given")
+    model = prepare_module(model, device).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _setup(
+    model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig, method: AlignmentLoss,
+    old_model: EmbeddingModel | None, reference_model: EmbeddingModel | None,
+) -> _Run:
+    """Device, frozen old / reference models, the method's one-off preparation, optimiser and schedule."""
+    device = select_device(cfg.device)  # type: ignore[arg-type]
+    torch.manual_seed(cfg.seed)
+    model = prepare_module(model, device)
+    old_model = _frozen(old_model, device, method.trains and method.requires_old, "the parent model", method)
+    reference_model = _frozen(
+        reference_model, device, method.trains and method.needs_reference(method.options), "an independently trained new model as its target", method
+    )
+    old_spec = old_model.spec if old_model is not None else None
+    method.check_models(method.options, model.spec.geometry, model.spec.embed_dim, old_spec and old_spec.geometry, old_spec and old_spec.embed_dim)
+    base_fn = base_loss(cfg.base_loss, cfg.base_options)
+    label_map = torch.from_numpy(label_positions(model.spec.class_order, old_spec.class_order)) if old_spec is not None else None
+
+    def clean_batches():
+        return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
+
+    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
+    method.to(device)
+    opt = build_optimizer(list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
+    drop_last = len(data) > cfg.batch_size
+    steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
+    sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
+    return _Run(model, method, old_model, reference_model, opt, sched, base_fn, device, drop_last)
+
+
+def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[dict[str, float]]]:
+    """Restore the last epoch checkpoint of this run, if any. Returns (epochs done, history)."""
+    last = latest_checkpoint(checkpoint_dir)
+    if last is None:
+        return 0, []
+    state = load_torch_safe(last)
+    check_spec(read_spec(state, last), run.model.spec, last)
+    if state.get("format") != TRAIN_FORMAT or state.get("run_key") != run_key:
+        raise CheckpointMismatchError(
+            f"checkpoint {last} belongs to another training run (run key {state.get('run_key')!r}, expected {run_key!r}); "
+            f"delete {checkpoint_dir} to start over or use the parameters of that run"
+        )
+    run.model.load_state_dict(state["model"])
+    run.method.load_state_dict(state["method"])
+    run.opt.load_state_dict(state["optimizer"])
+    run.sched.load_state_dict(state["scheduler"])
+    return int(state["epoch"]), list(state["history"])
+
+
+def _train_epoch(run: _Run, data: ImageTensor, cfg: TrainConfig, epoch: int) -> dict[str, float]:
+    """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy."""
+    model, method, device = run.model, run.method, run.device
+    model.train()
+    gen = _epoch_generator(cfg.seed, epoch)
+    sums: dict[str, float] = {}
+    stats_acc: dict[str, float] = {}
+    n_batches = correct = seen = 0
+    for x, y in iterate_batches(data, cfg.batch_size, device, shuffle=True, generator=gen, drop_last=run.drop_last):
+        x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
+        x = to_memory_format(x, device)
+        with autocast(device):
+            out = model(x)
+            old_out = ref_out = None
+            with torch.no_grad():
+                if run.old_model is not None:
+                    old_out = run.old_model(x, with_logits=False)
+                if run.reference_model is not None:
+                    ref_out = run.reference_model(x, with_logits=False)
+        base = run.base_fn(out, y, model.curvature.to(device))
+        if not method.trains:
+            align = LossOutput({})
+        elif run.reference_model is not None:
+            align = method(out, old_out, y, ref=ref_out)
+        else:  # plugins that need no reference may keep the 3-argument forward
+            align = method(out, old_out, y)
+        loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
+        if not torch.isfinite(loss):
+            raise TrainingDivergedError(
+                f"loss became {loss.item()} at epoch {epoch + 1} (terms: base={base.item():.4g}, "
+                + ", ".join(f"{k}={v.item():.4g}" for k, v in align.terms.items())
+                + "); lower train.lr or the alignment weight"
+            )
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        run.opt.step()
+        run.sched.step()
+        n_batches += 1
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+        sums["base"] = sums.get("base", 0.0) + float(base.detach())
+        for k, v in align.terms.items():
+            sums[k] = sums.get(k, 0.0) + float(v.detach())
+        for k, v in align.stats.items():
+            stats_acc[k] = stats_acc.get(k, 0.0) + v
+        sums["clip_fraction"] = sums.get("clip_fraction", 0.0) + float(out.clipped.float().mean())
+        correct += int((out.logits.argmax(1) == y).sum())
+        seen += len(y)
+    record = {k: v / max(1, n_batches) for k, v in sums.items()}
+    record.update({k: v / max(1, n_batches) for k, v in stats_acc.items()})
+    record["train_accuracy"] = correct / max(1, seen)
+    record["lr"] = float(run.sched.get_last_lr()[0])
+    record["epoch"] = float(epoch + 1)
+    return record
+
+
+def _save_epoch(run: _Run, checkpoint_dir: Path, run_key: str, epoch: int, history: list[dict[str, float]]) -> None:
+    save_torch_atomic(
+        {
+            "format": TRAIN_FORMAT,
+            "metadata": run.model.spec.to_dict(),
+            "run_key": run_key,
+            "epoch": epoch,
+            "model": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},
+            "method": {k: v.detach().cpu() for k, v in run.method.state_dict().items()},
+            "optimizer": run.opt.state_dict(),
+            "scheduler": run.sched.state_dict(),
+            "history": history,
+        },
+        checkpoint_dir / f"epoch_{epoch:04d}.pt",
+    )
+
+
 def train_model(
     model: EmbeddingModel,
     data: ImageTensor,
@@ -110,139 +257,29 @@ def train_model(
     checkpoint_dir: Path,
     *,
     old_model: EmbeddingModel | None = None,
-    label_map: Tensor | None = None,
     reference_model: EmbeddingModel | None = None,
     run_key: str = "",
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` (labels = positions in the model's class order).
 
-    ``label_map``: (C_new,) old label index per new label, -1 for unseen classes.
+    ``old_model``: the frozen parent (its class order maps new labels to old ones).
     ``reference_model``: frozen independently trained new model, for methods that
     need one (BT²). ``run_key`` identifies the run; a checkpoint of another run is
     refused. Returns the trained model in eval mode on the training device.
     """
     t0 = time.perf_counter()
-    device = select_device(cfg.device)  # type: ignore[arg-type]
-    torch.manual_seed(cfg.seed)
-    model = prepare_module(model, device)
-    use_old = method.trains and method.requires_old
-    use_ref = method.trains and method.requires_reference
-    if use_old:
-        if old_model is None:
-            raise CheckpointMismatchError(f"alignment {method.name!r} needs the parent model, none was given")
-        old_model = prepare_module(old_model, device).eval()
-        old_model.requires_grad_(False)
-    if use_ref:
-        if reference_model is None:
-            raise CheckpointMismatchError(f"alignment {method.name!r} needs an independently trained new model as its target, none was given")
-        reference_model = prepare_module(reference_model, device).eval()
-        reference_model.requires_grad_(False)
-    old_spec = old_model.spec if old_model is not None else None
-    method.check_models(model.spec.geometry, model.spec.embed_dim, old_spec and old_spec.geometry, old_spec and old_spec.embed_dim)
-    base_fn = base_loss(cfg.base_loss, cfg.base_options)
-
-    def clean_batches():
-        return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
-
-    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
-    method.to(device)
-
-    opt = build_optimizer(list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
-    drop_last = len(data) > cfg.batch_size
-    steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
-    sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
-
+    run = _setup(model, data, cfg, method, old_model, reference_model)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    history: list[dict[str, float]] = []
-    start_epoch, resumed_from = 0, None
-    last = latest_checkpoint(checkpoint_dir)
-    if last is not None:
-        state = load_torch_safe(last)
-        check_spec(read_spec(state, last), model.spec, last)
-        if state.get("format") != TRAIN_FORMAT or state.get("run_key") != run_key:
-            raise CheckpointMismatchError(
-                f"checkpoint {last} belongs to another training run (run key {state.get('run_key')!r}, expected {run_key!r}); "
-                f"delete {checkpoint_dir} to start over or use the parameters of that run"
-            )
-        model.load_state_dict(state["model"])
-        method.load_state_dict(state["method"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        history = list(state["history"])
-        start_epoch = resumed_from = int(state["epoch"])
-
-    stats_acc: dict[str, float] = {}
+    start_epoch, history = _resume(run, checkpoint_dir, run_key)
     for epoch in range(start_epoch, cfg.epochs):
-        model.train()
-        gen = _epoch_generator(cfg.seed, epoch)
-        sums: dict[str, float] = {}
-        stats_acc = {}
-        n_batches = 0
-        correct = 0
-        seen = 0
-        for x, y in iterate_batches(data, cfg.batch_size, device, shuffle=True, generator=gen, drop_last=drop_last):
-            x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
-            x = to_memory_format(x, device)
-            with autocast(device):
-                out = model(x)
-                old_out = ref_out = None
-                with torch.no_grad():
-                    if use_old:
-                        old_out = old_model(x, with_logits=False)  # type: ignore[misc]
-                    if use_ref:
-                        ref_out = reference_model(x, with_logits=False)  # type: ignore[misc]
-            base = base_fn(out, y, model.curvature.to(device))
-            if not method.trains:
-                align = LossOutput({})
-            elif use_ref:
-                align = method(out, old_out, y, ref=ref_out)
-            else:  # plugins that need no reference may keep the 3-argument forward
-                align = method(out, old_out, y)
-            loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError(
-                    f"loss became {loss.item()} at epoch {epoch + 1} (terms: base={base.item():.4g}, "
-                    + ", ".join(f"{k}={v.item():.4g}" for k, v in align.terms.items())
-                    + "); lower train.lr or the alignment weight"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            n_batches += 1
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
-            sums["base"] = sums.get("base", 0.0) + float(base.detach())
-            for k, v in align.terms.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            for k, v in align.stats.items():
-                stats_acc[k] = stats_acc.get(k, 0.0) + v
-            sums["clip_fraction"] = sums.get("clip_fraction", 0.0) + float(out.clipped.float().mean())
-            correct += int((out.logits.argmax(1) == y).sum())
-            seen += len(y)
-        record = {k: v / max(1, n_batches) for k, v in sums.items()}
-        record.update({k: v / max(1, n_batches) for k, v in stats_acc.items()})
-        record["train_accuracy"] = correct / max(1, seen)
-        record["lr"] = float(sched.get_last_lr()[0])
-        record["epoch"] = float(epoch + 1)
+        record = _train_epoch(run, data, cfg, epoch)
         history.append(record)
-        save_torch_atomic(
-            {
-                "format": TRAIN_FORMAT,
-                "metadata": model.spec.to_dict(),
-                "run_key": run_key,
-                "epoch": epoch + 1,
-                "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "method": {k: v.detach().cpu() for k, v in method.state_dict().items()},
-                "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(),
-                "history": history,
-            },
-            checkpoint_dir / f"epoch_{epoch + 1:04d}.pt",
-        )
+        _save_epoch(run, checkpoint_dir, run_key, epoch + 1, history)
         _prune(checkpoint_dir, cfg.keep_checkpoints)
         if on_epoch is not None:
             on_epoch(epoch + 1, record)
-    model.eval()
-    final_stats = {k: v for k, v in history[-1].items()} if history else {}
-    return TrainResult(model, history, cfg.epochs - start_epoch, resumed_from, str(device), time.perf_counter() - t0, final_stats)
+    run.model.eval()
+    final_stats = dict(history[-1]) if history else {}
+    resumed_from = start_epoch if start_epoch else None
+    return TrainResult(run.model, history, cfg.epochs - start_epoch, resumed_from, str(run.device), time.perf_counter() - t0, final_stats)

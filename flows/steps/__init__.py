@@ -4,12 +4,18 @@ Every step writes only under the generation's *staging* folder (or, for the
 data snapshot, a new DVC-tracked manifest), so nothing that serves users
 changes until :func:`commit`, which moves staging into place inside the
 lineage transaction.
+
+1. :func:`snapshot_data`  select the training data, snapshot its manifest with DVC
+2. :func:`train_role`     train the reference φ* (when planned), then the model
+3. :func:`build_gallery`  embed the gallery, build the FAISS index
+4. :func:`evaluate`       metrics, compatibility, diagnostics, backfill decision
+5. :func:`register`       MLflow run + model version
+6. :func:`commit`         lineage transaction (or :func:`rollback` of the registration)
 """
 
 from flows.steps.commit import PRODUCTION_ALIAS, commit, rollback
-from flows.steps.context import load_splits, registry_for, store_for
-from flows.steps.evaluation import evaluate
 from flows.steps.embed_gallery import build_gallery
+from flows.steps.evaluation import evaluate
 from flows.steps.registration import register
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
@@ -24,11 +30,8 @@ __all__ = [
     "build_gallery",
     "commit",
     "evaluate",
-    "load_splits",
     "register",
-    "registry_for",
     "rollback",
     "snapshot_data",
-    "store_for",
     "train_role",
 ]

@@ -19,8 +19,8 @@ __all__ = ["build_gallery"]
 
 def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[int], None] | None = None) -> Gallery:
     """Embed the gallery (the test split) and, for the generation's own model, build its FAISS index."""
-    p, ws = plan.p, plan.workspace
-    splits = load_splits(p, ws)
+    p = plan.params
+    splits = load_splits(p, plan.workspace)
     model = load_model(Path(trained.checkpoint))
     emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device, on_batch=on_batch)
     gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)

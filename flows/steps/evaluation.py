@@ -4,47 +4,38 @@
   gallery; for the live gallery's generation, the live gallery itself, which after a
   backfill may be a rescaled or mixed one); old-old M(φ_live, φ_live);
 * the independent reference φ*: M(φ*, φ*) and M(φ*, φ_live), hence P_com and P_up
-  (design §6);
+  (docs/design.md §6);
+* whether the new generation is compatible with the live gallery — a measured
+  fact, whatever backfill rules are enabled (docs/design.md §7);
 * the compatibility matrix over all serving generations with AC / AA / ACA;
-* Lorentz health diagnostics (design §4) and the backfill decision (design §7).
+* Lorentz health diagnostics (docs/design.md §4) and the backfill decision (docs/design.md §7).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from flows.params import Params
-from flows.steps.context import DERIVED, load_splits, store_for
-from flows.plan import GenerationPlan
-from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
-from flows.artifacts import fmt
 from components.data.selection import DataManifest
-from components.evaluation import compat_summary, gallery_metrics, p_com, p_up
-from components.evaluation.diagnostics import (
-    clip_fraction,
-    in_cone_fraction,
-    uncertainty_seen_unseen,
-)
-from components.evaluation.plots import (
-    compat_heatmap,
-    training_curves,
-    uncertainty_histogram,
-)
+from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
+from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
+from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.models import load_model
 from components.training import embed_images
-from flows.backfill_rules import BackfillEvidence, BackfillRules, decide_backfill
-from registry.lineage import (
-    CompatRecord,
-    DecisionRecord,
-    EvaluationRecord,
-    LineageStore,
-)
+from flows.artifacts import fmt
+from flows.backfill_rules import BackfillEvidence, decide_backfill
+from flows.params import Params
+from flows.plan import GenerationPlan
+from flows.steps.context import load_splits
+from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from registry.lineage import LineageStore
+from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
 __all__ = ["compat_records", "evaluate"]
 
@@ -58,7 +49,7 @@ def compat_records(store: LineageStore, gen_id: int, ids: list[int], new_row: di
     """C[t][k] = M(φ_t, φ_k) for serving generations ``ids`` (ascending, ending with ``gen_id``):
     older rows from the lineage, the new row from ``new_row`` (gallery id → metrics)."""
     out = []
-    for metric in DERIVED:
+    for metric in COMPAT_METRICS:
         mat = np.full((len(ids), len(ids)), np.nan)
         for i, t in enumerate(ids):
             for j, k in enumerate(ids[: i + 1]):
@@ -72,9 +63,73 @@ def compat_records(store: LineageStore, gen_id: int, ids: list[int], new_row: di
     return out
 
 
+@dataclass
+class _Measured:
+    """Retrieval numbers of the new generation, its live gallery and its reference."""
+
+    records: list[EvaluationRecord] = field(default_factory=list)
+    self_m: dict[str, float] = field(default_factory=dict)
+    against: dict[int, dict[str, float]] = field(default_factory=dict)  # serving generation → M(φ_new, φ_g)
+    skipped: dict[int, str] = field(default_factory=dict)  # serving generation → why it cannot be queried
+    live_self: dict[str, float] | None = None
+    reference: dict[str, dict[str, float] | None] | None = None
+
+    def add(self, qid: int, galid: int, vals: dict[str, float], qrole: str = "model", grole: str = "model") -> None:
+        self.records.extend(EvaluationRecord(qid, galid, m, v, qrole, grole) for m, v in vals.items())
+
+
+def _measure(plan: GenerationPlan, store: LineageStore, new: GalleryEmbeddings, live: GalleryEmbeddings | None, ref_gallery: Gallery | None) -> _Measured:
+    p, gid, parent = plan.params, plan.gen_id, plan.parent
+    r = _Measured()
+    r.self_m = _metrics(new, new, p)
+    r.add(gid, gid, r.self_m)
+    for sid in plan.serving:
+        other = live if parent is not None and sid == parent.id else GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
+        assert other is not None
+        why = new.incompatibility(other)
+        if why:
+            r.skipped[sid] = why
+            continue
+        r.against[sid] = _metrics(new, other, p)
+        r.add(gid, sid, r.against[sid])
+    if live is None or parent is None:
+        return r
+    r.live_self = _metrics(live, live, p)
+    if ref_gallery is not None:
+        refg = GalleryEmbeddings.load(Path(ref_gallery.path))
+        ref_self = _metrics(refg, refg, p)
+        r.add(gid, gid, ref_self, "reference", "reference")
+        ref_cross = None
+        if refg.incompatibility(live) is None:
+            ref_cross = _metrics(refg, live, p)
+            r.add(gid, parent.id, ref_cross, "reference", "model")
+        r.reference = {"self": ref_self, "cross": ref_cross}
+    return r
+
+
+def _plots(plan: GenerationPlan, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None, compat: list[CompatRecord], ids: list[int]) -> list[str]:
+    gid, parent, out = plan.gen_id, plan.parent, plan.staging_dir
+    artifacts: list[str] = []
+    if plan.geometry == "lorentz" and new.features == "embedding":
+        groups = {"this generation": item_uncertainty(new)}
+        title = f"generation {gid} gallery uncertainty"
+        if parent is not None and live is not None and live.geometry == "lorentz":
+            seen = np.isin(live.labels, np.asarray(parent.class_order))
+            u_old = item_uncertainty(live)
+            groups = {f"live gallery, classes g{parent.id} saw": u_old[seen], "live gallery, unseen classes": u_old[~seen], **groups}
+            title = f"gallery uncertainty: live gallery (g{parent.id}) vs g{gid}"
+        artifacts.append(str(uncertainty_histogram(out / "uncertainty.png", groups, title)))
+    artifacts.append(str(training_curves(out / "training.png", trained.history, f"generation {gid} ({trained.role}, {plan.alignment})")))
+    if len(ids) > 1:
+        c = compat[-1]
+        title = f"compatibility (mAP) as of g{gid}\nAC {fmt(c.ac, 3)}, AA {fmt(c.aa, 3)}, ACA {fmt(c.aca, 3)}"
+        artifacts.append(str(compat_heatmap(out / "compat_matrix.png", c.matrix, [f"g{i}" for i in ids], title)))
+    return artifacts
+
+
 def evaluate(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ref: Trained | None = None, ref_gallery: Gallery | None = None) -> Evaluation:
-    """Self / cross / old-old / reference metrics, P_com, P_up, compatibility matrix, diagnostics, decision."""
-    store = store_for(plan)
+    """Self / cross / old-old / reference metrics, P_com, P_up, compatibility, matrix, diagnostics, decision."""
+    store = plan.workspace.lineage(plan.params, readonly=True)
     try:
         return _evaluate(plan, store, snap, trained, gallery, ref, ref_gallery)
     finally:
@@ -82,91 +137,35 @@ def evaluate(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
 
 
 def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained: Trained, gallery: Gallery, ref: Trained | None, ref_gallery: Gallery | None) -> Evaluation:
-    p = plan.p
     new = GalleryEmbeddings.load(Path(gallery.path))
-    gid = plan.gen_id
-    evals: list[EvaluationRecord] = []
-
-    def add(qid: int, galid: int, vals: dict[str, float], qrole: str = "model", grole: str = "model") -> None:
-        evals.extend(EvaluationRecord(qid, galid, m, v, qrole, grole) for m, v in vals.items())
-
-    self_m = _metrics(new, new, p)
-    add(gid, gid, self_m)
     parent = plan.parent
     live = GalleryEmbeddings.load(Path(parent.gallery)) if parent else None
-    against: dict[int, dict[str, float]] = {}
-    skipped: dict[int, str] = {}
-    galleries: dict[int, GalleryEmbeddings] = {}
-    for sid in plan.serving:
-        if parent is not None and sid == parent.id:
-            other = live
-        else:
-            other = GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
-        assert other is not None
-        galleries[sid] = other
-        why = new.incompatibility(other)
-        if why:
-            skipped[sid] = why
-            continue
-        against[sid] = _metrics(new, other, p)
-        add(gid, sid, against[sid])
-
-    cross = against.get(parent.id) if parent else None
-    parent_self = _metrics(live, live, p) if live is not None else None
-    derived: dict[str, float | None] = {f"parent_self/{m}": v for m, v in (parent_self or {}).items()}
-    ref_block = None
-    if ref is not None and ref_gallery is not None and parent is not None and parent_self is not None and live is not None:
-        refg = GalleryEmbeddings.load(Path(ref_gallery.path))
-        ref_self = _metrics(refg, refg, p)
-        add(gid, gid, ref_self, "reference", "reference")
-        ref_cross = None
-        if refg.incompatibility(live) is None:
-            ref_cross = _metrics(refg, live, p)
-            add(gid, parent.id, ref_cross, "reference", "model")
-        ref_block = {"self": ref_self, "cross": ref_cross}
-        for m in DERIVED:
-            if cross is not None:
-                v, den = p_com(cross[m], parent_self[m], ref_self[m])
-                derived[f"p_com/{m}"] = v
-                derived[f"p_com_denominator/{m}"] = den
-            derived[f"p_up/{m}"] = p_up(self_m[m], ref_self[m])
-
-    diagnostics: dict[str, float | None] = {}
-    artifacts: list[str] = []
-    if plan.geometry == "lorentz" and new.features == "embedding":
-        diagnostics.update(_lorentz_diagnostics(plan, snap, trained, new, live))
-        groups = {"this generation": item_uncertainty(new)}
-        title = f"generation {gid} gallery uncertainty"
-        if parent is not None and live is not None and live.geometry == "lorentz":
-            seen = np.isin(live.labels, np.asarray(parent.class_order))
-            u_old = item_uncertainty(live)
-            groups = {"live gallery, classes g%d saw" % parent.id: u_old[seen], "live gallery, unseen classes": u_old[~seen], **groups}
-            title = f"gallery uncertainty: live gallery (g{parent.id}) vs g{gid}"
-        artifacts.append(str(uncertainty_histogram(plan.staging_dir / "uncertainty.png", groups, title)))
-    artifacts.append(str(training_curves(plan.staging_dir / "training.png", trained.history, f"generation {gid} ({trained.role}, {plan.alignment})")))
-
-    ids = sorted(set(plan.serving) | {gid})
-    compat = compat_records(store, gid, ids, {**against, gid: self_m})
-    if len(ids) > 1:
-        c = compat[-1]
-        title = f"compatibility (mAP) as of g{gid}\nAC {fmt(c.ac, 3)}, AA {fmt(c.aa, 3)}, ACA {fmt(c.aca, 3)}"
-        artifacts.append(str(compat_heatmap(plan.staging_dir / "compat_matrix.png", c.matrix, [f"g{i}" for i in ids], title)))
-    decision = _decide(plan, cross, parent_self, derived, gallery.clip_fraction, skipped)
-    compatible = parent is None or any(c["rule"] == "compatibility" and c["passed"] for c in decision.checks)
+    r = _measure(plan, store, new, live, ref_gallery if ref is not None else None)
+    cross = r.against.get(parent.id) if parent else None
+    derived = DerivedMetrics()
+    if r.live_self is not None:
+        derived = DerivedMetrics.measure(new_self=r.self_m, cross=cross, old_self=r.live_self, ref_self=r.reference["self"] if r.reference else None)
+    metric = plan.params.backfill.metric
+    compatible = parent is None or (cross is not None and r.live_self is not None and is_compatible(cross[metric], r.live_self[metric]))
+    diagnostics = _lorentz_diagnostics(plan, snap, trained, new, live) if plan.geometry == "lorentz" and new.features == "embedding" else {}
+    ids = sorted(set(plan.serving) | {plan.gen_id})
+    compat = compat_records(store, plan.gen_id, ids, {**r.against, plan.gen_id: r.self_m})
+    artifacts = _plots(plan, trained, new, live, compat, ids)
+    decision = _decide(plan, cross, r.live_self, compatible, derived, gallery.clip_fraction, r.skipped)
     summary = {
-        "generation": gid,
+        "generation": plan.gen_id,
         "name": plan.name,
         "parent": parent.id if parent else None,
         "alignment": plan.alignment,
         "geometry": plan.geometry,
         "zeta": plan.zeta,
-        "self": self_m,
+        "self": r.self_m,
         "cross": cross,
-        "parent_self": parent_self,
-        "against": {str(k): v for k, v in against.items()},
-        "not_comparable": {str(k): v for k, v in skipped.items()},
-        "reference": ref_block,
-        "derived": derived,
+        "parent_self": r.live_self,
+        "against": {str(k): v for k, v in r.against.items()},
+        "not_comparable": {str(k): v for k, v in r.skipped.items()},
+        "reference": r.reference,
+        "derived": derived.to_rows(),
         "diagnostics": diagnostics,
         "compatibility_matrix": {c.metric: {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca} for c in compat},
         "backfill": {"required": decision.required, "reasons": decision.reasons, "checks": decision.checks},
@@ -178,13 +177,13 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
     metrics_path = plan.staging_dir / "metrics.json"
     atomic_write_text(metrics_path, json.dumps(summary, indent=2, default=float) + "\n")
     artifacts.append(str(metrics_path))
-    return Evaluation(evals, derived, diagnostics, decision, summary, artifacts, compat, compatible)
+    return Evaluation(r.records, derived, diagnostics, decision, summary, artifacts, compat, compatible)
 
 
 def _lorentz_diagnostics(plan: GenerationPlan, snap: Snapshot, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None) -> dict[str, float | None]:
-    p, ws = plan.p, plan.workspace
+    p = plan.params
     d: dict[str, float | None] = {"clip_fraction_gallery": clip_fraction(new.clipped)}
-    train = DataManifest.from_json(Path(snap.manifest).read_text()).take(load_splits(p, ws).train)
+    train = DataManifest.from_json(Path(snap.manifest).read_text()).take(load_splits(p, plan.workspace).train)
     model = load_model(Path(trained.checkpoint))
     d["clip_fraction_train"] = clip_fraction(embed_images(model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped)
     d["uncertainty_gallery_seen"], d["uncertainty_gallery_unseen"] = uncertainty_seen_unseen(new.z, new.labels, list(snap.class_order), new.curvature)
@@ -202,23 +201,22 @@ def _decide(
     plan: GenerationPlan,
     cross: dict[str, float] | None,
     live_self: dict[str, float] | None,
-    derived: dict[str, float | None],
+    compatible: bool,
+    derived: DerivedMetrics,
     gallery_clip: float | None,
     skipped: dict[int, str],
 ) -> DecisionRecord:
     if plan.parent is None or live_self is None:
         return DecisionRecord(False, [], [], None)
-    b = plan.p.backfill
-    rules = BackfillRules(b.metric, b.require_compatibility, b.p_com_floor, b.zeta_ceiling, b.max_generations_since_backfill, b.clip_fraction_max)
-    pcom = {m: derived.get(f"p_com/{m}") for m in DERIVED} if any(k.startswith("p_com/") for k in derived) else None
     ev = BackfillEvidence(
         live_generation_id=plan.parent.id,
         cross=cross,
         live_self=live_self,
-        p_com=pcom,
+        compatible=compatible,
+        p_com=derived.p_com,
         zeta=plan.zeta,
         gallery_clip_fraction=gallery_clip,
         generations_since_backfill=plan.generations_since_backfill,
         incompatibility=skipped.get(plan.parent.id),
     )
-    return decide_backfill(ev, rules)
+    return decide_backfill(ev, plan.params.backfill)

@@ -1,11 +1,12 @@
 """Backfill: re-embed the gallery with a generation into a new index version and switch to it.
 
-Design §7. The work happens in ``<home>/backfills/in_progress/``:
+docs/design.md §7. The work happens in ``<home>/backfills/in_progress/``:
 
 1. :func:`plan_backfill` fixes the target generation, the items to re-embed and
    their order (full: all; partial: a fraction, highest hyperbolic uncertainty
-   first, random or oldest) and writes ``plan.json`` — rerunning the same
-   command finds and resumes it; a different request is refused while one is
+   first, random or oldest). It writes nothing; :func:`start` (under the
+   workspace lock) saves it as ``plan.json``, or resumes the unfinished backfill
+   that asked for the same thing, and refuses a different request while one is
    unfinished.
 2. :func:`embed_chunks` embeds the items chunk by chunk; each chunk is a file
    written atomically, so a killed process loses at most the chunk in flight.
@@ -24,22 +25,18 @@ generations retire from compatibility duties.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from flows.params import Params
-from flows.steps.commit import PRODUCTION_ALIAS
-from flows.steps.context import load_splits, registry_for, store_for
-from flows.workspace import Workspace
 from components.errors import ConfigError, IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.indexing import GalleryIndex
@@ -49,17 +46,23 @@ from components.indexing.mixed import ORDERS, backfill_order, mix_galleries
 from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
 from components.training import embed_images
-from registry.lineage import BackfillRecord, LineageStore, PointerRecord
+from flows.params import Params
+from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.context import load_splits
+from flows.workspace import Workspace
+from registry.lineage import LineageStore
+from registry.records import BackfillRecord, PointerRecord
 
-__all__ = ["IN_PROGRESS", "BackfillPlan", "embed_chunks", "plan_backfill", "publish", "run_backfill", "switch"]
+__all__ = ["IN_PROGRESS", "BackfillPlan", "embed_chunks", "plan_backfill", "publish", "start", "switch"]
 
 IN_PROGRESS = "in_progress"
 
 
-@dataclass(frozen=True)
-class BackfillPlan:
+class BackfillPlan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     home: str
-    params: dict[str, Any]
+    params: Params
     target: int
     target_checkpoint: str
     source_generation: int
@@ -84,12 +87,6 @@ class BackfillPlan:
     @property
     def work_dir(self) -> Path:
         return self.workspace.backfills_dir / IN_PROGRESS
-
-    @property
-    def p(self) -> Params:
-        from flows.params import params_from_dict
-
-        return params_from_dict(self.params)
 
     def chunk_path(self, i: int) -> Path:
         return self.work_dir / "chunks" / f"chunk_{i:05d}.npz"
@@ -116,7 +113,6 @@ def current_stamps(gallery_path: Path, gallery: GalleryEmbeddings, generation: i
 def plan_backfill(
     params: Params,
     ws: Workspace,
-    store: LineageStore,
     *,
     target: int | None = None,
     fraction: float = 1.0,
@@ -124,7 +120,7 @@ def plan_backfill(
     seed: int = 0,
     force: bool = False,
 ) -> BackfillPlan:
-    """Decide what to re-embed, or resume the unfinished backfill that asked for the same thing.
+    """Decide what to re-embed (writes nothing; :func:`start` saves or resumes it).
 
     A partial backfill mixes the target's vectors with the live gallery's, which is only
     meaningful when the target's queries passed the compatibility criterion against it;
@@ -136,6 +132,14 @@ def plan_backfill(
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
+    store = ws.lineage(params, readonly=True)
+    try:
+        return _plan(params, ws, store, target, fraction, order, seed, force)
+    finally:
+        store.close()
+
+
+def _plan(params: Params, ws: Workspace, store: LineageStore, target: int | None, fraction: float, order: str, seed: int, force: bool) -> BackfillPlan:
     ptr = store.live_pointer()
     if ptr is None:
         raise LineageError("there is no live gallery yet; create generation 0 first (bctflow run)")
@@ -164,25 +168,29 @@ def plan_backfill(
         positions = ordered[: int(round(fraction * len(current)))].tolist()
     else:
         positions = list(range(len(current)))
-    restart = bool(b.restart_zeta and kind == "full" and g.geometry == "lorentz" and g.zeta is not None)
-    plan = BackfillPlan(
-        home=str(ws.home), params=params.as_dict(), target=target, target_checkpoint=g.checkpoint_path,
+    restart = bool(params.backfill.restart_zeta and kind == "full" and g.geometry == "lorentz" and g.zeta is not None)
+    return BackfillPlan(
+        home=str(ws.home), params=params, target=target, target_checkpoint=g.checkpoint_path,
         source_generation=ptr.generation_id, source_pointer_version=ptr.id, source_gallery=str(source), kind=kind,
-        fraction=float(fraction), order=order if kind == "partial" else "all", seed=seed, chunk_size=b.chunk_size,
-        throttle_s=b.throttle_seconds, restart_zeta=restart, zeta=params.geometry.zeta0 if restart else g.zeta,
+        fraction=float(fraction), order=order if kind == "partial" else "all", seed=seed, chunk_size=params.backfill.chunk_size,
+        throttle_s=params.backfill.throttle_seconds, restart_zeta=restart, zeta=params.geometry.zeta0 if restart else g.zeta,
         positions=positions, started_at=datetime.now(UTC).isoformat(), forced=bool(force and kind == "partial"),
     )
+
+
+def start(plan: BackfillPlan) -> BackfillPlan:
+    """Save the plan, or resume the unfinished backfill that asked for the same thing (its selection and start time)."""
     saved = plan.work_dir / "plan.json"
     if saved.exists():
-        prev = BackfillPlan(**json.loads(saved.read_text()))
+        prev = BackfillPlan.model_validate_json(saved.read_text())
         if not prev.same_request(plan):
             raise LineageError(
                 f"another backfill (generation {prev.target}, {prev.kind}, fraction {prev.fraction}, order {prev.order}) is unfinished in "
                 f"{plan.work_dir}; rerun that command to finish it, or delete the folder to abandon it"
             )
-        return prev  # resume: same selection, same start time
+        return prev
     plan.work_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(saved, json.dumps(dataclasses.asdict(plan)))
+    atomic_write_text(saved, plan.model_dump_json())
     return plan
 
 
@@ -204,7 +212,7 @@ def _gallery_model_checkpoint(plan: BackfillPlan) -> Path:
 
 def embed_chunks(plan: BackfillPlan, on_chunk: Callable[[int, int, bool], None] | None = None) -> tuple[int, int]:
     """Embed every chunk not on disk yet. Returns (chunks already done before this call, chunks in total)."""
-    p = plan.p
+    p = plan.params
     test = load_splits(p, plan.workspace).test
     model = None
     done_before = 0
@@ -289,69 +297,50 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     return version / "index", metrics
 
 
+def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> BackfillRecord:
+    started = datetime.fromisoformat(plan.started_at)
+    return BackfillRecord(
+        from_generation_id=plan.source_generation, to_generation_id=plan.target, kind=plan.kind, fraction=plan.fraction,
+        order=plan.order, total=len(GalleryEmbeddings.load(Path(plan.source_gallery))), reembedded=len(plan.positions),
+        index_path=str(index_dir), zeta_restarted=plan.restart_zeta, metrics={**metrics, "forced": plan.forced}, started_at=started,
+        duration_s=(datetime.now(UTC) - started).total_seconds(),
+    )
+
+
 def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
     """Record the backfill and switch the live pointer atomically (one lineage transaction). Returns the event id."""
-    p, ws = plan.p, plan.workspace
-    store = store_for(p, ws)
-    registry = registry_for(p, ws)
+    p, ws = plan.params, plan.workspace
+    store = ws.lineage(p)
+    tracking = ws.tracking(p)
     live = LiveGallery(ws.live_dir)
-    old_pointer = live.pointer()
     try:
         cur = store.live_pointer()
         # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
         if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):
             raise LineageError("the live gallery changed while this backfill ran; delete backfills/in_progress and start again")
-        started = datetime.fromisoformat(plan.started_at)
-        event = BackfillRecord(
-            from_generation_id=plan.source_generation, to_generation_id=plan.target, kind=plan.kind, fraction=plan.fraction,
-            order=plan.order, total=len(GalleryEmbeddings.load(Path(plan.source_gallery))), reembedded=len(plan.positions),
-            index_path=str(index_dir), zeta_restarted=plan.restart_zeta, metrics={**metrics, "forced": plan.forced}, started_at=started,
-            duration_s=(datetime.now(UTC) - started).total_seconds(),
-        )
+        event = _backfill_record(plan, index_dir, metrics)
         model_ckpt = str(index_dir.parent / "gallery_model.pt")
         pointer = PointerRecord(plan.target, str(index_dir), f"{plan.kind} backfill with generation {plan.target}", model_ckpt, plan.zeta, [plan.target])
         retire = [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"] if plan.kind == "full" else []
         version = store.generation(plan.target).mlflow_version
-        prev_gallery_version = registry.alias_version("gallery")
-        prev_production_version = registry.alias_version(PRODUCTION_ALIAS)
         # after a full backfill the live gallery answers the target's queries only: it becomes production
         promote = plan.kind == "full" and store.production_generation_id() != plan.target
+        with contextlib.ExitStack() as undo:
 
-        def flip() -> None:
-            live.switch(index_dir, generation=plan.target, compatible_generations=pointer.compatible_generations, model_checkpoint=model_ckpt, zeta=plan.zeta)
-            if version is not None:
-                registry.set_alias("gallery", version)
-                if promote:
-                    registry.set_alias(PRODUCTION_ALIAS, version)
+            def flip() -> None:
+                undo.callback(live.restore, live.pointer())
+                live.switch(index_dir, generation=plan.target, compatible_generations=pointer.compatible_generations, model_checkpoint=model_ckpt, zeta=plan.zeta)
+                if version is not None:
+                    undo.callback(tracking.move_alias("gallery", version))
+                    if promote:
+                        undo.callback(tracking.move_alias(PRODUCTION_ALIAS, version))
 
-        try:
             event_id = store.record_backfill(event, pointer, retire, before_commit=flip, promote=promote)
-        except BaseException:
-            live.restore(old_pointer)
-            if prev_gallery_version is not None:
-                registry.set_alias("gallery", prev_gallery_version)
-            if promote and prev_production_version is not None:
-                registry.set_alias(PRODUCTION_ALIAS, prev_production_version)
-            raise
+            undo.pop_all()
         if version is not None:
-            registry.set_tags(version, {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"})
+            tracking.set_tags(version, {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"})
     finally:
         store.close()
     live.prune(p.backfill.retain_versions)
-    done = ws.backfills_dir / f"bf_{event_id:03d}"
-    plan.work_dir.rename(done)
+    plan.work_dir.rename(ws.backfills_dir / f"bf_{event_id:03d}")
     return event_id
-
-
-def run_backfill(params: Params, ws: Workspace, *, target: int | None = None, fraction: float = 1.0, order: str | None = None, seed: int = 0,
-                 force: bool = False, on_chunk: Callable[[int, int, bool], None] | None = None) -> dict[str, Any]:
-    """The whole backfill in one call (the flow runs the same steps as tasks)."""
-    store = store_for(params, ws)
-    try:
-        plan = plan_backfill(params, ws, store, target=target, fraction=fraction, order=order, seed=seed, force=force)
-    finally:
-        store.close()
-    before, total = embed_chunks(plan, on_chunk)
-    index_dir, metrics = publish(plan)
-    event = switch(plan, index_dir, metrics)
-    return {"event": event, "target": plan.target, "kind": plan.kind, "reembedded": len(plan.positions), "chunks_resumed": before, "chunks": total, "metrics": metrics, "index": str(index_dir)}

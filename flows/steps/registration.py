@@ -1,21 +1,35 @@
-"""Step 5: register the generation in MLflow (run, model version, tags, aliases, description)."""
+"""Step 5: register the generation in MLflow (run, model version, tags, aliases, description) and the promotion gate."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from flows.steps.context import load_splits, registry_for, store_for
 from flows.plan import GenerationPlan
+from flows.steps.context import load_splits
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
-from registry.lineage import DecisionRecord, LineageStore
+from registry.lineage import LineageStore
+from registry.records import DecisionRecord
 from registry.tracking import RegistrationRequest, RegistrationResult
 
-__all__ = ["chain_description", "promoted", "register"]
+__all__ = ["chain_description", "gate_failures", "promoted", "register"]
+
+
+def gate_failures(compatible: bool | None, checks: list[dict[str, Any]]) -> list[str]:
+    """Why the promotion gate refuses a generation; empty when it passes.
+
+    The gate needs the live gallery to accept the generation's queries (the measured
+    compatibility fact; None = not recorded) and every backfill rule to pass.
+    """
+    failed = [c["detail"] for c in checks if not c["passed"]]
+    if compatible is False and not any(c["rule"] == "compatibility" and not c["passed"] for c in checks):
+        failed.insert(0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)")
+    return failed
 
 
 def promoted(plan: GenerationPlan, ev: Evaluation) -> bool:
-    """The promotion gate: generation 0, or every backfill rule passed against the live gallery's generation."""
-    return plan.parent is None or not ev.decision.required
+    """The promotion gate for a new generation (generation 0 always passes)."""
+    return plan.parent is None or not gate_failures(ev.compatible, ev.decision.checks)
 
 
 def _zeta(z: float | None) -> str:
@@ -45,27 +59,35 @@ def chain_description(plan: GenerationPlan, store: LineageStore, decision: Decis
     return "\n\n".join(lines)
 
 
-def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation) -> RegistrationResult:
-    """One MLflow run + one registered model version (tags, aliases, description)."""
-    p, ws = plan.p, plan.workspace
-    store = store_for(plan)
-    splits = load_splits(p, ws)
+def _run_metrics(trained: Trained, ev: Evaluation) -> dict[str, float | None]:
+    """Every number of the evaluation, named for MLflow (``self/map``, ``p_com/map``, ``diag/…``, ``compat/map/ac``)."""
     metrics: dict[str, float | None] = {}
     s = ev.summary
     for key in ("self", "cross", "parent_self"):
         for m, v in (s.get(key) or {}).items():
             metrics[f"{key}/{m}"] = v
-    if s.get("reference"):
-        for key in ("self", "cross"):
-            for m, v in (s["reference"].get(key) or {}).items():
-                metrics[f"reference_{key}/{m}"] = v
-    metrics.update(ev.derived)
+    for key in ("self", "cross"):
+        for m, v in ((s.get("reference") or {}).get(key) or {}).items():
+            metrics[f"reference_{key}/{m}"] = v
+    metrics.update(ev.derived.to_rows())
     metrics.update({f"diag/{k}": v for k, v in ev.diagnostics.items()})
     metrics["train_seconds"] = trained.seconds
     metrics["backfill_required"] = float(ev.decision.required)
+    metrics["compatible_with_live_gallery"] = float(ev.compatible)
     for c in ev.compat:
         for key in ("ac", "aa", "aca"):
             metrics[f"compat/{c.metric}/{key}"] = getattr(c, key)
+    return metrics
+
+
+def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation) -> RegistrationResult:
+    """One MLflow run + one registered model version (tags, aliases, description)."""
+    p, ws = plan.params, plan.workspace
+    store = ws.lineage(p, readonly=True)
+    try:
+        description = chain_description(plan, store, ev.decision)
+    finally:
+        store.close()
     req = RegistrationRequest(
         generation_id=plan.gen_id,
         name=plan.name,
@@ -77,9 +99,9 @@ def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
         curvature=trained.curvature,
         data_hash=snap.data_hash,
         checkpoint=Path(trained.checkpoint),
-        image_shape=splits.test.image_shape,
+        image_shape=load_splits(p, ws).test.image_shape,
         vector_dim=trained.stored_dim,
-        description=chain_description(plan, store, ev.decision),
+        description=description,
         params={
             "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
             "alignment": {"method": plan.alignment, "weight": p.alignment.weight, **plan.alignment_options},
@@ -88,17 +110,17 @@ def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
             "data": {"dataset": p.data.dataset, "classes": list(snap.class_order), "fraction": plan.fraction, "data_hash": snap.data_hash, "n_train": snap.n_train},
             "train": {**p.train.model_dump(), "epochs": plan.epochs},
         },
-        metrics=metrics,
+        metrics=_run_metrics(trained, ev),
         history=trained.history,
         artifacts=[Path(a) for a in ev.artifacts] + [Path(snap.manifest)] + ([Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else []),
         backfill_required=ev.decision.required if plan.parent else None,
         backfill_reasons=ev.decision.reasons,
         extra_tags={
-            "bctflow.promotion": "promoted (passed the gate)" if promoted(plan, ev) else "not promoted: " + ("; ".join(ev.decision.reasons) or "gate failed"),
+            "bctflow.promotion": "promoted (passed the gate)" if promoted(plan, ev) else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks)),
             "bctflow.compatible_with_live_gallery": str(ev.compatible).lower(),
             "bctflow.live_gallery_generation": "none" if plan.parent is None else str(plan.parent.id),
         },
         aliases=[f"gen-{plan.gen_id}"] + (["gallery"] if plan.parent is None else []),
     )
-    store.close()
-    return registry_for(p, ws).register(req)
+    return ws.tracking(p).register(req)
+

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.lineage import CompatRecord, DecisionRecord, EvaluationRecord
+from components.evaluation import DerivedMetrics
+from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
 __all__ = ["Evaluation", "Gallery", "Snapshot", "Trained"]
 
@@ -18,6 +19,7 @@ class Snapshot:
     class_order: tuple[int, ...]
     class_names: tuple[str, ...]
     n_train: int
+    data_fingerprint: str  # content fingerprint of the dataset the selection was made from
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,12 @@ class Gallery:
 @dataclass
 class Evaluation:
     evaluations: list[EvaluationRecord]
-    derived: dict[str, float | None]
+    derived: DerivedMetrics
     diagnostics: dict[str, float | None]
     decision: DecisionRecord
     summary: dict[str, Any]
     artifacts: list[str] = field(default_factory=list)
     compat: list[CompatRecord] = field(default_factory=list)
-    compatible: bool = True  # the empirical criterion held against the live gallery (queries may search it)
+    #: the measured fact (whatever rules are enabled): the new model's queries pass the empirical
+    #: compatibility criterion against the live gallery, so the live gallery may accept them
+    compatible: bool = True

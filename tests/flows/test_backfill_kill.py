@@ -1,4 +1,4 @@
-"""Issue 4 acceptance 2: SIGKILL a backfill half-way, rerun it, and the live index answers correctly throughout.
+"""SIGKILL a backfill half-way, rerun it, and the live index answers correctly throughout.
 
 A real `bctflow backfill` subprocess (its own Prefect server), a throttle so the kill lands between chunks, and
 queries against the live gallery from this process the whole time.
@@ -21,8 +21,8 @@ from flows.workspace import Workspace
 from components.errors import IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
-from flows.new_generation import new_generation
 from registry.lineage import LineageStore
+from tests.helpers import run_generation
 from tests.conftest import REPO, TINY_OVERRIDES
 
 BIN = Path(sys.executable).parent
@@ -33,8 +33,8 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
     over = TINY_OVERRIDES + ["backfill.chunk_size=40", "backfill.throttle_seconds=0.4"]
     params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), over).as_dict()))
     home = tmp_path / "ws"
-    new_generation(home=str(home), params_path=str(params), spec={"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    new_generation(home=str(home), params_path=str(params), spec={"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     ws = Workspace(home)
     live = LiveGallery(ws.live_dir)
     g0 = GalleryEmbeddings.load(ws.generation_dir(0) / "gallery.npz")

@@ -1,13 +1,16 @@
-"""The backfill decision (design §7): each rule, reasons in words, checks recorded."""
+"""The backfill decision (docs/design.md §7): each rule by name from params, reasons in words, checks recorded."""
 
 from __future__ import annotations
 
-from flows.backfill_rules import BackfillEvidence, BackfillRules, decide_backfill
+from components.evaluation import is_compatible
+from flows.backfill_rules import BackfillEvidence, decide_backfill
+from flows.params import BackfillParams as BackfillRules
 
 LIVE_SELF = {"cmc@1": 0.80, "cmc@5": 0.93, "map": 0.60}
 
 
-def evidence(**kw) -> BackfillEvidence:
+def evidence(metric: str = "map", **kw) -> BackfillEvidence:
+    """Evidence whose measured compatibility fact is the criterion on ``metric`` (as the evaluation step measures it)."""
     base = dict(
         live_generation_id=0,
         cross={"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.70},
@@ -18,6 +21,8 @@ def evidence(**kw) -> BackfillEvidence:
         generations_since_backfill=1,
     )
     base.update(kw)
+    cross = base["cross"]
+    base.setdefault("compatible", cross is not None and is_compatible(cross[metric], LIVE_SELF[metric]))
     return BackfillEvidence(**base)
 
 
@@ -43,9 +48,9 @@ def test_equal_cross_and_self_is_not_compatible():
 
 
 def test_metric_choice_is_honoured():
-    ev = evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.65})  # worse CMC@1, better mAP
-    assert decide_backfill(ev, BackfillRules(metric="map")).required is False
-    assert decide_backfill(ev, BackfillRules(metric="cmc@1")).required is True
+    cross = {"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.65}  # worse CMC@1, better mAP
+    assert decide_backfill(evidence("map", cross=cross), BackfillRules(metric="map")).required is False
+    assert decide_backfill(evidence("cmc@1", cross=cross), BackfillRules(metric="cmc@1")).required is True
 
 
 def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
@@ -58,7 +63,7 @@ def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
 
 
 def test_missing_reference_skips_p_com_rule_without_failing():
-    d = decide_backfill(evidence(p_com=None), BackfillRules(p_com_floor=0.5))
+    d = decide_backfill(evidence(p_com={}), BackfillRules(p_com_floor=0.5))
     check = next(c for c in d.checks if c["rule"] == "p_com_floor")
     assert check["passed"] and "skipped" in check["detail"]
 
@@ -72,3 +77,15 @@ def test_disabled_rules_are_not_checked():
 def test_gallery_the_model_cannot_query_requires_backfill():
     d = decide_backfill(evidence(cross=None, incompatibility="geometry euclidean vs lorentz"), BackfillRules(require_compatibility=False))
     assert d.required and "cannot query generation 0" in d.reasons[0]
+
+
+def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
+    incompatible = evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.55})
+    assert incompatible.compatible is False
+    off = decide_backfill(incompatible, BackfillRules(require_compatibility=False))
+    assert not off.required and "compatibility" not in {c["rule"] for c in off.checks}
+    on = decide_backfill(incompatible, BackfillRules(require_compatibility=True))
+    assert on.required and on.checks[0] == {
+        "rule": "compatibility", "value": 0.55, "threshold": 0.60, "passed": False,
+        "detail": "empirical compatibility fails against live gallery generation 0: cross map 0.5500 ≤ its self map 0.6000",
+    }

@@ -1,4 +1,4 @@
-"""Issue 4 acceptance 1, 3–4: the scripted session (scripts/lifecycle_session.py) under real Prefect, MLflow,
+"""The scripted session (scripts/lifecycle_session.py) under real Prefect, MLflow,
 SQLAlchemy, FAISS and DVC with tiny models — ζ lineage, a full backfill with ζ restart, the compatibility
 matrix in MLflow, partial backfill with uncertainty ordering, and the promotion gate."""
 
@@ -20,10 +20,10 @@ from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import item_uncertainty
-from flows.backfill import backfill
 from registry.lineage import LineageStore
 from scripts.lifecycle_session import CHAIN_AFTER, CHAIN_BEFORE, run_session
 from tests.conftest import REPO, TINY_OVERRIDES
+from tests.helpers import run_backfill
 
 # ζ above 1.3 fails the ceiling rule: generations 2–4 and 6 are certain to fail the promotion gate
 SESSION = TINY_OVERRIDES + ["backfill.zeta_ceiling=1.3", "backfill.chunk_size=100"]
@@ -121,9 +121,9 @@ def test_partial_backfill_by_uncertainty_mixes_generations(session):
     old = GalleryEmbeddings.load(Path(before["index"]).parent / "gallery.npz")
     if 6 not in before["compatible_generations"]:
         with pytest.raises(Exception, match="not compatible with it"):
-            backfill(home=str(home), params_path=str(params), generation=6, fraction=0.3, order="uncertainty")
+            run_backfill(home, params, target=6, fraction=0.3, order="uncertainty")
         assert live.pointer() == before
-    res = backfill(home=str(home), params_path=str(params), generation=6, fraction=0.3, order="uncertainty", force=True)
+    res = run_backfill(home, params, target=6, fraction=0.3, order="uncertainty", force=True)
     assert res["kind"] == "partial" and res["reembedded"] == round(0.3 * 539)
     ptr = live.pointer()
     stamps = np.load(Path(ptr["index"]).parent / "stamps.npy")

@@ -21,9 +21,9 @@ import yaml
 from flows.workspace import Workspace
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
-from flows.new_generation import new_generation
 from flows.transient import is_transient
 from registry.lineage import LineageStore
+from tests.helpers import run_generation
 
 
 def sha(path: Path) -> str:
@@ -40,8 +40,8 @@ def lineage_run(prefect_harness, tmp_path_factory):
     params = tmp / "params.yaml"
     params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES).as_dict()))
     home = tmp / "ws"
-    s0 = new_generation(home=str(home), params_path=str(params), spec={"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    s1 = new_generation(home=str(home), params_path=str(params), spec={"name": "g1", "classes": "all", "alignment": "hbct", "reference": True})
+    s0 = run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    s1 = run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": True})
     return home, params, s0, s1
 
 
@@ -127,7 +127,7 @@ def test_failed_lineage_commit_leaves_everything_as_it_was(lineage_run):
     con.commit()
     try:
         with pytest.raises(Exception, match="injected failure"):
-            new_generation(home=str(home), params_path=str(params), spec={"name": "g2", "classes": "all", "alignment": "hbct", "reference": False})
+            run_generation(home, params, {"name": "g2", "classes": "all", "alignment": "hbct", "reference": False})
     finally:
         con.execute("DROP TRIGGER refuse")
         con.commit()

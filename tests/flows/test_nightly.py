@@ -1,4 +1,4 @@
-"""Issue 4 acceptance 5: the nightly deployment definition, and the flow both ways (changed / unchanged)."""
+"""The nightly deployment definition, and the flow both ways (changed / unchanged)."""
 
 from __future__ import annotations
 

@@ -8,15 +8,8 @@ import pytest
 from sqlalchemy import text
 
 from components.errors import LineageError
-from registry.lineage import (
-    DecisionRecord,
-    EvaluationRecord,
-    GenerationBundle,
-    GenerationRecord,
-    LineageStore,
-    PointerRecord,
-    ZetaRecord,
-)
+from registry.lineage import LineageStore
+from registry.records import DecisionRecord, EvaluationRecord, GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
 
 
 def record(gid: int, parent: int | None, zeta: float, alignment: str = "hbct") -> GenerationRecord:
@@ -80,7 +73,7 @@ def test_json_export_has_the_documented_schema(tmp_path: Path):
     assert g1["zeta_step"] == {"parent_zeta": 1.0, "delta": 0.2, "restarted": False}
     assert g1["backfill_required"] is True and g1["backfill_reasons"] == ["clip saturated"]
     assert g1["diagnostics"]["in_cone_fraction"] == 0.01
-    assert store.live_generation_id() == 0 and store.next_generation_id() == 2
+    assert store.live_pointer().generation_id == 0 and store.next_generation_id() == 2
 
 
 def test_failure_before_commit_writes_nothing(tmp_path: Path):
@@ -92,7 +85,7 @@ def test_failure_before_commit_writes_nothing(tmp_path: Path):
 
     with pytest.raises(RuntimeError, match="disk full"):
         store.commit_generation(bundle, before_commit=boom)
-    assert store.count() == 0 and store.evaluations() == [] and store.live_generation_id() is None
+    assert store.count() == 0 and store.evaluations() == [] and store.live_pointer() is None
     store.commit_generation(bundle)  # the same bundle commits cleanly afterwards
     assert store.count() == 1
 

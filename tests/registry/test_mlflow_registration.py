@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from components.models import build_model, save_model
-from registry.tracking import MlflowRegistry, RegistrationRequest, metric_key
+from registry.tracking import MlflowStore, RegistrationRequest, metric_key
 from tests.helpers import tiny_spec
 
 
@@ -35,7 +35,7 @@ def request(ckpt: Path, gen: int, **kw) -> RegistrationRequest:
 
 def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
     r0 = reg.register(request(checkpoint, 0))
     r1 = reg.register(request(checkpoint, 1, backfill_required=True, backfill_reasons=["clip saturated"]))
     assert (r0.version, r1.version) == ("1", "2") and r0.created_model and not r1.created_model
@@ -64,7 +64,7 @@ def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: 
 
 def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(checkpoint, 0))
     with pytest.raises(Exception):
         reg.register(request(checkpoint, 1, aliases=["latest"]))  # "latest" is a reserved alias → fails after the version exists
@@ -76,7 +76,7 @@ def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, check
 
 def test_rollback_of_a_first_registration_removes_the_model(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
     r0 = reg.register(request(checkpoint, 0))
     reg.rollback(r0)
     client = mlflow.MlflowClient(uri, uri)

@@ -49,22 +49,24 @@ class BT2(BCT):
     geometry = "euclidean"
     Options = BT2Options  # type: ignore[assignment]
 
-    def __init__(self, options: BT2Options | None = None) -> None:
-        super().__init__(options)
-        self.requires_reference = bool(self.options.use_reference)  # type: ignore[misc]
+    @classmethod
+    def needs_reference(cls, options: BT2Options) -> bool:
+        return bool(options.use_reference)
 
-    def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
+    @classmethod
+    def model_overrides(cls, options: BT2Options, parent: ModelSpec | None) -> dict[str, Any]:
         """The BT² head over the parent's width n. Along a chain n grows by extra_dims every step, and
         Algorithm 1 needs n − d ≤ m, so the new model's own width m grows to at least n (the paper's
         series of updates expands the dimension in the same way)."""
         if parent is None:
             raise ConfigError("bt2 needs a parent generation; train generation 0 first")
         n = parent.output_dim
-        if self.options.extra_dims > n:
-            raise ConfigError(f"bt2 extra_dims ({self.options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims")
-        return {"head": "bt2", "compat_dim": n, "extra_dims": self.options.extra_dims, "embed_dim": max(parent.embed_dim, n), "bt2_scale": self.options.scale_c}
+        if options.extra_dims > n:
+            raise ConfigError(f"bt2 extra_dims ({options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims")
+        return {"head": "bt2", "compat_dim": n, "extra_dims": options.extra_dims, "embed_dim": max(parent.embed_dim, n), "bt2_scale": options.scale_c}
 
-    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    @classmethod
+    def check_models(cls, options: BT2Options, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
         if new_geometry != "euclidean" or old_geometry not in (None, "euclidean"):
             raise ConfigError("bt2 works on Euclidean models; set model.geometry: euclidean for the whole chain")
         if old_geometry is None:
@@ -80,7 +82,7 @@ class BT2(BCT):
         out = super().forward(ModelOutput(compat, compat, None, new.clipped), old, labels)
         terms = dict(out.terms)
         stats = dict(out.stats)
-        if self.requires_reference and ref is not None:
+        if self.options.use_reference and ref is not None:
             phi3 = new.aux["independent"]
             if phi3.shape[-1] == ref.emb.shape[-1]:
                 terms["mimic"] = (1.0 - (phi3 * F.normalize(ref.emb.float(), dim=-1)).sum(-1)).mean()

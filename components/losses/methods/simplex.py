@@ -27,25 +27,28 @@ class _SimplexProjection(AlignmentLoss):
     trains = False
     kind: ClassVar[str] = ""
 
-    def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:
-        return {"features": self.kind}
+    @classmethod
+    def model_overrides(cls, options: Any, parent: ModelSpec | None) -> dict[str, Any]:
+        return {"features": cls.kind}
 
-    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    @classmethod
+    def check_models(cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
         """Any geometry: only the classifier's logits are used."""
 
-    def check_lineage(self, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
+    @classmethod
+    def check_lineage(cls, options: Any, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
         if parent is None:
             return
         old = tuple(parent.class_order)
         if tuple(new_class_order[: len(old)]) != old:
             raise ConfigError(
-                f"{self.name} needs a class order that extends the parent's: the parent has {list(old)}, "
+                f"{cls.name} needs a class order that extends the parent's: the parent has {list(old)}, "
                 f"the new model {list(new_class_order)}; keep every parent class, first and in the parent's order"
             )
-        if parent.features != self.kind:
+        if parent.features != cls.kind:
             raise ConfigError(
-                f"{self.name} compares {self.kind.upper()} features, but the parent generation's gallery holds "
-                f"{parent.features} features; set model.features: {self.kind} from generation 0 on (or backfill)"
+                f"{cls.name} compares {cls.kind.upper()} features, but the parent generation's gallery holds "
+                f"{parent.features} features; set model.features: {cls.kind} from generation 0 on (or backfill)"
             )
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:

@@ -213,7 +213,6 @@ def test_train_one_epoch_logs_terms_and_trains_the_discriminator(tmp_path, digit
     old = build_model(tiny_spec(geometry="euclidean", num_classes=5, class_order=tuple(range(5)))).eval()
     torch.manual_seed(1)
     new = build_model(tiny_spec(geometry="euclidean"))
-    label_map = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
     method = create_alignment("adv_bct")
 
     snapshot: dict[str, torch.Tensor] = {}
@@ -225,7 +224,7 @@ def test_train_one_epoch_logs_terms_and_trains_the_discriminator(tmp_path, digit
 
     method.prepare = recording_prepare
     cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
-    res = train_model(new, digits64, cfg, method, tmp_path / "ck", old_model=old, label_map=label_map)
+    res = train_model(new, digits64, cfg, method, tmp_path / "ck", old_model=old)
     rec = res.history[-1]
     for key in ("boundary", "adversarial", "disc_fooled", "base", "loss"):
         assert key in rec and math.isfinite(rec[key]), key

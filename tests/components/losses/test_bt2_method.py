@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from components.data import load_dataset
 from components.data.batches import to_image_tensor
 from components.errors import CheckpointMismatchError, ConfigError
-from components.losses import AlignmentContext, create_alignment
+from components.losses import AlignmentContext, choose_alignment, create_alignment
 from components.models import ModelOutput, build_model
 from components.training import TrainConfig, train_model
 from tests.helpers import tiny_spec
@@ -69,7 +69,7 @@ def _hand_influence(old, compat, labels, label_map):
 
 
 def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
-    m = create_alignment("bt2", {"extra_dims": 8})
+    m = choose_alignment("bt2", {"extra_dims": 8})
     parent = tiny_spec(geometry="euclidean", embed_dim=12)
     over = m.model_overrides(parent)
     assert {k: over[k] for k in ("head", "compat_dim", "extra_dims")} == {"head": "bt2", "compat_dim": 12, "extra_dims": 8}
@@ -77,7 +77,7 @@ def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
     # Algorithm 1 needs n − d ≤ m: the overridden spec must be buildable
     spec = tiny_spec(geometry="euclidean", **over)
     assert spec.output_dim == spec.embed_dim + 8 and spec.compat_dim == 12
-    assert create_alignment("bt2").model_overrides(tiny_spec(geometry="euclidean", embed_dim=64))["extra_dims"] == 32  # default
+    assert choose_alignment("bt2").model_overrides(tiny_spec(geometry="euclidean", embed_dim=64))["extra_dims"] == 32  # default
     # a BT² parent: the compatible prefix is its whole (m + d)-wide output
     bt2_parent = tiny_spec(geometry="euclidean", embed_dim=12, head="bt2", compat_dim=12, extra_dims=8)
     over2 = m.model_overrides(bt2_parent)
@@ -91,9 +91,9 @@ def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
 
 
 def test_flags_and_geometry_checks():
-    m = create_alignment("bt2")
-    assert m.requires_old and m.trains and m.requires_reference
-    assert create_alignment("bt2", {"use_reference": False}).requires_reference is False
+    m = choose_alignment("bt2")
+    assert m.requires_old and m.trains and m.needs_reference
+    assert choose_alignment("bt2", {"use_reference": False}).needs_reference is False
     with pytest.raises(ConfigError, match="[Ee]uclidean"):
         m.check_models("lorentz", 16, "lorentz", 16)
     with pytest.raises(ConfigError, match="[Ee]uclidean"):
@@ -160,16 +160,16 @@ def test_train_model_with_old_and_reference_models(tmp_path, digits64):
     old = _old_model(num_classes=5)
     torch.manual_seed(2)
     ref = build_model(tiny_spec(geometry="euclidean")).eval()
-    method = create_alignment("bt2", {"extra_dims": 4})
-    spec = tiny_spec(geometry="euclidean", **method.model_overrides(old.spec))
+    choice = choose_alignment("bt2", {"extra_dims": 4})
+    method = choice.build()
+    spec = tiny_spec(geometry="euclidean", **choice.model_overrides(old.spec))
     assert spec.output_dim == 20 and spec.compat_dim == 16
     torch.manual_seed(1)
     model = build_model(spec)
-    label_map = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
     cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
     with pytest.raises(CheckpointMismatchError, match="independently trained"):
-        train_model(model, digits64, cfg, method, tmp_path / "noref", old_model=old, label_map=label_map)
-    res = train_model(model, digits64, cfg, method, tmp_path / "ck", old_model=old, label_map=label_map, reference_model=ref)
+        train_model(model, digits64, cfg, method, tmp_path / "noref", old_model=old)
+    res = train_model(model, digits64, cfg, method, tmp_path / "ck", old_model=old, reference_model=ref)
     rec = res.history[-1]
     for key in ("influence", "mimic", "base", "loss"):
         assert key in rec and math.isfinite(rec[key]), key
@@ -191,8 +191,9 @@ def test_bt2_parent_is_judged_by_prototypes_of_its_embedding():
     images = torch.rand(9, 1, 8, 8, generator=g)
     labels = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 0])  # new labels; new label 3 is unseen by the parent
     label_map = torch.tensor([1, 2, 0, -1])
-    method = create_alignment("bt2", {"synthesize_new_classes": False, "use_reference": False, "extra_dims": 4})
-    child_spec = tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3), **method.model_overrides(parent.spec))
+    choice = choose_alignment("bt2", {"synthesize_new_classes": False, "use_reference": False, "extra_dims": 4})
+    method = choice.build()
+    child_spec = tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3), **choice.model_overrides(parent.spec))
     assert child_spec.compat_dim == 20
     method.prepare(AlignmentContext(child_spec, torch.device("cpu"), parent, label_map, lambda: iter([(images, labels)])))
 

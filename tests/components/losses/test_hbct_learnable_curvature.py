@@ -43,7 +43,7 @@ def test_training_moves_a_learnable_curvature(tmp_path: Path):
     old = build_model(tiny_spec(zeta=1.0))
     model = build_model(tiny_spec(zeta=1.2, learn_curvature=True))
     res = train_model(model, data, TrainConfig(epochs=2, batch_size=32, lr=0.05), create_alignment("hbct"), tmp_path / "ck",
-                      old_model=old, label_map=torch.arange(10))
+                      old_model=old)
     k = float(res.model.curvature)
     assert k != pytest.approx(1.0, abs=1e-6) and k > 0  # it learned
     assert "contrast" in res.history[-1] and all(torch.isfinite(torch.tensor(v)) for v in res.history[-1].values())

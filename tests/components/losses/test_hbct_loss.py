@@ -15,7 +15,7 @@ from components.geometry import (
     half_aperture,
     pairwise_geodesic_distance,
 )
-from components.losses import AlignmentContext, create_alignment
+from components.losses import AlignmentContext, choose_alignment, create_alignment
 from components.losses.methods.hbct import info_nce, rince
 from components.models import ModelOutput, ModelSpec
 
@@ -247,7 +247,7 @@ def test_invalid_option_values_are_config_errors(options, needle):
 
 
 def test_hbct_refuses_euclidean_and_missing_or_mismatched_parent():
-    m = create_alignment("hbct")
+    m = choose_alignment("hbct")
     with pytest.raises(ConfigError, match="lorentz"):
         m.check_models("euclidean", 16, "euclidean", 16)
     with pytest.raises(ConfigError, match="parent"):

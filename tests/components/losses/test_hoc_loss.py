@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from components.errors import ConfigError
-from components.losses import create_alignment
+from components.losses import choose_alignment, create_alignment
 from components.models import ModelOutput
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
@@ -102,5 +102,5 @@ def test_hoc_options_and_geometry():
     with pytest.raises(ConfigError, match="mu"):
         create_alignment("hoc", {"mu": 0.0})
     with pytest.raises(ConfigError):
-        create_alignment("hoc").check_models("lorentz", 16, "lorentz", 16)
-    create_alignment("hoc").check_models("euclidean", 16, "euclidean", 16)
+        choose_alignment("hoc").check_models("lorentz", 16, "lorentz", 16)
+    choose_alignment("hoc").check_models("euclidean", 16, "euclidean", 16)

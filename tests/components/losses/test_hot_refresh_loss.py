@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from components.errors import ConfigError
-from components.losses import create_alignment
+from components.losses import choose_alignment, create_alignment
 from components.models import ModelOutput
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
@@ -114,4 +114,4 @@ def test_unknown_option_and_lorentz_refused():
     with pytest.raises(ConfigError, match="temperature"):
         create_alignment("hot_refresh", {"temperature": 0.5})
     with pytest.raises(ConfigError):
-        create_alignment("hot_refresh").check_models("lorentz", 16, "lorentz", 16)
+        choose_alignment("hot_refresh").check_models("lorentz", 16, "lorentz", 16)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from components.errors import ConfigError
-from components.losses import create_alignment
+from components.losses import choose_alignment, create_alignment
 from components.models import ModelOutput
 
 
@@ -53,7 +53,7 @@ def test_l2_gradient_is_finite_and_reaches_only_new_embedding():
 
 
 def test_l2_refuses_lorentz_models_and_missing_parent():
-    m = create_alignment("l2")
+    m = choose_alignment("l2")
     with pytest.raises(ConfigError, match="euclidean"):
         m.check_models("lorentz", 16, "lorentz", 16)
     with pytest.raises(ConfigError, match="parent"):
@@ -61,4 +61,4 @@ def test_l2_refuses_lorentz_models_and_missing_parent():
     with pytest.raises(ConfigError):
         m.check_models("euclidean", 16, "euclidean", 32)
     m.check_models("euclidean", 16, "euclidean", 16)  # accepted
-    assert m.requires_old and m.trains and not m.requires_reference
+    assert m.requires_old and m.trains and not m.needs_reference

@@ -11,7 +11,7 @@ import torch
 from components.data import load_dataset
 from components.data.batches import to_image_tensor
 from components.errors import ConfigError
-from components.losses import create_alignment
+from components.losses import choose_alignment, create_alignment
 from components.models import build_model
 from components.training import TrainConfig, train_model
 from tests.helpers import tiny_spec
@@ -23,19 +23,19 @@ def _parent(order=(3, 1, 4), features="psp", **kw):
 
 @pytest.mark.parametrize("kind", ["psp", "lsp"])
 def test_flags_and_model_overrides(kind):
-    m = create_alignment(kind)
-    assert m.trains is False and m.requires_old is False and m.requires_reference is False
+    m = choose_alignment(kind)
+    assert m.trains is False and m.requires_old is False and m.needs_reference is False
     assert m.model_overrides(None) == {"features": kind}
     assert m.model_overrides(_parent(features=kind)) == {"features": kind}
     # any geometry and dimension: only the logits are used
     m.check_models("lorentz", 16, "euclidean", 64)
     m.check_models("euclidean", 8, None, None)
-    assert m(None, None, torch.zeros(2, dtype=torch.long)).terms == {}
+    assert m.build()(None, None, torch.zeros(2, dtype=torch.long)).terms == {}
 
 
 @pytest.mark.parametrize("kind", ["psp", "lsp"])
 def test_check_lineage_accepts_extensions(kind):
-    m = create_alignment(kind)
+    m = choose_alignment(kind)
     parent = _parent(features=kind)
     m.check_lineage((3, 1, 4), parent)  # same classes
     m.check_lineage((3, 1, 4, 0, 9), parent)  # new classes appended
@@ -46,13 +46,13 @@ def test_check_lineage_accepts_extensions(kind):
 @pytest.mark.parametrize("order", [(1, 3, 4, 0), (3, 1), (0, 3, 1, 4), (3, 4, 1, 9)])
 def test_check_lineage_refuses_orders_that_do_not_extend_the_parent(kind, order):
     with pytest.raises(ConfigError, match="extends"):
-        create_alignment(kind).check_lineage(order, _parent(features=kind))
+        choose_alignment(kind).check_lineage(order, _parent(features=kind))
 
 
 @pytest.mark.parametrize("kind,other", [("psp", "embedding"), ("psp", "lsp"), ("lsp", "psp"), ("lsp", "embedding")])
 def test_check_lineage_refuses_a_parent_with_other_features(kind, other):
     with pytest.raises(ConfigError, match=other):
-        create_alignment(kind).check_lineage((3, 1, 4, 7), _parent(features=other))
+        choose_alignment(kind).check_lineage((3, 1, 4, 7), _parent(features=other))
 
 
 @pytest.fixture(scope="module")

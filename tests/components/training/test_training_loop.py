@@ -146,7 +146,7 @@ def test_hbct_training_with_old_model_logs_its_terms(tmp_path, data):
     old_state = {k: v.clone() for k, v in old.state_dict().items()}
     result = train_model(
         fresh_model(2), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "d",
-        old_model=old, label_map=torch.arange(10),
+        old_model=old,
     )
     rec = result.history[-1]
     for key in ("entail", "contrast", "in_cone_fraction", "q_mean", "base", "loss"):
@@ -160,12 +160,10 @@ def test_hbct_training_with_old_model_logs_its_terms(tmp_path, data):
 
 
 def test_bct_training_leaves_old_model_untouched(tmp_path, data):
-    old = fresh_model(1, geometry="euclidean").eval()
+    old = fresh_model(1, geometry="euclidean", num_classes=5, class_order=(0, 1, 2, 3, 4)).eval()  # saw classes 0-4 only
     old_state = {k: v.clone() for k, v in old.state_dict().items()}
-    label_map = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
     result = train_model(
-        fresh_model(2, geometry="euclidean"), data, cfg(epochs=1), create_alignment("bct"), tmp_path / "d",
-        old_model=old, label_map=label_map,
+        fresh_model(2, geometry="euclidean"), data, cfg(epochs=1), create_alignment("bct"), tmp_path / "d", old_model=old,
     )
     rec = result.history[-1]
     assert math.isfinite(rec["influence"]) and 0.0 < rec["bct_known_fraction"] < 1.0
@@ -179,6 +177,6 @@ def test_methods_needing_a_parent_are_refused_without_one(tmp_path, data):
     with pytest.raises(ConfigError, match="lorentz"):
         train_model(
             fresh_model(0, geometry="euclidean"), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "b",
-            old_model=fresh_model(1, geometry="euclidean"), label_map=torch.arange(10),
+            old_model=fresh_model(1, geometry="euclidean"),
         )
     assert not (tmp_path / "a").exists()  # refused before anything was written

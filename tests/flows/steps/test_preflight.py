@@ -1,4 +1,5 @@
-"""Bad input is refused before any training starts, with one clear error, and nothing is written."""
+"""Planning (flows/steps/preflight.py): bad input is refused before any training starts, with one clear error,
+and nothing is written."""
 
 from __future__ import annotations
 
@@ -9,20 +10,21 @@ import pytest
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from flows.params import apply_overrides, load_params
-from flows.steps.preflight import preflight
+from flows.params import GenerationSpec, apply_overrides, load_params
+from flows.plan import GenerationPlan
+from flows.steps.preflight import plan_generation
 from flows.workspace import Workspace
 from components.errors import CheckpointMismatchError, ConfigError, DataError
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
-from registry.lineage import (
-    GenerationBundle,
-    GenerationRecord,
-    LineageStore,
-    PointerRecord,
-    ZetaRecord,
-)
+from registry.lineage import LineageStore
+from registry.records import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
 from tests.helpers import tiny_spec
+
+
+def preflight(params_file: Path, overrides: list[str], home: Path, spec: dict) -> GenerationPlan:
+    """What the CLI does before any Prefect server starts: parse params once, plan once."""
+    return plan_generation(load_params(params_file, overrides), home, GenerationSpec(**spec))
 
 
 def files_under(path: Path) -> list[str]:
@@ -68,7 +70,7 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
     ws = Workspace(home)
     ckpt = ws.generation_dir(0) / "model.pt"
     save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=checkpoint_zeta)), ckpt)
-    store = LineageStore(ws.lineage_url(p))
+    store = ws.lineage(p)
     rec = GenerationRecord(
         id=0, name="g0", parent_id=None, dataset="digits", data_hash="x", data_snapshot="x", class_order=[0, 1, 2, 3, 4],
         architecture={}, geometry="lorentz", alignment="independent", hyperparameters={}, zeta=1.0, curvature=1.0,

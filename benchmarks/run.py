@@ -1,0 +1,106 @@
+"""`bctflow bench`: run every method of a profile on one scenario and write its report."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
+from benchmarks.profile import Profile, load_profile
+from benchmarks.report import write_sequential_report, write_table_report
+from benchmarks.runner import Bench
+from benchmarks.scenarios import SCENARIOS, make_scenario, run_sequential, run_table
+from components.errors import ConfigError
+from components.training.device import select_device
+from flows.params import Params, apply_overrides
+from flows.workspace import Workspace
+
+__all__ = ["ALL_SCENARIOS", "run_benchmark"]
+
+ALL_SCENARIOS = (*SCENARIOS, "partial_backfill")
+
+
+def _select(prof: Profile, bench_set: list[str], methods: str | None) -> Profile:
+    """The profile with ``--bench-set KEY=VALUE`` settings and a ``--methods`` subset applied."""
+    raw = prof.bench.model_dump()
+    for item in bench_set:
+        if "=" not in item:
+            raise ConfigError(f"--bench-set {item!r} is not KEY=VALUE")
+        k, v = item.split("=", 1)
+        if k not in raw:
+            raise ConfigError(f"--bench-set: unknown benchmark setting {k!r}; see benchmarks/profile.py BenchSettings")
+        raw[k] = yaml.safe_load(v)
+    if methods:
+        wanted = [m.strip() for m in methods.split(",") if m.strip()]
+        known = {m["name"] for m in raw["methods"]}
+        missing = [m for m in wanted if m not in known]
+        if missing:
+            raise ConfigError(f"--methods {missing} are not in profile {prof.name!r} (it has {sorted(known)})")
+        raw["methods"] = [m for m in raw["methods"] if m["name"] in wanted]
+        raw["sequential_methods"] = [m for m in raw["sequential_methods"] if m == "independent" or m in wanted]
+    return prof.model_copy(update={"bench": type(prof.bench).model_validate(raw)})
+
+
+def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]:
+    """What the report's header says about the run."""
+    return {
+        "command": command,
+        "profile": prof.name,
+        "profile_description": " ".join(prof.description.split()),
+        "dataset": f"{p.data.dataset} ({b.num_classes} classes, {b.train.image_shape[0]}x{b.train.image_shape[1]})",
+        "n_train": len(b.train),
+        "n_val": len(b.val),
+        "n_test": len(b.test),
+        "val_fraction": prof.bench.validation_fraction,
+        "machine": f"{os.cpu_count()} CPU cores, device {select_device(p.train.device)}",
+        "seeds": prof.bench.seeds,
+        "epochs": {"default": p.train.epochs, **prof.bench.scenario_epochs},
+        "tune_weights": prof.bench.tune_weights,
+        "tune_tol": prof.bench.tune_self_tolerance,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def run_benchmark(
+    profile: str,
+    scenario: str,
+    *,
+    out: Path,
+    home: Path,
+    params_path: Path,
+    command: str,
+    tag: str | None = None,
+    overrides: list[str] | None = None,
+    bench_set: list[str] | None = None,
+    methods: str | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[Path, float]:
+    """Run ``scenario`` under ``profile``; returns (the report's markdown file, wall seconds)."""
+    prof, p = load_profile(profile, params_path)
+    if overrides:
+        p = apply_overrides(p, overrides)
+    if bench_set or methods:
+        prof = _select(prof, bench_set or [], methods)
+    if scenario not in ALL_SCENARIOS:
+        raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(ALL_SCENARIOS)}")
+    folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
+    t0 = time.perf_counter()
+    b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log)
+    ctx = _context(prof, p, b, command)
+    if scenario == "partial_backfill":
+        curve = run_partial_backfill(b)
+        ctx["wall_seconds"] = time.perf_counter() - t0
+        return write_partial_report(curve, ctx, folder), ctx["wall_seconds"]
+    if scenario == "sequential":
+        res = run_sequential(b)
+        ctx["wall_seconds"] = time.perf_counter() - t0
+        return write_sequential_report(res, ctx, folder), ctx["wall_seconds"]
+    result = run_table(b, make_scenario(b, scenario))
+    ctx["wall_seconds"] = time.perf_counter() - t0
+    return write_table_report(result, ctx, folder), ctx["wall_seconds"]

@@ -1,0 +1,128 @@
+"""The lineage as one JSON document (``bctflow lineage --json``; schema in README.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from components.evaluation import COMPAT_METRICS, REPORTED_METRICS, DerivedMetrics
+from registry.db import (
+    BackfillDecision,
+    BackfillEvent,
+    CompatSummary,
+    Evaluation,
+    GalleryPointer,
+    Generation,
+    GenerationMetric,
+    Promotion,
+    ZetaStep,
+)
+
+__all__ = ["lineage_document"]
+
+#: (query generation, query role, gallery generation, gallery role) → {metric: value}
+EvalTable = dict[tuple[int, str, int, str], dict[str, float]]
+
+
+def _block(table: EvalTable, q: int, qr: str, g: int | None, gr: str = "model") -> dict[str, float] | None:
+    if g is None:
+        return None
+    vals = table.get((q, qr, g, gr))
+    return {k: vals[k] for k in REPORTED_METRICS if k in vals} if vals else None
+
+
+def _per_metric(block: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any] | None:
+    return {k: block.get(k) for k in keys} if block else None
+
+
+def _metrics(g: Generation, table: EvalTable, derived: DerivedMetrics) -> dict[str, Any]:
+    p = g.parent_id
+    has_ref = any(k[0] == g.id and k[1] == "reference" for k in table)
+    against = {str(gal): _block(table, g.id, "model", gal) for (q, qr, gal, gr) in table if q == g.id and qr == "model" and gr == "model" and gal != g.id}
+    return {
+        "self": _block(table, g.id, "model", g.id),
+        "cross": _block(table, g.id, "model", p),
+        "parent_self": (_per_metric(derived.parent_self, REPORTED_METRICS) or _block(table, p, "model", p)) if p is not None else None,
+        "p_com": _per_metric(derived.p_com, COMPAT_METRICS),
+        "p_com_denominator": _per_metric(derived.p_com_denominator, COMPAT_METRICS),
+        "p_up": _per_metric(derived.p_up, COMPAT_METRICS),
+        "reference": {"self": _block(table, g.id, "reference", g.id, "reference"), "cross": _block(table, g.id, "reference", p)} if has_ref else None,
+        "against": against,
+    }
+
+
+def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
+    """Every generation with its metrics, ζ, decision, roles, promotions and backfills, oldest first."""
+    with sessions() as s:
+        gens = list(s.scalars(select(Generation).order_by(Generation.id)))
+        evals = list(s.scalars(select(Evaluation)))
+        gmetrics = list(s.scalars(select(GenerationMetric)))
+        decisions = {d.generation_id: d for d in s.scalars(select(BackfillDecision))}
+        zetas = {z.generation_id: z for z in s.scalars(select(ZetaStep))}
+        live = s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1))
+        promotions = list(s.scalars(select(Promotion).order_by(Promotion.id)))
+        compat: dict[int, dict[str, Any]] = {}
+        for c in s.scalars(select(CompatSummary).order_by(CompatSummary.id)):
+            compat.setdefault(c.as_of_generation_id, {})[c.metric] = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
+        backfills = list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
+
+    table: EvalTable = {}
+    for e in evals:
+        table.setdefault((e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role), {})[e.metric] = e.value
+    derived: dict[int, dict[str, float | None]] = {}
+    diags: dict[int, dict[str, float | None]] = {}
+    for m in gmetrics:
+        (derived if m.kind == "derived" else diags).setdefault(m.generation_id, {})[m.name] = m.value
+    production = promotions[-1].generation_id if promotions else None
+    accepted = (live.compatible_generations or [live.generation_id]) if live is not None else []
+    out = []
+    for g in gens:
+        dec = decisions.get(g.id)
+        z = zetas.get(g.id)
+        out.append(
+            {
+                "id": g.id,
+                "name": g.name,
+                "parent": g.parent_id,
+                "status": g.status,
+                "live": live is not None and live.generation_id == g.id,
+                "live_gallery_accepts_queries": g.id in accepted,
+                "compatible_with_live": g.compatible_with_live,
+                "promoted": bool(g.promoted),
+                "production": production == g.id,
+                "promotions": [{"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()} for pr in promotions if pr.generation_id == g.id],
+                "backfills": [
+                    {"id": b.id, "kind": b.kind, "from": b.from_generation_id, "fraction": b.fraction, "order": b.order, "total": b.total,
+                     "reembedded": b.reembedded, "zeta_restarted": b.zeta_restarted, "duration_s": b.duration_s, "metrics": b.metrics,
+                     "finished_at": b.finished_at.isoformat()}
+                    for b in backfills if b.to_generation_id == g.id
+                ],
+                "compatibility": compat.get(g.id),
+                "alignment": g.alignment,
+                "geometry": g.geometry,
+                "zeta": g.zeta,
+                "zeta_step": None if z is None else {"parent_zeta": z.parent_zeta, "delta": z.delta, "restarted": z.restarted},
+                "curvature": g.curvature,
+                "embed_dim": g.embed_dim,
+                "dataset": g.dataset,
+                "data_hash": g.data_hash,
+                "class_order": g.class_order,
+                "architecture": g.architecture,
+                "hyperparameters": g.hyperparameters,
+                "checkpoint": g.checkpoint_path,
+                "index": g.index_path,
+                "mlflow_model": g.mlflow_model,
+                "mlflow_version": g.mlflow_version,
+                "mlflow_run_id": g.mlflow_run_id,
+                "created_at": g.created_at.isoformat() if g.created_at else None,
+                "backfill_required": None if dec is None else dec.required,
+                "backfill_reasons": [] if dec is None else list(dec.reasons),
+                "backfill_checks": [] if dec is None else list(dec.checks),
+                "backfill_against": None if dec is None else dec.against_generation_id,
+                "diagnostics": diags.get(g.id, {}),
+                "metrics": _metrics(g, table, DerivedMetrics.from_rows(derived.get(g.id, {}))),
+            }
+        )
+    return out

@@ -1,0 +1,125 @@
+"""Plain records the lineage store reads and writes (one generation, its evaluations, decisions, pointers, backfills)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BackfillRecord",
+    "CompatRecord",
+    "DecisionRecord",
+    "EvaluationRecord",
+    "GenerationBundle",
+    "GenerationRecord",
+    "PointerRecord",
+    "ZetaRecord",
+]
+
+
+@dataclass
+class GenerationRecord:
+    id: int
+    name: str
+    parent_id: int | None
+    dataset: str
+    data_hash: str
+    data_snapshot: str
+    class_order: list[int]
+    architecture: dict[str, Any]
+    geometry: str
+    alignment: str
+    hyperparameters: dict[str, Any]
+    zeta: float | None
+    curvature: float
+    embed_dim: int
+    checkpoint_path: str
+    index_path: str
+    params_digest: str
+    reference_checkpoint_path: str | None = None
+    train_seconds: float | None = None
+    data_fingerprint: str | None = None
+    promoted: bool | None = None
+    mlflow_model: str | None = None
+    mlflow_version: str | None = None
+    mlflow_run_id: str | None = None
+    #: the measured fact: cross(new, live) > self(live) on the decision metric (None: recorded before schema v3)
+    compatible_with_live: bool | None = None
+
+
+@dataclass
+class EvaluationRecord:
+    query_generation_id: int
+    gallery_generation_id: int
+    metric: str
+    value: float
+    query_role: str = "model"
+    gallery_role: str = "model"
+
+
+@dataclass
+class ZetaRecord:
+    parent_zeta: float | None
+    delta: float
+    zeta: float
+    restarted: bool = False
+
+
+@dataclass
+class DecisionRecord:
+    required: bool
+    reasons: list[str]
+    checks: list[dict[str, Any]]
+    against_generation_id: int | None
+
+
+@dataclass
+class PointerRecord:
+    """A live-gallery pointer: which index serves, embedded by which model, queried by which generations."""
+
+    generation_id: int
+    index_path: str
+    reason: str
+    model_checkpoint: str | None = None
+    zeta: float | None = None
+    compatible_generations: list[int] = field(default_factory=list)
+    backfill_id: int | None = None
+
+
+@dataclass
+class CompatRecord:
+    metric: str
+    generation_ids: list[int]
+    matrix: list[list[float | None]]
+    ac: float | None
+    aa: float | None
+    aca: float | None
+
+
+@dataclass
+class BackfillRecord:
+    from_generation_id: int
+    to_generation_id: int
+    kind: str
+    fraction: float
+    order: str
+    total: int
+    reembedded: int
+    index_path: str
+    zeta_restarted: bool
+    metrics: dict[str, Any]
+    started_at: Any
+    duration_s: float
+
+
+@dataclass
+class GenerationBundle:
+    generation: GenerationRecord
+    evaluations: list[EvaluationRecord] = field(default_factory=list)
+    derived: dict[str, float | None] = field(default_factory=dict)
+    diagnostics: dict[str, float | None] = field(default_factory=dict)
+    zeta: ZetaRecord | None = None
+    decision: DecisionRecord | None = None
+    pointer: PointerRecord | None = None
+    compat: list[CompatRecord] = field(default_factory=list)
+    promotion: tuple[int | None, str] | None = None  # (previous production generation, reason) when the gate promotes

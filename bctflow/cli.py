@@ -58,7 +58,9 @@ def _finish(state: Any, what: str) -> Any:
         except BctflowError as err:
             _fail(err)
         except Exception as err:
-            err_console.print(f"[bold red]{what} failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False)
+            err_console.print(
+                f"[bold red]{what} failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False
+            )
             raise typer.Exit(1) from None
     return state.result()
 
@@ -122,7 +124,9 @@ def demo(
     try:
         if not ws.is_empty():
             if not reset:
-                raise ConfigError(f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory")
+                raise ConfigError(
+                    f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory"
+                )
             ws.reset()
     except BctflowError as err:
         _fail(err)
@@ -151,20 +155,26 @@ def demo(
     console.print(f"\ndemo finished in {wall:.0f}s. Next:")
     console.print(f"  bctflow lineage --home {h}            # the chain, ζ, backfill flags (--json for machines)")
     console.print(f"  mlflow ui --backend-store-uri {ws.tracking_uri(p)}   # runs, model versions, tags, plots")
-    console.print(f"  ls {ws.generations_dir}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json")
+    console.print(
+        f"  ls {ws.generations_dir}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json"
+    )
 
 
 @app.command()
 def run(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    generation: str | None = typer.Option(None, "--generation", help="take the spec of this entry of params.yaml `generations:`"),
+    generation: str | None = typer.Option(
+        None, "--generation", help="take the spec of this entry of params.yaml `generations:`"
+    ),
     name: str | None = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
     classes: str | None = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
     fraction: float | None = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
     alignment: str | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
     epochs: int | None = typer.Option(None, "--epochs"),
-    reference: bool | None = typer.Option(None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"),
+    reference: bool | None = typer.Option(
+        None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
@@ -174,7 +184,14 @@ def run(
     p = _params(params, set_)
     try:
         base = p.generation(generation).model_dump() if generation else {}
-        explicit = {"name": name, "classes": _parse_classes(classes), "fraction": fraction, "alignment": alignment, "epochs": epochs, "reference": reference}
+        explicit = {
+            "name": name,
+            "classes": _parse_classes(classes),
+            "fraction": fraction,
+            "alignment": alignment,
+            "epochs": epochs,
+            "reference": reference,
+        }
         spec = GenerationSpec(**{**base, **{k: v for k, v in explicit.items() if v is not None}})
     except BctflowError as err:
         _fail(err)
@@ -191,8 +208,12 @@ def run(
 def chain(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    expect_data: Path | None = typer.Option(None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"),
-    metrics_out: Path | None = typer.Option(None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"),
+    expect_data: Path | None = typer.Option(
+        None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"
+    ),
+    metrics_out: Path | None = typer.Option(
+        None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
@@ -215,7 +236,11 @@ def chain(
         if expect_data is not None:
             used = DataSnapshotStore(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
             if used.to_json() != (expect_data / f"{spec.name}.json").read_text():
-                _fail(ConfigError(f"generation {spec.name} trained on data that differs from {expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"))
+                _fail(
+                    ConfigError(
+                        f"generation {spec.name} trained on data that differs from {expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"
+                    )
+                )
     gens = _lineage(p, h)
     console.print(lineage_table(gens))
     console.print(compat_table(gens))
@@ -271,11 +296,21 @@ def lineage(
 def backfill(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    generation: int | None = typer.Option(None, "--generation", help="re-embed with this generation (default: the production generation)"),
-    fraction: float = typer.Option(1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"),
-    order: str | None = typer.Option(None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"),
+    generation: int | None = typer.Option(
+        None, "--generation", help="re-embed with this generation (default: the production generation)"
+    ),
+    fraction: float = typer.Option(
+        1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"
+    ),
+    order: str | None = typer.Option(
+        None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
-    force: bool = typer.Option(False, "--force", help="partial backfill with a generation whose compatibility with the live gallery was not established"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="partial backfill with a generation whose compatibility with the live gallery was not established",
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
@@ -290,7 +325,9 @@ def backfill(
     configure_environment(h)
     from flows.backfill import backfill as backfill_flow
 
-    console.print(f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of {plan.chunk_size}")
+    console.print(
+        f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of {plan.chunk_size}"
+    )
     res = _finish(backfill_flow(plan, return_state=True), "backfill")
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
@@ -315,14 +352,20 @@ def promote(
 
     p = _params(params, None)
     try:
-        res = do_promote(p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason)
+        res = do_promote(
+            p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason
+        )
     except BctflowError as err:
         _fail(err)
-    console.print(f"generation {res['generation']} (version {res['version']}) is production{' — FORCED past the gate' if res['forced'] else ''}; "
-                  f"recorded by {res['by']} at {res['at']}")
+    console.print(
+        f"generation {res['generation']} (version {res['version']}) is production{' — FORCED past the gate' if res['forced'] else ''}; "
+        f"recorded by {res['by']} at {res['at']}"
+    )
     if not res["live_gallery_accepts_queries"]:
-        console.print(f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with it); "
-                      f"run `bctflow backfill --generation {generation}` before serving its queries")
+        console.print(
+            f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with it); "
+            f"run `bctflow backfill --generation {generation}` before serving its queries"
+        )
 
 
 @app.command(name="db-upgrade")
@@ -345,13 +388,17 @@ def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
 def schedule(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    serve: bool = typer.Option(False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"),
+    serve: bool = typer.Option(
+        False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"
+    ),
 ) -> None:
     """Nightly retraining: show the schedule and how to run it, or serve it (`--serve`)."""
     h = resolve_home(home)
     sch = _params(params, None).schedule
     if not serve:
-        console.print(f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters changed.")
+        console.print(
+            f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters changed."
+        )
         console.print("  serve it from this process:      bctflow schedule --serve")
         console.print("  or deploy it to a Prefect server: prefect server start  (another shell)")
         console.print("                                   prefect work-pool create bctflow --type process")
@@ -362,19 +409,31 @@ def schedule(
 
     from flows.nightly import nightly_generation
 
-    nightly_generation.serve(name="nightly", schedule=Cron(sch.cron, timezone=sch.timezone), parameters={"home": str(h), "params_path": str(params)})
+    nightly_generation.serve(
+        name="nightly",
+        schedule=Cron(sch.cron, timezone=sch.timezone),
+        parameters={"home": str(h), "params_path": str(params)},
+    )
 
 
 @app.command()
 def bench(
-    profile: str = typer.Option("cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"),
-    scenario: str = typer.Option(..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"),
-    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"),
+    profile: str = typer.Option(
+        "cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"
+    ),
+    scenario: str = typer.Option(
+        ..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
+    ),
+    out: Path = typer.Option(
+        Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"
+    ),
     tag: str | None = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     set_: list[str] | None = SetOpt,
-    bench_set: list[str] | None = typer.Option(None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"),
+    bench_set: list[str] | None = typer.Option(
+        None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"
+    ),
     methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
 ) -> None:
     """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
@@ -384,8 +443,17 @@ def bench(
     configure_environment(h)
     try:
         md, seconds = run_benchmark(
-            profile, scenario, out=out, home=h, params_path=params, command="bctflow " + " ".join(sys.argv[1:]), tag=tag,
-            overrides=list(set_ or []), bench_set=list(bench_set or []), methods=methods, log=lambda m: console.print(m, highlight=False, markup=False),
+            profile,
+            scenario,
+            out=out,
+            home=h,
+            params_path=params,
+            command="bctflow " + " ".join(sys.argv[1:]),
+            tag=tag,
+            overrides=list(set_ or []),
+            bench_set=list(bench_set or []),
+            methods=methods,
+            log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:
         _fail(err)

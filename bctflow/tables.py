@@ -20,7 +20,13 @@ def _rows(gen: dict[str, Any]) -> list[tuple[str, str, dict[str, float] | None]]
     g, p = gen["id"], gen["parent"]
     rows = [(f"g{g} {gen['alignment']}", f"g{g}", m["self"])]
     if p is not None:
-        rows.append((f"g{g} {gen['alignment']} (cross)", f"g{p} (live gallery)" if gen.get("backfill_against") == p else f"g{p}", m["cross"]))
+        rows.append(
+            (
+                f"g{g} {gen['alignment']} (cross)",
+                f"g{p} (live gallery)" if gen.get("backfill_against") == p else f"g{p}",
+                m["cross"],
+            )
+        )
         rows.append((f"g{p} (old-old)", f"g{p}", m["parent_self"]))
     ref = m.get("reference")
     if ref:
@@ -30,7 +36,9 @@ def _rows(gen: dict[str, Any]) -> list[tuple[str, str, dict[str, float] | None]]
     return rows
 
 
-def retrieval_table(gens: list[dict[str, Any]], title: str = "Retrieval on the gallery (test split, leave-one-out)") -> Table:
+def retrieval_table(
+    gens: list[dict[str, Any]], title: str = "Retrieval on the gallery (test split, leave-one-out)"
+) -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("queries embedded by")
     t.add_column("gallery embedded by")
@@ -66,16 +74,37 @@ def compat_table(gens: list[dict[str, Any]]) -> Table:
 
 def lineage_table(gens: list[dict[str, Any]]) -> Table:
     """The chain: ζ, alignment, P_com vs the parent, backfill flags, production, the live gallery."""
-    t = Table(title="bctflow lineage  (geom: L = Lorentz, E = Euclidean; ↺ = ζ restarted after a backfill)", title_justify="left")
-    for col in ("gen", "parent", "alignment", "geom", "ζ", "self mAP", "cross mAP", "P_com mAP", "backfill", "role", "MLflow"):
+    t = Table(
+        title="bctflow lineage  (geom: L = Lorentz, E = Euclidean; ↺ = ζ restarted after a backfill)",
+        title_justify="left",
+    )
+    for col in (
+        "gen",
+        "parent",
+        "alignment",
+        "geom",
+        "ζ",
+        "self mAP",
+        "cross mAP",
+        "P_com mAP",
+        "backfill",
+        "role",
+        "MLflow",
+    ):
         t.add_column(col, no_wrap=True)
     for g in gens:
         m = g["metrics"]
-        bf = "—" if g["backfill_required"] is None else (f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
+        bf = (
+            "—"
+            if g["backfill_required"] is None
+            else (f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
+        )
         zeta = fmt(g["zeta"], 2) + (" ↺" if (g.get("zeta_step") or {}).get("restarted") else "")
         role = []
         if g.get("production"):
-            role.append("★ production" + (" (forced)" if any(pr.get("forced") for pr in g.get("promotions", [])) else ""))
+            role.append(
+                "★ production" + (" (forced)" if any(pr.get("forced") for pr in g.get("promotions", [])) else "")
+            )
         if g["live"]:
             role.append("● gallery")
         elif g.get("live_gallery_accepts_queries"):
@@ -98,11 +127,15 @@ def lineage_table(gens: list[dict[str, Any]]) -> Table:
     notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
     for g in gens:
         for b in g.get("backfills", []):
-            notes.append(f"⟲ backfill {b['id']}: {b['kind']} with g{g['id']} ({b['reembedded']}/{b['total']} items{', ζ restarted' if b['zeta_restarted'] else ''}, {b['duration_s']:.0f}s)")
+            notes.append(
+                f"⟲ backfill {b['id']}: {b['kind']} with g{g['id']} ({b['reembedded']}/{b['total']} items{', ζ restarted' if b['zeta_restarted'] else ''}, {b['duration_s']:.0f}s)"
+            )
     latest = next((g for g in reversed(gens) if g.get("compatibility")), None)
     if latest is not None:
         c = latest["compatibility"]["map"]
-        notes.append(f"compatibility over serving generations {c['generations']} (mAP): AC {fmt(c['ac'], 3)}, AA {fmt(c['aa'], 3)}, ACA {fmt(c['aca'], 3)}")
+        notes.append(
+            f"compatibility over serving generations {c['generations']} (mAP): AC {fmt(c['ac'], 3)}, AA {fmt(c['aa'], 3)}, ACA {fmt(c['aca'], 3)}"
+        )
     if notes:
         t.caption = "\n".join(notes)
         t.caption_justify = "left"

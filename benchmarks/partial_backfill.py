@@ -46,9 +46,28 @@ def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int =
     new_sel = bench.selection("all")
     z0 = p.geometry.zeta0
     old = bench.train_model("old/lorentz", old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs)
-    ref = bench.train_model("reference/lorentz", new_sel, geometry="lorentz", arch=sc.new_arch, zeta=z0 + p.geometry.delta_zeta, epochs=sc.epochs)
-    new = bench.train_model(f"{method}/λ={p.alignment.weight:g}/seed=0", new_sel, geometry="lorentz", arch=sc.new_arch, method="hbct",
-                            options=options, weight=p.alignment.weight, seed=0, zeta=z0 + p.geometry.delta_zeta, old=old, reference=ref, epochs=sc.epochs)
+    ref = bench.train_model(
+        "reference/lorentz",
+        new_sel,
+        geometry="lorentz",
+        arch=sc.new_arch,
+        zeta=z0 + p.geometry.delta_zeta,
+        epochs=sc.epochs,
+    )
+    new = bench.train_model(
+        f"{method}/λ={p.alignment.weight:g}/seed=0",
+        new_sel,
+        geometry="lorentz",
+        arch=sc.new_arch,
+        method="hbct",
+        options=options,
+        weight=p.alignment.weight,
+        seed=0,
+        zeta=z0 + p.geometry.delta_zeta,
+        old=old,
+        reference=ref,
+        epochs=sc.epochs,
+    )
     n = len(old.test)
     ks = tuple(p.evaluation.cmc_k)
 
@@ -56,8 +75,15 @@ def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int =
         out: dict[str, list[float]] = {"cmc@1": [], "map": []}
         for f in FRACTIONS:
             pos = np.sort(order[: int(round(f * n))])
-            part = replace(new.test, z=new.test.z[pos], emb=new.test.emb[pos], clipped=new.test.clipped[pos],
-                           logits=new.test.logits[pos], ids=new.test.ids[pos], labels=new.test.labels[pos])
+            part = replace(
+                new.test,
+                z=new.test.z[pos],
+                emb=new.test.emb[pos],
+                clipped=new.test.clipped[pos],
+                logits=new.test.logits[pos],
+                ids=new.test.ids[pos],
+                labels=new.test.labels[pos],
+            )
             mixed = mix_galleries(old.test, part, pos)
             m = gallery_metrics(new.test, mixed, ks=ks)
             out["cmc@1"].append(m["cmc@1"])
@@ -68,8 +94,14 @@ def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int =
     runs = [curve(backfill_order(old.test, "random", seed=s)) for s in range(random_seeds)]
     curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
     spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
-    return CurveResult(list(FRACTIONS), curves, spread, list(range(random_seeds)), method,
-                       {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)})
+    return CurveResult(
+        list(FRACTIONS),
+        curves,
+        spread,
+        list(range(random_seeds)),
+        method,
+        {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)},
+    )
 
 
 def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -> Path:
@@ -83,12 +115,16 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
     for ax, k in zip(axes, COMPAT_METRICS):
         for order, style in (("uncertainty", "o-"), ("random", "s--")):
-            ax.plot(res.fractions, res.curves[order][k], style, label=order if order == "uncertainty" else f"random (mean of {len(res.seeds)} seeds)")
+            ax.plot(
+                res.fractions,
+                res.curves[order][k],
+                style,
+                label=order if order == "uncertainty" else f"random (mean of {len(res.seeds)} seeds)",
+            )
         lo = np.array(res.curves["random"][k]) - np.array(res.spread[k])
         hi = np.array(res.curves["random"][k]) + np.array(res.spread[k])
         ax.fill_between(res.fractions, lo, hi, alpha=0.2)
@@ -112,9 +148,16 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
     ]
     for i, f in enumerate(res.fractions):
         u, r = res.curves["uncertainty"], res.curves["random"]
-        lines.append(f"| {f:.2f} | {u['cmc@1'][i]:.4f} | {r['cmc@1'][i]:.4f} | {u['map'][i]:.4f} | {r['map'][i]:.4f} ± {res.spread['map'][i]:.4f} | {u['map'][i] - r['map'][i]:+.4f} |")
+        lines.append(
+            f"| {f:.2f} | {u['cmc@1'][i]:.4f} | {r['cmc@1'][i]:.4f} | {u['map'][i]:.4f} | {r['map'][i]:.4f} ± {res.spread['map'][i]:.4f} | {u['map'][i] - r['map'][i]:+.4f} |"
+        )
     area = {o: float(np.trapezoid(res.curves[o]["map"], res.fractions)) for o in ("uncertainty", "random")}
-    lines += ["", f"Area under the mAP curve: uncertainty {area['uncertainty']:.4f}, random {area['random']:.4f}.", "", "Plot: `curve.png`."]
+    lines += [
+        "",
+        f"Area under the mAP curve: uncertainty {area['uncertainty']:.4f}, random {area['random']:.4f}.",
+        "",
+        "Plot: `curve.png`.",
+    ]
     md = out_dir / "report.md"
     atomic_write_text(md, "\n".join(lines) + "\n")
     with (out_dir / "results.csv").open("w", newline="") as fh:
@@ -122,7 +165,28 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
         w.writerow(["order", "fraction", "cmc@1", "map", "map_std"])
         for order in ("uncertainty", "random"):
             for i, f in enumerate(res.fractions):
-                w.writerow([order, f, res.curves[order]["cmc@1"][i], res.curves[order]["map"][i], res.spread["map"][i] if order == "random" else 0.0])
-    atomic_write_text(out_dir / "results.json", json.dumps({"context": ctx, "fractions": res.fractions, "curves": res.curves, "spread": res.spread,
-                                                          "area_map": area, "models": res.models}, indent=1, default=str))
+                w.writerow(
+                    [
+                        order,
+                        f,
+                        res.curves[order]["cmc@1"][i],
+                        res.curves[order]["map"][i],
+                        res.spread["map"][i] if order == "random" else 0.0,
+                    ]
+                )
+    atomic_write_text(
+        out_dir / "results.json",
+        json.dumps(
+            {
+                "context": ctx,
+                "fractions": res.fractions,
+                "curves": res.curves,
+                "spread": res.spread,
+                "area_map": area,
+                "models": res.models,
+            },
+            indent=1,
+            default=str,
+        ),
+    )
     return md

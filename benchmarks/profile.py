@@ -8,8 +8,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from flows.params import Params, apply_overrides, flatten_overrides, load_params
 from components.errors import ConfigError
+from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
 __all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "MethodEntry", "Profile", "load_profile"]
 
@@ -94,7 +94,9 @@ def _read_profile(path: Path) -> dict[str, Any]:
         return raw
     base_path = path.parent / f"{parent}.yaml"
     if not base_path.exists():
-        raise ConfigError(f"profile {path.name} extends unknown profile {parent!r}; available: {', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}")
+        raise ConfigError(
+            f"profile {path.name} extends unknown profile {parent!r}; available: {', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}"
+        )
     base = _read_profile(base_path)
     base.pop("description", None)
     return _merge(base, raw)

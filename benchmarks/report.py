@@ -64,8 +64,13 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     for sp, v in spaces.items():
         lines.append(f"| {sp} | {_f(v['cmc@1'])} | {_f(v['cmc@5'])} | {_f(v['map'])} |")
     for k in COMPAT_METRICS:
-        lines += ["", f"## {k.upper().replace('MAP', 'mAP')} (seed {ctx['seeds'][0]})", "",
-                  "| method | space | λ | old self | self | cross | P_up | P_com | P_com denominator | train s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## {k.upper().replace('MAP', 'mAP')} (seed {ctx['seeds'][0]})",
+            "",
+            "| method | space | λ | old self | self | cross | P_up | P_com | P_com denominator | train s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in first.values():
             flag = " ⚠" if abs(r.p_com_den[k]) < ILL else ""
             lines.append(
@@ -77,41 +82,121 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
         multi.setdefault(r.name, []).append(r)
     multi = {n: rs for n, rs in multi.items() if len(rs) > 1}
     if multi:
-        lines += ["", "## Seed-to-seed spread", "", f"Best Euclidean baseline (chosen by validation cross mAP): **{res.best_baseline}**.", "",
-                  "| method | seeds | self mAP | cross mAP | P_com mAP | P_up mAP | cross CMC@1 | P_com CMC@1 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Seed-to-seed spread",
+            "",
+            f"Best Euclidean baseline (chosen by validation cross mAP): **{res.best_baseline}**.",
+            "",
+            "| method | seeds | self mAP | cross mAP | P_com mAP | P_up mAP | cross CMC@1 | P_com CMC@1 |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for n, rs in multi.items():
+
             def ms(vals: list[float | None]) -> str:
                 v = [x for x in vals if x is not None]
                 return "—" if not v else f"{statistics.mean(v):.4f} ± {statistics.pstdev(v):.4f}"
+
             lines.append(
                 f"| {n} | {', '.join(str(r.seed) for r in rs)} | {ms([r.self_['map'] for r in rs])} | {ms([r.cross['map'] for r in rs])} | "
                 f"{ms([r.p_com['map'] for r in rs])} | {ms([r.p_up['map'] for r in rs])} | {ms([r.cross['cmc@1'] for r in rs])} | {ms([r.p_com['cmc@1'] for r in rs])} |"
             )
-        lines += ["", "(mean ± population std over the seeds; the old model and φ* are the seed-0 models in every case)"]
+        lines += [
+            "",
+            "(mean ± population std over the seeds; the old model and φ* are the seed-0 models in every case)",
+        ]
     diag = [r for r in res.rows if r.diagnostics]
     if diag:
         keys = list(diag[0].diagnostics)
-        lines += ["", "## HBCT diagnostics (test gallery)", "", "| method | seed | " + " | ".join(keys) + " |", "|---|---|" + "---:|" * len(keys)]
+        lines += [
+            "",
+            "## HBCT diagnostics (test gallery)",
+            "",
+            "| method | seed | " + " | ".join(keys) + " |",
+            "|---|---|" + "---:|" * len(keys),
+        ]
         for r in diag:
             lines.append(f"| {r.name} | {r.seed} | " + " | ".join(_f(r.diagnostics[k], 3) for k in keys) + " |")
     notes = [f"- **{r.name}**: {r.note}" for r in first.values() if r.note]
-    ill = [f"{r.name} ({k}: denominator {r.p_com_den[k]:.4f})" for r in first.values() for k in COMPAT_METRICS if abs(r.p_com_den[k]) < ILL]
+    ill = [
+        f"{r.name} ({k}: denominator {r.p_com_den[k]:.4f})"
+        for r in first.values()
+        for k in COMPAT_METRICS
+        if abs(r.p_com_den[k]) < ILL
+    ]
     if ill:
         notes.append("- ⚠ ill-conditioned P_com (|denominator| < 0.05): " + "; ".join(ill))
-    notes += [f"- λ selection for **{r.name}**: {r.selection}" for r in first.values() if r.selection not in ("fixed", "training-free")]
+    notes += [
+        f"- λ selection for **{r.name}**: {r.selection}"
+        for r in first.values()
+        if r.selection not in ("fixed", "training-free")
+    ]
     lines += ["", "## Notes", ""] + notes
-    lines += ["", "Base models: " + "; ".join(f"{g} old {m['old']['seconds']:.0f}s, φ* {m['reference']['seconds']:.0f}s" for g, m in res.models.items())]
+    lines += [
+        "",
+        "Base models: "
+        + "; ".join(
+            f"{g} old {m['old']['seconds']:.0f}s, φ* {m['reference']['seconds']:.0f}s" for g, m in res.models.items()
+        ),
+    ]
     md = out_dir / "report.md"
     atomic_write_text(md, "\n".join(lines) + "\n")
     with (out_dir / "results.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["scenario", "method", "geometry", "space", "seed", "weight", "metric", "old_self", "self", "cross", "ref_self", "p_up", "p_com", "p_com_denominator", "train_seconds"])
+        w.writerow(
+            [
+                "scenario",
+                "method",
+                "geometry",
+                "space",
+                "seed",
+                "weight",
+                "metric",
+                "old_self",
+                "self",
+                "cross",
+                "ref_self",
+                "p_up",
+                "p_com",
+                "p_com_denominator",
+                "train_seconds",
+            ]
+        )
         for r in res.rows:
             for k in REPORTED_METRICS:
-                w.writerow([sc.name, r.name, r.geometry, r.space, r.seed, r.weight, k, r.old_self[k], r.self_[k], r.cross[k], r.ref_self[k],
-                            r.p_up.get(k), r.p_com.get(k), r.p_com_den.get(k), r.seconds])
-    atomic_write_text(out_dir / "results.json", json.dumps({"context": ctx, "scenario": sc.__dict__ | {"old_arch": sc.old_arch.model_dump(), "new_arch": sc.new_arch.model_dump()},
-                                                          "best_baseline": res.best_baseline, "rows": [r.as_dict() for r in res.rows], "base_models": res.models}, indent=1, default=str))
+                w.writerow(
+                    [
+                        sc.name,
+                        r.name,
+                        r.geometry,
+                        r.space,
+                        r.seed,
+                        r.weight,
+                        k,
+                        r.old_self[k],
+                        r.self_[k],
+                        r.cross[k],
+                        r.ref_self[k],
+                        r.p_up.get(k),
+                        r.p_com.get(k),
+                        r.p_com_den.get(k),
+                        r.seconds,
+                    ]
+                )
+    atomic_write_text(
+        out_dir / "results.json",
+        json.dumps(
+            {
+                "context": ctx,
+                "scenario": sc.__dict__ | {"old_arch": sc.old_arch.model_dump(), "new_arch": sc.new_arch.model_dump()},
+                "best_baseline": res.best_baseline,
+                "rows": [r.as_dict() for r in res.rows],
+                "base_models": res.models,
+            },
+            indent=1,
+            default=str,
+        ),
+    )
     return md
 
 
@@ -136,7 +221,7 @@ def _heatmaps(res: SequentialResult, metric: str, path: Path) -> Path:
         ax.set_xlabel("gallery model k", fontsize=7)
         ax.set_ylabel("query model t", fontsize=7)
         ax.tick_params(labelsize=6)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path)
@@ -149,7 +234,8 @@ def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir:
     t = len(res.stages)
     lines = report_header(f"sequential: classes in {t} stages", ctx)
     lines += [
-        "Stages (classes known to model t, backbone): " + "; ".join(f"t{i}: {len(c)} classes, {a}" for i, (c, a) in enumerate(zip(res.stages, res.archs))),
+        "Stages (classes known to model t, backbone): "
+        + "; ".join(f"t{i}: {len(c)} classes, {a}" for i, (c, a) in enumerate(zip(res.stages, res.archs))),
         "",
         "Each model is aligned to its predecessor (t−1) with the profile's default λ (no tuning in the sequential run); "
         "C[t][k] = M(φ_t queries, φ_k gallery) on the whole test gallery. AC = share of pairs k < t with C[t][k] > C[k][k]; "
@@ -161,11 +247,21 @@ def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir:
     ]
     for name, s in res.summary.items():
         m, c = s["map"], s["cmc@1"]
-        lines.append(f"| {name} | {_f(m['ac'], 3)} | {_f(m['aa'], 3)} | {_f(m['aca'], 3)} | {_f(c['ac'], 3)} | {_f(c['aa'], 3)} | {_f(c['aca'], 3)} | {res.seconds[name]:.0f} |")
+        lines.append(
+            f"| {name} | {_f(m['ac'], 3)} | {_f(m['aa'], 3)} | {_f(m['aca'], 3)} | {_f(c['ac'], 3)} | {_f(c['aa'], 3)} | {_f(c['aca'], 3)} | {res.seconds[name]:.0f} |"
+        )
     for name, mats in res.matrices.items():
-        lines += ["", f"### {name} (mAP)", "", "| t \\ k | " + " | ".join(str(k) for k in range(t)) + " |", "|---|" + "---:|" * t]
+        lines += [
+            "",
+            f"### {name} (mAP)",
+            "",
+            "| t \\ k | " + " | ".join(str(k) for k in range(t)) + " |",
+            "|---|" + "---:|" * t,
+        ]
         for i, row in enumerate(mats["map"]):
-            lines.append(f"| {i} | " + " | ".join("" if v is None or j > i else f"{v:.3f}" for j, v in enumerate(row)) + " |")
+            lines.append(
+                f"| {i} | " + " | ".join("" if v is None or j > i else f"{v:.3f}" for j, v in enumerate(row)) + " |"
+            )
     png = {k: _heatmaps(res, k, out_dir / f"compat_matrix_{k.replace('@', '')}.png") for k in COMPAT_METRICS}
     lines += ["", f"Heatmaps: `{png['map'].name}`, `{png['cmc@1'].name}`."]
     md = out_dir / "report.md"
@@ -179,6 +275,19 @@ def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir:
                     for j, v in enumerate(row):
                         if j <= i and v is not None:
                             w.writerow([name, metric, i, j, v])
-    atomic_write_text(out_dir / "results.json", json.dumps({"context": ctx, "stages": res.stages, "archs": res.archs, "matrices": res.matrices,
-                                                          "summary": res.summary, "train_seconds": res.seconds}, indent=1, default=str))
+    atomic_write_text(
+        out_dir / "results.json",
+        json.dumps(
+            {
+                "context": ctx,
+                "stages": res.stages,
+                "archs": res.archs,
+                "matrices": res.matrices,
+                "summary": res.summary,
+                "train_seconds": res.seconds,
+            },
+            indent=1,
+            default=str,
+        ),
+    )
     return md

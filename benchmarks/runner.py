@@ -20,9 +20,6 @@ from typing import Any
 
 import torch
 
-from flows.params import Params, apply_overrides
-from flows.steps.context import dataset_splits
-from flows.specs import model_spec_from_params, train_config_from_params
 from benchmarks.profile import Arch, Profile
 from components.data import DataManifest, select_training_data
 from components.data.base import ArrayDataset
@@ -35,8 +32,12 @@ from components.losses import choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import embed_images, train_model
 from components.training.device import cuda_available
+from flows.params import Params, apply_overrides
+from flows.specs import model_spec_from_params, train_config_from_params
+from flows.steps.context import dataset_splits
 
 __all__ = ["Bench", "BenchModel"]
+
 
 @dataclass
 class BenchModel:
@@ -54,7 +55,9 @@ class BenchModel:
 
     def view(self, features: str) -> BenchModel:
         """The same model with PSP / LSP (or embedding) retrieval features."""
-        return replace(self, val=self.val.view(features), test=self.test.view(features), label=f"{self.label}[{features}]")
+        return replace(
+            self, val=self.val.view(features), test=self.test.view(features), label=f"{self.label}[{features}]"
+        )
 
 
 def _digest(obj: Any) -> str:
@@ -64,7 +67,9 @@ def _digest(obj: Any) -> str:
 class Bench:
     """Data, caching and evaluation for one benchmark profile."""
 
-    def __init__(self, profile: Profile, params: Params, out_dir: Path, datasets_dir: Path, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, profile: Profile, params: Params, out_dir: Path, datasets_dir: Path, log: Callable[[str], None] = print
+    ) -> None:
         self.profile = profile
         self.settings = profile.bench
         self.params = params
@@ -85,7 +90,12 @@ class Bench:
     def selection(self, classes: Sequence[int] | str = "all", fraction: float = 1.0, seed: int = 0) -> DataManifest:
         order = list(range(self.num_classes)) if classes == "all" else [int(c) for c in classes]
         return select_training_data(
-            self.train, dataset=self.splits.name, fingerprint=self.splits.fingerprint, class_order=order, fraction=fraction, seed=seed
+            self.train,
+            dataset=self.splits.name,
+            fingerprint=self.splits.fingerprint,
+            class_order=order,
+            fraction=fraction,
+            seed=seed,
         )
 
     # ----------------------------------------------------------------------------- training
@@ -114,15 +124,28 @@ class Bench:
         align = choose_alignment(method, options)
         loss = align.build()  # before the seeded initialisation below, as every cached result was made
         overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
-        overrides = {k: v for k, v in overrides.items() if k != "features"}  # features are a view, applied at evaluation
+        overrides = {
+            k: v for k, v in overrides.items() if k != "features"
+        }  # features are a view, applied at evaluation
         spec = model_spec_from_params(
-            p, self.train, data.class_order, data.class_names, geometry=geometry, zeta=zeta,
-            backbone=arch.backbone, backbone_kwargs=arch.backbone_kwargs, overrides={**arch.overrides(), **overrides, "features": "embedding"},
+            p,
+            self.train,
+            data.class_order,
+            data.class_names,
+            geometry=geometry,
+            zeta=zeta,
+            backbone=arch.backbone,
+            backbone_kwargs=arch.backbone_kwargs,
+            overrides={**arch.overrides(), **overrides, "features": "embedding"},
         )
         cfg = train_config_from_params(p, epochs=epochs, seed=seed, align_weight=weight)
         key = _digest(
             {
-                "spec": spec.to_dict(), "method": method, "options": options or {}, "cfg": cfg.__dict__, "data": data.sha256,
+                "spec": spec.to_dict(),
+                "method": method,
+                "options": options or {},
+                "cfg": cfg.__dict__,
+                "data": data.sha256,
                 "old": old.key if old is not None and align.requires_old else None,
                 "ref": reference.key if reference is not None and align.needs_reference else None,
                 "pretrained": arch.pretrained_path,
@@ -132,10 +155,19 @@ class Bench:
         if (folder / "done.json").exists():
             meta = json.loads((folder / "done.json").read_text())
             return BenchModel(
-                key, label, spec, folder / "model.pt", meta["seconds"], meta["history"],
-                GalleryEmbeddings.load(folder / "val.npz"), GalleryEmbeddings.load(folder / "test.npz"), meta,
+                key,
+                label,
+                spec,
+                folder / "model.pt",
+                meta["seconds"],
+                meta["history"],
+                GalleryEmbeddings.load(folder / "val.npz"),
+                GalleryEmbeddings.load(folder / "test.npz"),
+                meta,
             )
-        self.log(f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, {cfg.epochs} epochs)")
+        self.log(
+            f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, {cfg.epochs} epochs)"
+        )
         torch.manual_seed(cfg.seed)
         model = build_model(spec, arch.pretrained_path)
         train = data.take(self.train)
@@ -146,7 +178,9 @@ class Bench:
             loss,
             folder / "checkpoints",
             old_model=load_model(old.checkpoint) if old is not None and align.trains and align.requires_old else None,
-            reference_model=load_model(reference.checkpoint) if reference is not None and align.needs_reference else None,
+            reference_model=load_model(reference.checkpoint)
+            if reference is not None and align.needs_reference
+            else None,
             run_key=key,
         )
         k = float(result.model.curvature.detach())
@@ -158,9 +192,20 @@ class Bench:
         val.save(folder / "val.npz")
         test.save(folder / "test.npz")
         meta = {
-            "label": label, "method": method, "options": options or {}, "weight": cfg.align_weight, "seed": seed, "geometry": geometry,
-            "backbone": arch.backbone, "backbone_kwargs": arch.backbone_kwargs, "epochs": cfg.epochs, "n_train": len(data),
-            "seconds": result.seconds, "embed_seconds": embed_seconds, "device": result.device, "history": result.history,
+            "label": label,
+            "method": method,
+            "options": options or {},
+            "weight": cfg.align_weight,
+            "seed": seed,
+            "geometry": geometry,
+            "backbone": arch.backbone,
+            "backbone_kwargs": arch.backbone_kwargs,
+            "epochs": cfg.epochs,
+            "n_train": len(data),
+            "seconds": result.seconds,
+            "embed_seconds": embed_seconds,
+            "device": result.device,
+            "history": result.history,
         }
         atomic_write_text(folder / "done.json", json.dumps(meta, indent=1, default=float))
         for ck in (folder / "checkpoints").glob("*.pt"):
@@ -168,11 +213,15 @@ class Bench:
         return BenchModel(key, label, spec, folder / "model.pt", result.seconds, result.history, val, test, meta)
 
     def _embed(self, model: Any, data: ArrayDataset, curvature: float) -> GalleryEmbeddings:
-        emb = embed_images(model, data.images, batch_size=self.params.train.eval_batch_size, device=self.params.train.device)
+        emb = embed_images(
+            model, data.images, batch_size=self.params.train.eval_batch_size, device=self.params.train.device
+        )
         return GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, data.ids, data.labels)
 
     # ----------------------------------------------------------------------------- evaluation
     def metrics(self, query: BenchModel, gallery: BenchModel, split: str = "test") -> dict[str, float]:
         """M(φ_query, φ_gallery) on the test gallery (or the validation split), leave-one-out."""
         q, g = (query.test, gallery.test) if split == "test" else (query.val, gallery.val)
-        return gallery_metrics(q, g, ks=tuple(self.params.evaluation.cmc_k), chunk_size=self.params.evaluation.chunk_size)
+        return gallery_metrics(
+            q, g, ks=tuple(self.params.evaluation.cmc_k), chunk_size=self.params.evaluation.chunk_size
+        )

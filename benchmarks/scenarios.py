@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from flows.params import apply_overrides
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.errors import ConfigError
@@ -33,6 +32,7 @@ from components.evaluation.diagnostics import (
     uncertainty_seen_unseen,
 )
 from components.losses import choose_alignment
+from flows.params import apply_overrides
 
 __all__ = ["SCENARIOS", "Row", "Scenario", "make_scenario", "run_sequential", "run_table"]
 
@@ -57,13 +57,45 @@ def make_scenario(bench: Bench, name: str) -> Scenario:
     first = list(range(max(1, round(c * s.old_class_fraction))))
     epochs = s.scenario_epochs.get(name)
     if name == "ext_data":
-        return Scenario(name, f"old: random {s.old_fraction:.0%} of the training data; new: all of it", "all", s.old_fraction, s.old_arch, s.old_arch, epochs)
+        return Scenario(
+            name,
+            f"old: random {s.old_fraction:.0%} of the training data; new: all of it",
+            "all",
+            s.old_fraction,
+            s.old_arch,
+            s.old_arch,
+            epochs,
+        )
     if name == "ext_class":
-        return Scenario(name, f"old: first {len(first)} of {c} classes; new: all classes", first, 1.0, s.old_arch, s.old_arch, epochs)
+        return Scenario(
+            name,
+            f"old: first {len(first)} of {c} classes; new: all classes",
+            first,
+            1.0,
+            s.old_arch,
+            s.old_arch,
+            epochs,
+        )
     if name == "new_arch":
-        return Scenario(name, f"same data; old {s.old_arch.backbone}, new {s.new_arch.backbone} {s.new_arch.backbone_kwargs}", "all", 1.0, s.old_arch, s.new_arch, epochs)
+        return Scenario(
+            name,
+            f"same data; old {s.old_arch.backbone}, new {s.new_arch.backbone} {s.new_arch.backbone_kwargs}",
+            "all",
+            1.0,
+            s.old_arch,
+            s.new_arch,
+            epochs,
+        )
     if name == "both":
-        return Scenario(name, f"old: first {len(first)} of {c} classes on {s.old_arch.backbone}; new: all classes on {s.new_arch.backbone}", first, 1.0, s.old_arch, s.new_arch, epochs)
+        return Scenario(
+            name,
+            f"old: first {len(first)} of {c} classes on {s.old_arch.backbone}; new: all classes on {s.new_arch.backbone}",
+            first,
+            1.0,
+            s.old_arch,
+            s.new_arch,
+            epochs,
+        )
     raise ConfigError(f"unknown scenario {name!r}; use one of {', '.join(SCENARIOS)}")
 
 
@@ -102,7 +134,20 @@ def _entry_zeta(p: Any, entry: MethodEntry) -> float:
     return g.zeta0 + g.delta_zeta
 
 
-def _row(bench: Bench, entry: MethodEntry, new: BenchModel, old: BenchModel, ref: BenchModel, *, seed: int, weight: float | None, selection: str, space: str, seconds: float | None, note: str = "") -> Row:
+def _row(
+    bench: Bench,
+    entry: MethodEntry,
+    new: BenchModel,
+    old: BenchModel,
+    ref: BenchModel,
+    *,
+    seed: int,
+    weight: float | None,
+    selection: str,
+    space: str,
+    seconds: float | None,
+    note: str = "",
+) -> Row:
     self_m = bench.metrics(new, new)
     cross = bench.metrics(new, old)
     old_self = bench.metrics(old, old)
@@ -117,14 +162,40 @@ def _row(bench: Bench, entry: MethodEntry, new: BenchModel, old: BenchModel, ref
         diag = {
             "clip_fraction_new": clip_fraction(new.test.clipped),
             "clip_fraction_old": clip_fraction(old.test.clipped),
-            "in_cone_fraction": in_cone_fraction(old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)),
+            "in_cone_fraction": in_cone_fraction(
+                old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
+            ),
         }
-        diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(old.test.z, old.test.labels, seen, old.test.curvature)
-        diag["uncertainty_new_seen"], diag["uncertainty_new_unseen"] = uncertainty_seen_unseen(new.test.z, new.test.labels, seen, new.test.curvature)
-    return Row(entry.name, entry.method, entry.geometry, space, seed, weight, selection, self_m, cross, old_self, ref_self, pc, den, pu, seconds, diag, note)
+        diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
+            old.test.z, old.test.labels, seen, old.test.curvature
+        )
+        diag["uncertainty_new_seen"], diag["uncertainty_new_unseen"] = uncertainty_seen_unseen(
+            new.test.z, new.test.labels, seen, new.test.curvature
+        )
+    return Row(
+        entry.name,
+        entry.method,
+        entry.geometry,
+        space,
+        seed,
+        weight,
+        selection,
+        self_m,
+        cross,
+        old_self,
+        ref_self,
+        pc,
+        den,
+        pu,
+        seconds,
+        diag,
+        note,
+    )
 
 
-def _select(bench: Bench, candidates: list[tuple[float, BenchModel]], old: BenchModel, ref: BenchModel) -> tuple[float, BenchModel, str]:
+def _select(
+    bench: Bench, candidates: list[tuple[float, BenchModel]], old: BenchModel, ref: BenchModel
+) -> tuple[float, BenchModel, str]:
     """The best run that does not hurt the new model, on the VALIDATION split (HBCT paper §5.1)."""
     if len(candidates) == 1:
         w, m = candidates[0]
@@ -135,7 +206,11 @@ def _select(bench: Bench, candidates: list[tuple[float, BenchModel]], old: Bench
     for w, m in candidates:
         scored.append((w, m, bench.metrics(m, old, "val")["map"], bench.metrics(m, m, "val")["map"]))
     ok = [t for t in scored if t[3] >= tol * ref_self]
-    pool, rule = (ok, f"max val cross mAP with val self ≥ {tol:g}×φ*") if ok else (scored, "no λ kept val self; max val self mAP")
+    pool, rule = (
+        (ok, f"max val cross mAP with val self ≥ {tol:g}×φ*")
+        if ok
+        else (scored, "no λ kept val self; max val self mAP")
+    )
     best = max(pool, key=lambda t: t[2] if ok else t[3])
     detail = ", ".join(f"λ={w:g}: cross {c:.3f} self {s:.3f}" for w, _, c, s in scored)
     return best[0], best[1], f"{rule} (φ* val self {ref_self:.3f}; {detail})"
@@ -172,24 +247,79 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
             try:
                 choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
             except ConfigError as err:
-                rows.append(_row(bench, entry, ref, old, ref, seed=seeds[0], weight=None, selection="not applicable", space=kind, seconds=None, note=str(err)))
+                rows.append(
+                    _row(
+                        bench,
+                        entry,
+                        ref,
+                        old,
+                        ref,
+                        seed=seeds[0],
+                        weight=None,
+                        selection="not applicable",
+                        space=kind,
+                        seconds=None,
+                        note=str(err),
+                    )
+                )
                 continue
             note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
-            rows.append(_row(bench, entry, ref.view(kind), old.view(kind), ref.view(kind), seed=seeds[0], weight=None, selection="training-free", space=kind, seconds=0.0, note=note))
+            rows.append(
+                _row(
+                    bench,
+                    entry,
+                    ref.view(kind),
+                    old.view(kind),
+                    ref.view(kind),
+                    seed=seeds[0],
+                    weight=None,
+                    selection="training-free",
+                    space=kind,
+                    seconds=0.0,
+                    note=note,
+                )
+            )
             continue
         weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
         zeta_e = _entry_zeta(p, entry)
         cands = [
-            (w, bench.train_model(
-                f"{entry.name}/λ={w:g}/seed={seeds[0]}", new_sel, geometry=entry.geometry, arch=sc.new_arch, method=entry.method,
-                options=entry.options, weight=w, seed=seeds[0], zeta=zeta_e, old=old, reference=ref, epochs=sc.epochs, params=entry.params,
-            ))
+            (
+                w,
+                bench.train_model(
+                    f"{entry.name}/λ={w:g}/seed={seeds[0]}",
+                    new_sel,
+                    geometry=entry.geometry,
+                    arch=sc.new_arch,
+                    method=entry.method,
+                    options=entry.options,
+                    weight=w,
+                    seed=seeds[0],
+                    zeta=zeta_e,
+                    old=old,
+                    reference=ref,
+                    epochs=sc.epochs,
+                    params=entry.params,
+                ),
+            )
             for w in weights
         ]
         w, model, how = _select(bench, cands, old, ref)
         chosen[entry.name] = (w, model)
         val_cross[entry.name] = bench.metrics(model, old, "val")["map"]
-        rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, space="embedding", seconds=model.seconds))
+        rows.append(
+            _row(
+                bench,
+                entry,
+                model,
+                old,
+                ref,
+                seed=seeds[0],
+                weight=w,
+                selection=how,
+                space="embedding",
+                seconds=model.seconds,
+            )
+        )
     baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_cross]
     best = max(baselines, key=lambda m: val_cross[m.name]).name if baselines else None
     extra = {best if n == "best_baseline" else n for n in s.extra_seed_methods} - {None}
@@ -201,11 +331,34 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         for seed in seeds[1:]:
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
             m = bench.train_model(
-                f"{entry.name}/λ={w:g}/seed={seed}", new_sel, geometry=entry.geometry, arch=sc.new_arch, method=entry.method,
-                options=entry.options, weight=w, seed=seed, zeta=_entry_zeta(p, entry), old=old, reference=ref, epochs=sc.epochs,
+                f"{entry.name}/λ={w:g}/seed={seed}",
+                new_sel,
+                geometry=entry.geometry,
+                arch=sc.new_arch,
+                method=entry.method,
+                options=entry.options,
+                weight=w,
+                seed=seed,
+                zeta=_entry_zeta(p, entry),
+                old=old,
+                reference=ref,
+                epochs=sc.epochs,
                 params=entry.params,
             )
-            rows.append(_row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", space="embedding", seconds=m.seconds))
+            rows.append(
+                _row(
+                    bench,
+                    entry,
+                    m,
+                    old,
+                    ref,
+                    seed=seed,
+                    weight=w,
+                    selection="λ from seed 0",
+                    space="embedding",
+                    seconds=m.seconds,
+                )
+            )
     models = {g: {"old": b[0].meta, "reference": b[1].meta} for g, b in bases.items()}
     return TableResult(sc, rows, best, models)
 
@@ -237,7 +390,14 @@ def run_sequential(bench: Bench) -> SequentialResult:
     indep: dict[str, list[BenchModel]] = {}
     for g in sorted(geoms):
         indep[g] = [
-            bench.train_model(f"seq/independent/{g}/t{t}", bench.selection(stages[t]), geometry=g, arch=archs[t], zeta=zeta[t], epochs=epochs)
+            bench.train_model(
+                f"seq/independent/{g}/t{t}",
+                bench.selection(stages[t]),
+                geometry=g,
+                arch=archs[t],
+                zeta=zeta[t],
+                epochs=epochs,
+            )
             for t in range(t_stages)
         ]
     chains: dict[str, list[BenchModel]] = {}
@@ -257,8 +417,18 @@ def run_sequential(bench: Bench) -> SequentialResult:
         for t in range(1, t_stages):
             chain.append(
                 bench.train_model(
-                    f"seq/{name}/t{t}", bench.selection(stages[t]), geometry=e.geometry, arch=archs[t], method=e.method, options=e.options,
-                    weight=e.weight, seed=0, zeta=zeta[t], old=chain[t - 1], reference=indep[e.geometry][t], epochs=epochs,
+                    f"seq/{name}/t{t}",
+                    bench.selection(stages[t]),
+                    geometry=e.geometry,
+                    arch=archs[t],
+                    method=e.method,
+                    options=e.options,
+                    weight=e.weight,
+                    seed=0,
+                    zeta=zeta[t],
+                    old=chain[t - 1],
+                    reference=indep[e.geometry][t],
+                    epochs=epochs,
                 )
             )
         chains[name] = chain

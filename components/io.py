@@ -63,9 +63,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     if not target.parent.is_dir():
-        raise FileNotFoundError(
-            f"cannot write {target}: directory {target.parent} does not exist; create it first"
-        )
+        raise FileNotFoundError(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     tmp = _temp_name(target)
     try:
         yield tmp
@@ -84,9 +82,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Atomically replace ``path`` with ``data`` (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "xb") as f:
-            f.write(data)
+    with atomic_path(path) as tmp, open(tmp, "xb") as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -57,4 +57,6 @@ class Catalog(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise self.error(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())} ({self.fix})") from None
+            raise self.error(
+                f"unknown {self.kind} {name!r}; available: {', '.join(self.names())} ({self.fix})"
+            ) from None

@@ -40,9 +40,13 @@ def generation_markdown(summary: dict[str, Any]) -> str:
     if d.parent_self:
         lines += ["", "| metric | P_com | denominator | P_up |", "|---|---:|---:|---:|"]
         for k in COMPAT_METRICS:
-            lines.append(f"| {k} | {fmt(d.p_com.get(k), 3)} | {fmt(d.p_com_denominator.get(k))} | {fmt(d.p_up.get(k))} |")
+            lines.append(
+                f"| {k} | {fmt(d.p_com.get(k), 3)} | {fmt(d.p_com_denominator.get(k))} | {fmt(d.p_up.get(k))} |"
+            )
     b = summary["backfill"]
     lines += ["", f"**Backfill required: {'yes' if b['required'] else 'no'}**"] + [f"- {r}" for r in b["reasons"]]
     if summary.get("diagnostics"):
-        lines += ["", "| diagnostic | value |", "|---|---:|"] + [f"| {k} | {fmt(v)} |" for k, v in summary["diagnostics"].items()]
+        lines += ["", "| diagnostic | value |", "|---|---:|"] + [
+            f"| {k} | {fmt(v)} |" for k, v in summary["diagnostics"].items()
+        ]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,11 @@ from flows.transient import retry_condition
 def start_task(plan: BackfillPlan) -> BackfillPlan:
     plan = reembed.start(plan)
     get_run_logger().info(
-        "backfill with generation %d: %s, %d items in %d chunks%s", plan.target, plan.kind, len(plan.positions), plan.n_chunks,
+        "backfill with generation %d: %s, %d items in %d chunks%s",
+        plan.target,
+        plan.kind,
+        len(plan.positions),
+        plan.n_chunks,
         f", order {plan.order}" if plan.kind == "partial" else "",
     )
     return plan
@@ -58,7 +62,13 @@ def publish_task(plan: BackfillPlan) -> tuple[str, dict[str, float]]:
     return str(index_dir), metrics
 
 
-@task(name="switch-live-gallery", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition)
+@task(
+    name="switch-live-gallery",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_condition,
+)
 def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -> int:
     event = reembed.switch(plan, Path(index_dir), metrics)
     get_run_logger().info("live gallery switched to generation %d (backfill %d)", plan.target, event)
@@ -73,9 +83,23 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         before, total = embed_task(plan)
         index_dir, metrics = publish_task(plan)
         event = switch_task(plan, index_dir, metrics)
-    summary = {"event": event, "target": plan.target, "kind": plan.kind, "reembedded": len(plan.positions), "chunks_resumed": before,
-               "chunks": total, "metrics": metrics, "index": index_dir}
-    lines = [f"# backfill {event}: generation {plan.target} ({plan.kind})", "", f"- items re-embedded: {len(plan.positions)}",
-             f"- chunks resumed from an earlier run: {before} of {total}", f"- index: `{index_dir}`", f"- retrieval: {metrics}"]
+    summary = {
+        "event": event,
+        "target": plan.target,
+        "kind": plan.kind,
+        "reembedded": len(plan.positions),
+        "chunks_resumed": before,
+        "chunks": total,
+        "metrics": metrics,
+        "index": index_dir,
+    }
+    lines = [
+        f"# backfill {event}: generation {plan.target} ({plan.kind})",
+        "",
+        f"- items re-embedded: {len(plan.positions)}",
+        f"- chunks resumed from an earlier run: {before} of {total}",
+        f"- index: `{index_dir}`",
+        f"- retrieval: {metrics}",
+    ]
     create_markdown_artifact("\n".join(lines) + "\n", key=f"backfill-{event}", description="bctflow backfill")
     return summary

@@ -45,15 +45,25 @@ def _check(rule: str, value: float | None, threshold: float | None, passed: bool
 def _compatibility(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
     live, m = ev.live_generation_id, rules.metric
     if ev.cross is None:
-        return _check("compatibility", None, None, False,
-                      f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be re-embedded")
+        return _check(
+            "compatibility",
+            None,
+            None,
+            False,
+            f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be re-embedded",
+        )
     if not rules.require_compatibility:
         return None
     c, s = ev.cross[m], ev.live_self[m]
     rel = ">" if ev.compatible else "≤"
-    return _check("compatibility", c, s, ev.compatible,
-                  f"empirical compatibility {'holds' if ev.compatible else 'fails'} against live gallery generation {live}: "
-                  f"cross {m} {c:.4f} {rel} its self {m} {s:.4f}")
+    return _check(
+        "compatibility",
+        c,
+        s,
+        ev.compatible,
+        f"empirical compatibility {'holds' if ev.compatible else 'fails'} against live gallery generation {live}: "
+        f"cross {m} {c:.4f} {rel} its self {m} {s:.4f}",
+    )
 
 
 def _p_com_floor(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
@@ -62,7 +72,9 @@ def _p_com_floor(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] 
         return None
     v = ev.p_com.get(m)
     if v is None:
-        return _check("p_com_floor", None, floor, True, "P_com not measured (no independent reference trained); rule skipped")
+        return _check(
+            "p_com_floor", None, floor, True, "P_com not measured (no independent reference trained); rule skipped"
+        )
     ok = v >= floor
     return _check("p_com_floor", v, floor, ok, f"P_com({m}) {v:.3f} {'≥' if ok else '<'} floor {floor:.3f}")
 
@@ -72,7 +84,9 @@ def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any]
     if ceiling is None or ev.zeta is None:
         return None
     ok = ev.zeta <= ceiling + 1e-12
-    return _check("zeta_ceiling", ev.zeta, ceiling, ok, f"clip radius ζ {ev.zeta:.2f} {'≤' if ok else '>'} ceiling {ceiling:.2f}")
+    return _check(
+        "zeta_ceiling", ev.zeta, ceiling, ok, f"clip radius ζ {ev.zeta:.2f} {'≤' if ok else '>'} ceiling {ceiling:.2f}"
+    )
 
 
 def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
@@ -81,8 +95,13 @@ def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillParams) -> 
         return None
     n = ev.generations_since_backfill
     ok = n <= limit
-    return _check("max_generations_since_backfill", float(n), float(limit), ok,
-                  f"{n} generation(s) since the gallery was last embedded {'≤' if ok else '>'} limit {limit}")
+    return _check(
+        "max_generations_since_backfill",
+        float(n),
+        float(limit),
+        ok,
+        f"{n} generation(s) since the gallery was last embedded {'≤' if ok else '>'} limit {limit}",
+    )
 
 
 def _clip_fraction(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
@@ -90,9 +109,14 @@ def _clip_fraction(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any
     if top is None or f is None:
         return None
     ok = f <= top
-    return _check("clip_fraction_max", f, top, ok,
-                  f"{f:.0%} of gallery embeddings sit on the clip radius {'≤' if ok else '>'} {top:.0%}"
-                  + ("" if ok else " (the time axis has no room left to encode confidence)"))
+    return _check(
+        "clip_fraction_max",
+        f,
+        top,
+        ok,
+        f"{f:.0%} of gallery embeddings sit on the clip radius {'≤' if ok else '>'} {top:.0%}"
+        + ("" if ok else " (the time axis has no room left to encode confidence)"),
+    )
 
 
 #: every rule, in the order its check is reported
@@ -102,4 +126,6 @@ RULES = (_compatibility, _p_com_floor, _zeta_ceiling, _generations_since_backfil
 def decide_backfill(ev: BackfillEvidence, rules: BackfillParams) -> DecisionRecord:
     checks = [c for rule in RULES if (c := rule(ev, rules)) is not None]
     reasons = [c["detail"] for c in checks if not c["passed"]]
-    return DecisionRecord(required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id)
+    return DecisionRecord(
+        required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id
+    )

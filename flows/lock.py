@@ -33,7 +33,9 @@ def workspace_lock(home: Path, what: str) -> Iterator[None]:
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
-            raise LineageError(f"workspace {home} is busy: {holder}; wait for it to finish or use another --home") from None
+            raise LineageError(
+                f"workspace {home} is busy: {holder}; wait for it to finish or use another --home"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"what": what, "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))

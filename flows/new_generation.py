@@ -36,7 +36,9 @@ def check_plan_task(plan: GenerationPlan) -> None:
         store.close()
     log = get_run_logger()
     parent = f"parent g{plan.parent.id}" if plan.parent else "no parent (generation 0)"
-    log.info("generation %d (%s): %s, %s, ζ=%s, %s", plan.gen_id, plan.name, plan.alignment, plan.geometry, plan.zeta, parent)
+    log.info(
+        "generation %d (%s): %s, %s, ζ=%s, %s", plan.gen_id, plan.name, plan.alignment, plan.geometry, plan.zeta, parent
+    )
     for note in plan.notes:
         log.info(note)
 
@@ -44,7 +46,13 @@ def check_plan_task(plan: GenerationPlan) -> None:
 @task(name="snapshot-data", cache_policy=NO_CACHE)
 def snapshot_task(plan: GenerationPlan) -> steps.Snapshot:
     snap = steps.snapshot_data(plan)
-    get_run_logger().info("data snapshot %s: %d samples, %d classes, DVC md5 %s", snap.name, snap.n_train, len(snap.class_order), snap.data_hash)
+    get_run_logger().info(
+        "data snapshot %s: %d samples, %d classes, DVC md5 %s",
+        snap.name,
+        snap.n_train,
+        len(snap.class_order),
+        snap.data_hash,
+    )
     return snap
 
 
@@ -73,26 +81,48 @@ def gallery_task(plan: GenerationPlan, trained: steps.Trained) -> steps.Gallery:
 
 @task(name="evaluate", cache_policy=NO_CACHE)
 def evaluate_task(
-    plan: GenerationPlan, snap: steps.Snapshot, trained: steps.Trained, gallery: steps.Gallery, ref: steps.Trained | None, ref_gallery: steps.Gallery | None
+    plan: GenerationPlan,
+    snap: steps.Snapshot,
+    trained: steps.Trained,
+    gallery: steps.Gallery,
+    ref: steps.Trained | None,
+    ref_gallery: steps.Gallery | None,
 ) -> steps.Evaluation:
     ev = steps.evaluate(plan, snap, trained, gallery, ref, ref_gallery)
     log = get_run_logger()
-    log.info("self %s | cross %s | compatible with the live gallery: %s", ev.summary["self"], ev.summary["cross"], ev.compatible)
+    log.info(
+        "self %s | cross %s | compatible with the live gallery: %s",
+        ev.summary["self"],
+        ev.summary["cross"],
+        ev.compatible,
+    )
     if ev.decision.required:
         log.warning("backfill required: %s", "; ".join(ev.decision.reasons))
     return ev
 
 
-@task(name="register-mlflow", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition)
-def register_task(plan: GenerationPlan, snap: steps.Snapshot, trained: steps.Trained, gallery: steps.Gallery, ev: steps.Evaluation) -> RegistrationResult:
+@task(
+    name="register-mlflow", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition
+)
+def register_task(
+    plan: GenerationPlan, snap: steps.Snapshot, trained: steps.Trained, gallery: steps.Gallery, ev: steps.Evaluation
+) -> RegistrationResult:
     reg = steps.register(plan, snap, trained, gallery, ev)
     get_run_logger().info("registered %s version %s (run %s)", reg.model_name, reg.version, reg.run_id)
     return reg
 
 
-@task(name="update-lineage", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition)
+@task(
+    name="update-lineage", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition
+)
 def commit_task(
-    plan: GenerationPlan, snap: steps.Snapshot, trained: steps.Trained, gallery: steps.Gallery, ev: steps.Evaluation, reg: RegistrationResult, ref: steps.Trained | None
+    plan: GenerationPlan,
+    snap: steps.Snapshot,
+    trained: steps.Trained,
+    gallery: steps.Gallery,
+    ev: steps.Evaluation,
+    reg: RegistrationResult,
+    ref: steps.Trained | None,
 ) -> None:
     steps.commit(plan, snap, trained, gallery, ev, reg, ref)
 
@@ -100,7 +130,9 @@ def commit_task(
 @task(name="rollback-mlflow", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
 def rollback_task(plan: GenerationPlan, reg: RegistrationResult) -> None:
     steps.rollback(plan, reg)
-    get_run_logger().warning("lineage update failed: MLflow version %s of %s was removed again", reg.version, reg.model_name)
+    get_run_logger().warning(
+        "lineage update failed: MLflow version %s of %s was removed again", reg.version, reg.model_name
+    )
 
 
 @flow(name="new-generation", log_prints=True)
@@ -122,5 +154,7 @@ def new_generation(plan: GenerationPlan) -> dict[str, Any]:
             rollback_task(plan, reg)
             raise
     summary = {**ev.summary, "mlflow_model": reg.model_name, "mlflow_version": reg.version}
-    create_markdown_artifact(generation_markdown(summary), key=f"generation-{plan.gen_id}", description=f"bctflow generation {plan.gen_id}")
+    create_markdown_artifact(
+        generation_markdown(summary), key=f"generation-{plan.gen_id}", description=f"bctflow generation {plan.gen_id}"
+    )
     return summary

@@ -46,6 +46,12 @@ def nightly_generation(
         log.info("nightly retraining skipped: %s", report.reason)
         return {"skipped": True, "reason": report.reason, "last_generation": report.last_generation}
     log.info("nightly retraining: %s", report.reason)
-    plan = plan_generation(params, home, GenerationSpec(**spec) if spec else None, digest=report.params_digest, data_fingerprint=report.data_fingerprint)
+    plan = plan_generation(
+        params,
+        home,
+        GenerationSpec(**spec) if spec else None,
+        digest=report.params_digest,
+        data_fingerprint=report.data_fingerprint,
+    )
     summary = new_generation(plan)
     return {"skipped": False, "reason": report.reason, **summary}

@@ -100,7 +100,9 @@ class GeometryParams(_Strict):
     @classmethod
     def _dz_nonneg(cls, v: float) -> float:
         if v < 0:
-            raise ValueError(f"delta_zeta must be >= 0 (got {v}); each generation may only widen the clip radius, use e.g. 0.2")
+            raise ValueError(
+                f"delta_zeta must be >= 0 (got {v}); each generation may only widen the clip radius, use e.g. 0.2"
+            )
         return v
 
 
@@ -215,7 +217,9 @@ class Params(_Strict):
         names = [g.name for g in self.generations]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"generation names must be unique (duplicated: {sorted(dup)}); rename them in `generations:`")
+            raise ValueError(
+                f"generation names must be unique (duplicated: {sorted(dup)}); rename them in `generations:`"
+            )
         return self
 
     def generation(self, name: str) -> GenerationSpec:
@@ -223,7 +227,9 @@ class Params(_Strict):
             if g.name == name:
                 return g
         known = ", ".join(g.name for g in self.generations) or "none declared"
-        raise ConfigError(f"unknown generation {name!r} (declared in params.yaml `generations:`: {known}); add it there or pick one of those")
+        raise ConfigError(
+            f"unknown generation {name!r} (declared in params.yaml `generations:`: {known}); add it there or pick one of those"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -239,7 +245,11 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         elif e["type"] == "missing":
             msg = "required key is missing; add it"
         got = e.get("input")
-        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) or "(got " in msg else f" (got {got!r})"
+        shown = (
+            ""
+            if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) or "(got " in msg
+            else f" (got {got!r})"
+        )
         parts.append(f"{loc}: {msg}{shown}" if loc else msg)
     return f"invalid parameters in {source}: " + "; ".join(parts)
 
@@ -316,7 +326,13 @@ def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 #: the sections that shape a trained model; a change in any of them is a reason to retrain
 MODEL_SHAPING = ("data", "model", "geometry", "train", "alignment")
 #: entries inside those sections that do not change what is trained
-NOT_SHAPING = {("data", "root"), ("data", "download"), ("train", "device"), ("train", "keep_checkpoints"), ("train", "eval_batch_size")}
+NOT_SHAPING = {
+    ("data", "root"),
+    ("data", "download"),
+    ("train", "device"),
+    ("train", "keep_checkpoints"),
+    ("train", "eval_batch_size"),
+}
 
 
 def params_digest(params: Params) -> str:

@@ -107,7 +107,9 @@ class GenerationPlan(_Frozen):
 
     def train_config(self, role: str) -> TrainConfig:
         # the reference gets its own seed: an independent twin, not a copy
-        return train_config_from_params(self.params, epochs=self.epochs, seed=self.params.train.seed + (7919 if role == "reference" else 0))
+        return train_config_from_params(
+            self.params, epochs=self.epochs, seed=self.params.train.seed + (7919 if role == "reference" else 0)
+        )
 
     def role_alignment(self, role: str) -> str:
         return "independent" if role == "reference" else self.alignment
@@ -118,7 +120,13 @@ class GenerationPlan(_Frozen):
 
 def _run_key(gen_id: int, parent: ParentRef | None, spec: GenerationSpec, alignment: str, digest: str) -> str:
     body = json.dumps(
-        {"gen": gen_id, "parent": parent and parent.id, "spec": spec.model_dump(mode="json"), "alignment": alignment, "params": digest},
+        {
+            "gen": gen_id,
+            "parent": parent and parent.id,
+            "spec": spec.model_dump(mode="json"),
+            "alignment": alignment,
+            "params": digest,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -153,7 +161,12 @@ def _zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
     newest = gens[-1]
     ptr = store.live_pointer()
     restart = next((b for b in reversed(store.backfills()) if b.zeta_restarted), None)
-    if restart is not None and ptr is not None and ptr.backfill_id == restart.id and restart.to_generation_id >= newest.id:
+    if (
+        restart is not None
+        and ptr is not None
+        and ptr.backfill_id == restart.id
+        and restart.to_generation_id >= newest.id
+    ):
         return ptr.zeta, True
     return newest.zeta, False
 
@@ -168,7 +181,11 @@ def _check_parent_checkpoint(parent: ParentRef) -> None:
         "zeta": parent.zeta,
         "class_order": parent.class_order,
     }
-    diffs = [f"{k}: checkpoint has {getattr(spec, k)!r}, lineage has {v!r}" for k, v in expected.items() if getattr(spec, k) != v]
+    diffs = [
+        f"{k}: checkpoint has {getattr(spec, k)!r}, lineage has {v!r}"
+        for k, v in expected.items()
+        if getattr(spec, k) != v
+    ]
     if diffs:
         raise CheckpointMismatchError(
             f"parent generation {parent.id}'s checkpoint {parent.checkpoint} does not match its lineage record ({'; '.join(diffs)}); "
@@ -180,7 +197,11 @@ def _check_resumable(plan: GenerationPlan) -> None:
     """Leftover training output in staging (epoch checkpoints or a finished model) must belong to
     this very run; otherwise refuse now rather than overwrite it or resume from it."""
     for role in ROLES:
-        found = [p for p in (latest_checkpoint(plan.role_dir(role) / "checkpoints"), plan.role_dir(role) / "model.pt") if p and p.exists()]
+        found = [
+            p
+            for p in (latest_checkpoint(plan.role_dir(role) / "checkpoints"), plan.role_dir(role) / "model.pt")
+            if p and p.exists()
+        ]
         for path in found:
             obj = load_torch_safe(path)
             if obj.get("run_key") != plan.role_run_key(role):
@@ -216,16 +237,24 @@ def make_plan(
     g = params.geometry
     geometry = params.model.geometry
     requested = spec.alignment or params.alignment.method
-    choice = choose_alignment(requested, params.alignment.options.get(requested))  # ConfigError: unknown name / bad options, even for generation 0
+    choice = choose_alignment(
+        requested, params.alignment.options.get(requested)
+    )  # ConfigError: unknown name / bad options, even for generation 0
     zeta_prev, restarted = _zeta_prev(store)
     if parent is None:
         if requested != "independent":
-            notes.append(f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1")
+            notes.append(
+                f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1"
+            )
             choice = choose_alignment("independent", params.alignment.options.get("independent"))
         zeta = g.zeta0 if geometry == "lorentz" else None
         since = 0
     else:
-        zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if geometry == "lorentz" else None
+        zeta = (
+            round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10)
+            if geometry == "lorentz"
+            else None
+        )
         since = sum(1 for gid in store.serving_generation_ids() if gid > parent.id) + 1
         if restarted:
             notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
@@ -234,8 +263,12 @@ def make_plan(
     if parent is not None:
         _check_parent_checkpoint(parent)
     alignment = choice.name
-    use_reference = parent is not None and (spec.reference if spec.reference is not None else params.evaluation.reference)
-    use_reference = bool(use_reference and alignment != "independent") or (parent is not None and choice.needs_reference)
+    use_reference = parent is not None and (
+        spec.reference if spec.reference is not None else params.evaluation.reference
+    )
+    use_reference = bool(use_reference and alignment != "independent") or (
+        parent is not None and choice.needs_reference
+    )
     digest = digest or params_digest(params)
     plan = GenerationPlan(
         home=str(ws.home),
@@ -256,7 +289,9 @@ def make_plan(
         classes=tuple(spec.classes) if isinstance(spec.classes, list) else spec.classes,
         fraction=spec.fraction,
         backbone=spec.backbone or params.model.backbone,
-        backbone_kwargs=dict(spec.backbone_kwargs if spec.backbone_kwargs is not None else params.model.backbone_kwargs),
+        backbone_kwargs=dict(
+            spec.backbone_kwargs if spec.backbone_kwargs is not None else params.model.backbone_kwargs
+        ),
         epochs=spec.epochs or params.train.epochs,
         reference=use_reference,
         run_key=_run_key(gen_id, parent, spec, alignment, digest),

@@ -31,8 +31,13 @@ def progress_bar(description: str, total: int, enabled: bool | None = None) -> I
     )
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
     ) as prog:
         task = prog.add_task(description, total=total)
         yield lambda n=1: prog.advance(task, n)

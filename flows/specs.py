@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from flows.params import Params
 from components.data.base import ArrayDataset
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
+from flows.params import Params
 
 __all__ = ["model_spec_from_params", "normalization_stats", "train_config_from_params"]
 
@@ -61,7 +61,9 @@ def model_spec_from_params(
     return ModelSpec(**fields)
 
 
-def train_config_from_params(p: Params, *, epochs: int | None = None, seed: int | None = None, align_weight: float | None = None) -> TrainConfig:
+def train_config_from_params(
+    p: Params, *, epochs: int | None = None, seed: int | None = None, align_weight: float | None = None
+) -> TrainConfig:
     """params.train / data.augment / alignment.weight as a :class:`TrainConfig`."""
     t, a = p.train, p.data.augment
     return TrainConfig(

@@ -11,11 +11,20 @@ def is_transient(exc: BaseException | None) -> bool:
     while exc is not None and seen < 10:
         name = type(exc).__name__
         text = str(exc).lower()
-        if name in {"OperationalError", "TimeoutError", "ConnectionError", "ConnectTimeout", "ReadTimeout", "DisconnectionError"}:
+        if name in {
+            "OperationalError",
+            "TimeoutError",
+            "ConnectionError",
+            "ConnectTimeout",
+            "ReadTimeout",
+            "DisconnectionError",
+        }:
             return True
         if "database is locked" in text or "temporarily unavailable" in text or "connection reset" in text:
             return True
-        if name == "MlflowException" and any(code in text for code in ("temporarily_unavailable", "resource_exhausted", "deadline_exceeded")):
+        if name == "MlflowException" and any(
+            code in text for code in ("temporarily_unavailable", "resource_exhausted", "deadline_exceeded")
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1

@@ -28,7 +28,20 @@ __all__ = ["DEFAULT_HOME", "WORKSPACE_ENTRIES", "Workspace", "generation_dirname
 
 DEFAULT_HOME = Path(".bctflow")
 #: names a bctflow workspace may contain (a reset wipes nothing else)
-WORKSPACE_ENTRIES = frozenset({"data", "datasets", "generations", "staging", "prefect", "backfills", "live", "bench-cache", ".lock", *STORE_ENTRIES})
+WORKSPACE_ENTRIES = frozenset(
+    {
+        "data",
+        "datasets",
+        "generations",
+        "staging",
+        "prefect",
+        "backfills",
+        "live",
+        "bench-cache",
+        ".lock",
+        *STORE_ENTRIES,
+    }
+)
 
 
 def resolve_home(home: str | Path | None) -> Path:
@@ -99,5 +112,7 @@ class Workspace:
             return
         foreign = sorted(p.name for p in self.home.iterdir() if p.name not in WORKSPACE_ENTRIES)
         if foreign:
-            raise ConfigError(f"{self.home} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home")
+            raise ConfigError(
+                f"{self.home} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home"
+            )
         shutil.rmtree(self.home)

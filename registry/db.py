@@ -235,6 +235,8 @@ def upgrade_schema(engine: Any) -> list[str]:
             have = {c["name"] for c in insp.get_columns(table.name)}
             for col in table.columns:
                 if col.name not in have and col.nullable:
-                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
+                    conn.execute(
+                        text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}")
+                    )
                     added.append(f"{table.name}.{col.name}")
     return added

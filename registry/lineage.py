@@ -79,7 +79,9 @@ class LineageStore:
         try:
             self.engine = create_engine(url)
         except (SQLAlchemyError, ValueError) as err:
-            raise LineageError(f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL") from None
+            raise LineageError(
+                f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
+            ) from None
         _sqlite_pragmas(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         version = self.schema_version()
@@ -90,7 +92,9 @@ class LineageStore:
             with self._sessions.begin() as s:
                 s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
         elif version > SCHEMA_VERSION:
-            raise LineageError(f"lineage database {url} has schema v{version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade bctflow")
+            raise LineageError(
+                f"lineage database {url} has schema v{version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade bctflow"
+            )
         elif version < SCHEMA_VERSION and upgrade and not readonly:
             self.upgraded = self._upgrade()
         elif version < SCHEMA_VERSION:
@@ -104,7 +108,9 @@ class LineageStore:
         try:
             tables = set(inspect(self.engine).get_table_names())
         except SQLAlchemyError as err:
-            raise LineageError(f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the server") from None
+            raise LineageError(
+                f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the server"
+            ) from None
         if "generations" not in tables:
             return None
         if "schema_info" not in tables:
@@ -151,7 +157,9 @@ class LineageStore:
         with self._sessions() as s:
             g = s.get(Generation, gen_id)
             if g is None:
-                raise LineageError(f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones")
+                raise LineageError(
+                    f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones"
+                )
             return g
 
     def generation_by_name(self, name: str) -> Generation | None:
@@ -201,7 +209,9 @@ class LineageStore:
                 q = q.where(Evaluation.query_generation_id == query_generation_id)
             return list(s.scalars(q.order_by(Evaluation.id)))
 
-    def metric_value(self, query_id: int, gallery_id: int, metric: str, query_role: str = "model", gallery_role: str = "model") -> float | None:
+    def metric_value(
+        self, query_id: int, gallery_id: int, metric: str, query_role: str = "model", gallery_role: str = "model"
+    ) -> float | None:
         with self._sessions() as s:
             return s.scalar(
                 select(Evaluation.value).where(
@@ -220,7 +230,9 @@ class LineageStore:
         return lineage_document(self._sessions)
 
     # ---- writes --------------------------------------------------------------------------
-    def record_promotion(self, gen_id: int, *, forced: bool, by: str, reason: str, before_commit: Callable[[], None] | None = None) -> None:
+    def record_promotion(
+        self, gen_id: int, *, forced: bool, by: str, reason: str, before_commit: Callable[[], None] | None = None
+    ) -> None:
         """Record that `production` now points to ``gen_id`` (one transaction; ``before_commit`` moves the alias)."""
         self._writable()
         prev = self.production_generation_id()
@@ -228,7 +240,9 @@ class LineageStore:
             with self._sessions.begin() as s:
                 g = s.get(Generation, gen_id)
                 if g is None:
-                    raise LineageError(f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones")
+                    raise LineageError(
+                        f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones"
+                    )
                 g.promoted = True
                 s.add(Promotion(generation_id=gen_id, previous_generation_id=prev, forced=forced, by=by, reason=reason))
                 s.flush()
@@ -238,7 +252,12 @@ class LineageStore:
             raise LineageError(f"promotion of generation {gen_id} failed and was rolled back ({err})") from err
 
     def record_backfill(
-        self, event: BackfillRecord, pointer: PointerRecord, retire: list[int], before_commit: Callable[[], None] | None = None, promote: bool = False
+        self,
+        event: BackfillRecord,
+        pointer: PointerRecord,
+        retire: list[int],
+        before_commit: Callable[[], None] | None = None,
+        promote: bool = False,
     ) -> int:
         """Record a finished backfill and switch the live pointer (one transaction). Returns the event id.
 
@@ -257,8 +276,15 @@ class LineageStore:
                     target = s.get(Generation, event.to_generation_id)
                     if target is not None:
                         target.promoted = True
-                    s.add(Promotion(generation_id=event.to_generation_id, previous_generation_id=prev, forced=False, by="backfill",
-                                    reason=f"full backfill {ev.id}: the live gallery now holds its embeddings"))
+                    s.add(
+                        Promotion(
+                            generation_id=event.to_generation_id,
+                            previous_generation_id=prev,
+                            forced=False,
+                            by="backfill",
+                            reason=f"full backfill {ev.id}: the live gallery now holds its embeddings",
+                        )
+                    )
                 for gid in retire:
                     g = s.get(Generation, gid)
                     if g is not None:
@@ -268,7 +294,9 @@ class LineageStore:
                     before_commit()
                 return int(ev.id)
         except SQLAlchemyError as err:
-            raise LineageError(f"recording the backfill failed and was rolled back ({err}); the live gallery was not switched") from err
+            raise LineageError(
+                f"recording the backfill failed and was rolled back ({err}); the live gallery was not switched"
+            ) from err
 
     def commit_generation(self, bundle: GenerationBundle, before_commit: Callable[[], None] | None = None) -> None:
         """Insert everything about one generation in one transaction.
@@ -281,7 +309,9 @@ class LineageStore:
         try:
             with self._sessions.begin() as s:
                 if s.get(Generation, g.id) is not None:
-                    raise LineageError(f"generation {g.id} already exists in the lineage; another run committed it first, rerun to create the next one")
+                    raise LineageError(
+                        f"generation {g.id} already exists in the lineage; another run committed it first, rerun to create the next one"
+                    )
                 s.add(Generation(**asdict(g)))
                 s.flush()
                 for e in bundle.evaluations:
@@ -300,9 +330,15 @@ class LineageStore:
                     s.add(CompatSummary(as_of_generation_id=g.id, **asdict(c)))
                 if bundle.promotion is not None:
                     prev, reason = bundle.promotion
-                    s.add(Promotion(generation_id=g.id, previous_generation_id=prev, forced=False, by="gate", reason=reason))
+                    s.add(
+                        Promotion(
+                            generation_id=g.id, previous_generation_id=prev, forced=False, by="gate", reason=reason
+                        )
+                    )
                 s.flush()
                 if before_commit is not None:
                     before_commit()
         except SQLAlchemyError as err:
-            raise LineageError(f"lineage update for generation {g.id} failed and was rolled back ({type(err).__name__}: {err}); nothing was written") from err
+            raise LineageError(
+                f"lineage update for generation {g.id} failed and was rolled back ({type(err).__name__}: {err}); nothing was written"
+            ) from err

@@ -40,15 +40,26 @@ def _per_metric(block: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any] 
 def _metrics(g: Generation, table: EvalTable, derived: DerivedMetrics) -> dict[str, Any]:
     p = g.parent_id
     has_ref = any(k[0] == g.id and k[1] == "reference" for k in table)
-    against = {str(gal): _block(table, g.id, "model", gal) for (q, qr, gal, gr) in table if q == g.id and qr == "model" and gr == "model" and gal != g.id}
+    against = {
+        str(gal): _block(table, g.id, "model", gal)
+        for (q, qr, gal, gr) in table
+        if q == g.id and qr == "model" and gr == "model" and gal != g.id
+    }
     return {
         "self": _block(table, g.id, "model", g.id),
         "cross": _block(table, g.id, "model", p),
-        "parent_self": (_per_metric(derived.parent_self, REPORTED_METRICS) or _block(table, p, "model", p)) if p is not None else None,
+        "parent_self": (_per_metric(derived.parent_self, REPORTED_METRICS) or _block(table, p, "model", p))
+        if p is not None
+        else None,
         "p_com": _per_metric(derived.p_com, COMPAT_METRICS),
         "p_com_denominator": _per_metric(derived.p_com_denominator, COMPAT_METRICS),
         "p_up": _per_metric(derived.p_up, COMPAT_METRICS),
-        "reference": {"self": _block(table, g.id, "reference", g.id, "reference"), "cross": _block(table, g.id, "reference", p)} if has_ref else None,
+        "reference": {
+            "self": _block(table, g.id, "reference", g.id, "reference"),
+            "cross": _block(table, g.id, "reference", p),
+        }
+        if has_ref
+        else None,
         "against": against,
     }
 
@@ -65,12 +76,20 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
         promotions = list(s.scalars(select(Promotion).order_by(Promotion.id)))
         compat: dict[int, dict[str, Any]] = {}
         for c in s.scalars(select(CompatSummary).order_by(CompatSummary.id)):
-            compat.setdefault(c.as_of_generation_id, {})[c.metric] = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
+            compat.setdefault(c.as_of_generation_id, {})[c.metric] = {
+                "generations": c.generation_ids,
+                "matrix": c.matrix,
+                "ac": c.ac,
+                "aa": c.aa,
+                "aca": c.aca,
+            }
         backfills = list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
 
     table: EvalTable = {}
     for e in evals:
-        table.setdefault((e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role), {})[e.metric] = e.value
+        table.setdefault((e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role), {})[
+            e.metric
+        ] = e.value
     derived: dict[int, dict[str, float | None]] = {}
     diags: dict[int, dict[str, float | None]] = {}
     for m in gmetrics:
@@ -92,18 +111,35 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
                 "compatible_with_live": g.compatible_with_live,
                 "promoted": bool(g.promoted),
                 "production": production == g.id,
-                "promotions": [{"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()} for pr in promotions if pr.generation_id == g.id],
+                "promotions": [
+                    {"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()}
+                    for pr in promotions
+                    if pr.generation_id == g.id
+                ],
                 "backfills": [
-                    {"id": b.id, "kind": b.kind, "from": b.from_generation_id, "fraction": b.fraction, "order": b.order, "total": b.total,
-                     "reembedded": b.reembedded, "zeta_restarted": b.zeta_restarted, "duration_s": b.duration_s, "metrics": b.metrics,
-                     "finished_at": b.finished_at.isoformat()}
-                    for b in backfills if b.to_generation_id == g.id
+                    {
+                        "id": b.id,
+                        "kind": b.kind,
+                        "from": b.from_generation_id,
+                        "fraction": b.fraction,
+                        "order": b.order,
+                        "total": b.total,
+                        "reembedded": b.reembedded,
+                        "zeta_restarted": b.zeta_restarted,
+                        "duration_s": b.duration_s,
+                        "metrics": b.metrics,
+                        "finished_at": b.finished_at.isoformat(),
+                    }
+                    for b in backfills
+                    if b.to_generation_id == g.id
                 ],
                 "compatibility": compat.get(g.id),
                 "alignment": g.alignment,
                 "geometry": g.geometry,
                 "zeta": g.zeta,
-                "zeta_step": None if z is None else {"parent_zeta": z.parent_zeta, "delta": z.delta, "restarted": z.restarted},
+                "zeta_step": None
+                if z is None
+                else {"parent_zeta": z.parent_zeta, "delta": z.delta, "restarted": z.restarted},
                 "curvature": g.curvature,
                 "embed_dim": g.embed_dim,
                 "dataset": g.dataset,

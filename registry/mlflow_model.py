@@ -24,7 +24,9 @@ class BctflowEmbedder(mlflow.pyfunc.PythonModel):
 
         images = np.asarray(model_input, dtype=np.uint8)
         emb = embed_images(self.model, images)
-        return retrieval_vectors(emb, self.model.spec.geometry, float(self.model.curvature), self.model.spec.features).astype(np.float32)
+        return retrieval_vectors(
+            emb, self.model.spec.geometry, float(self.model.curvature), self.model.spec.features
+        ).astype(np.float32)
 
 
 mlflow.models.set_model(BctflowEmbedder())

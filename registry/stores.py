@@ -46,11 +46,15 @@ def lineage_exists(url: str) -> bool:
     try:
         engine = create_engine(url)
     except (SQLAlchemyError, ValueError) as err:
-        raise LineageError(f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL") from None
+        raise LineageError(
+            f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
+        ) from None
     try:
         return inspect(engine).has_table("generations")
     except SQLAlchemyError as err:
-        raise LineageError(f"cannot reach lineage database {url} ({type(err).__name__}: {err}); check lineage.db_url and the server") from None
+        raise LineageError(
+            f"cannot reach lineage database {url} ({type(err).__name__}: {err}); check lineage.db_url and the server"
+        ) from None
     finally:
         engine.dispose()
 

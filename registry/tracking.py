@@ -159,15 +159,28 @@ class MlflowStore:
             version: str | None = None
             try:
                 run_tags = self._tags(req)
-                with mlflow.start_run(experiment_id=exp_id, run_name=f"gen-{req.generation_id}-{req.alignment}", tags=run_tags) as run:
+                with mlflow.start_run(
+                    experiment_id=exp_id, run_name=f"gen-{req.generation_id}-{req.alignment}", tags=run_tags
+                ) as run:
                     run_id = run.info.run_id
                     params = {k: (str(v)[:6000]) for k, v in flatten(req.params).items()}
                     mlflow.log_params(params)
-                    finite = {metric_key(k): float(v) for k, v in req.metrics.items() if v is not None and math.isfinite(float(v))}
+                    finite = {
+                        metric_key(k): float(v)
+                        for k, v in req.metrics.items()
+                        if v is not None and math.isfinite(float(v))
+                    }
                     mlflow.log_metrics(finite)
                     for rec in req.history:
                         step = int(rec.get("epoch", 0))
-                        mlflow.log_metrics({metric_key(f"train/{k}"): float(v) for k, v in rec.items() if k != "epoch" and math.isfinite(float(v))}, step=step)
+                        mlflow.log_metrics(
+                            {
+                                metric_key(f"train/{k}"): float(v)
+                                for k, v in rec.items()
+                                if k != "epoch" and math.isfinite(float(v))
+                            },
+                            step=step,
+                        )
                     for path in req.artifacts:
                         if path.is_dir():
                             mlflow.log_artifacts(str(path), artifact_path=path.name)
@@ -191,7 +204,9 @@ class MlflowStore:
                         description="Embedding model generations managed by bctflow; each version is one generation, "
                         "trained to stay compatible with the gallery of its parent.",
                     )
-                mv = client.create_model_version(self.model_name, info.model_uri, run_id=run_id, tags=run_tags, description=req.description)
+                mv = client.create_model_version(
+                    self.model_name, info.model_uri, run_id=run_id, tags=run_tags, description=req.description
+                )
                 version = str(mv.version)
                 for alias in req.aliases:
                     client.set_registered_model_alias(self.model_name, alias, version)
@@ -269,7 +284,9 @@ class MlflowStore:
             "bctflow.zeta": "none" if req.zeta is None else f"{req.zeta:g}",
             "bctflow.curvature": f"{req.curvature:g}",
             "bctflow.data_hash": req.data_hash,
-            "bctflow.backfill_required": "unknown" if req.backfill_required is None else str(req.backfill_required).lower(),
+            "bctflow.backfill_required": "unknown"
+            if req.backfill_required is None
+            else str(req.backfill_required).lower(),
             "bctflow.backfill_reasons": "; ".join(req.backfill_reasons) or "none",
         }
         tags.update(req.extra_tags)

@@ -29,7 +29,9 @@ CHAIN_AFTER = [
 ]
 
 
-def run_session(home: Path, params_path: Path, overrides: list[str] | None = None, reference: bool = False) -> list[dict[str, Any]]:
+def run_session(
+    home: Path, params_path: Path, overrides: list[str] | None = None, reference: bool = False
+) -> list[dict[str, Any]]:
     """Run the session in ``home`` and return the lineage (``bctflow lineage --json``)."""
     from flows.backfill import backfill
     from flows.new_generation import new_generation

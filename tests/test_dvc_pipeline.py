@@ -20,7 +20,11 @@ BIN = Path(sys.executable).parent
 
 
 def run(cmd: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "BCTFLOW_HOME": str(cwd / ".bctflow")}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "BCTFLOW_HOME": str(cwd / ".bctflow"),
+    }
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout + res.stderr

@@ -35,7 +35,9 @@ class DatasetLoader(Protocol):
     ) -> DatasetSplits: ...
 
 
-DATASETS: Catalog[DatasetLoader] = Catalog("dataset", "components.data.sets", DataError, "set data.dataset in params.yaml to one of them")
+DATASETS: Catalog[DatasetLoader] = Catalog(
+    "dataset", "components.data.sets", DataError, "set data.dataset in params.yaml to one of them"
+)
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
@@ -62,5 +64,10 @@ def load_dataset(
 ) -> DatasetSplits:
     """Load (downloading if allowed and needed) the named dataset's splits."""
     return get_dataset_loader(name)(
-        Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed, image_size=image_size, path=path
+        Path(root),
+        download=download,
+        test_fraction=test_fraction,
+        split_seed=split_seed,
+        image_size=image_size,
+        path=path,
     )

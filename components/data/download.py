@@ -99,8 +99,7 @@ def _manual_hint(dest: Path, md5: str | None, sha256: str | None) -> str:
     exp = _expected(md5, sha256)
     check = f" ({exp[0]} {exp[1]})" if exp else ""
     return (
-        f"if this machine has no network access, download the file elsewhere, place it at {dest}{check} "
-        f"and run again"
+        f"if this machine has no network access, download the file elsewhere, place it at {dest}{check} and run again"
     )
 
 
@@ -363,7 +362,6 @@ def load_or_build_cache(
     to_save = dict(arrays)
     if key is not None:
         to_save[_KEY] = np.array(key)
-    with atomic_path(cache) as tmp:
-        with open(tmp, "xb") as f:
-            np.savez(f, **to_save)
+    with atomic_path(cache) as tmp, open(tmp, "xb") as f:
+        np.savez(f, **to_save)
     return arrays

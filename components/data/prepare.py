@@ -45,7 +45,15 @@ def prepared_splits(
     max_test_per_class: int | None = None,
 ) -> DatasetSplits:
     """The named dataset's splits after subsampling and resizing; the fingerprint records both."""
-    s = load_dataset(name, Path(root), download=download, test_fraction=test_fraction, split_seed=split_seed, image_size=image_size, path=path)
+    s = load_dataset(
+        name,
+        Path(root),
+        download=download,
+        test_fraction=test_fraction,
+        split_seed=split_seed,
+        image_size=image_size,
+        path=path,
+    )
     if image_size is None and max_train_per_class is None and max_test_per_class is None:
         return s
     size = None if image_size is None or s.train.image_shape[:2] == (image_size, image_size) else image_size

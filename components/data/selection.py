@@ -103,7 +103,9 @@ class DataManifest:
         try:
             b = json.loads(text)
             if b.get("version") != MANIFEST_VERSION:
-                raise DataError(f"data manifest version {b.get('version')} is not supported (expected {MANIFEST_VERSION}); recreate the snapshot")
+                raise DataError(
+                    f"data manifest version {b.get('version')} is not supported (expected {MANIFEST_VERSION}); recreate the snapshot"
+                )
             m = cls(
                 dataset=b["dataset"],
                 fingerprint=b["fingerprint"],
@@ -118,7 +120,9 @@ class DataManifest:
         except (KeyError, ValueError, TypeError) as err:
             raise DataError(f"data manifest is malformed (missing or bad field {err}); recreate the snapshot") from None
         if len(m.ids) != count or len(m.labels) != count:
-            raise DataError("data manifest count does not match its ids/labels; the file is corrupted, recreate the snapshot")
+            raise DataError(
+                "data manifest count does not match its ids/labels; the file is corrupted, recreate the snapshot"
+            )
         return m
 
     def take(self, data: ArrayDataset) -> ArrayDataset:
@@ -126,10 +130,14 @@ class DataManifest:
         try:
             pos = data.positions_of(self.ids)
         except KeyError as err:
-            raise DataError(f"manifest refers to samples missing from dataset {self.dataset!r}: {err}; the dataset changed, snapshot again") from None
+            raise DataError(
+                f"manifest refers to samples missing from dataset {self.dataset!r}: {err}; the dataset changed, snapshot again"
+            ) from None
         sub = data.subset(pos)
         if not np.array_equal(sub.labels, self.labels):
-            raise DataError(f"manifest labels disagree with dataset {self.dataset!r}; the dataset changed, snapshot again")
+            raise DataError(
+                f"manifest labels disagree with dataset {self.dataset!r}; the dataset changed, snapshot again"
+            )
         return sub
 
 

@@ -21,9 +21,9 @@ from components.evaluation.retrieval import (
 __all__ = [
     "COMPAT_METRICS",
     "DENOMINATOR_EPS",
+    "GEOMETRIES",
     "REPORTED_METRICS",
     "DerivedMetrics",
-    "GEOMETRIES",
     "average_precision",
     "compat_summary",
     "gallery_metrics",

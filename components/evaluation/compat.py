@@ -98,8 +98,7 @@ def compat_summary(C: np.ndarray) -> dict[str, float | None]:
     lower = c[rows, cols]
     if not np.isfinite(lower).all():
         raise ValueError(
-            "compatibility matrix has NaN/inf on or below the diagonal; "
-            "evaluate every pair k <= t before summarising"
+            "compatibility matrix has NaN/inf on or below the diagonal; evaluate every pair k <= t before summarising"
         )
     aa = float(lower.mean())
     if t_count < 2:

@@ -38,7 +38,9 @@ def in_cone_fraction(z_old: np.ndarray, z_new: np.ndarray, curvature: float, eps
     return float(inside.double().mean())
 
 
-def uncertainty_seen_unseen(z: np.ndarray, labels: np.ndarray, seen_classes: list[int] | tuple[int, ...], curvature: float) -> tuple[float | None, float | None]:
+def uncertainty_seen_unseen(
+    z: np.ndarray, labels: np.ndarray, seen_classes: list[int] | tuple[int, ...], curvature: float
+) -> tuple[float | None, float | None]:
     """Mean uncertainty u = 1 − tanh(√K‖z‖) (HBCT Eq. (10)) of items whose class is in
     ``seen_classes`` vs not (paper Fig. 2). z: (N, d), labels: (N,). None for an empty group."""
     u = uncertainty_from_tangent(torch.from_numpy(np.asarray(z)).double(), curvature).numpy()

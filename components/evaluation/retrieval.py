@@ -42,9 +42,7 @@ GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
 
 def _check_geometry(geometry: str, curvature: float) -> None:
     if geometry not in GEOMETRIES:
-        raise ValueError(
-            f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, GEOMETRIES))}"
-        )
+        raise ValueError(f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, GEOMETRIES))}")
     if not (math.isfinite(curvature) and curvature > 0):
         raise ValueError(
             f"curvature must be a finite number > 0 (the space has curvature -K), "
@@ -63,8 +61,7 @@ def _as_matrix(name: str, x: np.ndarray) -> np.ndarray:
     a = a.astype(np.float64, copy=False)
     if not np.isfinite(a).all():
         raise ValueError(
-            f"{name} contains NaN or inf values; "
-            "fix the embedding model (or drop the broken rows) before evaluating"
+            f"{name} contains NaN or inf values; fix the embedding model (or drop the broken rows) before evaluating"
         )
     return a
 
@@ -107,9 +104,7 @@ def retrieval_scores(
     return -np.arccosh(arg) / math.sqrt(curvature)
 
 
-def _rank(
-    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort each row by descending score, excluded entries last.
 
     Inputs (n, Ng). Returns ``(s, rel, ok)`` (n, Ng) in ranked order: scores,
@@ -149,9 +144,7 @@ def _ap_from_ranked(s: np.ndarray, rel: np.ndarray, ok: np.ndarray) -> np.ndarra
     return np.where(n_rel > 0, ap, np.nan)
 
 
-def average_precision(
-    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray | None = None
-) -> np.ndarray:
+def average_precision(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
     """Average precision of every row, float64 (Nq,) (design §6, mAP@all).
 
     ``scores``: (Nq, Ng), higher = more relevant; ``relevant``: (Nq, Ng) bool;
@@ -266,7 +259,9 @@ def retrieval_metrics(
     return out
 
 
-def gallery_metrics(query: GalleryEmbeddings, gallery: GalleryEmbeddings, ks: Sequence[int] = (1, 5), chunk_size: int = 1024) -> dict[str, float]:
+def gallery_metrics(
+    query: GalleryEmbeddings, gallery: GalleryEmbeddings, ks: Sequence[int] = (1, 5), chunk_size: int = 1024
+) -> dict[str, float]:
     """M(φ_q, φ_g) (design §6) for two models' embeddings of the same gallery items.
 
     Queries are the gallery items embedded by the query model, put into the
@@ -274,8 +269,16 @@ def gallery_metrics(query: GalleryEmbeddings, gallery: GalleryEmbeddings, ks: Se
     from its own gallery by id. Returns {"cmc@k": …, "map": …}.
     """
     res = retrieval_metrics(
-        query.vectors_against(gallery), query.labels, query.ids,
-        gallery.vectors(), gallery.labels, gallery.ids,
-        gallery.retrieval_geometry, gallery.curvature, ks=tuple(ks), leave_one_out=True, chunk_size=chunk_size,
+        query.vectors_against(gallery),
+        query.labels,
+        query.ids,
+        gallery.vectors(),
+        gallery.labels,
+        gallery.ids,
+        gallery.retrieval_geometry,
+        gallery.curvature,
+        ks=tuple(ks),
+        leave_one_out=True,
+        chunk_size=chunk_size,
     )
     return {k: float(v) for k, v in res.items() if k != "n_queries"}

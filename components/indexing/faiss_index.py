@@ -122,13 +122,10 @@ class GalleryIndex:
         ``compatible_generations`` defaults to ``(generation,)``.
         """
         if geometry not in _GEOMETRIES:
-            raise ConfigError(
-                f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, _GEOMETRIES))}"
-            )
+            raise ConfigError(f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, _GEOMETRIES))}")
         if not (isinstance(curvature, (int, float)) and math.isfinite(curvature) and curvature > 0):
             raise ConfigError(
-                f"curvature must be a finite number > 0, got {curvature!r}; "
-                "pass the K the gallery was embedded with"
+                f"curvature must be a finite number > 0, got {curvature!r}; pass the K the gallery was embedded with"
             )
         if isinstance(generation, bool) or not isinstance(generation, (int, np.integer)) or generation < 0:
             raise ConfigError(f"generation must be an int >= 0, got {generation!r}")
@@ -193,15 +190,11 @@ class GalleryIndex:
                 )
             stored = x.astype(np.float32)
             if not np.isfinite(stored).all():
-                raise DataError(
-                    "gallery vectors overflow float32; clip the tangent norm (ζ) before lifting"
-                )
+                raise DataError("gallery vectors overflow float32; clip the tangent norm (ζ) before lifting")
 
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         index.add_with_ids(np.ascontiguousarray(stored), id64)
-        gens = (int(generation),) if compatible_generations is None else tuple(
-            int(g) for g in compatible_generations
-        )
+        gens = (int(generation),) if compatible_generations is None else tuple(int(g) for g in compatible_generations)
         manifest = IndexManifest(
             generation=int(generation),
             geometry=geometry,
@@ -272,8 +265,7 @@ class GalleryIndex:
             norms = np.linalg.norm(q64, axis=1, keepdims=True)
             if (norms == 0).any():
                 raise IncompatibleQueryError(
-                    "some queries are all-zero vectors, whose cosine is undefined; "
-                    "re-embed those queries"
+                    "some queries are all-zero vectors, whose cosine is undefined; re-embed those queries"
                 )
             return q64 / norms
         rel = _hyperboloid_rel_error(q64, m.curvature)
@@ -315,8 +307,7 @@ class GalleryIndex:
             _, found = self._search_index.search(np.ascontiguousarray(q, dtype=np.float32), k_eff)
             if (found < 0).any():
                 raise IndexIntegrityError(
-                    "FAISS returned fewer neighbours than the index holds; "
-                    "the index is inconsistent, rebuild it"
+                    "FAISS returned fewer neighbours than the index holds; the index is inconsistent, rebuild it"
                 )
             g = self._index.reconstruct_batch(found.ravel()).astype(np.float64)
             g = g.reshape(found.shape[0], k_eff, -1)
@@ -398,9 +389,7 @@ class GalleryIndex:
         return cls(index, manifest)
 
     @staticmethod
-    def _verify_loaded(
-        index: faiss.Index, manifest: IndexManifest, ipath: Path, rebuild: str
-    ) -> None:
+    def _verify_loaded(index: faiss.Index, manifest: IndexManifest, ipath: Path, rebuild: str) -> None:
         """Structural and content checks of a deserialised index against its manifest."""
         if not isinstance(index, faiss.IndexIDMap2):
             raise IndexIntegrityError(
@@ -409,9 +398,7 @@ class GalleryIndex:
             )
         flat = faiss.downcast_index(index.index)
         if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
-            raise IndexIntegrityError(
-                f"{ipath} does not wrap an exact inner-product index (flat_ip); {rebuild}"
-            )
+            raise IndexIntegrityError(f"{ipath} does not wrap an exact inner-product index (flat_ip); {rebuild}")
         if index.ntotal != manifest.count or index.d != manifest.dim:
             raise IndexIntegrityError(
                 f"{ipath} holds {index.ntotal} vectors of width {index.d} but its manifest says "

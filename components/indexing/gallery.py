@@ -165,10 +165,14 @@ class GalleryEmbeddings:
                     compat_dim=None if compat < 0 else compat,
                 )
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
-            raise IndexIntegrityError(f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation") from None
+            raise IndexIntegrityError(
+                f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation"
+            ) from None
 
     @classmethod
-    def from_embeddings(cls, emb: Embeddings, spec: ModelSpec, curvature: float, ids: np.ndarray, labels: np.ndarray) -> GalleryEmbeddings:
+    def from_embeddings(
+        cls, emb: Embeddings, spec: ModelSpec, curvature: float, ids: np.ndarray, labels: np.ndarray
+    ) -> GalleryEmbeddings:
         """Build from embedded images and the model's spec (its geometry, features and BT² prefix)."""
         return cls(
             geometry=spec.geometry,
@@ -180,5 +184,7 @@ class GalleryEmbeddings:
             clipped=emb.clipped,
             logits=emb.logits,
             features=spec.features,
-            compat_dim=(spec.compat_dim if spec.compat_dim is not None else spec.embed_dim) if spec.head == "bt2" else None,
+            compat_dim=(spec.compat_dim if spec.compat_dim is not None else spec.embed_dim)
+            if spec.head == "bt2"
+            else None,
         )

@@ -42,7 +42,9 @@ class LiveGallery:
         try:
             return json.loads(self.pointer_path.read_text())
         except json.JSONDecodeError as err:
-            raise IndexIntegrityError(f"live pointer {self.pointer_path} is not valid JSON ({err}); restore it from the lineage (bctflow lineage)") from None
+            raise IndexIntegrityError(
+                f"live pointer {self.pointer_path} is not valid JSON ({err}); restore it from the lineage (bctflow lineage)"
+            ) from None
 
     def switch(self, index_dir: Path, **meta: Any) -> dict[str, Any]:
         """Point the live gallery at ``index_dir`` (atomic). Returns the new pointer."""
@@ -63,7 +65,9 @@ class LiveGallery:
         """The live index, with the query generations the pointer allows."""
         p = self.pointer()
         if p is None:
-            raise IndexIntegrityError(f"there is no live gallery under {self.root}; create generation 0 first (bctflow run)")
+            raise IndexIntegrityError(
+                f"there is no live gallery under {self.root}; create generation 0 first (bctflow run)"
+            )
         key = json.dumps(p, sort_keys=True, default=str)
         if self._cache is None or self._cache[0] != key:
             idx = GalleryIndex.load(Path(p["index"]))
@@ -86,7 +90,9 @@ class LiveGallery:
         return sorted(p for p in self.root.glob("index-v*") if p.is_dir())
 
     def next_version_dir(self) -> Path:
-        nums = [int(p.name.removeprefix("index-v")) for p in self.versions() if p.name.removeprefix("index-v").isdigit()]
+        nums = [
+            int(p.name.removeprefix("index-v")) for p in self.versions() if p.name.removeprefix("index-v").isdigit()
+        ]
         return self.root / f"index-v{(max(nums) + 1) if nums else 1:03d}"
 
     def prune(self, keep: int) -> list[Path]:

@@ -97,9 +97,7 @@ class IndexManifest:
             raise _bad("index_type", f"must be one of {INDEX_TYPES}, got {self.index_type!r}")
         gens = self.compatible_generations
         if not isinstance(gens, (tuple, list)) or not all(_is_int(g) and g >= 0 for g in gens):
-            raise _bad(
-                "compatible_generations", f"must be a list of ints >= 0, got {gens!r}"
-            )
+            raise _bad("compatible_generations", f"must be a list of ints >= 0, got {gens!r}")
         gens = tuple(gens) or (self.generation,)
         if self.generation not in gens:
             raise _bad(
@@ -112,9 +110,7 @@ class IndexManifest:
         except ValueError:
             ts = None
         if ts is None or ts.utcoffset() is None or ts.utcoffset().total_seconds() != 0:
-            raise _bad(
-                "created_at", f"must be an ISO-8601 UTC timestamp, got {self.created_at!r}"
-            )
+            raise _bad("created_at", f"must be an ISO-8601 UTC timestamp, got {self.created_at!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (compatible_generations as a list)."""
@@ -130,20 +126,15 @@ class IndexManifest:
     def from_dict(cls, d: Any) -> IndexManifest:
         """Validate and build from a dict; missing/unknown fields are named in the error."""
         if not isinstance(d, dict):
-            raise IndexIntegrityError(
-                f"index manifest must be a JSON object, got {type(d).__name__}; {_FIX}"
-            )
+            raise IndexIntegrityError(f"index manifest must be a JSON object, got {type(d).__name__}; {_FIX}")
         names = [f.name for f in fields(cls)]
         missing = [n for n in names if n not in d]
         if missing:
-            raise IndexIntegrityError(
-                f"index manifest is missing field(s) {', '.join(missing)}; {_FIX}"
-            )
+            raise IndexIntegrityError(f"index manifest is missing field(s) {', '.join(missing)}; {_FIX}")
         unknown = sorted(set(d) - set(names))
         if unknown:
             raise IndexIntegrityError(
-                f"index manifest has unknown field(s) {', '.join(unknown)} "
-                f"(written by a newer bctflow?); {_FIX}"
+                f"index manifest has unknown field(s) {', '.join(unknown)} (written by a newer bctflow?); {_FIX}"
             )
         kwargs = dict(d)
         gens = kwargs["compatible_generations"]
@@ -159,7 +150,5 @@ class IndexManifest:
         try:
             d = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise IndexIntegrityError(
-                f"index manifest is not valid JSON ({e}); {_FIX}"
-            ) from e
+            raise IndexIntegrityError(f"index manifest is not valid JSON ({e}); {_FIX}") from e
         return cls.from_dict(d)

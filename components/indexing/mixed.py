@@ -27,12 +27,16 @@ ORDERS = ("uncertainty", "random", "oldest")
 def item_uncertainty(g: GalleryEmbeddings) -> np.ndarray:
     """Per-item hyperbolic uncertainty (N,) of Lorentz embeddings (HBCT Eq. (10), normalised form)."""
     if g.geometry != "lorentz" or g.features != "embedding":
-        raise ValueError("uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use order 'random' or 'oldest'")
+        raise ValueError(
+            "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use order 'random' or 'oldest'"
+        )
     norms = np.linalg.norm(g.z.astype(np.float64), axis=1)
     return 1.0 - np.tanh(np.sqrt(g.curvature) * norms)
 
 
-def backfill_order(current: GalleryEmbeddings, order: str, seed: int = 0, stamps: np.ndarray | None = None) -> np.ndarray:
+def backfill_order(
+    current: GalleryEmbeddings, order: str, seed: int = 0, stamps: np.ndarray | None = None
+) -> np.ndarray:
     """Positions (N,) of the gallery items in the order they should be re-embedded."""
     n = len(current)
     rng = np.random.default_rng(seed)
@@ -57,7 +61,9 @@ def mix_galleries(current: GalleryEmbeddings, part: GalleryEmbeddings, positions
     """
     pos = np.asarray(positions, dtype=np.int64)
     if not np.array_equal(part.ids, current.ids[pos]):
-        raise ValueError("the replacement rows are not the selected gallery items; embed exactly those items with the new model")
+        raise ValueError(
+            "the replacement rows are not the selected gallery items; embed exactly those items with the new model"
+        )
     if (current.geometry, current.features, current.z.shape[1]) != (part.geometry, part.features, part.z.shape[1]):
         raise ValueError(
             f"cannot mix {current.geometry}/{current.features}/d={current.z.shape[1]} with "
@@ -71,4 +77,10 @@ def mix_galleries(current: GalleryEmbeddings, part: GalleryEmbeddings, positions
 
     same_classes = current.logits.shape[1] == part.logits.shape[1]
     logits = put(current.logits, part.logits) if same_classes else np.zeros((len(current), 0), np.float32)
-    return replace(current, z=put(current.z, part.z), emb=put(current.emb, part.emb), clipped=put(current.clipped, part.clipped), logits=logits)
+    return replace(
+        current,
+        z=put(current.z, part.z),
+        emb=put(current.emb, part.emb),
+        clipped=put(current.clipped, part.clipped),
+        logits=logits,
+    )

@@ -97,10 +97,14 @@ class AlignmentLoss(nn.Module):
         return cls.requires_reference
 
     @classmethod
-    def check_models(cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    def check_models(
+        cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None
+    ) -> None:
         """Refuse model combinations the method cannot align."""
         if cls.geometry is not None and new_geometry != cls.geometry:
-            raise ConfigError(f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; set model.geometry: {cls.geometry}")
+            raise ConfigError(
+                f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; set model.geometry: {cls.geometry}"
+            )
         if cls.requires_old:
             if old_geometry is None:
                 raise ConfigError(f"alignment {cls.name!r} needs a parent generation; train generation 0 first")
@@ -123,6 +127,8 @@ class AlignmentLoss(nn.Module):
     def prepare(self, ctx: AlignmentContext) -> None:
         """One-off setup with the frozen old model (class statistics, frozen heads...)."""
 
-    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:
+    def forward(
+        self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None
+    ) -> LossOutput:
         """Loss terms for one batch: ``new``/``old``/``ref`` are the three models' outputs on the same view."""
         raise NotImplementedError

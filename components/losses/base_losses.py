@@ -47,7 +47,9 @@ def _ce(out: ModelOutput, labels: Tensor, curvature: Tensor) -> Tensor:
     return F.cross_entropy(out.logits.float(), labels)
 
 
-def mixed_geometry_loss(out: ModelOutput, labels: Tensor, curvature: Tensor, o: MixedOptions = MixedOptions()) -> Tensor:
+def mixed_geometry_loss(
+    out: ModelOutput, labels: Tensor, curvature: Tensor, o: MixedOptions = MixedOptions()
+) -> Tensor:
     """Supervised mixed-geometry contrastive loss (hypmix Eq. 10). Batch (B, ·) → scalar."""
     z = out.z.float()
     zn = F.normalize(z, dim=-1)

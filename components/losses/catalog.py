@@ -15,10 +15,21 @@ from components.losses.base import AlignmentLoss
 from components.models.spec import ModelSpec
 from components.plugins import Catalog
 
-__all__ = ["ALIGNMENTS", "AlignmentChoice", "available_alignments", "choose_alignment", "create_alignment", "get_alignment", "register_alignment"]
+__all__ = [
+    "ALIGNMENTS",
+    "AlignmentChoice",
+    "available_alignments",
+    "choose_alignment",
+    "create_alignment",
+    "get_alignment",
+    "register_alignment",
+]
 
 ALIGNMENTS: Catalog[type[AlignmentLoss]] = Catalog(
-    "alignment method", "components.losses.methods", ConfigError, "set alignment.method in params.yaml or pass --alignment"
+    "alignment method",
+    "components.losses.methods",
+    ConfigError,
+    "set alignment.method in params.yaml or pass --alignment",
 )
 
 
@@ -61,7 +72,9 @@ class AlignmentChoice:
     def needs_reference(self) -> bool:
         return self.method.needs_reference(self.options)
 
-    def check_models(self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    def check_models(
+        self, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None
+    ) -> None:
         self.method.check_models(self.options, new_geometry, new_dim, old_geometry, old_dim)
 
     def model_overrides(self, parent: ModelSpec | None) -> dict[str, Any]:

@@ -46,7 +46,9 @@ def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"pretrained weights file {p} does not exist; download it once (e.g. from the timm hub) and set model.pretrained_path")
+        raise ConfigError(
+            f"pretrained weights file {p} does not exist; download it once (e.g. from the timm hub) and set model.pretrained_path"
+        )
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -55,14 +57,18 @@ def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
         try:
             state = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
-            raise CheckpointMismatchError(f"cannot read pretrained weights {p} as a plain state dict ({err}); convert it to .safetensors") from None
+            raise CheckpointMismatchError(
+                f"cannot read pretrained weights {p} as a plain state dict ({err}); convert it to .safetensors"
+            ) from None
         for key in ("state_dict", "model", "module"):
             if isinstance(state, dict) and key in state and isinstance(state[key], dict):
                 state = state[key]
     own = model.state_dict()
     usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     if not usable:
-        raise CheckpointMismatchError(f"no tensor in {p} fits backbone {type(model).__name__}; check that the file belongs to this architecture")
+        raise CheckpointMismatchError(
+            f"no tensor in {p} fits backbone {type(model).__name__}; check that the file belongs to this architecture"
+        )
     model.load_state_dict(usable, strict=False)
     return sorted(set(own) - set(usable))
 

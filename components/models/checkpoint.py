@@ -20,7 +20,15 @@ from components.io import atomic_write_bytes
 from components.models.encoder import EmbeddingModel, build_model
 from components.models.spec import IDENTITY_FIELDS, ModelSpec
 
-__all__ = ["MODEL_FORMAT", "check_spec", "load_model", "load_torch_safe", "read_spec", "save_model", "save_torch_atomic"]
+__all__ = [
+    "MODEL_FORMAT",
+    "check_spec",
+    "load_model",
+    "load_torch_safe",
+    "read_spec",
+    "save_model",
+    "save_torch_atomic",
+]
 
 MODEL_FORMAT = "bctflow-model/1"
 
@@ -46,7 +54,9 @@ def load_torch_safe(path: Path) -> dict[str, Any]:
             "it is truncated or not a bctflow checkpoint: restore it or retrain"
         ) from None
     if not isinstance(obj, dict) or "metadata" not in obj:
-        raise CheckpointMismatchError(f"{p} is not a bctflow checkpoint (no metadata record); point to a file written by bctflow")
+        raise CheckpointMismatchError(
+            f"{p} is not a bctflow checkpoint (no metadata record); point to a file written by bctflow"
+        )
     return obj
 
 
@@ -54,10 +64,14 @@ def read_spec(obj: dict[str, Any], path: Path | str = "checkpoint") -> ModelSpec
     try:
         return ModelSpec.from_dict(obj["metadata"])
     except (TypeError, ValueError) as err:
-        raise CheckpointMismatchError(f"{path} has invalid metadata ({err}); it was written by another version or edited") from None
+        raise CheckpointMismatchError(
+            f"{path} has invalid metadata ({err}); it was written by another version or edited"
+        ) from None
 
 
-def check_spec(found: ModelSpec, expected: ModelSpec, path: Path | str, names: tuple[str, ...] = IDENTITY_FIELDS) -> None:
+def check_spec(
+    found: ModelSpec, expected: ModelSpec, path: Path | str, names: tuple[str, ...] = IDENTITY_FIELDS
+) -> None:
     """Raise CheckpointMismatchError listing every identity field that differs."""
     diffs = found.mismatches(expected, names)
     if diffs:
@@ -69,14 +83,18 @@ def check_spec(found: ModelSpec, expected: ModelSpec, path: Path | str, names: t
 
 def save_model(model: EmbeddingModel, path: Path, extra: dict[str, Any] | None = None) -> None:
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    save_torch_atomic({"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": state, **(extra or {})}, path)
+    save_torch_atomic(
+        {"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": state, **(extra or {})}, path
+    )
 
 
 def load_model(path: Path, expected: ModelSpec | None = None, device: torch.device | str = "cpu") -> EmbeddingModel:
     """Rebuild the model stored at ``path`` (refusing it if it does not fit ``expected``)."""
     obj = load_torch_safe(path)
     if obj.get("format") != MODEL_FORMAT:
-        raise CheckpointMismatchError(f"{path} has format {obj.get('format')!r}, expected {MODEL_FORMAT!r}; export the model with bctflow")
+        raise CheckpointMismatchError(
+            f"{path} has format {obj.get('format')!r}, expected {MODEL_FORMAT!r}; export the model with bctflow"
+        )
     spec = read_spec(obj, path)
     if expected is not None:
         check_spec(spec, expected, path)
@@ -84,5 +102,7 @@ def load_model(path: Path, expected: ModelSpec | None = None, device: torch.devi
     try:
         model.load_state_dict(obj["state_dict"])
     except RuntimeError as err:
-        raise CheckpointMismatchError(f"weights in {path} do not fit its own metadata ({str(err).splitlines()[0]}); the file is damaged") from None
+        raise CheckpointMismatchError(
+            f"weights in {path} do not fit its own metadata ({str(err).splitlines()[0]}); the file is damaged"
+        ) from None
     return model.to(device).eval()

@@ -47,21 +47,31 @@ class EmbeddingModel(nn.Module):
         self.register_buffer("norm_mean", mean)
         self.register_buffer("norm_std", std)
         self.backbone, feat_dim = create_backbone(
-            spec.backbone, in_chans=c, small_stem=spec.small_stem, pretrained_path=pretrained_path, kwargs=spec.backbone_kwargs
+            spec.backbone,
+            in_chans=c,
+            small_stem=spec.small_stem,
+            pretrained_path=pretrained_path,
+            kwargs=spec.backbone_kwargs,
         )
         self.head: nn.Module
         self.classifier: nn.Module
         if spec.head == "bt2":
             n = spec.compat_dim if spec.compat_dim is not None else spec.embed_dim
             self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims, spec.bt2_scale)
-            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
+            self.classifier = LinearClassifier(
+                spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine"
+            )
         elif spec.geometry == "lorentz":
             assert spec.zeta is not None
-            self.head = LorentzHead(feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature, spec.tangent_scale)
+            self.head = LorentzHead(
+                feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature, spec.tangent_scale
+            )
             self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
         else:
             self.head = EuclideanHead(feat_dim, spec.embed_dim, spec.bn_neck)
-            self.classifier = LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
+            self.classifier = LinearClassifier(
+                spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine"
+            )
 
     @property
     def geometry(self) -> str:

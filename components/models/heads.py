@@ -65,7 +65,15 @@ class LorentzHead(nn.Module):
 
     geometry = "lorentz"
 
-    def __init__(self, in_features: int, embed_dim: int, zeta: float, curvature: float, learn_curvature: bool = False, tangent_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        embed_dim: int,
+        zeta: float,
+        curvature: float,
+        learn_curvature: bool = False,
+        tangent_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         self.proj = nn.Linear(in_features, embed_dim)
         self.zeta = float(zeta)
@@ -111,7 +119,9 @@ class BT2Head(nn.Module):
 
     geometry = "euclidean"
 
-    def __init__(self, in_features: int, embed_dim: int, compat_dim: int, extra_dims: int, scale_c: float = 1.0) -> None:
+    def __init__(
+        self, in_features: int, embed_dim: int, compat_dim: int, extra_dims: int, scale_c: float = 1.0
+    ) -> None:
         super().__init__()
         m, n, d = embed_dim, compat_dim, extra_dims
         self.m, self.n, self.d = m, n, d
@@ -133,4 +143,6 @@ class BT2Head(nn.Module):
         z = torch.cat([phi5, phi4[:, keep:]], dim=-1)
         emb = F.normalize(z, dim=-1)
         clipped = torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
-        return HeadOutput(z, emb, clipped, cls_input=phi3, aux={"compat": F.normalize(phi5, dim=-1), "independent": phi3})
+        return HeadOutput(
+            z, emb, clipped, cls_input=phi3, aux={"compat": F.normalize(phi5, dim=-1), "independent": phi3}
+        )

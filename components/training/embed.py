@@ -36,7 +36,11 @@ class Embeddings:
 
 @torch.no_grad()
 def embed_images(
-    model: EmbeddingModel, images: np.ndarray, batch_size: int = 512, device: str = "auto", on_batch: Callable[[int], None] | None = None
+    model: EmbeddingModel,
+    images: np.ndarray,
+    batch_size: int = 512,
+    device: str = "auto",
+    on_batch: Callable[[int], None] | None = None,
 ) -> Embeddings:
     """Embed (N, H, W, C) uint8 images. The model is used in eval mode. ``on_batch(n)`` after each batch of n."""
     dev = select_device(device)  # type: ignore[arg-type]

@@ -118,7 +118,9 @@ class _Run:
     drop_last: bool
 
 
-def _frozen(model: EmbeddingModel | None, device: torch.device, needed: bool, what: str, method: AlignmentLoss) -> EmbeddingModel | None:
+def _frozen(
+    model: EmbeddingModel | None, device: torch.device, needed: bool, what: str, method: AlignmentLoss
+) -> EmbeddingModel | None:
     """A frozen copy of ``model`` on ``device`` when the method needs it (eval mode, no gradients)."""
     if not needed:
         return None
@@ -130,8 +132,12 @@ def _frozen(model: EmbeddingModel | None, device: torch.device, needed: bool, wh
 
 
 def _setup(
-    model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig, method: AlignmentLoss,
-    old_model: EmbeddingModel | None, reference_model: EmbeddingModel | None,
+    model: EmbeddingModel,
+    data: ImageTensor,
+    cfg: TrainConfig,
+    method: AlignmentLoss,
+    old_model: EmbeddingModel | None,
+    reference_model: EmbeddingModel | None,
 ) -> _Run:
     """Device, frozen old / reference models, the method's one-off preparation, optimiser and schedule."""
     device = select_device(cfg.device)  # type: ignore[arg-type]
@@ -139,19 +145,35 @@ def _setup(
     model = prepare_module(model, device)
     old_model = _frozen(old_model, device, method.trains and method.requires_old, "the parent model", method)
     reference_model = _frozen(
-        reference_model, device, method.trains and method.needs_reference(method.options), "an independently trained new model as its target", method
+        reference_model,
+        device,
+        method.trains and method.needs_reference(method.options),
+        "an independently trained new model as its target",
+        method,
     )
     old_spec = old_model.spec if old_model is not None else None
-    method.check_models(method.options, model.spec.geometry, model.spec.embed_dim, old_spec and old_spec.geometry, old_spec and old_spec.embed_dim)
+    method.check_models(
+        method.options,
+        model.spec.geometry,
+        model.spec.embed_dim,
+        old_spec and old_spec.geometry,
+        old_spec and old_spec.embed_dim,
+    )
     base_fn = base_loss(cfg.base_loss, cfg.base_options)
-    label_map = torch.from_numpy(label_positions(model.spec.class_order, old_spec.class_order)) if old_spec is not None else None
+    label_map = (
+        torch.from_numpy(label_positions(model.spec.class_order, old_spec.class_order))
+        if old_spec is not None
+        else None
+    )
 
     def clean_batches():
         return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
 
     method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
     method.to(device)
-    opt = build_optimizer(list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
+    opt = build_optimizer(
+        list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay
+    )
     drop_last = len(data) > cfg.batch_size
     steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
     sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
@@ -282,4 +304,12 @@ def train_model(
     run.model.eval()
     final_stats = dict(history[-1]) if history else {}
     resumed_from = start_epoch if start_epoch else None
-    return TrainResult(run.model, history, cfg.epochs - start_epoch, resumed_from, str(run.device), time.perf_counter() - t0, final_stats)
+    return TrainResult(
+        run.model,
+        history,
+        cfg.epochs - start_epoch,
+        resumed_from,
+        str(run.device),
+        time.perf_counter() - t0,
+        final_stats,
+    )

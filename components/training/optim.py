@@ -11,7 +11,9 @@ from torch import nn
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
 
 
-def build_optimizer(params: Iterable[nn.Parameter], name: str, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+def build_optimizer(
+    params: Iterable[nn.Parameter], name: str, lr: float, momentum: float, weight_decay: float
+) -> torch.optim.Optimizer:
     params = [p for p in params if p.requires_grad]
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=momentum > 0)
@@ -31,5 +33,7 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> 
     return 0.5 * (1.0 + math.cos(math.pi * t))
 
 
-def build_scheduler(opt: torch.optim.Optimizer, total_steps: int, warmup_steps: int, schedule: str) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    opt: torch.optim.Optimizer, total_steps: int, warmup_steps: int, schedule: str
+) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total_steps, warmup_steps, schedule))

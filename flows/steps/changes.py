@@ -42,5 +42,10 @@ def detect_changes(params: Params, ws: Workspace, store: LineageStore) -> Change
         reasons.append("the data changed (dataset fingerprint differs)")
     if reasons:
         return ChangeReport(True, "; ".join(reasons) + f" since generation {last.id}", digest, fingerprint, last.id)
-    return ChangeReport(False, f"no change since generation {last.id} (params digest {digest[:12]}, same data fingerprint); nothing to train",
-                        digest, fingerprint, last.id)
+    return ChangeReport(
+        False,
+        f"no change since generation {last.id} (params digest {digest[:12]}, same data fingerprint); nothing to train",
+        digest,
+        fingerprint,
+        last.id,
+    )

@@ -30,7 +30,15 @@ __all__ = ["PRODUCTION_ALIAS", "commit", "rollback"]
 PRODUCTION_ALIAS = "production"
 
 
-def _record(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation, reg: RegistrationResult, ref: Trained | None) -> GenerationRecord:
+def _record(
+    plan: GenerationPlan,
+    snap: Snapshot,
+    trained: Trained,
+    gallery: Gallery,
+    ev: Evaluation,
+    reg: RegistrationResult,
+    ref: Trained | None,
+) -> GenerationRecord:
     """The generation's lineage row; its paths point at where staging is about to move."""
     p, final = plan.params, plan.final_dir
     rel = lambda path: str(final / Path(path).relative_to(plan.staging_dir))  # noqa: E731
@@ -42,10 +50,19 @@ def _record(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gal
         data_hash=snap.data_hash,
         data_snapshot=snap.manifest,
         class_order=list(snap.class_order),
-        architecture={"backbone": plan.backbone, "backbone_kwargs": plan.backbone_kwargs, "small_stem": p.model.small_stem, "embed_dim": p.model.embed_dim},
+        architecture={
+            "backbone": plan.backbone,
+            "backbone_kwargs": plan.backbone_kwargs,
+            "small_stem": p.model.small_stem,
+            "embed_dim": p.model.embed_dim,
+        },
         geometry=plan.geometry,
         alignment=plan.alignment,
-        hyperparameters={"weight": p.alignment.weight, **plan.alignment_options, "train": {**p.train.model_dump(), "epochs": plan.epochs}},
+        hyperparameters={
+            "weight": p.alignment.weight,
+            **plan.alignment_options,
+            "train": {**p.train.model_dump(), "epochs": plan.epochs},
+        },
         zeta=plan.zeta,
         curvature=trained.curvature,
         embed_dim=trained.output_dim,
@@ -63,22 +80,44 @@ def _record(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gal
     )
 
 
-def _pointer(plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool) -> PointerRecord | None:
+def _pointer(
+    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool
+) -> PointerRecord | None:
     """The new live pointer: generation 0 embeds the gallery; a compatible generation may query it; else unchanged."""
     if plan.parent is None:
-        return PointerRecord(plan.gen_id, record.index_path, "generation 0 embedded the gallery", record.checkpoint_path, plan.zeta, [plan.gen_id])
+        return PointerRecord(
+            plan.gen_id,
+            record.index_path,
+            "generation 0 embedded the gallery",
+            record.checkpoint_path,
+            plan.zeta,
+            [plan.gen_id],
+        )
     if not compatible:
         return None
     cur = store.live_pointer()
     assert cur is not None
     allowed = sorted(set(cur.compatible_generations or [cur.generation_id]) | {plan.gen_id})
     return PointerRecord(
-        cur.generation_id, cur.index_path, f"generation {plan.gen_id} passed the compatibility criterion against the live gallery",
-        cur.model_checkpoint, cur.zeta, allowed, cur.backfill_id,
+        cur.generation_id,
+        cur.index_path,
+        f"generation {plan.gen_id} passed the compatibility criterion against the live gallery",
+        cur.model_checkpoint,
+        cur.zeta,
+        allowed,
+        cur.backfill_id,
     )
 
 
-def commit(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation, reg: RegistrationResult, ref: Trained | None = None) -> None:
+def commit(
+    plan: GenerationPlan,
+    snap: Snapshot,
+    trained: Trained,
+    gallery: Gallery,
+    ev: Evaluation,
+    reg: RegistrationResult,
+    ref: Trained | None = None,
+) -> None:
     """Write the lineage in one transaction; staging, the live pointer and the alias move inside it."""
     ws = plan.workspace
     store = ws.lineage(plan.params)
@@ -89,7 +128,9 @@ def commit(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gall
         record = _record(plan, snap, trained, gallery, ev, reg, ref)
         zeta = None
         if plan.zeta is not None:
-            zeta = ZetaRecord(plan.zeta_prev, 0.0 if plan.parent is None else plan.delta_zeta, plan.zeta, plan.zeta_restarted)
+            zeta = ZetaRecord(
+                plan.zeta_prev, 0.0 if plan.parent is None else plan.delta_zeta, plan.zeta, plan.zeta_restarted
+            )
         pointer = _pointer(plan, store, record, ev.compatible)
         prev_production = store.production_generation_id()
         bundle = GenerationBundle(
@@ -101,23 +142,34 @@ def commit(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gall
             decision=ev.decision,
             pointer=pointer,
             compat=ev.compat,
-            promotion=(prev_production, "generation 0" if plan.parent is None else "passed the gate: compatible, and every backfill rule held")
-            if record.promoted else None,
+            promotion=(
+                prev_production,
+                "generation 0" if plan.parent is None else "passed the gate: compatible, and every backfill rule held",
+            )
+            if record.promoted
+            else None,
         )
         with contextlib.ExitStack() as undo:  # on failure the side effects are undone in reverse order
 
             def side_effects() -> None:
                 final = plan.final_dir
                 if final.exists():
-                    raise LineageError(f"{final} already exists although generation {plan.gen_id} is not in the lineage; move it away and rerun")
+                    raise LineageError(
+                        f"{final} already exists although generation {plan.gen_id} is not in the lineage; move it away and rerun"
+                    )
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(plan.staging_dir, final)
                 undo.callback(lambda: final.exists() and os.replace(final, plan.staging_dir))
                 if pointer is not None:
                     live = LiveGallery(ws.live_dir)
                     undo.callback(live.restore, live.pointer())
-                    live.switch(Path(pointer.index_path), generation=pointer.generation_id, compatible_generations=pointer.compatible_generations,
-                                model_checkpoint=pointer.model_checkpoint, zeta=pointer.zeta)
+                    live.switch(
+                        Path(pointer.index_path),
+                        generation=pointer.generation_id,
+                        compatible_generations=pointer.compatible_generations,
+                        model_checkpoint=pointer.model_checkpoint,
+                        zeta=pointer.zeta,
+                    )
                 if record.promoted:
                     undo.callback(ws.tracking(plan.params).move_alias(PRODUCTION_ALIAS, reg.version))
 

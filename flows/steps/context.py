@@ -21,6 +21,13 @@ def dataset_splits(p: Params, root: Path) -> DatasetSplits:
     """The dataset of params.data: loaded from ``root``, subsampled and resized as configured (cached per process)."""
     d = p.data
     return prepared_splits(
-        d.dataset, str(root), download=d.download, test_fraction=d.test_fraction, split_seed=d.split_seed,
-        image_size=d.image_size, path=d.path, max_train_per_class=d.max_train_per_class, max_test_per_class=d.max_test_per_class,
+        d.dataset,
+        str(root),
+        download=d.download,
+        test_fraction=d.test_fraction,
+        split_seed=d.split_seed,
+        image_size=d.image_size,
+        path=d.path,
+        max_train_per_class=d.max_train_per_class,
+        max_test_per_class=d.max_test_per_class,
     )

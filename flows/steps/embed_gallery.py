@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from flows.steps.context import load_splits
-from flows.plan import GenerationPlan
-from flows.steps.results import Gallery, Trained
 from components.evaluation.diagnostics import clip_fraction
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.models import load_model
 from components.training import embed_images
+from flows.plan import GenerationPlan
+from flows.steps.context import load_splits
+from flows.steps.results import Gallery, Trained
 
 __all__ = ["build_gallery"]
 
@@ -22,7 +22,9 @@ def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[in
     p = plan.params
     splits = load_splits(p, plan.workspace)
     model = load_model(Path(trained.checkpoint))
-    emb = embed_images(model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device, on_batch=on_batch)
+    emb = embed_images(
+        model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device, on_batch=on_batch
+    )
     gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
     out_dir = plan.role_dir(trained.role)
     gal.save(out_dir / "gallery.npz")

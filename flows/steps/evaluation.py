@@ -45,7 +45,9 @@ def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str,
     return gallery_metrics(q, g, ks=tuple(p.evaluation.cmc_k), chunk_size=p.evaluation.chunk_size)
 
 
-def compat_records(store: LineageStore, gen_id: int, ids: list[int], new_row: dict[int, dict[str, float]]) -> list[CompatRecord]:
+def compat_records(
+    store: LineageStore, gen_id: int, ids: list[int], new_row: dict[int, dict[str, float]]
+) -> list[CompatRecord]:
     """C[t][k] = M(φ_t, φ_k) for serving generations ``ids`` (ascending, ending with ``gen_id``):
     older rows from the lineage, the new row from ``new_row`` (gallery id → metrics)."""
     out = []
@@ -59,7 +61,16 @@ def compat_records(store: LineageStore, gen_id: int, ids: list[int], new_row: di
             s = compat_summary(mat)
         except ValueError:  # a pair that cannot be compared (other geometry or width)
             s = {"ac": None, "aa": None, "aca": None}
-        out.append(CompatRecord(metric, list(ids), [[None if np.isnan(v) else float(v) for v in row] for row in mat], s["ac"], s["aa"], s["aca"]))
+        out.append(
+            CompatRecord(
+                metric,
+                list(ids),
+                [[None if np.isnan(v) else float(v) for v in row] for row in mat],
+                s["ac"],
+                s["aa"],
+                s["aca"],
+            )
+        )
     return out
 
 
@@ -78,13 +89,23 @@ class _Measured:
         self.records.extend(EvaluationRecord(qid, galid, m, v, qrole, grole) for m, v in vals.items())
 
 
-def _measure(plan: GenerationPlan, store: LineageStore, new: GalleryEmbeddings, live: GalleryEmbeddings | None, ref_gallery: Gallery | None) -> _Measured:
+def _measure(
+    plan: GenerationPlan,
+    store: LineageStore,
+    new: GalleryEmbeddings,
+    live: GalleryEmbeddings | None,
+    ref_gallery: Gallery | None,
+) -> _Measured:
     p, gid, parent = plan.params, plan.gen_id, plan.parent
     r = _Measured()
     r.self_m = _metrics(new, new, p)
     r.add(gid, gid, r.self_m)
     for sid in plan.serving:
-        other = live if parent is not None and sid == parent.id else GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
+        other = (
+            live
+            if parent is not None and sid == parent.id
+            else GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
+        )
         assert other is not None
         why = new.incompatibility(other)
         if why:
@@ -107,7 +128,14 @@ def _measure(plan: GenerationPlan, store: LineageStore, new: GalleryEmbeddings, 
     return r
 
 
-def _plots(plan: GenerationPlan, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None, compat: list[CompatRecord], ids: list[int]) -> list[str]:
+def _plots(
+    plan: GenerationPlan,
+    trained: Trained,
+    new: GalleryEmbeddings,
+    live: GalleryEmbeddings | None,
+    compat: list[CompatRecord],
+    ids: list[int],
+) -> list[str]:
     gid, parent, out = plan.gen_id, plan.parent, plan.staging_dir
     artifacts: list[str] = []
     if plan.geometry == "lorentz" and new.features == "embedding":
@@ -116,10 +144,20 @@ def _plots(plan: GenerationPlan, trained: Trained, new: GalleryEmbeddings, live:
         if parent is not None and live is not None and live.geometry == "lorentz":
             seen = np.isin(live.labels, np.asarray(parent.class_order))
             u_old = item_uncertainty(live)
-            groups = {f"live gallery, classes g{parent.id} saw": u_old[seen], "live gallery, unseen classes": u_old[~seen], **groups}
+            groups = {
+                f"live gallery, classes g{parent.id} saw": u_old[seen],
+                "live gallery, unseen classes": u_old[~seen],
+                **groups,
+            }
             title = f"gallery uncertainty: live gallery (g{parent.id}) vs g{gid}"
         artifacts.append(str(uncertainty_histogram(out / "uncertainty.png", groups, title)))
-    artifacts.append(str(training_curves(out / "training.png", trained.history, f"generation {gid} ({trained.role}, {plan.alignment})")))
+    artifacts.append(
+        str(
+            training_curves(
+                out / "training.png", trained.history, f"generation {gid} ({trained.role}, {plan.alignment})"
+            )
+        )
+    )
     if len(ids) > 1:
         c = compat[-1]
         title = f"compatibility (mAP) as of g{gid}\nAC {fmt(c.ac, 3)}, AA {fmt(c.aa, 3)}, ACA {fmt(c.aca, 3)}"
@@ -127,7 +165,14 @@ def _plots(plan: GenerationPlan, trained: Trained, new: GalleryEmbeddings, live:
     return artifacts
 
 
-def evaluate(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ref: Trained | None = None, ref_gallery: Gallery | None = None) -> Evaluation:
+def evaluate(
+    plan: GenerationPlan,
+    snap: Snapshot,
+    trained: Trained,
+    gallery: Gallery,
+    ref: Trained | None = None,
+    ref_gallery: Gallery | None = None,
+) -> Evaluation:
     """Self / cross / old-old / reference metrics, P_com, P_up, compatibility, matrix, diagnostics, decision."""
     store = plan.workspace.lineage(plan.params, readonly=True)
     try:
@@ -136,7 +181,15 @@ def evaluate(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
         store.close()
 
 
-def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained: Trained, gallery: Gallery, ref: Trained | None, ref_gallery: Gallery | None) -> Evaluation:
+def _evaluate(
+    plan: GenerationPlan,
+    store: LineageStore,
+    snap: Snapshot,
+    trained: Trained,
+    gallery: Gallery,
+    ref: Trained | None,
+    ref_gallery: Gallery | None,
+) -> Evaluation:
     new = GalleryEmbeddings.load(Path(gallery.path))
     parent = plan.parent
     live = GalleryEmbeddings.load(Path(parent.gallery)) if parent else None
@@ -144,10 +197,18 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
     cross = r.against.get(parent.id) if parent else None
     derived = DerivedMetrics()
     if r.live_self is not None:
-        derived = DerivedMetrics.measure(new_self=r.self_m, cross=cross, old_self=r.live_self, ref_self=r.reference["self"] if r.reference else None)
+        derived = DerivedMetrics.measure(
+            new_self=r.self_m, cross=cross, old_self=r.live_self, ref_self=r.reference["self"] if r.reference else None
+        )
     metric = plan.params.backfill.metric
-    compatible = parent is None or (cross is not None and r.live_self is not None and is_compatible(cross[metric], r.live_self[metric]))
-    diagnostics = _lorentz_diagnostics(plan, snap, trained, new, live) if plan.geometry == "lorentz" and new.features == "embedding" else {}
+    compatible = parent is None or (
+        cross is not None and r.live_self is not None and is_compatible(cross[metric], r.live_self[metric])
+    )
+    diagnostics = (
+        _lorentz_diagnostics(plan, snap, trained, new, live)
+        if plan.geometry == "lorentz" and new.features == "embedding"
+        else {}
+    )
     ids = sorted(set(plan.serving) | {plan.gen_id})
     compat = compat_records(store, plan.gen_id, ids, {**r.against, plan.gen_id: r.self_m})
     artifacts = _plots(plan, trained, new, live, compat, ids)
@@ -167,7 +228,10 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
         "reference": r.reference,
         "derived": derived.to_rows(),
         "diagnostics": diagnostics,
-        "compatibility_matrix": {c.metric: {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca} for c in compat},
+        "compatibility_matrix": {
+            c.metric: {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
+            for c in compat
+        },
         "backfill": {"required": decision.required, "reasons": decision.reasons, "checks": decision.checks},
         "compatible_with_live_gallery": compatible,
         "train_seconds": trained.seconds,
@@ -180,20 +244,32 @@ def _evaluate(plan: GenerationPlan, store: LineageStore, snap: Snapshot, trained
     return Evaluation(r.records, derived, diagnostics, decision, summary, artifacts, compat, compatible)
 
 
-def _lorentz_diagnostics(plan: GenerationPlan, snap: Snapshot, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None) -> dict[str, float | None]:
+def _lorentz_diagnostics(
+    plan: GenerationPlan, snap: Snapshot, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None
+) -> dict[str, float | None]:
     p = plan.params
     d: dict[str, float | None] = {"clip_fraction_gallery": clip_fraction(new.clipped)}
     train = DataManifest.from_json(Path(snap.manifest).read_text()).take(load_splits(p, plan.workspace).train)
     model = load_model(Path(trained.checkpoint))
-    d["clip_fraction_train"] = clip_fraction(embed_images(model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped)
-    d["uncertainty_gallery_seen"], d["uncertainty_gallery_unseen"] = uncertainty_seen_unseen(new.z, new.labels, list(snap.class_order), new.curvature)
+    d["clip_fraction_train"] = clip_fraction(
+        embed_images(model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
+    )
+    d["uncertainty_gallery_seen"], d["uncertainty_gallery_unseen"] = uncertainty_seen_unseen(
+        new.z, new.labels, list(snap.class_order), new.curvature
+    )
     parent = plan.parent
     if live is not None and parent is not None and live.geometry == "lorentz" and live.z.shape == new.z.shape:
         parent_model = load_model(Path(parent.checkpoint))
-        d["clip_fraction_train_parent"] = clip_fraction(embed_images(parent_model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped)
+        d["clip_fraction_train_parent"] = clip_fraction(
+            embed_images(parent_model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
+        )
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
-        d["in_cone_fraction"] = in_cone_fraction(live.z, new.z, live.curvature, plan.alignment_options.get("epsilon", 0.1))
-        d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(live.z, live.labels, list(parent.class_order), live.curvature)
+        d["in_cone_fraction"] = in_cone_fraction(
+            live.z, new.z, live.curvature, plan.alignment_options.get("epsilon", 0.1)
+        )
+        d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(
+            live.z, live.labels, list(parent.class_order), live.curvature
+        )
     return d
 
 

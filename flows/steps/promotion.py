@@ -21,20 +21,26 @@ from flows.workspace import Workspace
 __all__ = ["promote"]
 
 
-def promote(params: Params, ws: Workspace, gen_id: int, *, force: bool = False, by: str, reason: str = "") -> dict[str, object]:
+def promote(
+    params: Params, ws: Workspace, gen_id: int, *, force: bool = False, by: str, reason: str = ""
+) -> dict[str, object]:
     """Point ``production`` at generation ``gen_id`` and record it; refuse a gate failure unless ``force``."""
     store = ws.lineage(params)
     tracking = ws.tracking(params)
     try:
         g = store.generation(gen_id)
         if g.status == "retired":
-            raise ConfigError(f"generation {gen_id} is retired (its gallery was replaced by a backfill); promote a serving generation")
+            raise ConfigError(
+                f"generation {gen_id} is retired (its gallery was replaced by a backfill); promote a serving generation"
+            )
         if g.mlflow_version is None:
             raise LineageError(f"generation {gen_id} has no MLflow model version; it cannot be served")
         decision = store.decision(gen_id)
         failed = gate_failures(g.compatible_with_live, list(decision.checks) if decision is not None else [])
         if failed and not force:
-            raise ConfigError(f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it anyway")
+            raise ConfigError(
+                f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it anyway"
+            )
         prev = store.production_generation_id()
         at = datetime.now(UTC).isoformat(timespec="seconds")
         status = f"promoted ({'forced' if force and failed else 'manual'} by {by} at {at})"
@@ -50,7 +56,14 @@ def promote(params: Params, ws: Workspace, gen_id: int, *, force: bool = False, 
             undo.pop_all()
         ptr = store.live_pointer()
         accepted = (ptr.compatible_generations or [ptr.generation_id]) if ptr else []
-        return {"generation": gen_id, "version": version, "previous": prev, "forced": bool(force and failed), "by": by, "at": at,
-                "live_gallery_accepts_queries": gen_id in accepted}
+        return {
+            "generation": gen_id,
+            "version": version,
+            "previous": prev,
+            "forced": bool(force and failed),
+            "by": by,
+            "at": at,
+            "live_gallery_accepts_queries": gen_id in accepted,
+        }
     finally:
         store.close()

@@ -139,7 +139,16 @@ def plan_backfill(
         store.close()
 
 
-def _plan(params: Params, ws: Workspace, store: LineageStore, target: int | None, fraction: float, order: str, seed: int, force: bool) -> BackfillPlan:
+def _plan(
+    params: Params,
+    ws: Workspace,
+    store: LineageStore,
+    target: int | None,
+    fraction: float,
+    order: str,
+    seed: int,
+    force: bool,
+) -> BackfillPlan:
     ptr = store.live_pointer()
     if ptr is None:
         raise LineageError("there is no live gallery yet; create generation 0 first (bctflow run)")
@@ -162,19 +171,34 @@ def _plan(params: Params, ws: Workspace, store: LineageStore, target: int | None
                 f"compatible with it (the live gallery accepts {accepted}); run a full backfill (--fraction 1), or --force to mix anyway"
             )
         if (g.geometry, g.embed_dim) != (live_gen.geometry, live_gen.embed_dim):
-            raise ConfigError(f"generation {target} ({g.geometry}, d={g.embed_dim}) cannot share an index with the live gallery "
-                              f"({live_gen.geometry}, d={live_gen.embed_dim}); run a full backfill (--fraction 1)")
+            raise ConfigError(
+                f"generation {target} ({g.geometry}, d={g.embed_dim}) cannot share an index with the live gallery "
+                f"({live_gen.geometry}, d={live_gen.embed_dim}); run a full backfill (--fraction 1)"
+            )
         ordered = backfill_order(current, order, seed, current_stamps(source, current, ptr.generation_id))
         positions = ordered[: int(round(fraction * len(current)))].tolist()
     else:
         positions = list(range(len(current)))
     restart = bool(params.backfill.restart_zeta and kind == "full" and g.geometry == "lorentz" and g.zeta is not None)
     return BackfillPlan(
-        home=str(ws.home), params=params, target=target, target_checkpoint=g.checkpoint_path,
-        source_generation=ptr.generation_id, source_pointer_version=ptr.id, source_gallery=str(source), kind=kind,
-        fraction=float(fraction), order=order if kind == "partial" else "all", seed=seed, chunk_size=params.backfill.chunk_size,
-        throttle_s=params.backfill.throttle_seconds, restart_zeta=restart, zeta=params.geometry.zeta0 if restart else g.zeta,
-        positions=positions, started_at=datetime.now(UTC).isoformat(), forced=bool(force and kind == "partial"),
+        home=str(ws.home),
+        params=params,
+        target=target,
+        target_checkpoint=g.checkpoint_path,
+        source_generation=ptr.generation_id,
+        source_pointer_version=ptr.id,
+        source_gallery=str(source),
+        kind=kind,
+        fraction=float(fraction),
+        order=order if kind == "partial" else "all",
+        seed=seed,
+        chunk_size=params.backfill.chunk_size,
+        throttle_s=params.backfill.throttle_seconds,
+        restart_zeta=restart,
+        zeta=params.geometry.zeta0 if restart else g.zeta,
+        positions=positions,
+        started_at=datetime.now(UTC).isoformat(),
+        forced=bool(force and kind == "partial"),
     )
 
 
@@ -227,7 +251,9 @@ def embed_chunks(plan: BackfillPlan, on_chunk: Callable[[int, int, bool], None] 
             model = load_model(_gallery_model_checkpoint(plan))
         pos = np.asarray(plan.positions[i * plan.chunk_size : (i + 1) * plan.chunk_size], dtype=np.int64)
         emb = embed_images(model, test.images[pos], batch_size=p.train.eval_batch_size, device=p.train.device)
-        part = GalleryEmbeddings.from_embeddings(emb, model.spec, float(model.curvature), test.ids[pos], test.labels[pos])
+        part = GalleryEmbeddings.from_embeddings(
+            emb, model.spec, float(model.curvature), test.ids[pos], test.labels[pos]
+        )
         part.save(path)
         if on_chunk:
             on_chunk(i, plan.n_chunks, False)
@@ -245,11 +271,23 @@ def _assemble(plan: BackfillPlan) -> tuple[GalleryEmbeddings, np.ndarray]:
     cat = lambda name: np.concatenate([getattr(x, name) for x in parts])
     z, emb, clipped, logits, ids = cat("z"), cat("emb"), cat("clipped"), cat("logits"), cat("ids")
     if not np.array_equal(ids, current.ids[pos]):
-        raise IndexIntegrityError(f"backfill chunks in {plan.work_dir} do not match the plan's items; delete the folder and run the backfill again")
-    part = dataclasses.replace(parts[0], z=z, emb=emb, clipped=clipped, logits=logits, ids=ids, labels=current.labels[pos])
+        raise IndexIntegrityError(
+            f"backfill chunks in {plan.work_dir} do not match the plan's items; delete the folder and run the backfill again"
+        )
+    part = dataclasses.replace(
+        parts[0], z=z, emb=emb, clipped=clipped, logits=logits, ids=ids, labels=current.labels[pos]
+    )
     if plan.kind == "full":
         order = np.argsort(pos)
-        full = dataclasses.replace(part, z=z[order], emb=emb[order], clipped=clipped[order], logits=logits[order], ids=current.ids, labels=current.labels)
+        full = dataclasses.replace(
+            part,
+            z=z[order],
+            emb=emb[order],
+            clipped=clipped[order],
+            logits=logits[order],
+            ids=current.ids,
+            labels=current.labels,
+        )
         return full, np.full(len(current), plan.target, dtype=np.int64)
     stamps[pos] = plan.target
     return mix_galleries(current, part, pos), stamps
@@ -273,18 +311,25 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     gallery.save(staging / "gallery.npz")
-    with atomic_path(staging / "stamps.npy") as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, stamps)
+    with atomic_path(staging / "stamps.npy") as tmp, open(tmp, "wb") as fh:
+        np.save(fh, stamps)
     shutil.copy2(_gallery_model_checkpoint(plan), staging / "gallery_model.pt")
-    index = GalleryIndex.build(gallery.vectors(), gallery.ids, geometry=gallery.retrieval_geometry, curvature=gallery.curvature,
-                               generation=plan.target, compatible_generations=[plan.target])
+    index = GalleryIndex.build(
+        gallery.vectors(),
+        gallery.ids,
+        geometry=gallery.retrieval_geometry,
+        curvature=gallery.curvature,
+        generation=plan.target,
+        compatible_generations=[plan.target],
+    )
     index.save(staging / "index")
     # verify before anyone can see it: count, finite vectors, manifest and checksum (load checks them)
     check = GalleryIndex.load(staging / "index")
     if check.ntotal != len(gallery) or check.manifest.generation != plan.target:
-        raise IndexIntegrityError(f"the new index holds {check.ntotal} vectors for generation {check.manifest.generation}, "
-                                  f"expected {len(gallery)} for generation {plan.target}; the backfill stops before switching")
+        raise IndexIntegrityError(
+            f"the new index holds {check.ntotal} vectors for generation {check.manifest.generation}, "
+            f"expected {len(gallery)} for generation {plan.target}; the backfill stops before switching"
+        )
     staging.rename(version)
     # retrieval quality of the new live gallery for the target generation's queries
     if plan.kind == "full":
@@ -300,9 +345,17 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
 def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> BackfillRecord:
     started = datetime.fromisoformat(plan.started_at)
     return BackfillRecord(
-        from_generation_id=plan.source_generation, to_generation_id=plan.target, kind=plan.kind, fraction=plan.fraction,
-        order=plan.order, total=len(GalleryEmbeddings.load(Path(plan.source_gallery))), reembedded=len(plan.positions),
-        index_path=str(index_dir), zeta_restarted=plan.restart_zeta, metrics={**metrics, "forced": plan.forced}, started_at=started,
+        from_generation_id=plan.source_generation,
+        to_generation_id=plan.target,
+        kind=plan.kind,
+        fraction=plan.fraction,
+        order=plan.order,
+        total=len(GalleryEmbeddings.load(Path(plan.source_gallery))),
+        reembedded=len(plan.positions),
+        index_path=str(index_dir),
+        zeta_restarted=plan.restart_zeta,
+        metrics={**metrics, "forced": plan.forced},
+        started_at=started,
         duration_s=(datetime.now(UTC) - started).total_seconds(),
     )
 
@@ -317,11 +370,24 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         cur = store.live_pointer()
         # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
         if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):
-            raise LineageError("the live gallery changed while this backfill ran; delete backfills/in_progress and start again")
+            raise LineageError(
+                "the live gallery changed while this backfill ran; delete backfills/in_progress and start again"
+            )
         event = _backfill_record(plan, index_dir, metrics)
         model_ckpt = str(index_dir.parent / "gallery_model.pt")
-        pointer = PointerRecord(plan.target, str(index_dir), f"{plan.kind} backfill with generation {plan.target}", model_ckpt, plan.zeta, [plan.target])
-        retire = [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"] if plan.kind == "full" else []
+        pointer = PointerRecord(
+            plan.target,
+            str(index_dir),
+            f"{plan.kind} backfill with generation {plan.target}",
+            model_ckpt,
+            plan.zeta,
+            [plan.target],
+        )
+        retire = (
+            [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]
+            if plan.kind == "full"
+            else []
+        )
         version = store.generation(plan.target).mlflow_version
         # after a full backfill the live gallery answers the target's queries only: it becomes production
         promote = plan.kind == "full" and store.production_generation_id() != plan.target
@@ -329,7 +395,13 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
 
             def flip() -> None:
                 undo.callback(live.restore, live.pointer())
-                live.switch(index_dir, generation=plan.target, compatible_generations=pointer.compatible_generations, model_checkpoint=model_ckpt, zeta=plan.zeta)
+                live.switch(
+                    index_dir,
+                    generation=plan.target,
+                    compatible_generations=pointer.compatible_generations,
+                    model_checkpoint=model_ckpt,
+                    zeta=plan.zeta,
+                )
                 if version is not None:
                     undo.callback(tracking.move_alias("gallery", version))
                     if promote:
@@ -338,7 +410,10 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             event_id = store.record_backfill(event, pointer, retire, before_commit=flip, promote=promote)
             undo.pop_all()
         if version is not None:
-            tracking.set_tags(version, {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"})
+            tracking.set_tags(
+                version,
+                {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"},
+            )
     finally:
         store.close()
     live.prune(p.backfill.retain_versions)

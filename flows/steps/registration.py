@@ -23,7 +23,9 @@ def gate_failures(compatible: bool | None, checks: list[dict[str, Any]]) -> list
     """
     failed = [c["detail"] for c in checks if not c["passed"]]
     if compatible is False and not any(c["rule"] == "compatibility" and not c["passed"] for c in checks):
-        failed.insert(0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)")
+        failed.insert(
+            0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)"
+        )
     return failed
 
 
@@ -41,12 +43,19 @@ def chain_description(plan: GenerationPlan, store: LineageStore, decision: Decis
     steps: list[tuple[str, str]] = []  # (ISO time, text): generations and backfills in the order they happened
     for g in store.generations():
         aligned = "" if g.parent_id is None else f", aligned to g{g.parent_id}"
-        steps.append((g.created_at.isoformat(), f"g{g.id} [{g.alignment}, ζ={_zeta(g.zeta)}{aligned}, v{g.mlflow_version}]"))
+        steps.append(
+            (g.created_at.isoformat(), f"g{g.id} [{g.alignment}, ζ={_zeta(g.zeta)}{aligned}, v{g.mlflow_version}]")
+        )
     pointers = {pt.backfill_id: pt for pt in store.live_pointers() if pt.backfill_id is not None}
     for b in store.backfills():
         pt = pointers.get(b.id)
         restart = f", ζ restarts at {_zeta(pt.zeta)}" if b.zeta_restarted and pt is not None else ""
-        steps.append((b.finished_at.isoformat(), f"⟲ {b.kind} backfill with g{b.to_generation_id} ({b.reembedded}/{b.total} items{restart})"))
+        steps.append(
+            (
+                b.finished_at.isoformat(),
+                f"⟲ {b.kind} backfill with g{b.to_generation_id} ({b.reembedded}/{b.total} items{restart})",
+            )
+        )
     aligned = "" if plan.parent is None else f", aligned to g{plan.parent.id}"
     steps.append(("~", f"g{plan.gen_id} [{plan.alignment}, ζ={_zeta(plan.zeta)}{aligned}, this version]"))
     chain = " → ".join(text for _, text in sorted(steps))
@@ -80,7 +89,9 @@ def _run_metrics(trained: Trained, ev: Evaluation) -> dict[str, float | None]:
     return metrics
 
 
-def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation) -> RegistrationResult:
+def register(
+    plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation
+) -> RegistrationResult:
     """One MLflow run + one registered model version (tags, aliases, description)."""
     p, ws = plan.params, plan.workspace
     store = ws.lineage(p, readonly=True)
@@ -105,22 +116,36 @@ def register(plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Ga
         params={
             "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
             "alignment": {"method": plan.alignment, "weight": p.alignment.weight, **plan.alignment_options},
-            "model": {"backbone": plan.backbone, "backbone_kwargs": plan.backbone_kwargs, "geometry": plan.geometry, "embed_dim": p.model.embed_dim},
+            "model": {
+                "backbone": plan.backbone,
+                "backbone_kwargs": plan.backbone_kwargs,
+                "geometry": plan.geometry,
+                "embed_dim": p.model.embed_dim,
+            },
             "geometry": {"zeta": plan.zeta, "curvature": trained.curvature, "delta_zeta": plan.delta_zeta},
-            "data": {"dataset": p.data.dataset, "classes": list(snap.class_order), "fraction": plan.fraction, "data_hash": snap.data_hash, "n_train": snap.n_train},
+            "data": {
+                "dataset": p.data.dataset,
+                "classes": list(snap.class_order),
+                "fraction": plan.fraction,
+                "data_hash": snap.data_hash,
+                "n_train": snap.n_train,
+            },
             "train": {**p.train.model_dump(), "epochs": plan.epochs},
         },
         metrics=_run_metrics(trained, ev),
         history=trained.history,
-        artifacts=[Path(a) for a in ev.artifacts] + [Path(snap.manifest)] + ([Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else []),
+        artifacts=[Path(a) for a in ev.artifacts]
+        + [Path(snap.manifest)]
+        + ([Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else []),
         backfill_required=ev.decision.required if plan.parent else None,
         backfill_reasons=ev.decision.reasons,
         extra_tags={
-            "bctflow.promotion": "promoted (passed the gate)" if promoted(plan, ev) else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks)),
+            "bctflow.promotion": "promoted (passed the gate)"
+            if promoted(plan, ev)
+            else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks)),
             "bctflow.compatible_with_live_gallery": str(ev.compatible).lower(),
             "bctflow.live_gallery_generation": "none" if plan.parent is None else str(plan.parent.id),
         },
         aliases=[f"gen-{plan.gen_id}"] + (["gallery"] if plan.parent is None else []),
     )
     return ws.tracking(p).register(req)
-

@@ -27,7 +27,12 @@ def select_generation_data(
     """Generation ``gen_id``'s training data: its classes (the parent's first, in the parent's order) and a seeded fraction."""
     order = resolve_class_order(classes, splits.train.num_classes, parent_order)
     return select_training_data(
-        splits.train, dataset=splits.name, fingerprint=splits.fingerprint, class_order=order, fraction=fraction, seed=params.data.split_seed + gen_id
+        splits.train,
+        dataset=splits.name,
+        fingerprint=splits.fingerprint,
+        class_order=order,
+        fraction=fraction,
+        seed=params.data.split_seed + gen_id,
     )
 
 
@@ -36,8 +41,20 @@ def snapshot_data(plan: GenerationPlan) -> Snapshot:
     ws = plan.workspace
     splits = load_splits(plan.params, ws)
     if plan.data_fingerprint is not None and splits.fingerprint != plan.data_fingerprint:
-        raise DataError(f"dataset {splits.name} changed since this run was planned (its fingerprint differs); run the command again")
+        raise DataError(
+            f"dataset {splits.name} changed since this run was planned (its fingerprint differs); run the command again"
+        )
     classes = "all" if plan.classes == "all" else list(plan.classes)
-    manifest = select_generation_data(plan.params, splits, plan.gen_id, classes, plan.fraction, plan.parent.class_order if plan.parent else None)
+    manifest = select_generation_data(
+        plan.params, splits, plan.gen_id, classes, plan.fraction, plan.parent.class_order if plan.parent else None
+    )
     info = DataSnapshotStore(ws.data_dir).snapshot(f"gen_{plan.gen_id:03d}", manifest)
-    return Snapshot(info.name, str(info.path), info.data_hash, manifest.class_order, manifest.class_names, len(manifest), splits.fingerprint)
+    return Snapshot(
+        info.name,
+        str(info.path),
+        info.data_hash,
+        manifest.class_order,
+        manifest.class_names,
+        len(manifest),
+        splits.fingerprint,
+    )

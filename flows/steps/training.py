@@ -33,10 +33,22 @@ def _finished(plan: GenerationPlan, role: str) -> Trained | None:
     if obj.get("run_key") != plan.role_run_key(role):
         return None
     spec = read_spec(obj, final)
-    return Trained(role, str(final), list(obj["history"]), float(obj["seconds"]), str(obj["device"]), None, float(obj["curvature"]), spec.output_dim, spec.stored_dim)
+    return Trained(
+        role,
+        str(final),
+        list(obj["history"]),
+        float(obj["seconds"]),
+        str(obj["device"]),
+        None,
+        float(obj["curvature"]),
+        spec.output_dim,
+        spec.stored_dim,
+    )
 
 
-def _role_spec(plan: GenerationPlan, role: str, snap: Snapshot, split: ArrayDataset, parent_spec: ModelSpec | None) -> tuple[AlignmentChoice, ModelSpec]:
+def _role_spec(
+    plan: GenerationPlan, role: str, snap: Snapshot, split: ArrayDataset, parent_spec: ModelSpec | None
+) -> tuple[AlignmentChoice, ModelSpec]:
     """The role's method and model spec: params + the training split's shape and statistics + what the alignment asks of the model."""
     aligned = choose_alignment(plan.alignment, plan.alignment_options)
     overrides = aligned.model_overrides(parent_spec)
@@ -44,14 +56,23 @@ def _role_spec(plan: GenerationPlan, role: str, snap: Snapshot, split: ArrayData
         overrides = {k: v for k, v in overrides.items() if k == "features"}
     method = aligned if role == "model" else choose_alignment("independent")
     spec = model_spec_from_params(
-        plan.params, split, snap.class_order, snap.class_names,
-        geometry=plan.geometry, zeta=plan.zeta, backbone=plan.backbone, backbone_kwargs=plan.backbone_kwargs, overrides=overrides,
+        plan.params,
+        split,
+        snap.class_order,
+        snap.class_names,
+        geometry=plan.geometry,
+        zeta=plan.zeta,
+        backbone=plan.backbone,
+        backbone_kwargs=plan.backbone_kwargs,
+        overrides=overrides,
     )
     method.check_lineage(spec.class_order, parent_spec)
     return method, spec
 
 
-def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None) -> Trained:
+def train_role(
+    plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None
+) -> Trained:
     """Train the generation's model (role "model") or its independent reference ("reference").
 
     Resumes from the last epoch checkpoint in staging; if the final model of
@@ -67,13 +88,19 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
     train = manifest.take(split)
     parent = plan.parent
     parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
-    choice, spec = _role_spec(plan, role, snap, split, parent_spec)  # normalisation statistics of the whole training split
+    choice, spec = _role_spec(
+        plan, role, snap, split, parent_spec
+    )  # normalisation statistics of the whole training split
     loss = choice.build()  # once per training, before the seeded initialisation (a method may own random parts)
     cfg = plan.train_config(role)
     torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
     model = build_model(spec, p.model.pretrained_path)
-    old_model = load_model(Path(parent.checkpoint)) if parent is not None and choice.trains and choice.requires_old else None
-    reference = load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
+    old_model = (
+        load_model(Path(parent.checkpoint)) if parent is not None and choice.trains and choice.requires_old else None
+    )
+    reference = (
+        load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
+    )
     out_dir = plan.role_dir(role)
     result = train_model(
         model,
@@ -90,7 +117,23 @@ def train_role(plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callab
     save_model(
         result.model.cpu(),
         out_dir / "model.pt",
-        extra={"run_key": plan.role_run_key(role), "history": result.history, "seconds": result.seconds, "device": result.device, "curvature": k},
+        extra={
+            "run_key": plan.role_run_key(role),
+            "history": result.history,
+            "seconds": result.seconds,
+            "device": result.device,
+            "curvature": k,
+        },
     )
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
-    return Trained(role, str(out_dir / "model.pt"), result.history, result.seconds, result.device, result.resumed_from, k, spec.output_dim, spec.stored_dim)
+    return Trained(
+        role,
+        str(out_dir / "model.pt"),
+        result.history,
+        result.seconds,
+        result.device,
+        result.resumed_from,
+        k,
+        spec.output_dim,
+        spec.stored_dim,
+    )

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from flows.params import apply_overrides, load_params
 from benchmarks.profile import BenchSettings, Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
 from benchmarks.runner import Bench
 from benchmarks.scenarios import make_scenario, run_sequential, run_table
 from components.errors import ConfigError
+from flows.params import apply_overrides, load_params
 from tests.conftest import REPO, TINY_OVERRIDES
 
 ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
@@ -21,9 +21,12 @@ ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 
 def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
     params = apply_overrides(
-        load_params(REPO / "params.yaml"), TINY_OVERRIDES + ["model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"]
+        load_params(REPO / "params.yaml"),
+        TINY_OVERRIDES + ["model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
     )
-    bench = BenchSettings(methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], tune_weights=[0.3, 1.0], **settings)
+    bench = BenchSettings(
+        methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], tune_weights=[0.3, 1.0], **settings
+    )
     profile = Profile(name="tiny", description="test", bench=bench)
     logs: list[str] = []
     b = Bench(profile, params, tmp / "cache", tmp / "datasets", log=logs.append)
@@ -31,9 +34,23 @@ def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
     return b
 
 
-CTX = {"command": "test", "profile": "tiny", "profile_description": "t", "dataset": "digits", "n_train": 0, "n_val": 0, "n_test": 0,
-       "val_fraction": 0.1, "machine": "test", "seeds": [0, 1], "epochs": {}, "tune_weights": [0.3, 1.0], "tune_tol": 0.98,
-       "date": "today", "wall_seconds": 1.0}
+CTX = {
+    "command": "test",
+    "profile": "tiny",
+    "profile_description": "t",
+    "dataset": "digits",
+    "n_train": 0,
+    "n_val": 0,
+    "n_test": 0,
+    "val_fraction": 0.1,
+    "machine": "test",
+    "seeds": [0, 1],
+    "epochs": {},
+    "tune_weights": [0.3, 1.0],
+    "tune_tol": 0.98,
+    "date": "today",
+    "wall_seconds": 1.0,
+}
 
 
 def test_ext_class_table(tmp_path: Path):
@@ -47,7 +64,13 @@ def test_ext_class_table(tmp_path: Path):
     assert sc.old_classes == [0, 1, 2, 3, 4]
     res = run_table(b, sc)
     names = [(r.name, r.seed) for r in res.rows]
-    assert names == [("bct", 0), ("psp", 0), ("hbct", 0), ("bct", 1), ("hbct", 1)]  # extra seed for hbct and the best baseline
+    assert names == [
+        ("bct", 0),
+        ("psp", 0),
+        ("hbct", 0),
+        ("bct", 1),
+        ("hbct", 1),
+    ]  # extra seed for hbct and the best baseline
     assert res.best_baseline == "bct"
     for r in res.rows:
         for k in ("cmc@1", "map"):
@@ -61,7 +84,12 @@ def test_ext_class_table(tmp_path: Path):
     psp = res.rows[1]
     assert psp.space == "psp" and psp.p_up["map"] == 0.0 and psp.seconds == 0.0
     hb = res.rows[2]
-    assert set(hb.diagnostics) >= {"clip_fraction_new", "in_cone_fraction", "uncertainty_old_seen", "uncertainty_old_unseen"}
+    assert set(hb.diagnostics) >= {
+        "clip_fraction_new",
+        "in_cone_fraction",
+        "uncertainty_old_seen",
+        "uncertainty_old_unseen",
+    }
     md = write_table_report(res, CTX, tmp_path / "report")
     text = md.read_text()
     assert "| bct | euclidean/embedding |" in text and "P_com denominator" in text and "Seed-to-seed spread" in text
@@ -86,13 +114,25 @@ def test_simplex_method_not_applicable_when_class_order_does_not_extend(tmp_path
 
 
 def test_sequential_matrix_and_summary(tmp_path: Path):
-    methods = [{"name": "bct", "method": "bct"}, {"name": "bt2", "method": "bt2", "options": {"extra_dims": 8}}, {"name": "psp", "method": "psp"}]
-    b = tiny_bench(tmp_path, methods, sequential_stages=3, sequential_switch_at=2, sequential_methods=["independent", "bct", "bt2", "psp"])
+    methods = [
+        {"name": "bct", "method": "bct"},
+        {"name": "bt2", "method": "bt2", "options": {"extra_dims": 8}},
+        {"name": "psp", "method": "psp"},
+    ]
+    b = tiny_bench(
+        tmp_path,
+        methods,
+        sequential_stages=3,
+        sequential_switch_at=2,
+        sequential_methods=["independent", "bct", "bt2", "psp"],
+    )
     res = run_sequential(b)
     assert res.stages == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6], list(range(10))]
     for name in ("independent", "bct", "bt2", "psp"):
         mat = res.matrices[name]["map"]
-        assert all(mat[t][k] is not None for t in range(3) for k in range(t + 1))  # BT² prefixes nest, so every pair is comparable
+        assert all(
+            mat[t][k] is not None for t in range(3) for k in range(t + 1)
+        )  # BT² prefixes nest, so every pair is comparable
         lower = [mat[t][k] for t in range(3) for k in range(t + 1)]
         s = res.summary[name]["map"]
         assert s["aa"] == pytest.approx(sum(lower) / len(lower))
@@ -127,7 +167,9 @@ def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
     b = tiny_bench(tmp_path, [{"name": "hbct", "method": "hbct", "geometry": "lorentz"}])
     res = run_partial_backfill(b, random_seeds=2)
     assert res.fractions == list(FRACTIONS)
-    old = b.train_model("old/lorentz", b.selection(list(range(5))), geometry="lorentz", arch=b.settings.old_arch, zeta=1.0)
+    old = b.train_model(
+        "old/lorentz", b.selection(list(range(5))), geometry="lorentz", arch=b.settings.old_arch, zeta=1.0
+    )
     new_self = res.models["new_self"]
     for order in ("uncertainty", "random"):
         assert res.curves[order]["map"][-1] == pytest.approx(new_self["map"])  # f = 1: the new model's own gallery

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from flows.params import apply_overrides, load_params
-from flows.workspace import Workspace
 from components.errors import IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
+from flows.params import apply_overrides, load_params
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from tests.helpers import run_generation
 from tests.conftest import REPO, TINY_OVERRIDES
+from tests.helpers import run_generation
 
 BIN = Path(sys.executable).parent
 
@@ -78,7 +78,9 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
         time.sleep(0.1)
     out = second.stdout.read().decode()
     assert second.returncode == 0, out[-3000:]
-    assert f"{done_at_kill}/14 chunks resumed" in out.replace("\n", " ") or f"{done_at_kill}/14 chunks resumed" in " ".join(out.split())
+    assert f"{done_at_kill}/14 chunks resumed" in out.replace(
+        "\n", " "
+    ) or f"{done_at_kill}/14 chunks resumed" in " ".join(out.split())
     assert check_live() == "new"
     events = LineageStore(f"sqlite:///{home / 'lineage.db'}").backfills()
     assert len(events) == 1 and events[0].reembedded == events[0].total == 539 and events[0].to_generation_id == 1

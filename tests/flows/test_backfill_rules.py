@@ -69,13 +69,18 @@ def test_missing_reference_skips_p_com_rule_without_failing():
 
 
 def test_disabled_rules_are_not_checked():
-    d = decide_backfill(evidence(zeta=10.0, gallery_clip_fraction=1.0), BackfillRules(zeta_ceiling=None, clip_fraction_max=None))
+    d = decide_backfill(
+        evidence(zeta=10.0, gallery_clip_fraction=1.0), BackfillRules(zeta_ceiling=None, clip_fraction_max=None)
+    )
     assert not d.required
     assert {c["rule"] for c in d.checks} == {"compatibility"}
 
 
 def test_gallery_the_model_cannot_query_requires_backfill():
-    d = decide_backfill(evidence(cross=None, incompatibility="geometry euclidean vs lorentz"), BackfillRules(require_compatibility=False))
+    d = decide_backfill(
+        evidence(cross=None, incompatibility="geometry euclidean vs lorentz"),
+        BackfillRules(require_compatibility=False),
+    )
     assert d.required and "cannot query generation 0" in d.reasons[0]
 
 
@@ -86,6 +91,9 @@ def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
     assert not off.required and "compatibility" not in {c["rule"] for c in off.checks}
     on = decide_backfill(incompatible, BackfillRules(require_compatibility=True))
     assert on.required and on.checks[0] == {
-        "rule": "compatibility", "value": 0.55, "threshold": 0.60, "passed": False,
+        "rule": "compatibility",
+        "value": 0.55,
+        "threshold": 0.60,
+        "passed": False,
         "detail": "empirical compatibility fails against live gallery generation 0: cross map 0.5500 ≤ its self map 0.6000",
     }

@@ -13,13 +13,13 @@ import yaml
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from flows.params import apply_overrides, load_params
-from flows.steps.promotion import promote
-from flows.workspace import Workspace
 from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import item_uncertainty
+from flows.params import apply_overrides, load_params
+from flows.steps.promotion import promote
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from scripts.lifecycle_session import CHAIN_AFTER, CHAIN_BEFORE, run_session
 from tests.conftest import REPO, TINY_OVERRIDES
@@ -63,7 +63,11 @@ def test_the_full_backfill_is_recorded_and_switched(session):
     assert g4["live"] and g4["production"]  # the backfill target serves the gallery and the queries
     assert any(p["by"] == "backfill" for p in g4["promotions"])
     ptr = LiveGallery(Workspace(home).live_dir).pointer()
-    assert ptr["generation"] == 4 and Path(ptr["index"]).parent.name.startswith("index-v") and ptr["zeta"] == pytest.approx(1.0)
+    assert (
+        ptr["generation"] == 4
+        and Path(ptr["index"]).parent.name.startswith("index-v")
+        and ptr["zeta"] == pytest.approx(1.0)
+    )
     # the live gallery holds generation 4's embeddings rescaled by ζ0/ζ4 = 1.0/1.8
     own = GalleryEmbeddings.load(Workspace(home).generation_dir(4) / "gallery.npz")
     served = GalleryEmbeddings.load(Path(ptr["index"]).parent / "gallery.npz")
@@ -84,9 +88,13 @@ def test_compatibility_matrix_and_chain_are_in_mlflow(session):
     client = mlflow.MlflowClient(uri, uri)
     run = client.get_run(g6["mlflow_run_id"])
     assert run.data.metrics["compat/map/ac"] == pytest.approx(comp["ac"])
-    assert {"compat_matrix.png", "uncertainty.png", "metrics.json"} <= {a.path for a in client.list_artifacts(g6["mlflow_run_id"])}
+    assert {"compat_matrix.png", "uncertainty.png", "metrics.json"} <= {
+        a.path for a in client.list_artifacts(g6["mlflow_run_id"])
+    }
     v = client.get_model_version("bctflow-embedder", g6["mlflow_version"])
-    assert "ζ=1.80" in v.description and "⟲ full backfill with g4" in v.description and "g6 [hbct, ζ=1.40" in v.description
+    assert (
+        "ζ=1.80" in v.description and "⟲ full backfill with g4" in v.description and "g6 [hbct, ζ=1.40" in v.description
+    )
     assert v.tags["bctflow.promotion"].startswith("not promoted: ") and "ceiling" in v.tags["bctflow.promotion"]
     assert str(client.get_model_version_by_alias("bctflow-embedder", "gallery").version) == gens[4]["mlflow_version"]
 
@@ -98,7 +106,10 @@ def test_promotion_gate_and_forced_override(session):
     assert g6["backfill_required"] and not g6["promoted"] and not g6["production"]
     with pytest.raises(ConfigError, match="failed the promotion gate .*ceiling.*--force"):
         promote(p, Workspace(home), 6, by="tester")
-    res = CliRunner().invoke(app, ["promote", "6", "--home", str(home), "--params", str(params), "--force", "--by", "tester", "--reason", "demo"])
+    res = CliRunner().invoke(
+        app,
+        ["promote", "6", "--home", str(home), "--params", str(params), "--force", "--by", "tester", "--reason", "demo"],
+    )
     assert res.exit_code == 0, res.output
     assert "FORCED past the gate" in res.output
     after = store(home).to_json()[6]
@@ -108,7 +119,11 @@ def test_promotion_gate_and_forced_override(session):
     uri = f"sqlite:///{home / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri, uri)
     assert str(client.get_model_version_by_alias("bctflow-embedder", "production").version) == g6["mlflow_version"]
-    assert client.get_model_version("bctflow-embedder", g6["mlflow_version"]).tags["bctflow.promotion"].startswith("promoted (forced by tester")
+    assert (
+        client.get_model_version("bctflow-embedder", g6["mlflow_version"])
+        .tags["bctflow.promotion"]
+        .startswith("promoted (forced by tester")
+    )
     out = CliRunner().invoke(app, ["lineage", "--home", str(home), "--params", str(params)]).output
     assert "yes (" in out and "ceiling" in out and "★ production (forced)" in out
 
@@ -136,4 +151,8 @@ def test_partial_backfill_by_uncertainty_mixes_generations(session):
     with pytest.raises(IncompatibleQueryError, match="generation 4 is not compatible with the live gallery"):
         live.search(old.vectors()[:5].astype(np.float32), 3, query_generation=4)
     ev = store(home).to_json()[6]["backfills"][-1]
-    assert ev["kind"] == "partial" and ev["order"] == "uncertainty" and ev["metrics"]["forced"] is (6 not in before["compatible_generations"])
+    assert (
+        ev["kind"] == "partial"
+        and ev["order"] == "uncertainty"
+        and ev["metrics"]["forced"] is (6 not in before["compatible_generations"])
+    )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.lock import workspace_lock
 from components.errors import LineageError
+from flows.lock import workspace_lock
 
 
 def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path):
@@ -24,12 +24,10 @@ def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path):
 
 
 def test_the_lock_is_released_when_the_holder_fails(tmp_path: Path):
-    with pytest.raises(RuntimeError):
-        with workspace_lock(tmp_path, "first"):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), workspace_lock(tmp_path, "first"):
+        raise RuntimeError("boom")
     with workspace_lock(tmp_path, "second"):
         pass
-    with pytest.raises(LineageError, match="busy"):
-        with workspace_lock(tmp_path, "outer"):
-            with workspace_lock(tmp_path, "inner"):  # a second open file in the same process conflicts too
-                pass
+    with pytest.raises(LineageError, match="busy"), workspace_lock(tmp_path, "outer"):
+        with workspace_lock(tmp_path, "inner"):  # a second open file in the same process conflicts too
+            pass

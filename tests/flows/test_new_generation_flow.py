@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import yaml
 
-from flows.workspace import Workspace
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from flows.transient import is_transient
+from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from tests.helpers import run_generation
 
@@ -71,7 +71,13 @@ def test_lineage_records_the_chain(lineage_run):
     assert ref_cross is not None
     assert g1["backfill_required"] in (True, False) and isinstance(g1["backfill_reasons"], list)
     assert {c["rule"] for c in g1["backfill_checks"]} >= {"compatibility", "zeta_ceiling"}
-    for key in ("clip_fraction_gallery", "clip_fraction_train", "in_cone_fraction", "uncertainty_parent_seen", "uncertainty_parent_unseen"):
+    for key in (
+        "clip_fraction_gallery",
+        "clip_fraction_train",
+        "in_cone_fraction",
+        "uncertainty_parent_seen",
+        "uncertainty_parent_unseen",
+    ):
         assert g1["diagnostics"][key] is not None
     assert s1["generation"] == 1 and s1["mlflow_version"] == "2"
 
@@ -123,7 +129,9 @@ def test_failed_lineage_commit_leaves_everything_as_it_was(lineage_run):
     before_db = LineageStore(f"sqlite:///{home / 'lineage.db'}").to_json()
     # a real database-side failure: a trigger that aborts any new generation row
     con = sqlite3.connect(home / "lineage.db")
-    con.execute("CREATE TRIGGER refuse BEFORE INSERT ON generations BEGIN SELECT RAISE(ABORT, 'injected failure'); END;")
+    con.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON generations BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+    )
     con.commit()
     try:
         with pytest.raises(Exception, match="injected failure"):

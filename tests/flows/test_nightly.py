@@ -27,7 +27,9 @@ def test_prefect_yaml_deploys_the_nightly_flow_on_the_params_schedule():
     params = load_params(REPO / "params.yaml")
     assert (sched["cron"], sched["timezone"]) == (params.schedule.cron, params.schedule.timezone)
     CronSchedule(cron=sched["cron"], timezone=sched["timezone"])  # valid cron and timezone
-    deployment = flow.to_deployment(name=dep["name"], schedule=Cron(sched["cron"], timezone=sched["timezone"]), parameters=dep["parameters"])
+    deployment = flow.to_deployment(
+        name=dep["name"], schedule=Cron(sched["cron"], timezone=sched["timezone"]), parameters=dep["parameters"]
+    )
     assert deployment.schedules[0].schedule.cron == "0 2 * * *" and deployment.schedules[0].schedule.timezone == "UTC"
 
 

@@ -16,7 +16,9 @@ def manifests(tmp_path_factory):
     d = load_dataset("digits", tmp_path_factory.mktemp("digits"))
 
     def sel(seed):
-        return select_training_data(d.train, dataset="digits", fingerprint=d.fingerprint, class_order=[0, 1, 2], fraction=0.5, seed=seed)
+        return select_training_data(
+            d.train, dataset="digits", fingerprint=d.fingerprint, class_order=[0, 1, 2], fraction=0.5, seed=seed
+        )
 
     return sel(0), sel(1)
 

@@ -9,15 +9,38 @@ from sqlalchemy import text
 
 from components.errors import LineageError
 from registry.lineage import LineageStore
-from registry.records import DecisionRecord, EvaluationRecord, GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
+from registry.records import (
+    DecisionRecord,
+    EvaluationRecord,
+    GenerationBundle,
+    GenerationRecord,
+    PointerRecord,
+    ZetaRecord,
+)
 
 
 def record(gid: int, parent: int | None, zeta: float, alignment: str = "hbct") -> GenerationRecord:
     return GenerationRecord(
-        id=gid, name=f"g{gid}", parent_id=parent, dataset="digits", data_hash=f"h{gid}", data_snapshot=f"/d/{gid}",
-        class_order=[0, 1], architecture={"backbone": "resnet18"}, geometry="lorentz", alignment=alignment,
-        hyperparameters={"tau": 0.5}, zeta=zeta, curvature=1.0, embed_dim=16, checkpoint_path=f"/c/{gid}",
-        index_path=f"/i/{gid}/index", params_digest="x", mlflow_model="m", mlflow_version=str(gid + 1), mlflow_run_id=f"r{gid}",
+        id=gid,
+        name=f"g{gid}",
+        parent_id=parent,
+        dataset="digits",
+        data_hash=f"h{gid}",
+        data_snapshot=f"/d/{gid}",
+        class_order=[0, 1],
+        architecture={"backbone": "resnet18"},
+        geometry="lorentz",
+        alignment=alignment,
+        hyperparameters={"tau": 0.5},
+        zeta=zeta,
+        curvature=1.0,
+        embed_dim=16,
+        checkpoint_path=f"/c/{gid}",
+        index_path=f"/i/{gid}/index",
+        params_digest="x",
+        mlflow_model="m",
+        mlflow_version=str(gid + 1),
+        mlflow_run_id=f"r{gid}",
     )
 
 
@@ -42,7 +65,14 @@ def two_generations(store: LineageStore) -> None:
             + evals(1, 0, {"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.7})
             + evals(1, 1, {"cmc@1": 0.96, "cmc@5": 0.99, "map": 0.92}, "reference", "reference")
             + evals(1, 0, {"cmc@1": 0.1, "cmc@5": 0.3, "map": 0.15}, "reference", "model"),
-            derived={"p_com/cmc@1": 0.125, "p_com/map": 0.3125, "p_com_denominator/cmc@1": 0.16, "p_com_denominator/map": 0.32, "p_up/cmc@1": -0.0104, "p_up/map": -0.0217},
+            derived={
+                "p_com/cmc@1": 0.125,
+                "p_com/map": 0.3125,
+                "p_com_denominator/cmc@1": 0.16,
+                "p_com_denominator/map": 0.32,
+                "p_up/cmc@1": -0.0104,
+                "p_up/map": -0.0217,
+            },
             diagnostics={"clip_fraction_gallery": 0.5, "in_cone_fraction": 0.01},
             zeta=ZetaRecord(1.0, 0.2, 1.2),
             decision=DecisionRecord(True, ["clip saturated"], [{"rule": "clip_fraction_max", "passed": False}], 0),
@@ -56,7 +86,20 @@ def test_json_export_has_the_documented_schema(tmp_path: Path):
     doc = store.to_json()
     assert [g["id"] for g in doc] == [0, 1]
     g0, g1 = doc
-    for key in ("id", "parent", "alignment", "geometry", "zeta", "curvature", "data_hash", "mlflow_model", "mlflow_version", "backfill_required", "backfill_reasons", "metrics"):
+    for key in (
+        "id",
+        "parent",
+        "alignment",
+        "geometry",
+        "zeta",
+        "curvature",
+        "data_hash",
+        "mlflow_model",
+        "mlflow_version",
+        "backfill_required",
+        "backfill_reasons",
+        "metrics",
+    ):
         assert key in g1
     assert g0["parent"] is None and g0["live"] is True and g1["live"] is False
     assert g0["metrics"]["cross"] is None and g0["metrics"]["parent_self"] is None and g0["metrics"]["p_com"] is None
@@ -78,7 +121,12 @@ def test_json_export_has_the_documented_schema(tmp_path: Path):
 
 def test_failure_before_commit_writes_nothing(tmp_path: Path):
     store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
-    bundle = GenerationBundle(record(0, None, 1.0), evaluations=evals(0, 0, {"map": 0.5}), zeta=ZetaRecord(None, 0.0, 1.0), pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]))
+    bundle = GenerationBundle(
+        record(0, None, 1.0),
+        evaluations=evals(0, 0, {"map": 0.5}),
+        zeta=ZetaRecord(None, 0.0, 1.0),
+        pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]),
+    )
 
     def boom() -> None:
         raise RuntimeError("disk full while moving artifacts")
@@ -95,7 +143,13 @@ def test_database_error_rolls_back_everything(tmp_path: Path):
     store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
     dup = evals(0, 0, {"map": 0.5}) * 2
     with pytest.raises(LineageError, match="rolled back"):
-        store.commit_generation(GenerationBundle(record(0, None, 1.0), evaluations=dup, pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0])))
+        store.commit_generation(
+            GenerationBundle(
+                record(0, None, 1.0),
+                evaluations=dup,
+                pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]),
+            )
+        )
     assert store.count() == 0
     with store.transaction() as s:
         assert s.execute(text("select count(*) from gallery_pointers")).scalar() == 0

@@ -22,12 +22,24 @@ def checkpoint(tmp_path: Path) -> Path:
 
 def request(ckpt: Path, gen: int, **kw) -> RegistrationRequest:
     base = dict(
-        generation_id=gen, name=f"g{gen}", parent_id=gen - 1 if gen else None, parent_version=str(gen) if gen else None,
-        alignment="hbct" if gen else "independent", geometry="lorentz", zeta=1.0 + 0.2 * gen, curvature=1.0,
-        data_hash=f"md5-{gen}", checkpoint=ckpt, image_shape=(8, 8, 1), vector_dim=9,
-        description=f"Chain: g0 → g{gen}", params={"alignment": {"method": "hbct", "tau": 0.5}},
-        metrics={"self/cmc@1": 0.9, "p_com/map": None}, history=[{"epoch": 1.0, "loss": 1.5}, {"epoch": 2.0, "loss": 1.0}],
-        backfill_required=False, aliases=[f"gen-{gen}"],
+        generation_id=gen,
+        name=f"g{gen}",
+        parent_id=gen - 1 if gen else None,
+        parent_version=str(gen) if gen else None,
+        alignment="hbct" if gen else "independent",
+        geometry="lorentz",
+        zeta=1.0 + 0.2 * gen,
+        curvature=1.0,
+        data_hash=f"md5-{gen}",
+        checkpoint=ckpt,
+        image_shape=(8, 8, 1),
+        vector_dim=9,
+        description=f"Chain: g0 → g{gen}",
+        params={"alignment": {"method": "hbct", "tau": 0.5}},
+        metrics={"self/cmc@1": 0.9, "p_com/map": None},
+        history=[{"epoch": 1.0, "loss": 1.5}, {"epoch": 2.0, "loss": 1.0}],
+        backfill_required=False,
+        aliases=[f"gen-{gen}"],
     )
     base.update(kw)
     return RegistrationRequest(**base)
@@ -67,7 +79,9 @@ def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, check
     reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(checkpoint, 0))
     with pytest.raises(Exception):
-        reg.register(request(checkpoint, 1, aliases=["latest"]))  # "latest" is a reserved alias → fails after the version exists
+        reg.register(
+            request(checkpoint, 1, aliases=["latest"])
+        )  # "latest" is a reserved alias → fails after the version exists
     client = mlflow.MlflowClient(uri, uri)
     assert [str(v.version) for v in client.search_model_versions("name='embedder'")] == ["1"]
     runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])

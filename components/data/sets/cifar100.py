@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
-from components.data.download import download as _download
 from components.data.catalog import register_dataset
+from components.data.download import download as _download
 from components.errors import DataError
 
 NAME = "cifar100"
@@ -76,7 +76,9 @@ def safe_unpickle(data: bytes, source: str) -> object:
     except DataError:
         raise
     except Exception as e:
-        raise DataError(f"{source} is not a readable CIFAR pickle ({type(e).__name__}: {e}); delete the archive and download it again") from e
+        raise DataError(
+            f"{source} is not a readable CIFAR pickle ({type(e).__name__}: {e}); delete the archive and download it again"
+        ) from e
 
 
 def _read_members(archive: Path) -> dict[str, bytes]:
@@ -89,14 +91,18 @@ def _read_members(archive: Path) -> dict[str, bytes]:
                 if key is None:
                     continue
                 if not m.isfile():
-                    raise DataError(f"{archive}: {m.name} is not a regular file; delete the archive and download it again")
+                    raise DataError(
+                        f"{archive}: {m.name} is not a regular file; delete the archive and download it again"
+                    )
                 f = tar.extractfile(m)
                 assert f is not None
                 out[key] = f.read()
     except DataError:
         raise
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        raise DataError(f"archive {archive} is corrupted or truncated ({type(e).__name__}: {e}); delete it and download it again") from e
+        raise DataError(
+            f"archive {archive} is corrupted or truncated ({type(e).__name__}: {e}); delete it and download it again"
+        ) from e
     missing = sorted(set(MEMBERS) - set(out))
     if missing:
         raise DataError(
@@ -108,16 +114,24 @@ def _read_members(archive: Path) -> dict[str, bytes]:
 
 def _split(d: object, source: str, id_offset: int, class_names: tuple[str, ...]) -> ArrayDataset:
     if not isinstance(d, dict) or b"data" not in d or b"fine_labels" not in d:
-        raise DataError(f"{source} is not a CIFAR-100 batch (no b'data' / b'fine_labels'); delete the archive and download it again")
+        raise DataError(
+            f"{source} is not a CIFAR-100 batch (no b'data' / b'fine_labels'); delete the archive and download it again"
+        )
     data = d[b"data"]
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * SIDE * SIDE:
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise DataError(f"{source}: b'data' must be uint8 (N, 3072), got {got}; delete the archive and download it again")
+        raise DataError(
+            f"{source}: b'data' must be uint8 (N, 3072), got {got}; delete the archive and download it again"
+        )
     labels = np.asarray(d[b"fine_labels"], dtype=np.int64)
     if labels.shape != (len(data),):
-        raise DataError(f"{source}: {len(data)} images but {labels.size} fine labels; delete the archive and download it again")
+        raise DataError(
+            f"{source}: {len(data)} images but {labels.size} fine labels; delete the archive and download it again"
+        )
     if len(labels) and (labels.min() < 0 or labels.max() >= len(class_names)):
-        raise DataError(f"{source}: fine labels outside 0..{len(class_names) - 1}; delete the archive and download it again")
+        raise DataError(
+            f"{source}: fine labels outside 0..{len(class_names) - 1}; delete the archive and download it again"
+        )
     # rows are 1024 R, 1024 G, 1024 B values (CHW) -> (N, 32, 32, 3)
     images = np.ascontiguousarray(data.reshape(-1, 3, SIDE, SIDE).transpose(0, 2, 3, 1))
     ids = np.arange(id_offset, id_offset + len(labels), dtype=np.int64)
@@ -150,9 +164,27 @@ def load_cifar100(
     meta = safe_unpickle(members["meta"], f"{archive}:{MEMBERS['meta']}")
     names = meta.get(b"fine_label_names") if isinstance(meta, dict) else None
     if not isinstance(names, list) or len(names) != NUM_CLASSES:
-        raise DataError(f"{archive}:{MEMBERS['meta']} has no list of {NUM_CLASSES} b'fine_label_names'; delete the archive and download it again")
+        raise DataError(
+            f"{archive}:{MEMBERS['meta']} has no list of {NUM_CLASSES} b'fine_label_names'; delete the archive and download it again"
+        )
     class_names = tuple(n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names)
-    train = _split(safe_unpickle(members["train"], f"{archive}:{MEMBERS['train']}"), f"{archive}:{MEMBERS['train']}", 0, class_names)
-    test = _split(safe_unpickle(members["test"], f"{archive}:{MEMBERS['test']}"), f"{archive}:{MEMBERS['test']}", len(train), class_names)
+    train = _split(
+        safe_unpickle(members["train"], f"{archive}:{MEMBERS['train']}"),
+        f"{archive}:{MEMBERS['train']}",
+        0,
+        class_names,
+    )
+    test = _split(
+        safe_unpickle(members["test"], f"{archive}:{MEMBERS['test']}"),
+        f"{archive}:{MEMBERS['test']}",
+        len(train),
+        class_names,
+    )
     fp = hashlib.sha256(f"cifar100|{ARCHIVE}|md5:{MD5}|fine|official".encode()).hexdigest()
-    return DatasetSplits(NAME, train, test, fp, {"source": source, "archive": str(archive), "md5": MD5, "labels": "fine", "split": "official"})
+    return DatasetSplits(
+        NAME,
+        train,
+        test,
+        fp,
+        {"source": source, "archive": str(archive), "md5": MD5, "labels": "fine", "split": "official"},
+    )

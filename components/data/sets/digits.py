@@ -38,4 +38,10 @@ def load_digits(
     full = ArrayDataset(images, labels, ids, names)
     tr, te = stratified_split(labels, test_fraction, split_seed)
     fp = array_fingerprint(images, labels, extra=f"digits|{test_fraction}|{split_seed}")
-    return DatasetSplits("digits", full.subset(tr), full.subset(te), fp, {"split": "stratified", "test_fraction": test_fraction, "split_seed": split_seed})
+    return DatasetSplits(
+        "digits",
+        full.subset(tr),
+        full.subset(te),
+        fp,
+        {"split": "stratified", "test_fraction": test_fraction, "split_seed": split_seed},
+    )

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
-from components.data.download import ChecksumError, download_first
 from components.data.catalog import register_dataset
+from components.data.download import ChecksumError, download_first
 from components.errors import DataError
 
 NAME = "fashion_mnist"
@@ -117,7 +117,9 @@ def parse_idx(raw: bytes, magic: int, source: str) -> np.ndarray:
     ndim = magic & 0xFF
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise DataError(f"{source} is truncated (only {len(raw)} bytes, no IDX header); delete it and download it again")
+        raise DataError(
+            f"{source} is truncated (only {len(raw)} bytes, no IDX header); delete it and download it again"
+        )
     (got_magic,) = struct.unpack(">I", raw[:4])
     if got_magic != magic:
         raise DataError(
@@ -137,14 +139,18 @@ def parse_idx(raw: bytes, magic: int, source: str) -> np.ndarray:
 def _images(raw: bytes, source: str) -> np.ndarray:
     a = parse_idx(raw, IMAGES_MAGIC, source)
     if a.shape[1:] != (HEIGHT, WIDTH):
-        raise DataError(f"{source} holds {a.shape[1]}×{a.shape[2]} images, Fashion-MNIST's are 28×28; delete it and download it again")
+        raise DataError(
+            f"{source} holds {a.shape[1]}×{a.shape[2]} images, Fashion-MNIST's are 28×28; delete it and download it again"
+        )
     return a.reshape(len(a), HEIGHT, WIDTH, 1).copy()
 
 
 def _labels(raw: bytes, source: str) -> np.ndarray:
     a = parse_idx(raw, LABELS_MAGIC, source).astype(np.int64)
     if len(a) and int(a.max()) >= len(CLASS_NAMES):
-        raise DataError(f"{source} has label {int(a.max())}, Fashion-MNIST has 10 classes (0-9); delete it and download it again")
+        raise DataError(
+            f"{source} has label {int(a.max())}, Fashion-MNIST has 10 classes (0-9); delete it and download it again"
+        )
     return a
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
-from components.data.download import load_or_build_cache
 from components.data.catalog import register_dataset
+from components.data.download import load_or_build_cache
 from components.data.split import stratified_split
 from components.errors import DataError
 
@@ -48,7 +48,9 @@ def _images_in(folder: Path) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".") and f.lower().endswith(EXTENSIONS)]
+        found += [
+            Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".") and f.lower().endswith(EXTENSIONS)
+        ]
     return found
 
 
@@ -117,11 +119,15 @@ def load_image_folder(
             "to image_size×image_size; set data.image_size in params.yaml (e.g. 64)"
         )
     if int(image_size) < 1:
-        raise DataError(f"data.image_size must be a positive number of pixels, got {image_size}; set e.g. data.image_size=64")
+        raise DataError(
+            f"data.image_size must be a positive number of pixels, got {image_size}; set e.g. data.image_size=64"
+        )
     size = int(image_size)
     top = Path(path).expanduser()
     if not top.is_dir():
-        raise DataError(f"data.path {top} is not a folder; point data.path at the folder holding one subfolder of images per class")
+        raise DataError(
+            f"data.path {top} is not a folder; point data.path at the folder holding one subfolder of images per class"
+        )
     top = top.resolve()
 
     test_dir = next((top / n for n in ("test", "val") if (top / n).is_dir()), None)
@@ -131,7 +137,9 @@ def load_image_folder(
         train_classes = _class_dirs(top / "train")
         test_classes = _class_dirs(test_dir)
         if not train_classes:
-            raise DataError(f"{top / 'train'} has no class folders; put the training images in {top / 'train'}/<class>/")
+            raise DataError(
+                f"{top / 'train'} has no class folders; put the training images in {top / 'train'}/<class>/"
+            )
         only_test = sorted(set(test_classes) - set(train_classes))
         if only_test:
             raise DataError(

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
+from components.data.catalog import register_dataset
 from components.data.download import download as _download
 from components.data.download import extract, load_or_build_cache
-from components.data.catalog import register_dataset
 from components.errors import DataError
 
 NAME = "tiny_imagenet"
@@ -44,9 +44,13 @@ def _decode(path: Path) -> np.ndarray:
             im = im.convert("RGB")
             a = np.asarray(im, dtype=np.uint8)
     except (OSError, ValueError, Image.DecompressionBombError) as e:
-        raise DataError(f"cannot decode image {path} ({type(e).__name__}: {e}); delete {ARCHIVE} and download it again") from e
+        raise DataError(
+            f"cannot decode image {path} ({type(e).__name__}: {e}); delete {ARCHIVE} and download it again"
+        ) from e
     if a.shape != (SIDE, SIDE, 3):
-        raise DataError(f"{path} is {a.shape[1]}×{a.shape[0]}, Tiny ImageNet images are 64×64; delete {ARCHIVE} and download it again")
+        raise DataError(
+            f"{path} is {a.shape[1]}×{a.shape[0]}, Tiny ImageNet images are 64×64; delete {ARCHIVE} and download it again"
+        )
     return a
 
 
@@ -66,7 +70,9 @@ def _decode_all(paths: list[Path]) -> np.ndarray:
 
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
-        raise DataError(f"{path} is missing; {ARCHIVE} is incomplete or not Tiny ImageNet: delete it and download it again")
+        raise DataError(
+            f"{path} is missing; {ARCHIVE} is incomplete or not Tiny ImageNet: delete it and download it again"
+        )
     return [ln.rstrip("\r\n") for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
 
 
@@ -97,7 +103,9 @@ def _build(top: Path) -> dict[str, np.ndarray]:
     for n, ln in enumerate(_read_lines(ann), 1):
         fields = ln.split("\t")
         if len(fields) < 2 or fields[1].strip() not in class_of:
-            raise DataError(f"{ann} line {n} ({ln!r}) does not name a file and a class of wnids.txt; delete {ARCHIVE} and download it again")
+            raise DataError(
+                f"{ann} line {n} ({ln!r}) does not name a file and a class of wnids.txt; delete {ARCHIVE} and download it again"
+            )
         p = top / "val" / "images" / fields[0].strip()
         if not p.is_file():
             raise DataError(f"{p} (listed in {ann}) is missing; delete {ARCHIVE} and download it again")
@@ -145,7 +153,9 @@ def load_tiny_imagenet(
         try:
             top = extract(archive, extracted) / TOP
             if not top.is_dir():
-                raise DataError(f"{archive} has no {TOP}/ folder; it is not Tiny ImageNet: delete it and download it again")
+                raise DataError(
+                    f"{archive} has no {TOP}/ folder; it is not Tiny ImageNet: delete it and download it again"
+                )
             return _build(top)
         finally:
             shutil.rmtree(extracted, ignore_errors=True)
@@ -154,7 +164,15 @@ def load_tiny_imagenet(
     names = tuple(str(n) for n in a["class_names"])
     n_train = len(a["train_labels"])
     train = ArrayDataset(a["train_images"], a["train_labels"], np.arange(n_train, dtype=np.int64), names)
-    test = ArrayDataset(a["test_images"], a["test_labels"], np.arange(n_train, n_train + len(a["test_labels"]), dtype=np.int64), names)
+    test = ArrayDataset(
+        a["test_images"], a["test_labels"], np.arange(n_train, n_train + len(a["test_labels"]), dtype=np.int64), names
+    )
     fp = hashlib.sha256(f"tiny_imagenet|{ARCHIVE}|md5:{MD5}|train/val|rgb{SIDE}".encode()).hexdigest()
-    meta = {"source": source, "archive": str(archive), "md5": MD5, "split": "official (train/ vs val/)", "wnids": [str(w) for w in a["class_wnids"]]}
+    meta = {
+        "source": source,
+        "archive": str(archive),
+        "md5": MD5,
+        "split": "official (train/ vs val/)",
+        "wnids": [str(w) for w in a["class_wnids"]],
+    }
     return DatasetSplits(NAME, train, test, fp, meta)

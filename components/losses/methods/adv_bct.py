@@ -95,8 +95,10 @@ class AdvBCT(AlignmentLoss):
         boundary = torch.relu(gap)[known].mean() if bool(known.any()) else n.sum() * 0.0
         logit_old = self.discriminator(o).squeeze(-1)
         logit_new = self.discriminator(grad_reverse(n, self.options.grl_scale)).squeeze(-1)
-        adv = F.binary_cross_entropy_with_logits(logit_old, torch.zeros_like(logit_old)) + F.binary_cross_entropy_with_logits(
-            logit_new, torch.ones_like(logit_new)
-        )
+        adv = F.binary_cross_entropy_with_logits(
+            logit_old, torch.zeros_like(logit_old)
+        ) + F.binary_cross_entropy_with_logits(logit_new, torch.ones_like(logit_new))
         fooled = float((logit_new < 0).float().mean())
-        return LossOutput({"boundary": boundary, "adversarial": self.options.adversarial_weight * adv}, {"disc_fooled": fooled})
+        return LossOutput(
+            {"boundary": boundary, "adversarial": self.options.adversarial_weight * adv}, {"disc_fooled": fooled}
+        )

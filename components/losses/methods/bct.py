@@ -91,7 +91,9 @@ class BCT(AlignmentLoss):
             bias = torch.zeros(n_old, device=ctx.device)
         elif isinstance(clf, LinearClassifier):
             weight = clf.fc.weight.detach()
-            bias = clf.fc.bias.detach() if clf.fc.bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+            bias = (
+                clf.fc.bias.detach() if clf.fc.bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+            )
         elif lorentz:
             weight, bias = clf.w.detach(), clf.a.detach()
         else:  # pragma: no cover - every model has one of the two

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, LossOutput
-from components.losses.methods.bct import BCT
 from components.losses.catalog import register_alignment
+from components.losses.methods.bct import BCT
 from components.models.encoder import ModelOutput
 from components.models.spec import ModelSpec
 
@@ -62,11 +62,26 @@ class BT2(BCT):
             raise ConfigError("bt2 needs a parent generation; train generation 0 first")
         n = parent.output_dim
         if options.extra_dims > n:
-            raise ConfigError(f"bt2 extra_dims ({options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims")
-        return {"head": "bt2", "compat_dim": n, "extra_dims": options.extra_dims, "embed_dim": max(parent.embed_dim, n), "bt2_scale": options.scale_c}
+            raise ConfigError(
+                f"bt2 extra_dims ({options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims"
+            )
+        return {
+            "head": "bt2",
+            "compat_dim": n,
+            "extra_dims": options.extra_dims,
+            "embed_dim": max(parent.embed_dim, n),
+            "bt2_scale": options.scale_c,
+        }
 
     @classmethod
-    def check_models(cls, options: BT2Options, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    def check_models(
+        cls,
+        options: BT2Options,
+        new_geometry: str,
+        new_dim: int,
+        old_geometry: str | None = None,
+        old_dim: int | None = None,
+    ) -> None:
         if new_geometry != "euclidean" or old_geometry not in (None, "euclidean"):
             raise ConfigError("bt2 works on Euclidean models; set model.geometry: euclidean for the whole chain")
         if old_geometry is None:
@@ -74,10 +89,14 @@ class BT2(BCT):
 
     def prepare(self, ctx: AlignmentContext) -> None:
         if ctx.new_spec.head != "bt2":
-            raise ConfigError("bt2 needs the BT² head on the new model (ModelSpec.head = 'bt2'); build it with the method's model_overrides")
+            raise ConfigError(
+                "bt2 needs the BT² head on the new model (ModelSpec.head = 'bt2'); build it with the method's model_overrides"
+            )
         super().prepare(ctx)
 
-    def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None) -> LossOutput:
+    def forward(
+        self, new: ModelOutput, old: ModelOutput | None, labels: Tensor, ref: ModelOutput | None = None
+    ) -> LossOutput:
         compat = new.aux["compat"]
         out = super().forward(ModelOutput(compat, compat, None, new.clipped), old, labels)
         terms = dict(out.terms)

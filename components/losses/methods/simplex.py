@@ -32,7 +32,9 @@ class _SimplexProjection(AlignmentLoss):
         return {"features": cls.kind}
 
     @classmethod
-    def check_models(cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None) -> None:
+    def check_models(
+        cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None
+    ) -> None:
         """Any geometry: only the classifier's logits are used."""
 
     @classmethod

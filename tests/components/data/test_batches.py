@@ -51,7 +51,11 @@ def test_shuffle_is_reproducible_and_unshuffled_is_in_order():
     t = to_image_tensor(*_data())
 
     def order(seed):
-        return [i for _, y in iterate_batches(t, 4, CPU, shuffle=True, generator=torch.Generator().manual_seed(seed)) for i in y.tolist()]
+        return [
+            i
+            for _, y in iterate_batches(t, 4, CPU, shuffle=True, generator=torch.Generator().manual_seed(seed))
+            for i in y.tolist()
+        ]
 
     assert order(1) == order(1)
     assert order(1) != order(2)
@@ -61,7 +65,10 @@ def test_shuffle_is_reproducible_and_unshuffled_is_in_order():
 
 def test_drop_last():
     t = to_image_tensor(*_data())
-    sizes = [len(y) for _, y in iterate_batches(t, 5, CPU, shuffle=True, generator=torch.Generator().manual_seed(0), drop_last=True)]
+    sizes = [
+        len(y)
+        for _, y in iterate_batches(t, 5, CPU, shuffle=True, generator=torch.Generator().manual_seed(0), drop_last=True)
+    ]
     assert sizes == [5, 5, 5, 5]
     # fewer samples than one batch: the single short batch is kept
     sizes = [len(y) for _, y in iterate_batches(t, 50, CPU, shuffle=False, drop_last=True)]
@@ -78,7 +85,10 @@ def test_random_crop_is_a_shifted_copy():
     offsets = set()
     for i in range(b):
         matches = [
-            (dy, dx) for dy in range(2 * p + 1) for dx in range(2 * p + 1) if torch.equal(out[i], padded[i, :, dy : dy + h, dx : dx + w])
+            (dy, dx)
+            for dy in range(2 * p + 1)
+            for dx in range(2 * p + 1)
+            if torch.equal(out[i], padded[i, :, dy : dy + h, dx : dx + w])
         ]
         assert len(matches) == 1, f"sample {i} is not a shifted copy"
         offsets.add(matches[0])

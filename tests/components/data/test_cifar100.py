@@ -67,8 +67,13 @@ def test_download_and_load(tmp_path, site, monkeypatch):
     assert leftovers(root / "cifar100") == []
     assert d.name == "cifar100" and d.train.class_names == tuple(FINE_NAMES)
     assert d.train.images.shape == (N_TRAIN, 32, 32, 3) and d.test.images.shape == (N_TEST, 32, 32, 3)
-    assert d.train.labels.tolist() == site["train"]["fine_labels"] and d.test.labels.tolist() == site["test"]["fine_labels"]
-    assert d.train.ids.tolist() == list(range(N_TRAIN)) and d.test.ids.tolist() == list(range(N_TRAIN, N_TRAIN + N_TEST))
+    assert (
+        d.train.labels.tolist() == site["train"]["fine_labels"]
+        and d.test.labels.tolist() == site["test"]["fine_labels"]
+    )
+    assert d.train.ids.tolist() == list(range(N_TRAIN)) and d.test.ids.tolist() == list(
+        range(N_TRAIN, N_TRAIN + N_TEST)
+    )
     # a row is 1024 red, 1024 green, 1024 blue values, each row-major over 32×32
     row = site["train"]["data"][4]
     y, x = 5, 17
@@ -117,11 +122,14 @@ def test_malicious_pickle_is_refused_and_not_run(tmp_path, site, monkeypatch):
     assert control.exists()
 
 
-@pytest.mark.parametrize("payload", [
-    pickle.dumps(eval, protocol=2),  # builtins.eval
-    b"cos\nsystem\n(S'echo hi'\ntR.",  # hand-written os.system call
-    pickle.dumps(exec, protocol=4),  # STACK_GLOBAL builtins.exec
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pickle.dumps(eval, protocol=2),  # builtins.eval
+        b"cos\nsystem\n(S'echo hi'\ntR.",  # hand-written os.system call
+        pickle.dumps(exec, protocol=4),  # STACK_GLOBAL builtins.exec
+    ],
+)
 def test_restricted_unpickler_refuses_other_globals(payload):
     with pytest.raises(DataError, match="refusing to unpickle"):
         c100.safe_unpickle(payload, "x")

@@ -162,7 +162,10 @@ def test_corrupted_zip_leaves_no_partial_folder(tmp_path):
 
 @pytest.mark.parametrize("name", ["../evil.txt", "top/../../evil.txt", "/tmp/evil.txt"])
 def test_path_traversal_is_refused(tmp_path, name):
-    for archive in (_tar_gz(tmp_path / "t.tar.gz", {"top/ok.txt": b"ok", name: b"pwned"}), _zip(tmp_path / "z.zip", {"top/ok.txt": b"ok", name: b"pwned"})):
+    for archive in (
+        _tar_gz(tmp_path / "t.tar.gz", {"top/ok.txt": b"ok", name: b"pwned"}),
+        _zip(tmp_path / "z.zip", {"top/ok.txt": b"ok", name: b"pwned"}),
+    ):
         with pytest.raises(DataError, match="absolute path or '..'"):
             extract(archive, tmp_path / "work" / "out")
         assert not (tmp_path / "work" / "out").exists() and leftovers(tmp_path / "work") == []
@@ -184,7 +187,7 @@ def test_links_and_devices_are_refused(tmp_path):
     archive = tmp_path / "l.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         info = zipfile.ZipInfo("top/link")
-        info.external_attr = (0o120777 << 16)  # S_IFLNK
+        info.external_attr = 0o120777 << 16  # S_IFLNK
         zf.writestr(info, "/etc/passwd")
     with pytest.raises(DataError, match="symbolic link"):
         extract(archive, tmp_path / "out")

@@ -62,10 +62,17 @@ def test_loads_idx_files_from_the_cache_folder(fake):
     assert d.name == "fashion_mnist" and d.train.class_names == fm.CLASS_NAMES and d.train.num_classes == 10
     assert d.train.images.shape == (N_TRAIN, 28, 28, 1) and d.test.images.shape == (N_TEST, 28, 28, 1)
     assert d.train.images.dtype == np.uint8 and d.train.labels.dtype == np.int64 and d.train.ids.dtype == np.int64
-    assert np.array_equal(d.train.images[..., 0], a["train_images"]) and np.array_equal(d.test.images[..., 0], a["test_images"])
+    assert np.array_equal(d.train.images[..., 0], a["train_images"]) and np.array_equal(
+        d.test.images[..., 0], a["test_images"]
+    )
     assert np.array_equal(d.train.labels, a["train_labels"]) and np.array_equal(d.test.labels, a["test_labels"])
-    assert d.train.ids.tolist() == list(range(N_TRAIN)) and d.test.ids.tolist() == list(range(N_TRAIN, N_TRAIN + N_TEST))
-    assert d.meta["split"] == "official" and str(fake["root"] / "fashion_mnist") in d.meta["source"][fm.FILES["train_images"]]
+    assert d.train.ids.tolist() == list(range(N_TRAIN)) and d.test.ids.tolist() == list(
+        range(N_TRAIN, N_TRAIN + N_TEST)
+    )
+    assert (
+        d.meta["split"] == "official"
+        and str(fake["root"] / "fashion_mnist") in d.meta["source"][fm.FILES["train_images"]]
+    )
     again = load_dataset("fashion_mnist", fake["root"], download=False)  # official split: test_fraction ignored
     assert again.fingerprint == d.fingerprint and len(again.test) == N_TEST
 
@@ -137,7 +144,9 @@ def test_downloads_from_the_second_mirror(tmp_path, monkeypatch):
         d = load_dataset("fashion_mnist", tmp_path / "root")
         assert sorted(requests) == sorted("/" + f for f in fm.FILES.values())
         assert np.array_equal(d.test.labels, made["arrays"]["test_labels"])
-        assert d.meta["source"][fm.FILES["train_labels"]] == base + "train-labels-idx1-ubyte.gz"  # the mirror that worked
+        assert (
+            d.meta["source"][fm.FILES["train_labels"]] == base + "train-labels-idx1-ubyte.gz"
+        )  # the mirror that worked
         load_dataset("fashion_mnist", tmp_path / "root")  # now local: no new request
         assert len(requests) == 4
     assert leftovers(tmp_path / "root" / "fashion_mnist") == []
@@ -151,7 +160,9 @@ def test_system_copy_is_used_when_the_cache_folder_is_empty(fake, tmp_path, monk
     assert len(d.train) == N_TRAIN and d.meta["source"][fm.FILES["train_images"]].startswith(str(system))
 
 
-@pytest.mark.skipif(not all((DEBIAN / f).is_file() for f in fm.FILES.values()), reason="Debian's dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(
+    not all((DEBIAN / f).is_file() for f in fm.FILES.values()), reason="Debian's dataset-fashion-mnist is not installed"
+)
 def test_real_debian_copy(tmp_path):
     d = load_dataset("fashion_mnist", tmp_path, download=False)
     assert len(d.train) == 60000 and len(d.test) == 10000

@@ -42,7 +42,9 @@ def _make_zip(path: Path, *, annotations: str | None = None) -> Path:
         for i, w in enumerate([WNIDS[1], WNIDS[0], WNIDS[1]]):
             zf.writestr(top + f"val/images/val_{i}.JPEG", _jpeg(COLOURS[w]))
             val_lines.append(f"val_{i}.JPEG\t{w}\t0\t0\t63\t63")
-        zf.writestr(top + "val/val_annotations.txt", annotations if annotations is not None else "\n".join(val_lines) + "\n")
+        zf.writestr(
+            top + "val/val_annotations.txt", annotations if annotations is not None else "\n".join(val_lines) + "\n"
+        )
         zf.writestr(top + "test/images/test_0.JPEG", _jpeg((0, 0, 0)))
     return path
 

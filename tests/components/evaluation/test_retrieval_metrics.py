@@ -152,9 +152,7 @@ def test_leave_one_out_excludes_the_query_itself():
     assert loo["n_queries"] == 4
     assert loo["cmc@1"] == 0.0
     assert loo["map"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 3 + 1 / 2) / 4)
-    keep = retrieval_metrics(
-        x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean", leave_one_out=False
-    )
+    keep = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean", leave_one_out=False)
     assert keep["n_queries"] == 5 and keep["cmc@1"] == 1.0  # a query finds itself first
 
 
@@ -173,9 +171,7 @@ def test_cmc_ties_are_broken_by_gallery_order():
     q = _unit([0])
     g = _unit([10, 10])  # identical scores
     for g_lab, expected in ((np.array(["B", "A"]), 0.0), (np.array(["A", "B"]), 1.0)):
-        m = retrieval_metrics(
-            q, np.array(["A"]), np.array([0]), g, g_lab, np.array([1, 2]), "euclidean", ks=(1,)
-        )
+        m = retrieval_metrics(q, np.array(["A"]), np.array([0]), g, g_lab, np.array([1, 2]), "euclidean", ks=(1,))
         assert m["cmc@1"] == expected
     # long ties mixed with other scores (an unstable sort scrambles them): among the
     # 100 gallery items at 10°, only gallery order decides which come first
@@ -242,6 +238,4 @@ def test_no_usable_queries_gives_nan():
 def test_duplicate_gallery_ids_are_refused_for_leave_one_out():
     x = _unit([0, 10])
     with pytest.raises(ValueError, match="not unique"):
-        retrieval_metrics(
-            x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), "euclidean"
-        )
+        retrieval_metrics(x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), "euclidean")

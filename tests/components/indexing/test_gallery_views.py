@@ -26,8 +26,16 @@ def _rng(seed):
 def _lorentz(curvature, d=4, seed=0, ids=IDS):
     z = _rng(seed).normal(size=(len(ids), d)).astype(np.float32) * 0.5
     emb = np.zeros((len(ids), d + 1), np.float32)  # unused by the views: they lift z again in float64
-    return GalleryEmbeddings("lorentz", curvature, z, emb, ids, LABELS[: len(ids)], np.zeros(len(ids), bool),
-                             _rng(seed + 1).normal(size=(len(ids), 3)).astype(np.float32))
+    return GalleryEmbeddings(
+        "lorentz",
+        curvature,
+        z,
+        emb,
+        ids,
+        LABELS[: len(ids)],
+        np.zeros(len(ids), bool),
+        _rng(seed + 1).normal(size=(len(ids), 3)).astype(np.float32),
+    )
 
 
 def _euclid(width, seed=0, compat_dim=None, n_classes=3, features="embedding"):
@@ -152,7 +160,9 @@ def test_view_switches_features_without_touching_the_data():
 def test_incompatibility_explains_each_mismatch():
     base = _euclid(4)
     assert base.incompatibility(base) is None
-    other_items = GalleryEmbeddings("euclidean", 1.0, base.z, base.emb, IDS[::-1].copy(), LABELS, base.clipped, base.logits)
+    other_items = GalleryEmbeddings(
+        "euclidean", 1.0, base.z, base.emb, IDS[::-1].copy(), LABELS, base.clipped, base.logits
+    )
     assert "different items" in other_items.incompatibility(base)
     assert "features" in base.view("psp").incompatibility(base)
     assert "features" in base.view("psp").incompatibility(base.view("lsp"))
@@ -171,11 +181,14 @@ def test_incompatibility_explains_each_mismatch():
 # ------------------------------------------------------------------- persistence
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _euclid(7, compat_dim=4, features="lsp"),
-    lambda: _euclid(4),
-    lambda: _lorentz(0.6),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _euclid(7, compat_dim=4, features="lsp"),
+        lambda: _euclid(4),
+        lambda: _lorentz(0.6),
+    ],
+)
 def test_save_load_round_trip(tmp_path, make):
     g = make()
     path = tmp_path / "sub" / "gallery.npz"
@@ -194,7 +207,16 @@ def test_load_of_a_missing_or_incomplete_file_is_an_integrity_error(tmp_path):
     # an npz without the logits (written before PSP/LSP existed)
     path = tmp_path / "old.npz"
     g = _euclid(4)
-    np.savez(path, geometry=np.array("euclidean"), curvature=np.array(1.0), z=g.z, emb=g.emb, ids=g.ids, labels=g.labels, clipped=g.clipped)
+    np.savez(
+        path,
+        geometry=np.array("euclidean"),
+        curvature=np.array(1.0),
+        z=g.z,
+        emb=g.emb,
+        ids=g.ids,
+        labels=g.labels,
+        clipped=g.clipped,
+    )
     with pytest.raises(IndexIntegrityError, match="re-embed"):
         GalleryEmbeddings.load(path)
 
@@ -208,9 +230,20 @@ def test_load_of_a_truncated_file_is_an_integrity_error(tmp_path):
 
 
 def test_from_embeddings_records_features_and_the_bt2_prefix():
-    e = Embeddings(np.ones((N, 9), np.float32), np.ones((N, 9), np.float32), np.zeros(N, bool), np.ones((N, 3), np.float32))
-    spec = ModelSpec(backbone="resnet18", embed_dim=8, geometry="euclidean", num_classes=3, class_order=(0, 1, 2),
-                     head="bt2", compat_dim=6, extra_dims=1, features="lsp")
+    e = Embeddings(
+        np.ones((N, 9), np.float32), np.ones((N, 9), np.float32), np.zeros(N, bool), np.ones((N, 3), np.float32)
+    )
+    spec = ModelSpec(
+        backbone="resnet18",
+        embed_dim=8,
+        geometry="euclidean",
+        num_classes=3,
+        class_order=(0, 1, 2),
+        head="bt2",
+        compat_dim=6,
+        extra_dims=1,
+        features="lsp",
+    )
     g = GalleryEmbeddings.from_embeddings(e, spec, 1.0, IDS, LABELS)
     assert g.compat_dim == 6 and g.features == "lsp" and g.geometry == "euclidean"
     std = ModelSpec(backbone="resnet18", embed_dim=9, geometry="euclidean", num_classes=3, class_order=(0, 1, 2))
@@ -232,12 +265,24 @@ def _hand_cmc1(q, g, q_ids, g_ids, q_lab, g_lab, score):
     return hits / used
 
 
-@pytest.mark.parametrize("make", [lambda: _euclid(5, seed=1), lambda: _lorentz(0.8, seed=1), lambda: _euclid(5, seed=1, features="psp")])
+@pytest.mark.parametrize(
+    "make", [lambda: _euclid(5, seed=1), lambda: _lorentz(0.8, seed=1), lambda: _euclid(5, seed=1, features="psp")]
+)
 def test_gallery_metrics_of_a_gallery_with_itself(make):
     g = make()
     got = gallery_metrics(g, g, ks=(1, 3))
-    direct = retrieval_metrics(g.vectors(), g.labels, g.ids, g.vectors(), g.labels, g.ids, g.retrieval_geometry,
-                               g.curvature, ks=(1, 3), leave_one_out=True)
+    direct = retrieval_metrics(
+        g.vectors(),
+        g.labels,
+        g.ids,
+        g.vectors(),
+        g.labels,
+        g.ids,
+        g.retrieval_geometry,
+        g.curvature,
+        ks=(1, 3),
+        leave_one_out=True,
+    )
     assert set(got) == {"cmc@1", "cmc@3", "map"}
     for k in got:
         assert got[k] == pytest.approx(direct[k], abs=1e-12), k
@@ -253,7 +298,9 @@ def test_gallery_metrics_of_a_gallery_with_itself(make):
 def test_cross_gallery_metrics_use_the_query_in_the_gallerys_space():
     q, g = _lorentz(1.0, seed=0), _lorentz(0.5, seed=3)
     got = gallery_metrics(q, g)
-    direct = retrieval_metrics(_hand_expmap0(q.z, 0.5), q.labels, q.ids, _hand_expmap0(g.z, 0.5), g.labels, g.ids, "lorentz", 0.5)
+    direct = retrieval_metrics(
+        _hand_expmap0(q.z, 0.5), q.labels, q.ids, _hand_expmap0(g.z, 0.5), g.labels, g.ids, "lorentz", 0.5
+    )
     for k in got:
         assert got[k] == pytest.approx(direct[k], abs=1e-9), k
     with pytest.raises(ValueError):

@@ -20,11 +20,22 @@ def lorentz_gallery(seed: int, n: int = 40, d: int = 8, scale: float = 1.0) -> G
     rng = np.random.default_rng(seed)
     z = (rng.normal(size=(n, d)) * scale * rng.uniform(0.1, 1.0, size=(n, 1))).astype(np.float32)
     emb = expmap0(torch.from_numpy(z).double()).float().numpy()
-    return GalleryEmbeddings("lorentz", 1.0, z, emb, np.arange(n, dtype=np.int64), rng.integers(0, 4, n), np.zeros(n, bool), np.zeros((n, 4), np.float32))
+    return GalleryEmbeddings(
+        "lorentz",
+        1.0,
+        z,
+        emb,
+        np.arange(n, dtype=np.int64),
+        rng.integers(0, 4, n),
+        np.zeros(n, bool),
+        np.zeros((n, 4), np.float32),
+    )
 
 
 def build(tmp: Path, g: GalleryEmbeddings, gen: int) -> Path:
-    return GalleryIndex.build(g.vectors(), g.ids, geometry="lorentz", curvature=1.0, generation=gen).save(tmp / f"idx{gen}")
+    return GalleryIndex.build(g.vectors(), g.ids, geometry="lorentz", curvature=1.0, generation=gen).save(
+        tmp / f"idx{gen}"
+    )
 
 
 def test_switch_is_atomic_and_restore_undoes_it(tmp_path: Path):
@@ -85,12 +96,16 @@ def test_uncertainty_order_puts_the_least_certain_items_first():
 def test_mix_takes_the_selected_items_from_the_new_gallery():
     old, new = lorentz_gallery(0), lorentz_gallery(1)
     pos = np.array([0, 5, 7])
-    part = GalleryEmbeddings(new.geometry, 1.0, new.z[pos], new.emb[pos], new.ids[pos], new.labels[pos], new.clipped[pos], new.logits[pos])
+    part = GalleryEmbeddings(
+        new.geometry, 1.0, new.z[pos], new.emb[pos], new.ids[pos], new.labels[pos], new.clipped[pos], new.logits[pos]
+    )
     mixed = mix_galleries(old, part, pos)
     assert np.array_equal(mixed.z[pos], new.z[pos])
     rest = np.setdiff1d(np.arange(len(old)), pos)
     assert np.array_equal(mixed.z[rest], old.z[rest]) and np.array_equal(mixed.ids, old.ids)
-    eu = GalleryEmbeddings("euclidean", 1.0, old.z[pos], old.z[pos], old.ids[pos], old.labels[pos], old.clipped[pos], old.logits[pos])
+    eu = GalleryEmbeddings(
+        "euclidean", 1.0, old.z[pos], old.z[pos], old.ids[pos], old.labels[pos], old.clipped[pos], old.logits[pos]
+    )
     with pytest.raises(ValueError, match="full backfill"):
         mix_galleries(old, eu, pos)
     with pytest.raises(ValueError, match="not the selected gallery items"):

@@ -229,7 +229,9 @@ def test_train_one_epoch_logs_terms_and_trains_the_discriminator(tmp_path, digit
     for key in ("boundary", "adversarial", "disc_fooled", "base", "loss"):
         assert key in rec and math.isfinite(rec[key]), key
     assert rec["adversarial"] > 0
-    assert rec["loss"] == pytest.approx(rec["base"] + cfg.align_weight * (rec["boundary"] + rec["adversarial"]), rel=1e-5)
+    assert rec["loss"] == pytest.approx(
+        rec["base"] + cfg.align_weight * (rec["boundary"] + rec["adversarial"]), rel=1e-5
+    )
     assert snapshot
     changed = [k for k, v in method.discriminator.state_dict().items() if not torch.equal(v, snapshot[k])]
     assert changed, "the discriminator was not optimised"

@@ -97,8 +97,15 @@ def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_p
     data = to_image_tensor(train.images, train.labels)
     torch.manual_seed(0)
     spec = ModelSpec(
-        backbone="resnet18", backbone_kwargs={"channels": [8, 8, 16, 16]}, embed_dim=16, geometry="lorentz",
-        num_classes=10, class_order=tuple(range(10)), in_chans=1, image_size=8, small_stem=True,
+        backbone="resnet18",
+        backbone_kwargs={"channels": [8, 8, 16, 16]},
+        embed_dim=16,
+        geometry="lorentz",
+        num_classes=10,
+        class_order=tuple(range(10)),
+        in_chans=1,
+        image_size=8,
+        small_stem=True,
     )
     cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=1)
     result = train_model(build_model(spec), data, cfg, method, tmp_path / "ckpt")

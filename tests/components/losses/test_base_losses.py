@@ -85,7 +85,9 @@ def _hand_euclidean(z, labels, o: MixedOptions):
     clipped = [[x * min(1.0, o.clip_radius / _norm(v)) for x in v] for v in z]
     d_cos = [[2 - 2 * _cos(a, b) for b in z] for a in z]
     pts = [_poincare_point(v, o.curvature) for v in clipped]
-    d_hyp = [[0.0 if i == j else _poincare_distance(a, b, o.curvature) for j, b in enumerate(pts)] for i, a in enumerate(pts)]
+    d_hyp = [
+        [0.0 if i == j else _poincare_distance(a, b, o.curvature) for j, b in enumerate(pts)] for i, a in enumerate(pts)
+    ]
     return _supcon(d_cos, d_hyp, labels, o.lam, o.tau)
 
 
@@ -94,14 +96,18 @@ def test_mixed_loss_by_hand_for_a_euclidean_model(labels):
     o = MixedOptions()
     assert (o.lam, o.tau, o.curvature, o.clip_radius) == (3.0, 0.2, 0.1, 2.3)  # paper: c = 0.1, r = 2.3
     got = mixed_geometry_loss(_euclidean_out(Z), torch.tensor(labels), torch.tensor(1.0))
-    assert float(got) == pytest.approx(_hand_euclidean(Z, labels, o), rel=1e-4, abs=1e-6)  # float32 loss, some labelings give ~1e-4
+    assert float(got) == pytest.approx(
+        _hand_euclidean(Z, labels, o), rel=1e-4, abs=1e-6
+    )  # float32 loss, some labelings give ~1e-4
 
 
 def test_mixed_loss_by_hand_with_other_options():
     o = MixedOptions(lam=1.5, tau=0.5, curvature=0.7, clip_radius=1.0)
     labels = [1, 0, 1, 0]
     got = mixed_geometry_loss(_euclidean_out(Z), torch.tensor(labels), torch.tensor(1.0), o)
-    assert float(got) == pytest.approx(_hand_euclidean(Z, labels, o), rel=1e-4, abs=1e-6)  # float32 loss, some labelings give ~1e-4
+    assert float(got) == pytest.approx(
+        _hand_euclidean(Z, labels, o), rel=1e-4, abs=1e-6
+    )  # float32 loss, some labelings give ~1e-4
     # λ = 0 leaves the cosine part alone: only directions matter then
     o0 = MixedOptions(lam=0.0, tau=0.5)
     scaled = [[x * s for x in v] for v, s in zip(Z, [0.1, 3.0, 0.5, 7.0])]
@@ -189,5 +195,11 @@ def test_train_model_with_ce_plus_mixed(tmp_path, digits64, geometry):
     # the mixed part is really there: ce alone on the same run start is smaller than ce+mixed's base
     torch.manual_seed(0)
     model_ce = build_model(tiny_spec(geometry=geometry))
-    res_ce = train_model(model_ce, digits64, TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0), create_alignment("independent"), tmp_path / "ce")
+    res_ce = train_model(
+        model_ce,
+        digits64,
+        TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0),
+        create_alignment("independent"),
+        tmp_path / "ce",
+    )
     assert rec["base"] > res_ce.history[-1]["base"] + 0.1

@@ -16,11 +16,20 @@ TINY = {"channels": [8, 8, 16, 16]}
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
+
 def _old_model(geometry: str, classifier: str = "cosine"):
     torch.manual_seed(0)
     spec = ModelSpec(
-        backbone="resnet18", backbone_kwargs=TINY, embed_dim=16, geometry=geometry, num_classes=3,
-        class_order=(4, 7, 1), in_chans=1, image_size=8, small_stem=True, classifier=classifier,
+        backbone="resnet18",
+        backbone_kwargs=TINY,
+        embed_dim=16,
+        geometry=geometry,
+        num_classes=3,
+        class_order=(4, 7, 1),
+        in_chans=1,
+        image_size=8,
+        small_stem=True,
+        classifier=classifier,
     )
     model = build_model(spec).eval()
     model.requires_grad_(False)  # as the training loop freezes it
@@ -29,15 +38,30 @@ def _old_model(geometry: str, classifier: str = "cosine"):
 
 def _new_spec(geometry: str) -> ModelSpec:
     return ModelSpec(
-        backbone="resnet18", backbone_kwargs=TINY, embed_dim=16, geometry=geometry, num_classes=4,
-        class_order=(4, 7, 1, 9), in_chans=1, image_size=8, small_stem=True,
+        backbone="resnet18",
+        backbone_kwargs=TINY,
+        embed_dim=16,
+        geometry=geometry,
+        num_classes=4,
+        class_order=(4, 7, 1, 9),
+        in_chans=1,
+        image_size=8,
+        small_stem=True,
     )
 
 
 def _bct(old, geometry: str, label_map: torch.Tensor, batches=None):
     """BCT without synthesised rows unless a batch source is given (then with them)."""
     m = create_alignment("bct", {"synthesize_new_classes": batches is not None})
-    m.prepare(AlignmentContext(new_spec=_new_spec(geometry), device=torch.device("cpu"), old_model=old, label_map=label_map, batches=batches))
+    m.prepare(
+        AlignmentContext(
+            new_spec=_new_spec(geometry),
+            device=torch.device("cpu"),
+            old_model=old,
+            label_map=label_map,
+            batches=batches,
+        )
+    )
     return m
 
 
@@ -107,7 +131,9 @@ def test_bct_needs_old_model_and_label_map():
         m.check_models("euclidean", 16, "lorentz", 16)
 
 
-@pytest.mark.parametrize(("geometry", "classifier"), [("euclidean", "cosine"), ("euclidean", "linear"), ("lorentz", "cosine")])
+@pytest.mark.parametrize(
+    ("geometry", "classifier"), [("euclidean", "cosine"), ("euclidean", "linear"), ("lorentz", "cosine")]
+)
 def test_new_classes_get_a_synthesised_row_from_old_class_means(geometry, classifier):
     """Design §5: a class the old model never saw gets the (scaled) class mean of old features as its row."""
     old = _old_model(geometry, classifier)

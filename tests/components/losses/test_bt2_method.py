@@ -30,8 +30,12 @@ def _old_model(num_classes=3, seed=0):
 
 def _new_spec(num_classes=4, compat_dim=16, extra_dims=4):
     return tiny_spec(
-        geometry="euclidean", head="bt2", compat_dim=compat_dim, extra_dims=extra_dims,
-        num_classes=num_classes, class_order=tuple(range(num_classes)),
+        geometry="euclidean",
+        head="bt2",
+        compat_dim=compat_dim,
+        extra_dims=extra_dims,
+        num_classes=num_classes,
+        class_order=tuple(range(num_classes)),
     )
 
 
@@ -46,7 +50,9 @@ def _new_output(b=6, seed=1, width=16, m=16):
     z = torch.randn(b, width + 4, generator=g)
     compat = F.normalize(torch.randn(b, width, generator=g), dim=-1).requires_grad_(True)
     phi3 = F.normalize(torch.randn(b, m, generator=g), dim=-1).requires_grad_(True)
-    out = ModelOutput(z, F.normalize(z, dim=-1), None, torch.zeros(b, dtype=torch.bool), {"compat": compat, "independent": phi3})
+    out = ModelOutput(
+        z, F.normalize(z, dim=-1), None, torch.zeros(b, dtype=torch.bool), {"compat": compat, "independent": phi3}
+    )
     return out, compat, phi3
 
 
@@ -72,12 +78,18 @@ def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
     m = choose_alignment("bt2", {"extra_dims": 8})
     parent = tiny_spec(geometry="euclidean", embed_dim=12)
     over = m.model_overrides(parent)
-    assert {k: over[k] for k in ("head", "compat_dim", "extra_dims")} == {"head": "bt2", "compat_dim": 12, "extra_dims": 8}
+    assert {k: over[k] for k in ("head", "compat_dim", "extra_dims")} == {
+        "head": "bt2",
+        "compat_dim": 12,
+        "extra_dims": 8,
+    }
     assert set(over) <= {"head", "compat_dim", "extra_dims", "embed_dim", "bt2_scale"}
     # Algorithm 1 needs n − d ≤ m: the overridden spec must be buildable
     spec = tiny_spec(geometry="euclidean", **over)
     assert spec.output_dim == spec.embed_dim + 8 and spec.compat_dim == 12
-    assert choose_alignment("bt2").model_overrides(tiny_spec(geometry="euclidean", embed_dim=64))["extra_dims"] == 32  # default
+    assert (
+        choose_alignment("bt2").model_overrides(tiny_spec(geometry="euclidean", embed_dim=64))["extra_dims"] == 32
+    )  # default
     # a BT² parent: the compatible prefix is its whole (m + d)-wide output
     bt2_parent = tiny_spec(geometry="euclidean", embed_dim=12, head="bt2", compat_dim=12, extra_dims=8)
     over2 = m.model_overrides(bt2_parent)
@@ -106,7 +118,14 @@ def test_flags_and_geometry_checks():
 def test_prepare_refuses_a_new_model_without_the_bt2_head():
     m = create_alignment("bt2", {"synthesize_new_classes": False})
     with pytest.raises(ConfigError, match="head"):
-        m.prepare(AlignmentContext(tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3)), torch.device("cpu"), _old_model(), torch.tensor([0, 1, 2, -1])))
+        m.prepare(
+            AlignmentContext(
+                tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3)),
+                torch.device("cpu"),
+                _old_model(),
+                torch.tensor([0, 1, 2, -1]),
+            )
+        )
 
 
 def test_forward_applies_the_old_classifier_to_the_compatible_prefix():
@@ -117,7 +136,9 @@ def test_forward_applies_the_old_classifier_to_the_compatible_prefix():
     labels = torch.tensor([0, 1, 2, 3, 1, 0])
     out = m(new, None, labels)
     assert set(out.terms) == {"influence"}
-    assert float(out.terms["influence"]) == pytest.approx(_hand_influence(old, compat.detach(), labels, label_map), rel=1e-5)
+    assert float(out.terms["influence"]) == pytest.approx(
+        _hand_influence(old, compat.detach(), labels, label_map), rel=1e-5
+    )
     assert out.stats["bct_known_fraction"] == pytest.approx(5 / 6)
     # it is the compat prefix, not the full embedding, that the old classifier judges
     out.terms["influence"].backward()
@@ -139,7 +160,9 @@ def test_mimic_term_pulls_phi3_to_the_reference_model():
     p, r = phi3.detach().tolist(), ref_emb.tolist()
     expected = sum(1 - sum(a * b for a, b in zip(x, y)) / math.sqrt(sum(b * b for b in y)) for x, y in zip(p, r)) / 6
     assert float(out.terms["mimic"]) == pytest.approx(expected, rel=1e-5)
-    assert float(out.terms["influence"]) == pytest.approx(_hand_influence(old, compat.detach(), labels, label_map), rel=1e-5)
+    assert float(out.terms["influence"]) == pytest.approx(
+        _hand_influence(old, compat.detach(), labels, label_map), rel=1e-5
+    )
     # φ3 equal to the reference direction: mimic 0
     same = ModelOutput(phi3.detach() * 2.0, phi3.detach() * 2.0, None, torch.zeros(6, dtype=torch.bool))
     assert float(m(new, None, labels, ref=same).terms["mimic"]) == pytest.approx(0.0, abs=1e-6)
@@ -193,9 +216,13 @@ def test_bt2_parent_is_judged_by_prototypes_of_its_embedding():
     label_map = torch.tensor([1, 2, 0, -1])
     choice = choose_alignment("bt2", {"synthesize_new_classes": False, "use_reference": False, "extra_dims": 4})
     method = choice.build()
-    child_spec = tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3), **choice.model_overrides(parent.spec))
+    child_spec = tiny_spec(
+        geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3), **choice.model_overrides(parent.spec)
+    )
     assert child_spec.compat_dim == 20
-    method.prepare(AlignmentContext(child_spec, torch.device("cpu"), parent, label_map, lambda: iter([(images, labels)])))
+    method.prepare(
+        AlignmentContext(child_spec, torch.device("cpu"), parent, label_map, lambda: iter([(images, labels)]))
+    )
 
     with torch.no_grad():
         emb = parent(images, with_logits=False).emb.double()

@@ -30,7 +30,9 @@ def test_alignment_terms_use_the_old_curvature_when_k_is_learnable():
     labels = torch.arange(6)
     a = m(new_out, old_out, labels).terms
     fixed = create_alignment("hbct")
-    fixed.prepare(AlignmentContext(new_spec=tiny_spec(curvature=1.0, zeta=1.2), device=torch.device("cpu"), old_model=old))
+    fixed.prepare(
+        AlignmentContext(new_spec=tiny_spec(curvature=1.0, zeta=1.2), device=torch.device("cpu"), old_model=old)
+    )
     b = fixed(same_space, old_out, labels).terms
     assert {k: float(v) for k, v in a.items()} == pytest.approx({k: float(v) for k, v in b.items()}, rel=1e-5)
 
@@ -42,8 +44,14 @@ def test_training_moves_a_learnable_curvature(tmp_path: Path):
     torch.manual_seed(0)
     old = build_model(tiny_spec(zeta=1.0))
     model = build_model(tiny_spec(zeta=1.2, learn_curvature=True))
-    res = train_model(model, data, TrainConfig(epochs=2, batch_size=32, lr=0.05), create_alignment("hbct"), tmp_path / "ck",
-                      old_model=old)
+    res = train_model(
+        model,
+        data,
+        TrainConfig(epochs=2, batch_size=32, lr=0.05),
+        create_alignment("hbct"),
+        tmp_path / "ck",
+        old_model=old,
+    )
     k = float(res.model.curvature)
     assert k != pytest.approx(1.0, abs=1e-6) and k > 0  # it learned
     assert "contrast" in res.history[-1] and all(torch.isfinite(torch.tensor(v)) for v in res.history[-1].values())

@@ -21,9 +21,16 @@ from components.models import ModelOutput, ModelSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
+
 def _spec(k: float = 1.0) -> ModelSpec:
     return ModelSpec(
-        backbone="resnet18", embed_dim=3, geometry="lorentz", num_classes=4, class_order=(0, 1, 2, 3), in_chans=1, curvature=k
+        backbone="resnet18",
+        embed_dim=3,
+        geometry="lorentz",
+        num_classes=4,
+        class_order=(0, 1, 2, 3),
+        in_chans=1,
+        curvature=k,
     )
 
 
@@ -193,14 +200,20 @@ def test_entailment_positive_when_new_points_on_opposite_side():
 def test_entailment_uses_the_model_curvature():
     u = _rays(6)
     z_o, z_n = u * 0.6, -u * 0.6
-    outs = [float(_hbct({"contrast": "none"}, k=k)(_out(z_n, k), _out(z_o, k), torch.arange(6)).terms["entail"]) for k in (0.5, 2.0)]
+    outs = [
+        float(_hbct({"contrast": "none"}, k=k)(_out(z_n, k), _out(z_o, k), torch.arange(6)).terms["entail"])
+        for k in (0.5, 2.0)
+    ]
     assert outs[0] != pytest.approx(outs[1], rel=1e-3)
 
 
 # --------------------------------------------------------------------------- gradients
 
 
-@pytest.mark.parametrize("options", [{}, {"contrast": "infonce"}, {"contrast": "distortion"}, {"distance": "squared_lorentz"}, {"distance": "inner"}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"contrast": "infonce"}, {"contrast": "distortion"}, {"distance": "squared_lorentz"}, {"distance": "inner"}],
+)
 def test_hbct_gradient_finite_when_old_equals_new(options):
     torch.manual_seed(6)
     z = (torch.randn(5, 3) * 0.4).requires_grad_(True)

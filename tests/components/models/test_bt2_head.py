@@ -40,7 +40,9 @@ def test_orthonormal_from_skew_is_orthonormal_and_uses_only_the_upper_triangle()
     r = torch.zeros(2, 2, dtype=torch.float64)
     r[0, 1] = 0.3
     c, s = torch.cos(torch.tensor(0.3, dtype=torch.float64)), torch.sin(torch.tensor(0.3, dtype=torch.float64))
-    assert torch.allclose(orthonormal_from_skew(r), torch.stack([torch.stack([c, s]), torch.stack([-s, c])]), atol=1e-12)
+    assert torch.allclose(
+        orthonormal_from_skew(r), torch.stack([torch.stack([c, s]), torch.stack([-s, c])]), atol=1e-12
+    )
 
 
 def _feats(b=5, f=12, seed=1):
@@ -95,7 +97,7 @@ def test_basis_transformations_preserve_the_information_of_phi3(c):
     = C²⟨φ3_i, φ3_j⟩ + ⟨φ2_i, φ2_j⟩; with d = 0, z zᵀ = C² φ3 φ3ᵀ exactly."""
     torch.manual_seed(0)
     x = _feats(b=6)
-    for (m, n, d) in [(6, 5, 2), (6, 4, 0)]:
+    for m, n, d in [(6, 5, 2), (6, 4, 0)]:
         head = BT2Head(12, m, n, d, scale_c=c)
         _randomise(head, seed=3)
         out = head(x)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with require
 
 
 def test_spec_round_trip_through_plain_dict():
-    spec = tiny_spec(class_names=tuple(str(i) for i in range(10)), zeta=1.2, curvature=0.7, norm_mean=(0.1,), norm_std=(0.3,))
+    spec = tiny_spec(
+        class_names=tuple(str(i) for i in range(10)), zeta=1.2, curvature=0.7, norm_mean=(0.1,), norm_std=(0.3,)
+    )
     d = spec.to_dict()
     assert isinstance(d["class_order"], list) and isinstance(d["class_names"], list)
     assert ModelSpec.from_dict(d) == spec
@@ -100,7 +102,9 @@ def test_curvature_of_the_model():
     learn = build_model(tiny_spec(curvature=0.5, learn_curvature=True))
     assert any(n.endswith("log_k") for n, _ in learn.named_parameters())
     out = learn.eval()(torch.rand(2, 1, 8, 8))
-    assert torch.allclose(lorentz_inner(out.emb.double(), out.emb.double()), torch.full((2,), -2.0, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(
+        lorentz_inner(out.emb.double(), out.emb.double()), torch.full((2,), -2.0, dtype=torch.float64), atol=1e-5
+    )
 
 
 def test_euclidean_model_forward():
@@ -127,7 +131,12 @@ def test_input_normalisation_is_part_of_the_model():
 def test_model_resizes_inputs_to_its_input_size():
     """A ViT fed 8×8 images resizes them itself (ModelSpec.input_size), like it normalises them."""
     torch.manual_seed(0)
-    spec = tiny_spec(backbone="vit_tiny_patch16_224", backbone_kwargs={"img_size": 32, "patch_size": 8}, small_stem=False, input_size=32)
+    spec = tiny_spec(
+        backbone="vit_tiny_patch16_224",
+        backbone_kwargs={"img_size": 32, "patch_size": 8},
+        small_stem=False,
+        input_size=32,
+    )
     model = build_model(spec).eval()
     x = torch.rand(2, 1, 8, 8)
     out = model(x)

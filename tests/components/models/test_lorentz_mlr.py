@@ -71,7 +71,9 @@ def test_float32_logits_stay_close_to_float64_for_large_a(k):
     if k == 1.0:
         w = m.w.detach()
         arg = m.a.detach()
-        naive = torch.sqrt(((torch.cosh(arg)[:, None] * w).pow(2).sum(-1) - (torch.sinh(arg) * w.norm(dim=-1)).pow(2)).clamp_min(0))
+        naive = torch.sqrt(
+            ((torch.cosh(arg)[:, None] * w).pow(2).sum(-1) - (torch.sinh(arg) * w.norm(dim=-1)).pow(2)).clamp_min(0)
+        )
         assert not torch.allclose(naive, w.norm(dim=-1), rtol=0.1)
 
 

@@ -117,7 +117,12 @@ def test_pickle_payload_is_refused_and_not_executed(saved, tmp_path):
     marker = tmp_path / "PWNED"
     evil = tmp_path / "evil.pt"
     torch.save(
-        {"format": MODEL_FORMAT, "metadata": model.spec.to_dict(), "state_dict": model.state_dict(), "x": _Payload(marker)},
+        {
+            "format": MODEL_FORMAT,
+            "metadata": model.spec.to_dict(),
+            "state_dict": model.state_dict(),
+            "x": _Payload(marker),
+        },
         evil,
     )
     assert not marker.exists()

@@ -47,7 +47,11 @@ def _ckpts(d):
 def test_two_epochs_write_checkpoints_and_history(tmp_path, data):
     seen = []
     result = train_model(
-        fresh_model(0), data, cfg(keep_checkpoints=1), create_alignment("independent"), tmp_path / "d",
+        fresh_model(0),
+        data,
+        cfg(keep_checkpoints=1),
+        create_alignment("independent"),
+        tmp_path / "d",
         on_epoch=lambda e, rec: seen.append((e, rec["loss"])),
     )
     assert result.epochs_run == 2 and result.resumed_from is None and result.device == "cpu"
@@ -95,8 +99,15 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, data):
     full = train_model(fresh_model(0), data, cfg(), create_alignment("independent"), tmp_path / "full", run_key="r")
 
     with pytest.raises(_Interrupt):
-        train_model(fresh_model(0), data, cfg(), create_alignment("independent"), tmp_path / "cut", run_key="r",
-                    on_epoch=_interrupt_after_first_epoch)
+        train_model(
+            fresh_model(0),
+            data,
+            cfg(),
+            create_alignment("independent"),
+            tmp_path / "cut",
+            run_key="r",
+            on_epoch=_interrupt_after_first_epoch,
+        )
     assert _ckpts(tmp_path / "cut") == ["epoch_0001.pt"]
 
     resumed = train_model(fresh_model(99), data, cfg(), create_alignment("independent"), tmp_path / "cut", run_key="r")
@@ -128,11 +139,22 @@ def test_resume_of_a_finished_run_trains_nothing(tmp_path, data):
 
 
 def test_checkpoint_of_another_run_or_model_is_refused(tmp_path, data):
-    train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "d", run_key="gen1:new")
+    train_model(
+        fresh_model(0), data, cfg(epochs=1), create_alignment("independent"), tmp_path / "d", run_key="gen1:new"
+    )
     with pytest.raises(CheckpointMismatchError, match="another training run"):
-        train_model(fresh_model(0), data, cfg(epochs=2), create_alignment("independent"), tmp_path / "d", run_key="gen2:new")
+        train_model(
+            fresh_model(0), data, cfg(epochs=2), create_alignment("independent"), tmp_path / "d", run_key="gen2:new"
+        )
     with pytest.raises(CheckpointMismatchError, match="zeta"):
-        train_model(fresh_model(0, zeta=1.2), data, cfg(epochs=2), create_alignment("independent"), tmp_path / "d", run_key="gen1:new")
+        train_model(
+            fresh_model(0, zeta=1.2),
+            data,
+            cfg(epochs=2),
+            create_alignment("independent"),
+            tmp_path / "d",
+            run_key="gen1:new",
+        )
     assert _ckpts(tmp_path / "d") == ["epoch_0001.pt"]  # nothing was overwritten
 
 
@@ -145,7 +167,11 @@ def test_hbct_training_with_old_model_logs_its_terms(tmp_path, data):
     old = fresh_model(1).eval()
     old_state = {k: v.clone() for k, v in old.state_dict().items()}
     result = train_model(
-        fresh_model(2), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "d",
+        fresh_model(2),
+        data,
+        cfg(epochs=1),
+        create_alignment("hbct"),
+        tmp_path / "d",
         old_model=old,
     )
     rec = result.history[-1]
@@ -160,10 +186,17 @@ def test_hbct_training_with_old_model_logs_its_terms(tmp_path, data):
 
 
 def test_bct_training_leaves_old_model_untouched(tmp_path, data):
-    old = fresh_model(1, geometry="euclidean", num_classes=5, class_order=(0, 1, 2, 3, 4)).eval()  # saw classes 0-4 only
+    old = fresh_model(
+        1, geometry="euclidean", num_classes=5, class_order=(0, 1, 2, 3, 4)
+    ).eval()  # saw classes 0-4 only
     old_state = {k: v.clone() for k, v in old.state_dict().items()}
     result = train_model(
-        fresh_model(2, geometry="euclidean"), data, cfg(epochs=1), create_alignment("bct"), tmp_path / "d", old_model=old,
+        fresh_model(2, geometry="euclidean"),
+        data,
+        cfg(epochs=1),
+        create_alignment("bct"),
+        tmp_path / "d",
+        old_model=old,
     )
     rec = result.history[-1]
     assert math.isfinite(rec["influence"]) and 0.0 < rec["bct_known_fraction"] < 1.0
@@ -176,7 +209,11 @@ def test_methods_needing_a_parent_are_refused_without_one(tmp_path, data):
         train_model(fresh_model(0), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "a")
     with pytest.raises(ConfigError, match="lorentz"):
         train_model(
-            fresh_model(0, geometry="euclidean"), data, cfg(epochs=1), create_alignment("hbct"), tmp_path / "b",
+            fresh_model(0, geometry="euclidean"),
+            data,
+            cfg(epochs=1),
+            create_alignment("hbct"),
+            tmp_path / "b",
             old_model=fresh_model(1, geometry="euclidean"),
         )
     assert not (tmp_path / "a").exists()  # refused before anything was written

@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from bctflow.cli import app
+from components.errors import CheckpointMismatchError, ConfigError, DataError
+from components.models import build_model, save_model
+from components.models.checkpoint import save_torch_atomic
 from flows.params import GenerationSpec, apply_overrides, load_params
 from flows.plan import GenerationPlan
 from flows.steps.preflight import plan_generation
 from flows.workspace import Workspace
-from components.errors import CheckpointMismatchError, ConfigError, DataError
-from components.models import build_model, save_model
-from components.models.checkpoint import save_torch_atomic
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
 from tests.helpers import tiny_spec
@@ -46,7 +46,9 @@ def files_under(path: Path) -> list[str]:
         ("train.epoch=3", ConfigError, ["train.epoch", "unknown key"]),
     ],
 )
-def test_bad_input_is_refused_before_anything_is_written(tiny_params_file: Path, tmp_path: Path, override, error, words):
+def test_bad_input_is_refused_before_anything_is_written(
+    tiny_params_file: Path, tmp_path: Path, override, error, words
+):
     home = tmp_path / "ws"
     with pytest.raises(error) as info:
         preflight(tiny_params_file, [override], home, {"name": "g0", "classes": "all"})
@@ -57,7 +59,9 @@ def test_bad_input_is_refused_before_anything_is_written(tiny_params_file: Path,
 
 def test_cli_reports_the_error_and_writes_nothing(tiny_params_file: Path, tmp_path: Path):
     home = tmp_path / "ws"
-    res = CliRunner().invoke(app, ["run", "--home", str(home), "--params", str(tiny_params_file), "--set", "geometry.delta_zeta=-1"])
+    res = CliRunner().invoke(
+        app, ["run", "--home", str(home), "--params", str(tiny_params_file), "--set", "geometry.delta_zeta=-1"]
+    )
     assert res.exit_code == 2
     assert "delta_zeta must be >= 0" in res.output
     assert not home.exists()
@@ -72,11 +76,31 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
     save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=checkpoint_zeta)), ckpt)
     store = ws.lineage(p)
     rec = GenerationRecord(
-        id=0, name="g0", parent_id=None, dataset="digits", data_hash="x", data_snapshot="x", class_order=[0, 1, 2, 3, 4],
-        architecture={}, geometry="lorentz", alignment="independent", hyperparameters={}, zeta=1.0, curvature=1.0,
-        embed_dim=16, checkpoint_path=str(ckpt), index_path=str(ws.generation_dir(0) / "index"), params_digest="x",
+        id=0,
+        name="g0",
+        parent_id=None,
+        dataset="digits",
+        data_hash="x",
+        data_snapshot="x",
+        class_order=[0, 1, 2, 3, 4],
+        architecture={},
+        geometry="lorentz",
+        alignment="independent",
+        hyperparameters={},
+        zeta=1.0,
+        curvature=1.0,
+        embed_dim=16,
+        checkpoint_path=str(ckpt),
+        index_path=str(ws.generation_dir(0) / "index"),
+        params_digest="x",
     )
-    store.commit_generation(GenerationBundle(rec, zeta=ZetaRecord(None, 0.0, 1.0), pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0])))
+    store.commit_generation(
+        GenerationBundle(
+            rec,
+            zeta=ZetaRecord(None, 0.0, 1.0),
+            pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]),
+        )
+    )
     return home, store
 
 
@@ -91,7 +115,9 @@ def test_parent_checkpoint_that_does_not_match_its_lineage_record_is_refused(tin
 
 def test_matching_parent_gives_a_plan_with_zeta_grown_by_delta(tiny_params_file: Path, tmp_path: Path):
     home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
-    plan = preflight(tiny_params_file, ["geometry.delta_zeta=0.25"], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
+    plan = preflight(
+        tiny_params_file, ["geometry.delta_zeta=0.25"], home, {"name": "g1", "classes": "all", "alignment": "hbct"}
+    )
     assert plan.gen_id == 1 and plan.parent is not None and plan.parent.id == 0
     assert plan.zeta == pytest.approx(1.25)
     assert plan.alignment == "hbct" and plan.reference is True
@@ -101,8 +127,10 @@ def test_leftover_checkpoint_of_another_run_is_refused(tiny_params_file: Path, t
     home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
     spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
     plan = preflight(tiny_params_file, [], home, spec)
-    save_torch_atomic({"format": "bctflow-train/1", "metadata": tiny_spec(zeta=1.2).to_dict(), "run_key": "someone-else"},
-                      plan.role_dir("model") / "checkpoints" / "epoch_0001.pt")
+    save_torch_atomic(
+        {"format": "bctflow-train/1", "metadata": tiny_spec(zeta=1.2).to_dict(), "run_key": "someone-else"},
+        plan.role_dir("model") / "checkpoints" / "epoch_0001.pt",
+    )
     with pytest.raises(CheckpointMismatchError, match="belongs to another run"):
         preflight(tiny_params_file, [], home, spec)
 
@@ -111,7 +139,11 @@ def test_leftover_finished_model_of_another_run_is_refused(tiny_params_file: Pat
     home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
     spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
     plan = preflight(tiny_params_file, [], home, spec)
-    save_model(build_model(tiny_spec(zeta=1.2)), plan.role_dir("reference") / "model.pt", extra={"run_key": "an-older-run:reference"})
+    save_model(
+        build_model(tiny_spec(zeta=1.2)),
+        plan.role_dir("reference") / "model.pt",
+        extra={"run_key": "an-older-run:reference"},
+    )
     with pytest.raises(CheckpointMismatchError, match="model.pt belongs to another run"):
         preflight(tiny_params_file, [], home, spec)
 
@@ -123,7 +155,9 @@ def test_generation_zero_trains_base_only_and_says_so(tiny_params_file: Path, tm
 
 
 def test_overrides_parse_yaml_values(tiny_params_file: Path):
-    p = apply_overrides(load_params(tiny_params_file), ["train.epochs=7", "model.geometry=euclidean", "backfill.p_com_floor=null"])
+    p = apply_overrides(
+        load_params(tiny_params_file), ["train.epochs=7", "model.geometry=euclidean", "backfill.p_com_floor=null"]
+    )
     assert (p.train.epochs, p.model.geometry, p.backfill.p_com_floor) == (7, "euclidean", None)
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         apply_overrides(p, ["train.epochs"])

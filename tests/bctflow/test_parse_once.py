@@ -1,0 +1,78 @@
+"""One run of `bctflow run` (and of the nightly flow) validates params once, plans once, loads the dataset once
+and builds each training's alignment loss once — counted on the real CLI and the real Prefect flow."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bctflow.cli import app
+from components.data import prepare
+from components.losses.base import AlignmentLoss
+from flows import plan as plan_module
+from flows.params import Params
+from flows.steps import changes
+
+
+@pytest.fixture
+def counts(monkeypatch) -> Counter:
+    """Counters around every params validation, plan, dataset load and alignment-loss construction."""
+    seen: Counter = Counter()
+    validate = Params.model_validate.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        Params,
+        "model_validate",
+        classmethod(lambda cls, *a, **k: seen.update(["params validated"]) or validate(cls, *a, **k)),
+    )
+    plan_init = plan_module.GenerationPlan.__init__
+    monkeypatch.setattr(
+        plan_module.GenerationPlan, "__init__", lambda self, **k: seen.update(["plans made"]) or plan_init(self, **k)
+    )
+    loss_init = AlignmentLoss.__init__
+    monkeypatch.setattr(
+        AlignmentLoss, "__init__", lambda self, *a, **k: seen.update(["losses built"]) or loss_init(self, *a, **k)
+    )
+    load = prepare.load_dataset
+    monkeypatch.setattr(prepare, "load_dataset", lambda *a, **k: seen.update(["dataset loads"]) or load(*a, **k))
+    for module in (plan_module, changes):
+        digest = module.params_digest
+        monkeypatch.setattr(module, "params_digest", lambda p, _d=digest: seen.update(["params digests"]) or _d(p))
+    prepare.prepared_splits.cache_clear()
+    yield seen
+    prepare.prepared_splits.cache_clear()
+
+
+def test_cli_run_parses_and_plans_once_per_generation(
+    prefect_harness, tiny_params_file: Path, tmp_path: Path, counts: Counter
+):
+    home = tmp_path / "ws"
+    app(["run", "--home", str(home), "--params", str(tiny_params_file), "--generation", "g0"], standalone_mode=False)
+    assert counts == {
+        "params validated": 1,
+        "plans made": 1,
+        "params digests": 1,
+        "dataset loads": 1,
+        "losses built": 1,
+    }
+    counts.clear()
+    app(["run", "--home", str(home), "--params", str(tiny_params_file), "--generation", "g1"], standalone_mode=False)
+    # g1 trains twice (its independent reference φ*, then the HBCT model): one loss each; the dataset is cached in-process
+    assert counts == {"params validated": 1, "plans made": 1, "params digests": 1, "losses built": 2}
+
+
+def test_nightly_hands_its_digest_and_fingerprint_to_the_generation(
+    prefect_harness, tiny_params_file: Path, tmp_path: Path, counts: Counter
+):
+    from flows.nightly import nightly_generation
+
+    out = nightly_generation(home=str(tmp_path / "ws"), params_path=str(tiny_params_file))
+    assert out["skipped"] is False and out["generation"] == 0
+    assert counts == {
+        "params validated": 1,
+        "params digests": 1,
+        "dataset loads": 1,
+        "plans made": 1,
+        "losses built": 1,
+    }

@@ -1,0 +1,96 @@
+"""The commit step (flows/steps/commit.py): the live gallery and the promotion gate read the measured
+compatibility fact, with ``backfill.require_compatibility: false`` as well; a failed commit undoes every side effect."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.errors import IncompatibleQueryError
+from components.evaluation import DerivedMetrics
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import LiveGallery
+from flows.params import GenerationSpec
+from flows.plan import GenerationPlan
+from flows.steps.commit import PRODUCTION_ALIAS, commit
+from flows.steps.preflight import plan_generation
+from flows.steps.registration import register
+from flows.steps.results import Evaluation, Gallery, Trained
+from flows.steps.snapshot import snapshot_data
+from registry.records import DecisionRecord
+from tests.flows.steps.conftest import write_params
+
+
+def _stage(plan: GenerationPlan) -> tuple[Trained, Gallery]:
+    """Stage generation 0's model and gallery as the new generation's (what training and indexing would leave)."""
+    g0 = plan.workspace.generation_dir(0)
+    shutil.copytree(g0, plan.staging_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("reference"))
+    trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
+    return trained, Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
+
+
+def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> GenerationPlan:
+    """Plan, snapshot, stage, register and commit a generation whose evaluation measured ``compatible``."""
+    params = write_params(params_file, ["backfill.require_compatibility=false"])
+    plan = plan_generation(params, home, GenerationSpec(name=name, alignment="hbct", reference=False))
+    snap = snapshot_data(plan)
+    trained, gallery = _stage(plan)
+    ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], compatible)
+    commit(plan, snap, trained, gallery, ev, register(plan, snap, trained, gallery, ev))
+    return plan
+
+
+def _queries_accepted(home: Path, gen_id: int) -> bool:
+    live = LiveGallery(home / "live")
+    vectors = GalleryEmbeddings.load(home / "generations" / "gen_000" / "gallery.npz").vectors()[:3].astype(np.float32)
+    try:
+        live.search(vectors, 2, query_generation=gen_id)
+    except IncompatibleQueryError:
+        return False
+    return True
+
+
+def test_with_require_compatibility_off_a_promoted_generation_is_served_by_the_live_gallery(g0_workspace):
+    home, params_file = g0_workspace
+    incompatible = _commit(home, params_file, "g1", compatible=False)
+    ws, params = incompatible.workspace, incompatible.params
+    tracking = ws.tracking(params)
+    store = ws.lineage(params, readonly=True)
+    g1 = store.generation(1)
+    assert g1.compatible_with_live is False and not g1.promoted
+    assert not _queries_accepted(home, 1) and tracking.alias_version(PRODUCTION_ALIAS) == "1"  # g0 still serves
+
+    compatible = _commit(home, params_file, "g2", compatible=True)
+    g2 = store.generation(2)
+    assert g2.compatible_with_live is True and g2.promoted
+    assert tracking.alias_version(PRODUCTION_ALIAS) == g2.mlflow_version == "3"
+    assert _queries_accepted(home, compatible.gen_id)  # the production generation's queries are accepted
+    assert LiveGallery(home / "live").pointer()["compatible_generations"] == [0, 2]
+    store.close()
+
+
+def test_a_failed_commit_undoes_the_move_the_pointer_and_the_alias(g0_workspace, monkeypatch):
+    home, params_file = g0_workspace
+    params = write_params(params_file)
+    plan = plan_generation(params, home, GenerationSpec(name="g1", alignment="hbct", reference=False))
+    snap = snapshot_data(plan)
+    trained, gallery = _stage(plan)
+    ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], True)
+    reg = register(plan, snap, trained, gallery, ev)
+    pointer_before = LiveGallery(home / "live").pointer()
+    store = plan.workspace.lineage(params)
+
+    def fail_at_commit(self, bundle, before_commit=None):
+        before_commit()  # every side effect happens ...
+        raise RuntimeError("connection lost at COMMIT")  # ... then the transaction fails
+
+    monkeypatch.setattr(type(store), "commit_generation", fail_at_commit)
+    with pytest.raises(RuntimeError, match="connection lost"):
+        commit(plan, snap, trained, gallery, ev, reg)
+    assert LiveGallery(home / "live").pointer() == pointer_before
+    assert plan.workspace.tracking(params).alias_version(PRODUCTION_ALIAS) == "1"
+    assert (plan.staging_dir / "model.pt").exists() and not plan.final_dir.exists()
+    store.close()

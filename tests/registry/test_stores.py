@@ -1,0 +1,125 @@
+"""Opening the stores (registry/stores.py, registry/lineage.py): read-only opens never create or migrate,
+an older schema is refused until `bctflow db-upgrade`, which migrates it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from typer.testing import CliRunner
+
+from bctflow.cli import app
+from components.errors import LineageError
+from registry.db import SCHEMA_VERSION
+from registry.lineage import LineageStore
+from registry.records import GenerationBundle, GenerationRecord
+from registry.stores import lineage_exists, lineage_url, open_lineage, tracking_uri
+
+
+def _record() -> GenerationRecord:
+    return GenerationRecord(
+        id=0,
+        name="g0",
+        parent_id=None,
+        dataset="digits",
+        data_hash="h",
+        data_snapshot="s",
+        class_order=[0, 1],
+        architecture={},
+        geometry="lorentz",
+        alignment="independent",
+        hyperparameters={},
+        zeta=1.0,
+        curvature=1.0,
+        embed_dim=16,
+        checkpoint_path="c",
+        index_path="i",
+        params_digest="d",
+    )
+
+
+def _older_schema(home: Path) -> Path:
+    """A lineage database as the previous schema (v2) left it: no generations.compatible_with_live."""
+    store = open_lineage(None, home)
+    store.commit_generation(GenerationBundle(_record()))
+    store.close()
+    db = home / "lineage.db"
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE generations DROP COLUMN compatible_with_live")
+    con.execute("UPDATE schema_info SET version = 2")
+    con.commit()
+    con.close()
+    return db
+
+
+def _columns(db: Path) -> set[str]:
+    con = sqlite3.connect(db)
+    try:
+        return {row[1] for row in con.execute("PRAGMA table_info(generations)")}
+    finally:
+        con.close()
+
+
+def test_default_urls_live_in_the_workspace_and_configured_ones_win(tmp_path: Path):
+    assert lineage_url(None, tmp_path) == f"sqlite:///{tmp_path / 'lineage.db'}"
+    assert tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert lineage_url("postgresql+psycopg://u@h/db", tmp_path) == "postgresql+psycopg://u@h/db"
+
+
+def test_readonly_open_of_a_missing_lineage_creates_nothing(tmp_path: Path):
+    store = open_lineage(None, tmp_path / "ws", readonly=True)
+    assert store.count() == 0 and store.live_pointer() is None and store.next_generation_id() == 0
+    store.close()
+    assert not (tmp_path / "ws").exists() and not lineage_exists(lineage_url(None, tmp_path / "ws"))
+
+
+def test_readonly_open_issues_no_ddl_and_refuses_writes(tmp_path: Path):
+    open_lineage(None, tmp_path).close()  # a current database
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args) -> None:
+        statements.append(statement.split()[0].upper())
+
+    event.listen(Engine, "before_cursor_execute", record)  # every engine, the opening included
+    try:
+        store = open_lineage(None, tmp_path, readonly=True)
+        assert store.count() == 0
+        with pytest.raises(LineageError, match="read-only"):
+            store.commit_generation(GenerationBundle(_record()))
+        store.close()
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert statements and set(statements) <= {"SELECT", "PRAGMA"}
+
+
+def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
+    db = _older_schema(tmp_path)
+    for readonly in (True, False):
+        with pytest.raises(
+            LineageError, match=r"schema v2, older than this bctflow's v3; back it up, then run `bctflow db-upgrade`"
+        ):
+            open_lineage(None, tmp_path, readonly=readonly)
+    assert "compatible_with_live" not in _columns(db)  # nothing was migrated behind the user's back
+    res = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "generations.compatible_with_live" in res.output
+    assert "compatible_with_live" in _columns(db)
+    store = open_lineage(None, tmp_path, readonly=True)
+    assert [g.name for g in store.generations()] == ["g0"] and store.generations()[0].compatible_with_live is None
+    assert store.schema_version() == SCHEMA_VERSION
+    store.close()
+    again = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    assert "already at this bctflow's schema" in again.output
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path):
+    open_lineage(None, tmp_path).close()
+    con = sqlite3.connect(tmp_path / "lineage.db")
+    con.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
+    con.commit()
+    con.close()
+    with pytest.raises(LineageError, match="newer than this bctflow"):
+        LineageStore(lineage_url(None, tmp_path), readonly=True)

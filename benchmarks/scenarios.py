@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
+from components.data import DataManifest
 from components.errors import ConfigError
 from components.evaluation import COMPAT_METRICS, compat_summary, p_com, p_up
 from components.evaluation.diagnostics import (
@@ -32,7 +33,7 @@ from components.evaluation.diagnostics import (
     uncertainty_seen_unseen,
 )
 from components.losses import choose_alignment
-from flows.params import apply_overrides
+from flows.params import Params, apply_overrides
 
 __all__ = ["SCENARIOS", "Row", "Scenario", "make_scenario", "run_sequential", "run_table"]
 
@@ -132,6 +133,35 @@ def _entry_zeta(p: Any, entry: MethodEntry) -> float:
     overrides applied: the ζ ablations set ``geometry.delta_zeta``)."""
     g = (apply_overrides(p, dict(entry.params)) if entry.params else p).geometry
     return g.zeta0 + g.delta_zeta
+
+
+def _train_entry(
+    bench: Bench,
+    sc: Scenario,
+    entry: MethodEntry,
+    sel: DataManifest,
+    p: Params,
+    w: float,
+    seed: int,
+    old: BenchModel,
+    ref: BenchModel,
+) -> BenchModel:
+    """A method's new model in a scenario at alignment weight ``w`` and ``seed`` (trained, or from the cache)."""
+    return bench.train_model(
+        f"{entry.name}/λ={w:g}/seed={seed}",
+        sel,
+        geometry=entry.geometry,
+        arch=sc.new_arch,
+        method=entry.method,
+        options=entry.options,
+        weight=w,
+        seed=seed,
+        zeta=_entry_zeta(p, entry),
+        old=old,
+        reference=ref,
+        epochs=sc.epochs,
+        params=entry.params,
+    )
 
 
 def _row(
@@ -281,28 +311,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
             )
             continue
         weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
-        zeta_e = _entry_zeta(p, entry)
-        cands = [
-            (
-                w,
-                bench.train_model(
-                    f"{entry.name}/λ={w:g}/seed={seeds[0]}",
-                    new_sel,
-                    geometry=entry.geometry,
-                    arch=sc.new_arch,
-                    method=entry.method,
-                    options=entry.options,
-                    weight=w,
-                    seed=seeds[0],
-                    zeta=zeta_e,
-                    old=old,
-                    reference=ref,
-                    epochs=sc.epochs,
-                    params=entry.params,
-                ),
-            )
-            for w in weights
-        ]
+        cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, seeds[0], old, ref)) for w in weights]
         w, model, how = _select(bench, cands, old, ref)
         chosen[entry.name] = (w, model)
         val_cross[entry.name] = bench.metrics(model, old, "val")["map"]
@@ -330,21 +339,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         old, ref = bases[entry.geometry]
         for seed in seeds[1:]:
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
-            m = bench.train_model(
-                f"{entry.name}/λ={w:g}/seed={seed}",
-                new_sel,
-                geometry=entry.geometry,
-                arch=sc.new_arch,
-                method=entry.method,
-                options=entry.options,
-                weight=w,
-                seed=seed,
-                zeta=_entry_zeta(p, entry),
-                old=old,
-                reference=ref,
-                epochs=sc.epochs,
-                params=entry.params,
-            )
+            m = _train_entry(bench, sc, entry, new_sel, p, w, seed, old, ref)
             rows.append(
                 _row(
                     bench,

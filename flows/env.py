@@ -8,7 +8,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["configure_environment"]
+__all__ = ["configure_environment", "quiet_environment"]
+
+#: no phone-home, no progress noise in logs (each is only a default: the user's environment wins)
+QUIET = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "GIT_PYTHON_REFRESH": "quiet",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
+
+
+def quiet_environment() -> None:
+    """Switch off telemetry and progress noise of Prefect, MLflow, DVC and GitPython."""
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
 
 
 def configure_environment(home: Path) -> None:
@@ -16,10 +32,5 @@ def configure_environment(home: Path) -> None:
     if "PREFECT_API_URL" not in os.environ:  # a real Prefect server keeps its own state
         os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
         Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # the ephemeral server's SQLite lives there
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    quiet_environment()

@@ -12,7 +12,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -82,27 +83,20 @@ class GeometryParams(_Strict):
     zeta0: float = 1.0
     delta_zeta: float = 0.2
 
-    @field_validator("curvature")
-    @classmethod
-    def _k_positive(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"curvature K must be > 0 (got {v}); the Lorentz model has curvature -K, use e.g. 1.0")
-        return v
+    #: field → (smallest allowed value, whether it is allowed itself, what the field means, a good value)
+    _BOUNDS: ClassVar[dict[str, tuple[float, bool, str, str]]] = {
+        "curvature": (0.0, False, "the Lorentz model has curvature -K", "1.0"),
+        "zeta0": (0.0, False, "it is the clip radius of generation 0", "1.0"),
+        "delta_zeta": (0.0, True, "each generation may only widen the clip radius", "0.2"),
+    }
 
-    @field_validator("zeta0")
+    @field_validator("curvature", "zeta0", "delta_zeta")
     @classmethod
-    def _zeta_positive(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"zeta0 must be > 0 (got {v}); it is the clip radius of generation 0, use e.g. 1.0")
-        return v
-
-    @field_validator("delta_zeta")
-    @classmethod
-    def _dz_nonneg(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError(
-                f"delta_zeta must be >= 0 (got {v}); each generation may only widen the clip radius, use e.g. 0.2"
-            )
+    def _bounded(cls, v: float, info: ValidationInfo) -> float:
+        low, inclusive, meaning, example = cls._BOUNDS[info.field_name]
+        if v < low or (v == low and not inclusive):
+            name = "curvature K" if info.field_name == "curvature" else info.field_name
+            raise ValueError(f"{name} must be {'>=' if inclusive else '>'} {low:g} (got {v}); {meaning}, use e.g. {example}")
         return v
 
 

@@ -8,17 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.evaluation import COMPAT_METRICS, REPORTED_METRICS, DerivedMetrics
-from registry.db import (
-    BackfillDecision,
-    BackfillEvent,
-    CompatSummary,
-    Evaluation,
-    GalleryPointer,
-    Generation,
-    GenerationMetric,
-    Promotion,
-    ZetaStep,
-)
+from registry import db
+from registry.db import Generation
 
 __all__ = ["lineage_document"]
 
@@ -68,14 +59,14 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     """Every generation with its metrics, ζ, decision, roles, promotions and backfills, oldest first."""
     with sessions() as s:
         gens = list(s.scalars(select(Generation).order_by(Generation.id)))
-        evals = list(s.scalars(select(Evaluation)))
-        gmetrics = list(s.scalars(select(GenerationMetric)))
-        decisions = {d.generation_id: d for d in s.scalars(select(BackfillDecision))}
-        zetas = {z.generation_id: z for z in s.scalars(select(ZetaStep))}
-        live = s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1))
-        promotions = list(s.scalars(select(Promotion).order_by(Promotion.id)))
+        evals = list(s.scalars(select(db.Evaluation)))
+        gmetrics = list(s.scalars(select(db.GenerationMetric)))
+        decisions = {d.generation_id: d for d in s.scalars(select(db.BackfillDecision))}
+        zetas = {z.generation_id: z for z in s.scalars(select(db.ZetaStep))}
+        live = s.scalar(select(db.GalleryPointer).order_by(db.GalleryPointer.id.desc()).limit(1))
+        promotions = list(s.scalars(select(db.Promotion).order_by(db.Promotion.id)))
         compat: dict[int, dict[str, Any]] = {}
-        for c in s.scalars(select(CompatSummary).order_by(CompatSummary.id)):
+        for c in s.scalars(select(db.CompatSummary).order_by(db.CompatSummary.id)):
             compat.setdefault(c.as_of_generation_id, {})[c.metric] = {
                 "generations": c.generation_ids,
                 "matrix": c.matrix,
@@ -83,7 +74,7 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
                 "aa": c.aa,
                 "aca": c.aca,
             }
-        backfills = list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
+        backfills = list(s.scalars(select(db.BackfillEvent).order_by(db.BackfillEvent.id)))
 
     table: EvalTable = {}
     for e in evals:

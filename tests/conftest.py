@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+from flows.env import quiet_environment
+
+quiet_environment()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,11 +34,8 @@ def prefect_harness():
 @pytest.fixture
 def tiny_params_file(tmp_path: Path) -> Path:
     """A params.yaml with the repository's defaults and the tiny overrides applied."""
-    import yaml
+    from tests.helpers import write_params
 
-    from flows.params import apply_overrides, load_params
-
-    p = apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES)
     path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(p.as_dict(), sort_keys=False))
+    write_params(path)
     return path

@@ -40,3 +40,42 @@ def run_backfill(home, params_path, overrides: list[str] | None = None, **reques
     from flows.workspace import Workspace
 
     return backfill(plan_backfill(load_params(params_path, overrides), Workspace(home), **request))
+
+
+def write_params(path, overrides: list[str] | None = None):
+    """params.yaml with the repository's defaults, the tiny settings and ``overrides``, written to ``path``."""
+    import yaml
+
+    from flows.params import apply_overrides, load_params
+    from tests.conftest import REPO, TINY_OVERRIDES
+
+    p = apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES + list(overrides or []))
+    path.write_text(yaml.safe_dump(p.as_dict(), sort_keys=False))
+    return p
+
+
+def generation_record(gid: int = 0, parent: int | None = None, **fields):
+    """A lineage row of a Lorentz generation ``gid`` (``fields`` override any column)."""
+    from registry.records import GenerationRecord
+
+    base = dict(
+        id=gid,
+        name=f"g{gid}",
+        parent_id=parent,
+        dataset="digits",
+        data_hash=f"h{gid}",
+        data_snapshot=f"/d/{gid}",
+        class_order=[0, 1],
+        architecture={"backbone": "resnet18"},
+        geometry="lorentz",
+        alignment="independent",
+        hyperparameters={},
+        zeta=1.0,
+        curvature=1.0,
+        embed_dim=16,
+        checkpoint_path=f"/c/{gid}",
+        index_path=f"/i/{gid}/index",
+        params_digest="x",
+    )
+    base.update(fields)
+    return GenerationRecord(**base)

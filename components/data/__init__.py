@@ -2,6 +2,7 @@
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
 from components.data.catalog import (
+    DatasetRequest,
     available_datasets,
     get_dataset_loader,
     load_dataset,
@@ -16,6 +17,7 @@ from components.data.selection import (
 __all__ = [
     "ArrayDataset",
     "DataManifest",
+    "DatasetRequest",
     "DatasetSplits",
     "array_fingerprint",
     "available_datasets",

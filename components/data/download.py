@@ -42,6 +42,7 @@ __all__ = [
     "download",
     "download_first",
     "extract",
+    "fetch_archive",
     "file_digest",
     "load_or_build_cache",
     "verify_file",
@@ -177,6 +178,21 @@ def download(
                     f"or {_manual_hint(dest, md5, sha256)}"
                 )
     return dest
+
+
+def fetch_archive(archive: Path, url: str, md5: str, *, allowed: bool, what: str) -> str:
+    """The verified archive at ``archive``, downloaded from ``url`` when it is missing and ``allowed``.
+
+    Returns where it came from (the local path, or ``url``). DataError when it is missing and downloads are off.
+    """
+    if not archive.exists() and not allowed:
+        raise DataError(
+            f"{what} archive not found at {archive} and downloading is off; set data.download=true, or download "
+            f"{url} elsewhere and place it at {archive} (md5 {md5})"
+        )
+    source = str(archive) if archive.exists() else url
+    download(url, archive, md5=md5)  # verifies an existing file, downloads a missing one
+    return source
 
 
 def download_first(

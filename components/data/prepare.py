@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
 from components.data.batches import resize_images
-from components.data.catalog import load_dataset
+from components.data.catalog import DatasetRequest, get_dataset_loader
 
 __all__ = ["per_class_subsample", "prepared_splits"]
 
@@ -33,34 +32,19 @@ def _shrink(ds: ArrayDataset, per_class: int | None, seed: int, size: int | None
 
 @functools.lru_cache(maxsize=4)
 def prepared_splits(
-    name: str,
-    root: str,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-    max_train_per_class: int | None = None,
-    max_test_per_class: int | None = None,
+    name: str, request: DatasetRequest, max_train_per_class: int | None = None, max_test_per_class: int | None = None
 ) -> DatasetSplits:
     """The named dataset's splits after subsampling and resizing; the fingerprint records both."""
-    s = load_dataset(
-        name,
-        Path(root),
-        download=download,
-        test_fraction=test_fraction,
-        split_seed=split_seed,
-        image_size=image_size,
-        path=path,
-    )
+    s = get_dataset_loader(name)(request)
+    image_size = request.image_size
     if image_size is None and max_train_per_class is None and max_test_per_class is None:
         return s
     size = None if image_size is None or s.train.image_shape[:2] == (image_size, image_size) else image_size
+    seed = request.split_seed
     return DatasetSplits(
         s.name,
-        _shrink(s.train, max_train_per_class, split_seed, size),
-        _shrink(s.test, max_test_per_class, split_seed + 1, size),
-        f"{s.fingerprint}|size={image_size}|train<={max_train_per_class}|test<={max_test_per_class}|seed={split_seed}",
+        _shrink(s.train, max_train_per_class, seed, size),
+        _shrink(s.test, max_test_per_class, seed + 1, size),
+        f"{s.fingerprint}|size={image_size}|train<={max_train_per_class}|test<={max_test_per_class}|seed={seed}",
         s.meta,
     )

@@ -1,35 +1,6 @@
-"""Geometry: the Lorentz model of hyperbolic space (design §2)."""
+"""Geometry: the Lorentz model of hyperbolic space (docs/design.md §2)."""
 
-from components.geometry.lorentz import (
-    MAX_TANGENT_NORM,
-    dtype_margin,
-    expmap0,
-    exterior_angle,
-    geodesic_distance,
-    half_aperture,
-    logmap0,
-    lorentz_inner,
-    origin,
-    pairwise_geodesic_distance,
-    pairwise_lorentz_inner,
-    time_from_space,
-    uncertainty,
-    uncertainty_from_tangent,
-)
+from components.geometry import lorentz
+from components.geometry.lorentz import *  # noqa: F403 (the package re-exports the module's public names)
 
-__all__ = [
-    "MAX_TANGENT_NORM",
-    "dtype_margin",
-    "expmap0",
-    "exterior_angle",
-    "geodesic_distance",
-    "half_aperture",
-    "logmap0",
-    "lorentz_inner",
-    "origin",
-    "pairwise_geodesic_distance",
-    "pairwise_lorentz_inner",
-    "time_from_space",
-    "uncertainty",
-    "uncertainty_from_tangent",
-]
+__all__ = lorentz.__all__

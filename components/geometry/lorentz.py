@@ -30,6 +30,7 @@ from torch import Tensor
 
 __all__ = [
     "MAX_TANGENT_NORM",
+    "distance_from_inner",
     "dtype_margin",
     "expmap0",
     "exterior_angle",
@@ -37,6 +38,7 @@ __all__ = [
     "half_aperture",
     "logmap0",
     "lorentz_inner",
+    "origin",
     "pairwise_geodesic_distance",
     "pairwise_lorentz_inner",
     "time_from_space",
@@ -124,22 +126,24 @@ def logmap0(x: Tensor, k: float | Tensor = 1.0) -> Tensor:
     return torch.asinh(sk * s) / (sk * s) * x_s
 
 
-def geodesic_distance(x: Tensor, y: Tensor, k: float | Tensor = 1.0) -> Tensor:
-    """HBCT Eq. (3) for aligned pairs. ``x, y``: (..., d+1) → (...).
+def distance_from_inner(inner: Tensor, k: float | Tensor = 1.0) -> Tensor:
+    """HBCT Eq. (3) from Lorentz inner products ⟨x, y⟩_L (any shape): acosh(−K⟨x, y⟩_L)/√K.
 
     The acosh argument is clamped at 1 + margin(dtype): identical points get
-    distance ≈ sqrt(2·margin)/√K instead of a NaN gradient.
+    distance ≈ sqrt(2·margin)/√K instead of a NaN gradient (docs/design.md §2.5).
     """
-    kk = torch.as_tensor(k, dtype=x.dtype, device=x.device)
-    arg = (-kk * lorentz_inner(x, y)).clamp_min(1.0 + dtype_margin(x.dtype))
-    return torch.acosh(arg) / kk.sqrt()
+    kk = torch.as_tensor(k, dtype=inner.dtype, device=inner.device)
+    return torch.acosh((-kk * inner).clamp_min(1.0 + dtype_margin(inner.dtype))) / kk.sqrt()
+
+
+def geodesic_distance(x: Tensor, y: Tensor, k: float | Tensor = 1.0) -> Tensor:
+    """HBCT Eq. (3) for aligned pairs. ``x, y``: (..., d+1) → (...)."""
+    return distance_from_inner(lorentz_inner(x, y), k)
 
 
 def pairwise_geodesic_distance(x: Tensor, y: Tensor, k: float | Tensor = 1.0) -> Tensor:
     """HBCT Eq. (3) for all pairs. ``x``: (N, d+1), ``y``: (M, d+1) → (N, M)."""
-    kk = torch.as_tensor(k, dtype=x.dtype, device=x.device)
-    arg = (-kk * pairwise_lorentz_inner(x, y)).clamp_min(1.0 + dtype_margin(x.dtype))
-    return torch.acosh(arg) / kk.sqrt()
+    return distance_from_inner(pairwise_lorentz_inner(x, y), k)
 
 
 def uncertainty(h: Tensor) -> Tensor:

@@ -1,12 +1,12 @@
-"""Gallery indexing: exact FAISS search with a verified manifest (design §7, §8)."""
+"""Gallery indexing: exact FAISS search with a verified manifest (docs/design.md §7, §8)."""
 
 from components.indexing.faiss_index import (
-    HYPERBOLOID_RTOL,
     INDEX_FILE,
     MANIFEST_FILE,
     GalleryIndex,
 )
 from components.indexing.manifest import FORMAT_VERSION, INDEX_TYPES, IndexManifest
+from components.indexing.vectors import HYPERBOLOID_RTOL
 
 __all__ = [
     "FORMAT_VERSION",

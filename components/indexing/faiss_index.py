@@ -33,10 +33,10 @@ from components.errors import (
     IndexIntegrityError,
 )
 from components.indexing.manifest import IndexManifest
+from components.indexing.vectors import HYPERBOLOID_RTOL, flip_time, hyperboloid_rel_error, in_index_space
 from components.io import atomic_write_bytes
 
 __all__ = [
-    "HYPERBOLOID_RTOL",
     "INDEX_FILE",
     "MANIFEST_FILE",
     "GalleryIndex",
@@ -44,10 +44,6 @@ __all__ = [
 
 INDEX_FILE = "index.faiss"
 MANIFEST_FILE = "manifest.json"
-#: Allowed |K<x,x>_L + 1| / (K x_t^2) for a point to count as on the hyperboloid
-#: (float32 rounding of x_t^2 is ~1e-7 relative; a wrong K or a time-last layout
-#: is off by O(1) near the origin).
-HYPERBOLOID_RTOL = 1e-4
 #: Allowed | ||x|| - 1 | for stored Euclidean (unit) vectors on load.
 UNIT_NORM_ATOL = 1e-3
 #: Queries are re-scored in chunks of this many rows to bound memory.
@@ -68,23 +64,6 @@ def _serialize(index: faiss.Index) -> bytes:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _hyperboloid_rel_error(x: np.ndarray, curvature: float) -> np.ndarray:
-    """Per-row |K<x,x>_L + 1| / (K x_t^2) in float64 for points (N, d+1); inf if x_t <= 0."""
-    x64 = x.astype(np.float64, copy=False)
-    t = x64[:, 0]
-    inner = np.einsum("ij,ij->i", x64[:, 1:], x64[:, 1:]) - t * t
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.abs(curvature * inner + 1.0) / (curvature * t * t)
-    return np.where(t > 0, rel, np.inf)
-
-
-def _flip_time(x: np.ndarray) -> np.ndarray:
-    """[x_t, x_s] -> [-x_t, x_s] (copy), so a dot product becomes <., .>_L (design §8)."""
-    out = np.array(x, copy=True)
-    out[:, 0] = -out[:, 0]
-    return out
 
 
 class GalleryIndex:
@@ -169,28 +148,15 @@ class GalleryIndex:
                 f"{int(counts.max())} times); give every gallery item its own id"
             )
 
-        if geometry == "euclidean":
-            x64 = x.astype(np.float64, copy=False)
-            norms = np.linalg.norm(x64, axis=1, keepdims=True)
-            zero = norms[:, 0] == 0
-            if zero.any():
-                raise DataError(
-                    f"{int(zero.sum())} gallery vectors are all zeros (first at row "
-                    f"{int(np.argmax(zero))}), so their cosine is undefined; drop or re-embed them"
-                )
-            stored = (x64 / norms).astype(np.float32)
-        else:
-            rel = _hyperboloid_rel_error(x, float(curvature))
-            off = ~(rel <= HYPERBOLOID_RTOL)
-            if off.any():
-                raise DataError(
-                    f"{int(off.sum())} of {n} gallery vectors are not on the hyperboloid "
-                    f"<x,x>_L = -1/K with K={curvature} (first at row {int(np.argmax(off))}); "
-                    "pass points lifted with expmap0 at this curvature, time coordinate first"
-                )
-            stored = x.astype(np.float32)
-            if not np.isfinite(stored).all():
-                raise DataError("gallery vectors overflow float32; clip the tangent norm (ζ) before lifting")
+        fix = (
+            "drop or re-embed them"
+            if geometry == "euclidean"
+            else "pass points lifted with expmap0 at this curvature, time first"
+        )
+        rows = in_index_space(x, geometry, float(curvature), error=DataError, what="gallery vectors", fix=fix)
+        stored = rows.astype(np.float32) if geometry == "euclidean" else x.astype(np.float32)
+        if not np.isfinite(stored).all():
+            raise DataError("gallery vectors overflow float32; clip the tangent norm (ζ) before lifting")
 
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         index.add_with_ids(np.ascontiguousarray(stored), id64)
@@ -260,23 +226,13 @@ class GalleryIndex:
                 f"{int(bad.sum())} of {q.shape[0]} queries contain NaN or inf "
                 f"(first at row {int(np.argmax(bad))}); fix the query embeddings before searching"
             )
-        q64 = q.astype(np.float64)
-        if m.geometry == "euclidean":
-            norms = np.linalg.norm(q64, axis=1, keepdims=True)
-            if (norms == 0).any():
-                raise IncompatibleQueryError(
-                    "some queries are all-zero vectors, whose cosine is undefined; re-embed those queries"
-                )
-            return q64 / norms
-        rel = _hyperboloid_rel_error(q64, m.curvature)
-        off = ~(rel <= HYPERBOLOID_RTOL)
-        if off.any():
-            raise IncompatibleQueryError(
-                f"{int(off.sum())} queries are not on the hyperboloid of the {where} "
-                f"(first at row {int(np.argmax(off))}); query with Lorentz points of the same "
-                "curvature, time coordinate first"
-            )
-        return _flip_time(q64)
+        fix = (
+            "re-embed those queries"
+            if m.geometry == "euclidean"
+            else f"query the {where} with Lorentz points of its curvature, time coordinate first"
+        )
+        rows = in_index_space(q, m.geometry, m.curvature, error=IncompatibleQueryError, what="queries", fix=fix)
+        return rows if m.geometry == "euclidean" else flip_time(rows)
 
     def search(
         self, queries: np.ndarray, k: int, *, query_generation: int | None = None
@@ -411,7 +367,7 @@ class GalleryIndex:
             norms = np.linalg.norm(stored.astype(np.float64), axis=1)
             ok = np.abs(norms - 1.0) <= UNIT_NORM_ATOL
         else:
-            ok = _hyperboloid_rel_error(stored, manifest.curvature) <= HYPERBOLOID_RTOL
+            ok = hyperboloid_rel_error(stored, manifest.curvature) <= HYPERBOLOID_RTOL
         if not ok.all():
             raise IndexIntegrityError(
                 f"{int((~ok).sum())} vectors in {ipath} do not fit the manifest's geometry "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 from components.errors import LineageError
 from components.indexing.live import LiveGallery
@@ -30,18 +31,16 @@ __all__ = ["PRODUCTION_ALIAS", "commit", "rollback"]
 PRODUCTION_ALIAS = "production"
 
 
+def _final(plan: GenerationPlan, staged: str | None) -> str | None:
+    """Where a staged file will be once staging moves into place."""
+    return None if staged is None else str(plan.final_dir / Path(staged).relative_to(plan.staging_dir))
+
+
 def _record(
-    plan: GenerationPlan,
-    snap: Snapshot,
-    trained: Trained,
-    gallery: Gallery,
-    ev: Evaluation,
-    reg: RegistrationResult,
-    ref: Trained | None,
+    plan: GenerationPlan, snap: Snapshot, trained: Trained, reg: RegistrationResult, **facts: Any
 ) -> GenerationRecord:
-    """The generation's lineage row; its paths point at where staging is about to move."""
-    p, final = plan.params, plan.final_dir
-    rel = lambda path: str(final / Path(path).relative_to(plan.staging_dir))  # noqa: E731
+    """The generation's lineage row (``facts``: index_path, reference_checkpoint_path, promoted, compatible_with_live)."""
+    p = plan.params
     return GenerationRecord(
         id=plan.gen_id,
         name=plan.name,
@@ -66,17 +65,14 @@ def _record(
         zeta=plan.zeta,
         curvature=trained.curvature,
         embed_dim=trained.output_dim,
-        checkpoint_path=rel(trained.checkpoint),
-        index_path=rel(gallery.index_dir) if gallery.index_dir else "",
-        reference_checkpoint_path=rel(ref.checkpoint) if ref else None,
+        checkpoint_path=_final(plan, trained.checkpoint),
         params_digest=plan.params_digest,
         data_fingerprint=snap.data_fingerprint,
         train_seconds=trained.seconds,
-        promoted=promoted(plan, ev),
         mlflow_model=reg.model_name,
         mlflow_version=reg.version,
         mlflow_run_id=reg.run_id,
-        compatible_with_live=ev.compatible,
+        **facts,
     )
 
 
@@ -125,7 +121,16 @@ def commit(
         existing = store.generation_by_name(plan.name)
         if existing is not None and existing.mlflow_run_id == reg.run_id:
             return  # an earlier attempt committed (retry after a lost acknowledgement)
-        record = _record(plan, snap, trained, gallery, ev, reg, ref)
+        record = _record(
+            plan,
+            snap,
+            trained,
+            reg,
+            index_path=_final(plan, gallery.index_dir) or "",
+            promoted=promoted(plan, ev),
+            reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
+            compatible_with_live=ev.compatible,
+        )
         zeta = None
         if plan.zeta is not None:
             zeta = ZetaRecord(

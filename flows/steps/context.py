@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.data.base import DatasetSplits
+from components.data.catalog import DatasetRequest
 from components.data.prepare import prepared_splits
 from flows.params import Params
 from flows.workspace import Workspace
@@ -20,14 +21,5 @@ def load_splits(p: Params, ws: Workspace) -> DatasetSplits:
 def dataset_splits(p: Params, root: Path) -> DatasetSplits:
     """The dataset of params.data: loaded from ``root``, subsampled and resized as configured (cached per process)."""
     d = p.data
-    return prepared_splits(
-        d.dataset,
-        str(root),
-        download=d.download,
-        test_fraction=d.test_fraction,
-        split_seed=d.split_seed,
-        image_size=d.image_size,
-        path=d.path,
-        max_train_per_class=d.max_train_per_class,
-        max_test_per_class=d.max_test_per_class,
-    )
+    request = DatasetRequest(Path(root), d.download, d.test_fraction, d.split_seed, d.image_size, d.path)
+    return prepared_splits(d.dataset, request, d.max_train_per_class, d.max_test_per_class)

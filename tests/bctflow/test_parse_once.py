@@ -34,8 +34,13 @@ def counts(monkeypatch) -> Counter:
     monkeypatch.setattr(
         AlignmentLoss, "__init__", lambda self, *a, **k: seen.update(["losses built"]) or loss_init(self, *a, **k)
     )
-    load = prepare.load_dataset
-    monkeypatch.setattr(prepare, "load_dataset", lambda *a, **k: seen.update(["dataset loads"]) or load(*a, **k))
+    get_loader = prepare.get_dataset_loader
+
+    def counting_loader(name):
+        loader = get_loader(name)
+        return lambda request: seen.update(["dataset loads"]) or loader(request)
+
+    monkeypatch.setattr(prepare, "get_dataset_loader", counting_loader)
     for module in (plan_module, changes):
         digest = module.params_digest
         monkeypatch.setattr(module, "params_digest", lambda p, _d=digest: seen.update(["params digests"]) or _d(p))

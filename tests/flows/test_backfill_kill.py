@@ -14,24 +14,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from components.errors import IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
-from flows.params import apply_overrides, load_params
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from tests.conftest import REPO, TINY_OVERRIDES
-from tests.helpers import run_generation
+from tests.helpers import run_generation, write_params
 
 BIN = Path(sys.executable).parent
 
 
 def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_harness, tmp_path: Path):
     params = tmp_path / "params.yaml"
-    over = TINY_OVERRIDES + ["backfill.chunk_size=40", "backfill.throttle_seconds=0.4"]
-    params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), over).as_dict()))
+    write_params(params, ["backfill.chunk_size=40", "backfill.throttle_seconds=0.4"])
     home = tmp_path / "ws"
     run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
     run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})

@@ -9,7 +9,6 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from bctflow.cli import app
@@ -17,23 +16,22 @@ from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import item_uncertainty
-from flows.params import apply_overrides, load_params
+from flows.params import load_params
 from flows.steps.promotion import promote
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from scripts.lifecycle_session import CHAIN_AFTER, CHAIN_BEFORE, run_session
-from tests.conftest import REPO, TINY_OVERRIDES
-from tests.helpers import run_backfill
+from tests.helpers import run_backfill, write_params
 
 # ζ above 1.3 fails the ceiling rule: generations 2–4 and 6 are certain to fail the promotion gate
-SESSION = TINY_OVERRIDES + ["backfill.zeta_ceiling=1.3", "backfill.chunk_size=100"]
+SESSION = ["backfill.zeta_ceiling=1.3", "backfill.chunk_size=100"]
 
 
 @pytest.fixture(scope="module")
 def session(prefect_harness, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("session")
     params = tmp / "params.yaml"
-    params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), SESSION).as_dict()))
+    write_params(params, SESSION)
     home = tmp / "ws"
     gens = run_session(home, params)
     return home, params, gens

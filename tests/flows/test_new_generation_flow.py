@@ -23,7 +23,7 @@ from components.indexing.gallery import GalleryEmbeddings
 from flows.transient import is_transient
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from tests.helpers import run_generation
+from tests.helpers import run_generation, write_params
 
 
 def sha(path: Path) -> str:
@@ -33,12 +33,9 @@ def sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def lineage_run(prefect_harness, tmp_path_factory):
     """Run g0 and g1 once for every test in this module."""
-    from flows.params import apply_overrides, load_params
-    from tests.conftest import REPO, TINY_OVERRIDES
-
     tmp = tmp_path_factory.mktemp("flow")
     params = tmp / "params.yaml"
-    params.write_text(yaml.safe_dump(apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES).as_dict()))
+    write_params(params)
     home = tmp / "ws"
     s0 = run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
     s1 = run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": True})

@@ -17,27 +17,16 @@ from registry.records import (
     PointerRecord,
     ZetaRecord,
 )
+from tests.helpers import generation_record
 
 
 def record(gid: int, parent: int | None, zeta: float, alignment: str = "hbct") -> GenerationRecord:
-    return GenerationRecord(
-        id=gid,
-        name=f"g{gid}",
-        parent_id=parent,
-        dataset="digits",
-        data_hash=f"h{gid}",
-        data_snapshot=f"/d/{gid}",
-        class_order=[0, 1],
-        architecture={"backbone": "resnet18"},
-        geometry="lorentz",
+    return generation_record(
+        gid,
+        parent,
         alignment=alignment,
         hyperparameters={"tau": 0.5},
         zeta=zeta,
-        curvature=1.0,
-        embed_dim=16,
-        checkpoint_path=f"/c/{gid}",
-        index_path=f"/i/{gid}/index",
-        params_digest="x",
         mlflow_model="m",
         mlflow_version=str(gid + 1),
         mlflow_run_id=f"r{gid}",

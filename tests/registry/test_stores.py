@@ -17,28 +17,11 @@ from registry.db import SCHEMA_VERSION
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord
 from registry.stores import lineage_exists, lineage_url, open_lineage, tracking_uri
+from tests.helpers import generation_record
 
 
 def _record() -> GenerationRecord:
-    return GenerationRecord(
-        id=0,
-        name="g0",
-        parent_id=None,
-        dataset="digits",
-        data_hash="h",
-        data_snapshot="s",
-        class_order=[0, 1],
-        architecture={},
-        geometry="lorentz",
-        alignment="independent",
-        hyperparameters={},
-        zeta=1.0,
-        curvature=1.0,
-        embed_dim=16,
-        checkpoint_path="c",
-        index_path="i",
-        params_digest="d",
-    )
+    return generation_record(0)
 
 
 def _older_schema(home: Path) -> Path:

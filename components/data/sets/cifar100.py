@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
-from components.data.catalog import register_dataset
-from components.data.download import download as _download
+from components.data.catalog import DatasetRequest, register_dataset
+from components.data.download import fetch_archive
 from components.errors import DataError
 
 NAME = "cifar100"
@@ -139,27 +139,11 @@ def _split(d: object, source: str, id_offset: int, class_names: tuple[str, ...])
 
 
 @register_dataset(NAME)
-def load_cifar100(
-    root: Path,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-) -> DatasetSplits:
+def load_cifar100(req: DatasetRequest) -> DatasetSplits:
     """Official split (``test_fraction``/``split_seed`` ignored); 32×32×3 (``image_size`` is the caller's job)."""
+    root, download = req.root, req.download
     archive = Path(root) / NAME / ARCHIVE
-    if archive.exists():
-        source = str(archive)
-    elif download:
-        source = URL
-    else:
-        raise DataError(
-            f"CIFAR-100 archive not found at {archive} and downloading is off; set data.download=true, or download "
-            f"{URL} elsewhere and place it at {archive} (md5 {MD5})"
-        )
-    _download(URL, archive, md5=MD5)  # verifies an existing file, downloads a missing one
+    source = fetch_archive(archive, URL, MD5, allowed=download, what="CIFAR-100")
     members = _read_members(archive)
     meta = safe_unpickle(members["meta"], f"{archive}:{MEMBERS['meta']}")
     names = meta.get(b"fine_label_names") if isinstance(meta, dict) else None

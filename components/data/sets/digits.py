@@ -6,27 +6,18 @@ is made once (deterministic, part of the fingerprint).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
-from components.data.catalog import register_dataset
+from components.data.catalog import DatasetRequest, register_dataset
 from components.data.split import stratified_split
 
 
 @register_dataset("digits")
-def load_digits(
-    root: Path,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-) -> DatasetSplits:
+def load_digits(req: DatasetRequest) -> DatasetSplits:
     """Shipped with scikit-learn: ``root``/``download`` unused; fixed 8×8 size (``image_size`` is the caller's
     job) and no user data (``path`` unused)."""
+    test_fraction, split_seed = req.test_fraction, req.split_seed
     from sklearn.datasets import load_digits as _sk_digits
 
     d = _sk_digits()

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
-from components.data.catalog import register_dataset
+from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import ChecksumError, download_first
 from components.errors import DataError
 
@@ -155,16 +155,9 @@ def _labels(raw: bytes, source: str) -> np.ndarray:
 
 
 @register_dataset(NAME)
-def load_fashion_mnist(
-    root: Path,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-) -> DatasetSplits:
+def load_fashion_mnist(req: DatasetRequest) -> DatasetSplits:
     """Official split (``test_fraction``/``split_seed`` ignored); 28×28×1 (``image_size`` is the caller's job)."""
+    root, download = req.root, req.download
     root = Path(root)
     arrays: dict[str, np.ndarray] = {}
     digests: dict[str, str] = {}

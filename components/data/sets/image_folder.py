@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
-from components.data.catalog import register_dataset
+from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import load_or_build_cache
 from components.data.split import stratified_split
 from components.errors import DataError
@@ -98,16 +98,15 @@ def _scan(folder: Path, classes: list[str]) -> tuple[list[Path], list[int]]:
 
 
 @register_dataset(NAME)
-def load_image_folder(
-    root: Path,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-) -> DatasetSplits:
+def load_image_folder(req: DatasetRequest) -> DatasetSplits:
     """Split from ``train/`` + ``test/``|``val/`` when present, else stratified; RGB image_size² images."""
+    root, test_fraction, split_seed, image_size, path = (
+        req.root,
+        req.test_fraction,
+        req.split_seed,
+        req.image_size,
+        req.path,
+    )
     if not path:
         raise DataError(
             "dataset image_folder needs data.path: the folder holding one subfolder of images per class "

@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from components.data.base import ArrayDataset, DatasetSplits
-from components.data.catalog import register_dataset
-from components.data.download import download as _download
-from components.data.download import extract, load_or_build_cache
+from components.data.catalog import DatasetRequest, register_dataset
+from components.data.download import extract, fetch_archive, load_or_build_cache
 from components.errors import DataError
 
 NAME = "tiny_imagenet"
@@ -123,28 +122,12 @@ def _build(top: Path) -> dict[str, np.ndarray]:
 
 
 @register_dataset(NAME)
-def load_tiny_imagenet(
-    root: Path,
-    *,
-    download: bool = True,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    image_size: int | None = None,
-    path: str | None = None,
-) -> DatasetSplits:
+def load_tiny_imagenet(req: DatasetRequest) -> DatasetSplits:
     """Official train/val split (``test_fraction``/``split_seed`` ignored); 64×64×3 (``image_size`` is the caller's job)."""
+    root, download = req.root, req.download
     base = Path(root) / NAME
     archive = base / ARCHIVE
-    if archive.exists():
-        source = str(archive)
-    elif download:
-        source = URL
-    else:
-        raise DataError(
-            f"Tiny ImageNet archive not found at {archive} and downloading is off; set data.download=true, or "
-            f"download {URL} elsewhere and place it at {archive} (md5 {MD5})"
-        )
-    _download(URL, archive, md5=MD5)  # verifies an existing file, downloads a missing one
+    source = fetch_archive(archive, URL, MD5, allowed=download, what="Tiny ImageNet")
 
     def build() -> dict[str, np.ndarray]:
         extracted = base / "extracted"

@@ -33,13 +33,14 @@ import torch
 from torch import Tensor
 
 from components.geometry import (
+    distance_from_inner,
     expmap0,
     exterior_angle,
     half_aperture,
+    lorentz_inner,
     pairwise_lorentz_inner,
     uncertainty,
 )
-from components.geometry.lorentz import dtype_margin, lorentz_inner
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
@@ -82,8 +83,7 @@ class HBCTOptions:
 def _to_distance(inner: Tensor, k: Tensor, kind: Distance) -> Tensor:
     """Distance from Lorentz inner products ⟨x, y⟩_L (any shape)."""
     if kind == "geodesic":
-        arg = (-k * inner).clamp_min(1.0 + dtype_margin(inner.dtype))
-        return torch.acosh(arg) / k.sqrt()
+        return distance_from_inner(inner, k)
     if kind == "squared_lorentz":
         return (-2.0 / k - 2.0 * inner).clamp_min(0.0)
     return (-inner - 1.0 / k).clamp_min(0.0)

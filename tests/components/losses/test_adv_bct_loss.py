@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from components.data import load_dataset
-from components.data.batches import to_image_tensor
 from components.errors import ConfigError
 from components.losses import AlignmentContext, create_alignment
 from components.losses.methods.adv_bct import class_balls, grad_reverse
@@ -199,13 +196,6 @@ def test_prepare_needs_the_parent_and_refuses_lorentz():
 
 
 # ------------------------------------------------------------------ training
-
-
-@pytest.fixture(scope="module")
-def digits64(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(64))
-    return to_image_tensor(sub.images, sub.labels)
 
 
 def test_train_one_epoch_logs_terms_and_trains_the_discriminator(tmp_path, digits64):

@@ -20,8 +20,9 @@ from components.losses import (
     register_alignment,
 )
 from components.losses import catalog as catalog_module
-from components.models import ModelSpec, build_model
+from components.models import build_model
 from components.training import TrainConfig, train_model
+from tests.helpers import tiny_spec
 
 
 def test_builtin_methods_are_registered():
@@ -96,17 +97,7 @@ def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_p
     train = splits.train.subset(np.arange(48))
     data = to_image_tensor(train.images, train.labels)
     torch.manual_seed(0)
-    spec = ModelSpec(
-        backbone="resnet18",
-        backbone_kwargs={"channels": [8, 8, 16, 16]},
-        embed_dim=16,
-        geometry="lorentz",
-        num_classes=10,
-        class_order=tuple(range(10)),
-        in_chans=1,
-        image_size=8,
-        small_stem=True,
-    )
+    spec = tiny_spec()
     cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=1)
     result = train_model(build_model(spec), data, cfg, method, tmp_path / "ckpt")
     assert Pull.calls == 3  # 48 images / batch 16

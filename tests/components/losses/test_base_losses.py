@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from components.data import load_dataset
-from components.data.batches import to_image_tensor
 from components.errors import ConfigError
 from components.losses import create_alignment
 from components.losses.base_losses import MixedOptions, base_loss, mixed_geometry_loss
@@ -175,13 +172,6 @@ def test_poincare_and_lorentz_recipes_agree():
     assert _poincare_distance(_poincare_point(u, c), _poincare_point(v, c), c) == pytest.approx(
         _tangent_distance([2 * x for x in u], [2 * x for x in v], c), rel=1e-9
     )
-
-
-@pytest.fixture(scope="module")
-def digits64(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(64))
-    return to_image_tensor(sub.images, sub.labels)
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])

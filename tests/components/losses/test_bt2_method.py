@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from components.data import load_dataset
-from components.data.batches import to_image_tensor
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import AlignmentContext, choose_alignment, create_alignment
 from components.models import ModelOutput, build_model
@@ -170,13 +167,6 @@ def test_mimic_term_pulls_phi3_to_the_reference_model():
     assert "mimic" not in m(new, None, labels).terms
     off = _prepared(old, label_map, {"use_reference": False})
     assert "mimic" not in off(new, None, labels, ref=ref).terms
-
-
-@pytest.fixture(scope="module")
-def digits64(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(64))
-    return to_image_tensor(sub.images, sub.labels)
 
 
 def test_train_model_with_old_and_reference_models(tmp_path, digits64):

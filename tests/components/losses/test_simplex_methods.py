@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
-from components.data.batches import to_image_tensor
 from components.errors import ConfigError
 from components.losses import choose_alignment, create_alignment
 from components.models import build_model
@@ -53,13 +50,6 @@ def test_check_lineage_refuses_orders_that_do_not_extend_the_parent(kind, order)
 def test_check_lineage_refuses_a_parent_with_other_features(kind, other):
     with pytest.raises(ConfigError, match=other):
         choose_alignment(kind).check_lineage((3, 1, 4, 7), _parent(features=other))
-
-
-@pytest.fixture(scope="module")
-def digits64(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(64))
-    return to_image_tensor(sub.images, sub.labels)
 
 
 def test_train_model_with_psp_trains_the_base_loss_only(tmp_path, digits64):

@@ -5,18 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from flows.params import Params, apply_overrides, load_params
-from tests.conftest import REPO, TINY_OVERRIDES
-from tests.helpers import run_generation
-
-
-def write_params(path: Path, overrides: list[str] | None = None) -> Params:
-    """params.yaml with the repository's defaults, the tiny settings and ``overrides``, written to ``path``."""
-    p = apply_overrides(load_params(REPO / "params.yaml"), TINY_OVERRIDES + list(overrides or []))
-    path.write_text(yaml.safe_dump(p.as_dict(), sort_keys=False))
-    return p
+from tests.helpers import run_generation, write_params
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from flows.steps.registration import register
 from flows.steps.results import Evaluation, Gallery, Trained
 from flows.steps.snapshot import snapshot_data
 from registry.records import DecisionRecord
-from tests.flows.steps.conftest import write_params
+from tests.helpers import write_params
 
 
 def _stage(plan: GenerationPlan) -> tuple[Trained, Gallery]:

@@ -18,8 +18,8 @@ from flows.plan import GenerationPlan
 from flows.steps.preflight import plan_generation
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from registry.records import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
-from tests.helpers import tiny_spec
+from registry.records import GenerationBundle, PointerRecord, ZetaRecord
+from tests.helpers import generation_record, tiny_spec
 
 
 def preflight(params_file: Path, overrides: list[str], home: Path, spec: dict) -> GenerationPlan:
@@ -75,24 +75,8 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
     ckpt = ws.generation_dir(0) / "model.pt"
     save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=checkpoint_zeta)), ckpt)
     store = ws.lineage(p)
-    rec = GenerationRecord(
-        id=0,
-        name="g0",
-        parent_id=None,
-        dataset="digits",
-        data_hash="x",
-        data_snapshot="x",
-        class_order=[0, 1, 2, 3, 4],
-        architecture={},
-        geometry="lorentz",
-        alignment="independent",
-        hyperparameters={},
-        zeta=1.0,
-        curvature=1.0,
-        embed_dim=16,
-        checkpoint_path=str(ckpt),
-        index_path=str(ws.generation_dir(0) / "index"),
-        params_digest="x",
+    rec = generation_record(
+        0, class_order=[0, 1, 2, 3, 4], checkpoint_path=str(ckpt), index_path=str(ws.generation_dir(0) / "index")
     )
     store.commit_generation(
         GenerationBundle(

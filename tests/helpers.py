@@ -17,6 +17,15 @@ def tiny_spec(**kw) -> ModelSpec:
         in_chans=1,
         image_size=8,
         small_stem=True,
+        curvature=1.0,
+        learn_curvature=False,
+        zeta=1.0,
+        classifier_scale=16.0,
+        classifier="cosine",
+        bn_neck=False,
+        norm_mean=(0.5,),
+        norm_std=(0.25,),
+        features="embedding",
     )
     base.update(kw)
     return ModelSpec(**base)
@@ -79,3 +88,13 @@ def generation_record(gid: int = 0, parent: int | None = None, **fields):
     )
     base.update(fields)
     return GenerationRecord(**base)
+
+
+def train_config(**fields):
+    """The params schema's training defaults with ``fields`` changed (a TrainConfig has no defaults of its own)."""
+    import dataclasses
+
+    from flows.params import Params
+    from flows.specs import train_config_from_params
+
+    return dataclasses.replace(train_config_from_params(Params()), **fields)

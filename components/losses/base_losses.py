@@ -8,7 +8,7 @@
   supervised form (positives = other items of the same class, SupCon-style mean).
   D_hyp is the geodesic distance on the model's hyperboloid for Lorentz models; for
   Euclidean models z is clipped at radius r and mapped with the Poincaré exp map at
-  the origin of curvature c (paper Eq. 3: c = 0.1, r = 2.3). The Poincaré map has
+  the origin of curvature c (paper Eq. 3; the paper's §4.2 settings c = 0.1, r = 2.3). The Poincaré map has
   conformal factor λ₀ = 2, so its point at tangent v lies at distance 2‖v‖ from the
   origin; we lift 2v onto the isometric Lorentz model, which gives the same D_hyp
   (paper Eq. 2) with our tested Lorentz primitives.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 __all__ = ["IDENTITY_FIELDS", "ModelSpec"]
@@ -31,28 +31,31 @@ IDENTITY_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
+    """What a model is (stored in its checkpoint). The fields params sets have no defaults here: the params schema
+    holds them (``flows/specs.py`` builds a spec from params and the data); the rest default to the plain model."""
+
     backbone: str
     embed_dim: int
     geometry: Literal["lorentz", "euclidean"]
     num_classes: int
     class_order: tuple[int, ...]
     class_names: tuple[str, ...] = ()
-    in_chans: int = 3
-    image_size: int = 32
-    small_stem: bool = True
-    backbone_kwargs: dict[str, Any] = field(default_factory=dict)
-    curvature: float = 1.0
-    learn_curvature: bool = False
-    zeta: float | None = 1.0
-    classifier_scale: float = 16.0
+    in_chans: int
+    image_size: int
+    small_stem: bool
+    backbone_kwargs: dict[str, Any]
+    curvature: float
+    learn_curvature: bool
+    zeta: float | None
+    classifier_scale: float
     #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias)
-    classifier: Literal["cosine", "linear"] = "cosine"
+    classifier: Literal["cosine", "linear"]
     #: Euclidean head: BatchNorm on the embedding before L2 normalisation (centres it)
-    bn_neck: bool = False
-    norm_mean: tuple[float, ...] = (0.5,)
-    norm_std: tuple[float, ...] = (0.25,)
+    bn_neck: bool
+    norm_mean: tuple[float, ...]
+    norm_std: tuple[float, ...]
     #: "standard" or "bt2" (BT² basis-transformation head: embed_dim + extra_dims wide,
     #: its first compat_dim dimensions are compatible with the parent's gallery)
     head: Literal["standard", "bt2"] = "standard"
@@ -65,7 +68,7 @@ class ModelSpec:
     #: resize inputs to input_size × input_size inside the model (e.g. 224 for a ViT fed 32×32 images); None = as given
     input_size: int | None = None
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output
-    features: Literal["embedding", "psp", "lsp"] = "embedding"
+    features: Literal["embedding", "psp", "lsp"]
 
     def __post_init__(self) -> None:
         if self.geometry not in ("lorentz", "euclidean"):

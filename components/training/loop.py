@@ -54,24 +54,29 @@ class TrainingDivergedError(BctflowError):
     """The loss became NaN/inf."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    epochs: int = 30
-    batch_size: int = 128
-    optimizer: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    schedule: str = "cosine"
-    warmup_epochs: int = 0
-    seed: int = 0
-    device: str = "auto"
-    keep_checkpoints: int = 2
-    crop_padding: int = 0
-    hflip: bool = False
-    align_weight: float = 0.3
-    base_loss: str = "ce"
-    base_options: dict = field(default_factory=dict)
+    """How to train (params ``train:``, ``data.augment`` and ``alignment.weight``; the params schema holds every default).
+
+    ``align_weight`` is λ of HBCT Eq. (13); ``base_loss`` / ``base_options`` choose L_base (docs/design.md §4.2, §5.9).
+    """
+
+    epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    schedule: str
+    warmup_epochs: int
+    seed: int
+    device: str
+    keep_checkpoints: int
+    crop_padding: int
+    hflip: bool
+    align_weight: float
+    base_loss: str
+    base_options: dict
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from components.errors import IndexIntegrityError
 from components.evaluation.retrieval import gallery_metrics, retrieval_metrics
 from components.indexing.gallery import GalleryEmbeddings
-from components.models import ModelSpec
 from components.training.embed import Embeddings
+from tests.helpers import tiny_spec
 
 N = 12
 IDS = np.array([50, 7, 31, 2, 99, 14, 63, 8, 21, 40, 77, 5], dtype=np.int64)  # not positions
@@ -233,8 +233,7 @@ def test_from_embeddings_records_features_and_the_bt2_prefix():
     e = Embeddings(
         np.ones((N, 9), np.float32), np.ones((N, 9), np.float32), np.zeros(N, bool), np.ones((N, 3), np.float32)
     )
-    spec = ModelSpec(
-        backbone="resnet18",
+    spec = tiny_spec(
         embed_dim=8,
         geometry="euclidean",
         num_classes=3,
@@ -246,7 +245,7 @@ def test_from_embeddings_records_features_and_the_bt2_prefix():
     )
     g = GalleryEmbeddings.from_embeddings(e, spec, 1.0, IDS, LABELS)
     assert g.compat_dim == 6 and g.features == "lsp" and g.geometry == "euclidean"
-    std = ModelSpec(backbone="resnet18", embed_dim=9, geometry="euclidean", num_classes=3, class_order=(0, 1, 2))
+    std = tiny_spec(embed_dim=9, geometry="euclidean", num_classes=3, class_order=(0, 1, 2))
     assert GalleryEmbeddings.from_embeddings(e, std, 1.0, IDS, LABELS).compat_dim is None
 
 

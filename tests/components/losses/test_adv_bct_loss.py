@@ -13,8 +13,8 @@ from components.errors import ConfigError
 from components.losses import AlignmentContext, create_alignment
 from components.losses.methods.adv_bct import class_balls, grad_reverse
 from components.models import ModelOutput, build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
@@ -213,7 +213,7 @@ def test_train_one_epoch_logs_terms_and_trains_the_discriminator(tmp_path, digit
         snapshot.update({k: v.detach().clone() for k, v in method.discriminator.state_dict().items()})
 
     method.prepare = recording_prepare
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
+    cfg = train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
     res = train_model(new, digits64, cfg, method, tmp_path / "ck", old_model=old)
     rec = res.history[-1]
     for key in ("boundary", "adversarial", "disc_fooled", "base", "loss"):

@@ -21,8 +21,8 @@ from components.losses import (
 )
 from components.losses import catalog as catalog_module
 from components.models import build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 
 def test_builtin_methods_are_registered():
@@ -98,7 +98,7 @@ def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_p
     data = to_image_tensor(train.images, train.labels)
     torch.manual_seed(0)
     spec = tiny_spec()
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=1)
+    cfg = train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=1)
     result = train_model(build_model(spec), data, cfg, method, tmp_path / "ckpt")
     assert Pull.calls == 3  # 48 images / batch 16
     rec = result.history[-1]

@@ -13,8 +13,8 @@ from components.errors import ConfigError
 from components.losses import create_alignment
 from components.losses.base_losses import MixedOptions, base_loss, mixed_geometry_loss
 from components.models import ModelOutput, build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
@@ -178,7 +178,7 @@ def test_poincare_and_lorentz_recipes_agree():
 def test_train_model_with_ce_plus_mixed(tmp_path, digits64, geometry):
     torch.manual_seed(0)
     model = build_model(tiny_spec(geometry=geometry))
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0, base_loss="ce+mixed")
+    cfg = train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0, base_loss="ce+mixed")
     res = train_model(model, digits64, cfg, create_alignment("independent"), tmp_path / "ck")
     rec = res.history[-1]
     assert math.isfinite(rec["base"]) and rec["loss"] == pytest.approx(rec["base"])
@@ -188,7 +188,7 @@ def test_train_model_with_ce_plus_mixed(tmp_path, digits64, geometry):
     res_ce = train_model(
         model_ce,
         digits64,
-        TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0),
+        train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0),
         create_alignment("independent"),
         tmp_path / "ce",
     )

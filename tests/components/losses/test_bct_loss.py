@@ -10,6 +10,7 @@ from components.errors import ConfigError
 from components.geometry import expmap0
 from components.losses import AlignmentContext, create_alignment
 from components.models import ModelOutput, ModelSpec, build_model
+from tests.helpers import tiny_spec
 
 TINY = {"channels": [8, 8, 16, 16]}
 
@@ -19,17 +20,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with require
 
 def _old_model(geometry: str, classifier: str = "cosine"):
     torch.manual_seed(0)
-    spec = ModelSpec(
-        backbone="resnet18",
-        backbone_kwargs=TINY,
-        embed_dim=16,
-        geometry=geometry,
-        num_classes=3,
-        class_order=(4, 7, 1),
-        in_chans=1,
-        image_size=8,
-        small_stem=True,
-        classifier=classifier,
+    spec = tiny_spec(
+        backbone_kwargs=TINY, geometry=geometry, num_classes=3, class_order=(4, 7, 1), classifier=classifier
     )
     model = build_model(spec).eval()
     model.requires_grad_(False)  # as the training loop freezes it
@@ -37,17 +29,7 @@ def _old_model(geometry: str, classifier: str = "cosine"):
 
 
 def _new_spec(geometry: str) -> ModelSpec:
-    return ModelSpec(
-        backbone="resnet18",
-        backbone_kwargs=TINY,
-        embed_dim=16,
-        geometry=geometry,
-        num_classes=4,
-        class_order=(4, 7, 1, 9),
-        in_chans=1,
-        image_size=8,
-        small_stem=True,
-    )
+    return tiny_spec(backbone_kwargs=TINY, geometry=geometry, num_classes=4, class_order=(4, 7, 1, 9))
 
 
 def _bct(old, geometry: str, label_map: torch.Tensor, batches=None):

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import AlignmentContext, choose_alignment, create_alignment
 from components.models import ModelOutput, build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
@@ -179,7 +179,7 @@ def test_train_model_with_old_and_reference_models(tmp_path, digits64):
     assert spec.output_dim == 20 and spec.compat_dim == 16
     torch.manual_seed(1)
     model = build_model(spec)
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
+    cfg = train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
     with pytest.raises(CheckpointMismatchError, match="independently trained"):
         train_model(model, digits64, cfg, method, tmp_path / "noref", old_model=old)
     res = train_model(model, digits64, cfg, method, tmp_path / "ck", old_model=old, reference_model=ref)

@@ -12,8 +12,8 @@ from components.data.batches import to_image_tensor
 from components.geometry import expmap0
 from components.losses import AlignmentContext, create_alignment
 from components.models import ModelOutput, build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 
 def test_alignment_terms_use_the_old_curvature_when_k_is_learnable():
@@ -47,7 +47,7 @@ def test_training_moves_a_learnable_curvature(tmp_path: Path):
     res = train_model(
         model,
         data,
-        TrainConfig(epochs=2, batch_size=32, lr=0.05),
+        train_config(epochs=2, batch_size=32, lr=0.05),
         create_alignment("hbct"),
         tmp_path / "ck",
         old_model=old,

@@ -18,20 +18,13 @@ from components.geometry import (
 from components.losses import AlignmentContext, choose_alignment, create_alignment
 from components.losses.methods.hbct import info_nce, rince
 from components.models import ModelOutput, ModelSpec
+from tests.helpers import tiny_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
 
 def _spec(k: float = 1.0) -> ModelSpec:
-    return ModelSpec(
-        backbone="resnet18",
-        embed_dim=3,
-        geometry="lorentz",
-        num_classes=4,
-        class_order=(0, 1, 2, 3),
-        in_chans=1,
-        curvature=k,
-    )
+    return tiny_spec(embed_dim=3, num_classes=4, class_order=(0, 1, 2, 3), curvature=k)
 
 
 def _hbct(options=None, k: float = 1.0):

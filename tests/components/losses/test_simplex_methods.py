@@ -10,8 +10,8 @@ import torch
 from components.errors import ConfigError
 from components.losses import choose_alignment, create_alignment
 from components.models import build_model
-from components.training import TrainConfig, train_model
-from tests.helpers import tiny_spec
+from components.training import train_model
+from tests.helpers import tiny_spec, train_config
 
 
 def _parent(order=(3, 1, 4), features="psp", **kw):
@@ -56,7 +56,7 @@ def test_train_model_with_psp_trains_the_base_loss_only(tmp_path, digits64):
     torch.manual_seed(0)
     model = build_model(tiny_spec(geometry="euclidean", features="psp"))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
+    cfg = train_config(epochs=1, batch_size=16, lr=0.05, device="cpu", seed=0)
     # no parent model is needed (or used) by a training-free method
     res = train_model(model, digits64, cfg, create_alignment("psp"), tmp_path / "ck")
     rec = res.history[-1]

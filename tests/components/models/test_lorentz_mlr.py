@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from components.models.classifiers import LinearClassifier, LorentzMLR
+from components.geometry import expmap0
+from components.models.classifiers import LinearClassifier, LorentzMLR, lorentz_mlr_logits
 
 
 def _points(n: int, d: int, k: float, scale: float = 0.6, seed: int = 0) -> torch.Tensor:
@@ -112,3 +113,14 @@ def test_cosine_classifier_uses_unit_rows_and_no_bias():
     w = c.weight / c.weight.norm(dim=-1, keepdim=True)
     assert torch.allclose(c(e), 16.0 * (e @ w.t()), atol=1e-5)
     assert float(c(e).abs().max()) <= 16.0 + 1e-4  # cosine logits are bounded by the scale
+
+
+def test_logits_stay_float32_inside_bf16_autocast():
+    """The MLR is a hyperbolic op: bf16 autocast (the GPU training path, and CPU bf16) must not reach it."""
+    g = torch.Generator().manual_seed(0)
+    h = expmap0(torch.randn(32, 16, generator=g) * 0.5)
+    a, w = torch.randn(10, generator=g), torch.randn(10, 16, generator=g)
+    plain = lorentz_mlr_logits(h, a, w)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        inside = lorentz_mlr_logits(h, a, w)
+    assert inside.dtype == torch.float32 and torch.equal(inside, plain)

@@ -19,7 +19,7 @@ from components.training import (
     latest_checkpoint,
     train_model,
 )
-from tests.helpers import tiny_spec
+from tests.helpers import tiny_spec, train_config
 
 
 def fresh_model(seed: int, **kw):
@@ -37,7 +37,7 @@ def data(tmp_path_factory):
 def cfg(**kw) -> TrainConfig:
     base = dict(epochs=2, batch_size=16, lr=0.05, device="cpu", keep_checkpoints=2, crop_padding=1, hflip=True, seed=3)
     base.update(kw)
-    return TrainConfig(**base)
+    return train_config(**base)
 
 
 def _ckpts(d):

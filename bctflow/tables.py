@@ -72,70 +72,89 @@ def compat_table(gens: list[dict[str, Any]]) -> Table:
     return t
 
 
+LINEAGE_COLUMNS = (
+    "gen",
+    "parent",
+    "alignment",
+    "geom",
+    "ζ",
+    "self mAP",
+    "cross mAP",
+    "P_com mAP",
+    "backfill",
+    "role",
+    "MLflow",
+)
+
+
+def _role(g: dict[str, Any]) -> str:
+    """★ production (forced?), ● the live gallery's generation, ○ a generation whose queries it accepts, retired."""
+    role = []
+    if g.get("production"):
+        forced = any(pr.get("forced") for pr in g.get("promotions", []))
+        role.append("★ production" + (" (forced)" if forced else ""))
+    if g["live"]:
+        role.append("● gallery")
+    elif g.get("live_gallery_accepts_queries"):
+        role.append("○ queries")
+    if g.get("status") == "retired":
+        role.append("retired")
+    return ", ".join(role)
+
+
+def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
+    m = g["metrics"]
+    backfill = (
+        "—"
+        if g["backfill_required"] is None
+        else (f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
+    )
+    return (
+        str(g["id"]),
+        "—" if g["parent"] is None else str(g["parent"]),
+        g["alignment"],
+        "E" if g["geometry"] == "euclidean" else f"L K={g['curvature']:g}",
+        fmt(g["zeta"], 2) + (" ↺" if (g.get("zeta_step") or {}).get("restarted") else ""),
+        fmt((m["self"] or {}).get("map")),
+        fmt((m["cross"] or {}).get("map")),
+        fmt((m.get("p_com") or {}).get("map"), 3),
+        backfill,
+        _role(g),
+        f"v{g['mlflow_version']}",
+    )
+
+
+def _lineage_notes(gens: list[dict[str, Any]]) -> list[str]:
+    """Backfill reasons, backfills and the newest compatibility summary, for the table's caption."""
+    notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
+    for g in gens:
+        for b in g.get("backfills", []):
+            restarted = ", ζ restarted" if b["zeta_restarted"] else ""
+            notes.append(
+                f"⟲ backfill {b['id']}: {b['kind']} with g{g['id']} "
+                f"({b['reembedded']}/{b['total']} items{restarted}, {b['duration_s']:.0f}s)"
+            )
+    latest = next((g for g in reversed(gens) if g.get("compatibility")), None)
+    if latest is not None:
+        c = latest["compatibility"]["map"]
+        notes.append(
+            f"compatibility over serving generations {c['generations']} (mAP): "
+            f"AC {fmt(c['ac'], 3)}, AA {fmt(c['aa'], 3)}, ACA {fmt(c['aca'], 3)}"
+        )
+    return notes
+
+
 def lineage_table(gens: list[dict[str, Any]]) -> Table:
     """The chain: ζ, alignment, P_com vs the parent, backfill flags, production, the live gallery."""
     t = Table(
         title="bctflow lineage  (geom: L = Lorentz, E = Euclidean; ↺ = ζ restarted after a backfill)",
         title_justify="left",
     )
-    for col in (
-        "gen",
-        "parent",
-        "alignment",
-        "geom",
-        "ζ",
-        "self mAP",
-        "cross mAP",
-        "P_com mAP",
-        "backfill",
-        "role",
-        "MLflow",
-    ):
+    for col in LINEAGE_COLUMNS:
         t.add_column(col, no_wrap=True)
     for g in gens:
-        m = g["metrics"]
-        bf = (
-            "—"
-            if g["backfill_required"] is None
-            else (f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
-        )
-        zeta = fmt(g["zeta"], 2) + (" ↺" if (g.get("zeta_step") or {}).get("restarted") else "")
-        role = []
-        if g.get("production"):
-            role.append(
-                "★ production" + (" (forced)" if any(pr.get("forced") for pr in g.get("promotions", [])) else "")
-            )
-        if g["live"]:
-            role.append("● gallery")
-        elif g.get("live_gallery_accepts_queries"):
-            role.append("○ queries")
-        if g.get("status") == "retired":
-            role.append("retired")
-        t.add_row(
-            str(g["id"]),
-            "—" if g["parent"] is None else str(g["parent"]),
-            g["alignment"],
-            "E" if g["geometry"] == "euclidean" else f"L K={g['curvature']:g}",
-            zeta,
-            fmt((m["self"] or {}).get("map")),
-            fmt((m["cross"] or {}).get("map")),
-            fmt((m.get("p_com") or {}).get("map"), 3),
-            bf,
-            ", ".join(role),
-            f"v{g['mlflow_version']}",
-        )
-    notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
-    for g in gens:
-        for b in g.get("backfills", []):
-            notes.append(
-                f"⟲ backfill {b['id']}: {b['kind']} with g{g['id']} ({b['reembedded']}/{b['total']} items{', ζ restarted' if b['zeta_restarted'] else ''}, {b['duration_s']:.0f}s)"
-            )
-    latest = next((g for g in reversed(gens) if g.get("compatibility")), None)
-    if latest is not None:
-        c = latest["compatibility"]["map"]
-        notes.append(
-            f"compatibility over serving generations {c['generations']} (mAP): AC {fmt(c['ac'], 3)}, AA {fmt(c['aa'], 3)}, ACA {fmt(c['aca'], 3)}"
-        )
+        t.add_row(*_lineage_row(g))
+    notes = _lineage_notes(gens)
     if notes:
         t.caption = "\n".join(notes)
         t.caption_justify = "left"

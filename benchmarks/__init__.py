@@ -1,4 +1,4 @@
-"""bctflow benchmarks: every alignment method under one protocol (design §6), Table-1-style reports.
+"""bctflow benchmarks: every alignment method under one protocol (docs/design.md §6), Table-1-style reports.
 
 Why a top-level package and not a Prefect flow: a benchmark trains dozens of
 throw-away models under scenario definitions; they are not generations of a

@@ -10,16 +10,18 @@ cross retrieval, f = 1 the new model's self retrieval.
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.report import report_header
-from benchmarks.runner import Bench
+from benchmarks.report import report_header, write_report_files
+from benchmarks.runner import Bench, BenchModel
 from benchmarks.scenarios import make_scenario
 from components.evaluation import COMPAT_METRICS, gallery_metrics
+from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import backfill_order, mix_galleries
 
 __all__ = ["FRACTIONS", "run_partial_backfill"]
@@ -38,6 +40,24 @@ class CurveResult:
 
 
 def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int = 5) -> CurveResult:
+    old, new = _curve_models(bench, method)
+    ks = tuple(bench.params.evaluation.cmc_k)
+    curves = {"uncertainty": _curve(old.test, new.test, backfill_order(old.test, "uncertainty", seed=0), ks)}
+    runs = [_curve(old.test, new.test, backfill_order(old.test, "random", seed=s), ks) for s in range(random_seeds)]
+    curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
+    spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
+    return CurveResult(
+        list(FRACTIONS),
+        curves,
+        spread,
+        list(range(random_seeds)),
+        method,
+        {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)},
+    )
+
+
+def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
+    """The ext_class old Lorentz model and the new model aligned to it with ``method``'s options (via φ*)."""
     p = bench.params
     sc = make_scenario(bench, "ext_class")
     entry = next((m for m in bench.settings.methods if m.name == method), None)
@@ -68,54 +88,59 @@ def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int =
         reference=ref,
         epochs=sc.epochs,
     )
-    n = len(old.test)
-    ks = tuple(p.evaluation.cmc_k)
+    return old, new
 
-    def curve(order: np.ndarray) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {"cmc@1": [], "map": []}
-        for f in FRACTIONS:
-            pos = np.sort(order[: int(round(f * n))])
-            part = replace(
-                new.test,
-                z=new.test.z[pos],
-                emb=new.test.emb[pos],
-                clipped=new.test.clipped[pos],
-                logits=new.test.logits[pos],
-                ids=new.test.ids[pos],
-                labels=new.test.labels[pos],
-            )
-            mixed = mix_galleries(old.test, part, pos)
-            m = gallery_metrics(new.test, mixed, ks=ks)
-            out["cmc@1"].append(m["cmc@1"])
-            out["map"].append(m["map"])
-        return out
 
-    curves = {"uncertainty": curve(backfill_order(old.test, "uncertainty", seed=0))}
-    runs = [curve(backfill_order(old.test, "random", seed=s)) for s in range(random_seeds)]
-    curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
-    spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
-    return CurveResult(
-        list(FRACTIONS),
-        curves,
-        spread,
-        list(range(random_seeds)),
-        method,
-        {"old": old.meta, "new": new.meta, "old_self": bench.metrics(old, old), "new_self": bench.metrics(new, new)},
-    )
+def _curve(
+    old: GalleryEmbeddings, new: GalleryEmbeddings, order: np.ndarray, ks: tuple[int, ...]
+) -> dict[str, list[float]]:
+    """CMC@1 and mAP of ``new``'s queries at each of :data:`FRACTIONS`, the first f·N of ``order`` (N,) backfilled."""
+    n = len(old)
+    out: dict[str, list[float]] = {"cmc@1": [], "map": []}
+    for f in FRACTIONS:
+        pos = np.sort(order[: round(f * n)])
+        part = replace(
+            new,
+            z=new.z[pos],
+            emb=new.emb[pos],
+            clipped=new.clipped[pos],
+            logits=new.logits[pos],
+            ids=new.ids[pos],
+            labels=new.labels[pos],
+        )
+        mixed = mix_galleries(old, part, pos)
+        m = gallery_metrics(new, mixed, ks=ks)
+        out["cmc@1"].append(m["cmc@1"])
+        out["map"].append(m["map"])
+    return out
 
 
 def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -> Path:
-    import csv
-    import json
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _plot_curves(res, ctx, out_dir / "curve.png")
+    area = {o: float(np.trapezoid(res.curves[o]["map"], res.fractions)) for o in ("uncertainty", "random")}
+    return write_report_files(
+        out_dir,
+        _partial_lines(res, ctx, area),
+        lambda path: _write_partial_csv(res, path),
+        lambda: {
+            "context": ctx,
+            "fractions": res.fractions,
+            "curves": res.curves,
+            "spread": res.spread,
+            "area_map": area,
+            "models": res.models,
+        },
+    )
 
+
+def _plot_curves(res: CurveResult, ctx: dict[str, Any], path: Path) -> None:
+    """``curve.png``: CMC@1 and mAP vs the backfilled fraction, uncertainty order vs random (mean ± std)."""
     import matplotlib
-
-    from components.io import atomic_write_text
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
     for ax, k in zip(axes, COMPAT_METRICS):
         for order, style in (("uncertainty", "o-"), ("random", "s--")):
@@ -134,33 +159,43 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
         ax.legend(fontsize=7)
     fig.suptitle(f"partial backfill ({ctx['dataset']}): new {res.method} queries over a mixed gallery", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_dir / "curve.png")
+    fig.savefig(path)
     plt.close(fig)
+
+
+def _partial_lines(res: CurveResult, ctx: dict[str, Any], area: dict[str, float]) -> list[str]:
+    """The lines of ``report.md``: setting, one table row per fraction, areas under the mAP curves."""
+    old_self = ", ".join(f"{k} {v:.4f}" for k, v in res.models["old_self"].items())
+    new_self = ", ".join(f"{k} {v:.4f}" for k, v in res.models["new_self"].items())
     lines = report_header("partial backfill: retrieval quality vs backfilled fraction", ctx)
     lines += [
-        f"Setting: ext_class — the old model (Lorentz, base loss, first half of the classes) embedded the gallery; the new model "
-        f"({res.method}, aligned to it) queries a gallery in which a fraction f was re-embedded by the new model, chosen by the old "
-        f"vectors' hyperbolic uncertainty (highest first) or at random (mean ± std over {len(res.seeds)} seeds). Old self: "
-        f"{', '.join(f'{k} {v:.4f}' for k, v in res.models['old_self'].items())}; new self: {', '.join(f'{k} {v:.4f}' for k, v in res.models['new_self'].items())}.",
+        "Setting: ext_class — the old model (Lorentz, base loss, first half of the classes) embedded the gallery; "
+        f"the new model ({res.method}, aligned to it) queries a gallery in which a fraction f was re-embedded "
+        "by the new model, chosen by the old vectors' hyperbolic uncertainty (highest first) or at random "
+        f"(mean ± std over {len(res.seeds)} seeds). Old self: {old_self}; new self: {new_self}.",
         "",
-        "| fraction | CMC@1 uncertainty | CMC@1 random | mAP uncertainty | mAP random (± std) | mAP gain of uncertainty |",
+        "| fraction | CMC@1 uncertainty | CMC@1 random | mAP uncertainty | mAP random (± std) "
+        "| mAP gain of uncertainty |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
+    u, r = res.curves["uncertainty"], res.curves["random"]
     for i, f in enumerate(res.fractions):
-        u, r = res.curves["uncertainty"], res.curves["random"]
         lines.append(
-            f"| {f:.2f} | {u['cmc@1'][i]:.4f} | {r['cmc@1'][i]:.4f} | {u['map'][i]:.4f} | {r['map'][i]:.4f} ± {res.spread['map'][i]:.4f} | {u['map'][i] - r['map'][i]:+.4f} |"
+            f"| {f:.2f} | {u['cmc@1'][i]:.4f} | {r['cmc@1'][i]:.4f} | {u['map'][i]:.4f} | "
+            f"{r['map'][i]:.4f} ± {res.spread['map'][i]:.4f} | {u['map'][i] - r['map'][i]:+.4f} |"
         )
-    area = {o: float(np.trapezoid(res.curves[o]["map"], res.fractions)) for o in ("uncertainty", "random")}
-    lines += [
+    return [
+        *lines,
         "",
         f"Area under the mAP curve: uncertainty {area['uncertainty']:.4f}, random {area['random']:.4f}.",
         "",
         "Plot: `curve.png`.",
     ]
-    md = out_dir / "report.md"
-    atomic_write_text(md, "\n".join(lines) + "\n")
-    with (out_dir / "results.csv").open("w", newline="") as fh:
+
+
+def _write_partial_csv(res: CurveResult, path: Path) -> None:
+    """``results.csv``: one line per (order, fraction) with CMC@1, mAP and the random order's mAP std."""
+    with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["order", "fraction", "cmc@1", "map", "map_std"])
         for order in ("uncertainty", "random"):
@@ -174,19 +209,3 @@ def write_partial_report(res: CurveResult, ctx: dict[str, Any], out_dir: Path) -
                         res.spread["map"][i] if order == "random" else 0.0,
                     ]
                 )
-    atomic_write_text(
-        out_dir / "results.json",
-        json.dumps(
-            {
-                "context": ctx,
-                "fractions": res.fractions,
-                "curves": res.curves,
-                "spread": res.spread,
-                "area_map": area,
-                "models": res.models,
-            },
-            indent=1,
-            default=str,
-        ),
-    )
-    return md

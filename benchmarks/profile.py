@@ -95,7 +95,8 @@ def _read_profile(path: Path) -> dict[str, Any]:
     base_path = path.parent / f"{parent}.yaml"
     if not base_path.exists():
         raise ConfigError(
-            f"profile {path.name} extends unknown profile {parent!r}; available: {', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}"
+            f"profile {path.name} extends unknown profile {parent!r}; "
+            f"available: {', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}"
         )
     base = _read_profile(base_path)
     base.pop("description", None)

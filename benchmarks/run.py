@@ -15,7 +15,8 @@ from benchmarks.partial_backfill import run_partial_backfill, write_partial_repo
 from benchmarks.profile import Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
 from benchmarks.runner import Bench
-from benchmarks.scenarios import SCENARIOS, make_scenario, run_sequential, run_table
+from benchmarks.scenarios import SCENARIOS, make_scenario, run_table
+from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from components.training.device import select_device
 from flows.params import Params, apply_overrides

@@ -28,9 +28,9 @@ from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
-from components.losses import choose_alignment
+from components.losses import AlignmentChoice, AlignmentLoss, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
-from components.training import embed_images, train_model
+from components.training import TrainConfig, TrainResult, embed_images, train_model
 from components.training.device import cuda_available
 from flows.params import Params, apply_overrides
 from flows.specs import model_spec_from_params, train_config_from_params
@@ -62,6 +62,48 @@ class BenchModel:
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _cache_key(
+    spec: ModelSpec,
+    method: str,
+    options: dict[str, Any] | None,
+    cfg: TrainConfig,
+    data: DataManifest,
+    arch: Arch,
+    align: AlignmentChoice,
+    old: BenchModel | None,
+    reference: BenchModel | None,
+) -> str:
+    """The cache key of a model: a digest of everything that determines it (parents only where the method uses them)."""
+    return _digest(
+        {
+            "spec": spec.to_dict(),
+            "method": method,
+            "options": options or {},
+            "cfg": cfg.__dict__,
+            "data": data.sha256,
+            "old": old.key if old is not None and align.requires_old else None,
+            "ref": reference.key if reference is not None and align.needs_reference else None,
+            "pretrained": arch.pretrained_path,
+        }
+    )
+
+
+def _load_cached(folder: Path, key: str, label: str, spec: ModelSpec) -> BenchModel:
+    """The finished model stored in the cache ``folder`` (its ``done.json``, checkpoint and embeddings)."""
+    meta = json.loads((folder / "done.json").read_text())
+    return BenchModel(
+        key,
+        label,
+        spec,
+        folder / "model.pt",
+        meta["seconds"],
+        meta["history"],
+        GalleryEmbeddings.load(folder / "val.npz"),
+        GalleryEmbeddings.load(folder / "test.npz"),
+        meta,
+    )
 
 
 class Bench:
@@ -124,73 +166,18 @@ class Bench:
         align = choose_alignment(method, options)
         loss = align.build()  # before the seeded initialisation below, as every cached result was made
         overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
-        overrides = {
-            k: v for k, v in overrides.items() if k != "features"
-        }  # features are a view, applied at evaluation
-        spec = model_spec_from_params(
-            p,
-            self.train,
-            data.class_order,
-            data.class_names,
-            geometry=geometry,
-            zeta=zeta,
-            backbone=arch.backbone,
-            backbone_kwargs=arch.backbone_kwargs,
-            overrides={**arch.overrides(), **overrides, "features": "embedding"},
-        )
+        spec = self._model_spec(p, data, geometry=geometry, zeta=zeta, arch=arch, overrides=overrides)
         cfg = train_config_from_params(p, epochs=epochs, seed=seed, align_weight=weight)
-        key = _digest(
-            {
-                "spec": spec.to_dict(),
-                "method": method,
-                "options": options or {},
-                "cfg": cfg.__dict__,
-                "data": data.sha256,
-                "old": old.key if old is not None and align.requires_old else None,
-                "ref": reference.key if reference is not None and align.needs_reference else None,
-                "pretrained": arch.pretrained_path,
-            }
-        )
+        key = _cache_key(spec, method, options, cfg, data, arch, align, old, reference)
         folder = self.cache / key
         if (folder / "done.json").exists():
-            meta = json.loads((folder / "done.json").read_text())
-            return BenchModel(
-                key,
-                label,
-                spec,
-                folder / "model.pt",
-                meta["seconds"],
-                meta["history"],
-                GalleryEmbeddings.load(folder / "val.npz"),
-                GalleryEmbeddings.load(folder / "test.npz"),
-                meta,
-            )
+            return _load_cached(folder, key, label, spec)
         self.log(
-            f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, {cfg.epochs} epochs)"
+            f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, "
+            f"{cfg.epochs} epochs)"
         )
-        torch.manual_seed(cfg.seed)
-        model = build_model(spec, arch.pretrained_path)
-        train = data.take(self.train)
-        result = train_model(
-            model,
-            to_image_tensor(train.images, data.model_labels(), pin=cuda_available()),
-            cfg,
-            loss,
-            folder / "checkpoints",
-            old_model=load_model(old.checkpoint) if old is not None and align.trains and align.requires_old else None,
-            reference_model=load_model(reference.checkpoint)
-            if reference is not None and align.needs_reference
-            else None,
-            run_key=key,
-        )
-        k = float(result.model.curvature.detach())
-        t0 = time.perf_counter()
-        val = self._embed(result.model, self.val, k)
-        test = self._embed(result.model, self.test, k)
-        embed_seconds = time.perf_counter() - t0
-        save_model(result.model.cpu(), folder / "model.pt")
-        val.save(folder / "val.npz")
-        test.save(folder / "test.npz")
+        result = self._fit(spec, data, cfg, loss, folder, key, arch=arch, align=align, old=old, reference=reference)
+        val, test, embed_seconds = self._embed_and_save(result.model, folder)
         meta = {
             "label": label,
             "method": method,
@@ -211,6 +198,78 @@ class Bench:
         for ck in (folder / "checkpoints").glob("*.pt"):
             ck.unlink()
         return BenchModel(key, label, spec, folder / "model.pt", result.seconds, result.history, val, test, meta)
+
+    def _model_spec(
+        self,
+        p: Params,
+        data: DataManifest,
+        *,
+        geometry: str,
+        zeta: float | None,
+        arch: Arch,
+        overrides: dict[str, Any],
+    ) -> ModelSpec:
+        """The spec of a model on ``data`` with ``arch`` and the method's ``overrides`` (features: the embedding)."""
+        overrides = {
+            k: v for k, v in overrides.items() if k != "features"
+        }  # features are a view, applied at evaluation
+        return model_spec_from_params(
+            p,
+            self.train,
+            data.class_order,
+            data.class_names,
+            geometry=geometry,
+            zeta=zeta,
+            backbone=arch.backbone,
+            backbone_kwargs=arch.backbone_kwargs,
+            overrides={**arch.overrides(), **overrides, "features": "embedding"},
+        )
+
+    def _fit(
+        self,
+        spec: ModelSpec,
+        data: DataManifest,
+        cfg: TrainConfig,
+        loss: AlignmentLoss,
+        folder: Path,
+        key: str,
+        *,
+        arch: Arch,
+        align: AlignmentChoice,
+        old: BenchModel | None,
+        reference: BenchModel | None,
+    ) -> TrainResult:
+        """Seed, build and train a model on ``data`` (resuming from the epoch checkpoints in ``folder``)."""
+        torch.manual_seed(cfg.seed)
+        model = build_model(spec, arch.pretrained_path)
+        train = data.take(self.train)
+        return train_model(
+            model,
+            to_image_tensor(train.images, data.model_labels(), pin=cuda_available()),
+            cfg,
+            loss,
+            folder / "checkpoints",
+            old_model=load_model(old.checkpoint) if old is not None and align.trains and align.requires_old else None,
+            reference_model=load_model(reference.checkpoint)
+            if reference is not None and align.needs_reference
+            else None,
+            run_key=key,
+        )
+
+    def _embed_and_save(self, model: Any, folder: Path) -> tuple[GalleryEmbeddings, GalleryEmbeddings, float]:
+        """Embed the validation split and the test gallery, save them and the model into ``folder``.
+
+        Returns ``(val, test, seconds spent embedding)``.
+        """
+        k = float(model.curvature.detach())
+        t0 = time.perf_counter()
+        val = self._embed(model, self.val, k)
+        test = self._embed(model, self.test, k)
+        embed_seconds = time.perf_counter() - t0
+        save_model(model.cpu(), folder / "model.pt")
+        val.save(folder / "val.npz")
+        test.save(folder / "test.npz")
+        return val, test, embed_seconds
 
     def _embed(self, model: Any, data: ArrayDataset, curvature: float) -> GalleryEmbeddings:
         emb = embed_images(

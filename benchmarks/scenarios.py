@@ -1,4 +1,4 @@
-"""The benchmark scenarios of design §6 (HBCT paper §5.1) and their evaluation.
+"""The benchmark scenarios of docs/design.md §6 (HBCT paper §5.1) and their evaluation.
 
 * ``ext_data``  old model on a random ``old_fraction`` (30%) of the training data
 * ``ext_class`` old model on the first ``old_class_fraction`` (50%) of the classes
@@ -10,7 +10,7 @@
 Per method the table reports, in the method's own retrieval space (Euclidean
 embeddings, Lorentz embeddings, or PSP / LSP features): the old model's self
 score, the new model's self and cross scores, P_up and P_com with its
-denominator (design §6). λ is selected on the validation split for methods marked
+denominator (docs/design.md §6). λ is selected on the validation split for methods marked
 ``tune`` (the best run that does not hurt the new model, as in the HBCT paper
 §5.1); the test split only ever produces the reported numbers.
 """
@@ -20,13 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.data import DataManifest
 from components.errors import ConfigError
-from components.evaluation import COMPAT_METRICS, compat_summary, p_com, p_up
+from components.evaluation import COMPAT_METRICS, p_com, p_up
 from components.evaluation.diagnostics import (
     clip_fraction,
     in_cone_fraction,
@@ -35,7 +33,7 @@ from components.evaluation.diagnostics import (
 from components.losses import choose_alignment
 from flows.params import Params, apply_overrides
 
-__all__ = ["SCENARIOS", "Row", "Scenario", "make_scenario", "run_sequential", "run_table"]
+__all__ = ["SCENARIOS", "SIMPLEX", "Row", "Scenario", "TableResult", "make_scenario", "run_table"]
 
 SCENARIOS = ("ext_data", "ext_class", "new_arch", "both", "sequential")
 SIMPLEX = ("psp", "lsp")
@@ -90,7 +88,8 @@ def make_scenario(bench: Bench, name: str) -> Scenario:
     if name == "both":
         return Scenario(
             name,
-            f"old: first {len(first)} of {c} classes on {s.old_arch.backbone}; new: all classes on {s.new_arch.backbone}",
+            f"old: first {len(first)} of {c} classes on {s.old_arch.backbone}; "
+            f"new: all classes on {s.new_arch.backbone}",
             first,
             1.0,
             s.old_arch,
@@ -174,7 +173,7 @@ def _row(
     seed: int,
     weight: float | None,
     selection: str,
-    space: str,
+    space: str = "embedding",
     seconds: float | None,
     note: str = "",
 ) -> Row:
@@ -259,13 +258,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     seeds = s.seeds
     old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
     new_sel = bench.selection("all")
-    zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
-    bases: dict[str, tuple[BenchModel, BenchModel]] = {}
-    for g in sorted({m.geometry for m in s.methods}):
-        bench.log(f"[{sc.name}] base models, {g}")
-        old = bench.train_model(f"old/{g}", old_sel, geometry=g, arch=sc.old_arch, zeta=zeta0, epochs=sc.epochs)
-        ref = bench.train_model(f"reference/{g}", new_sel, geometry=g, arch=sc.new_arch, zeta=zeta_n, epochs=sc.epochs)
-        bases[g] = (old, ref)
+    bases = _base_models(bench, sc, old_sel, new_sel)
     rows: list[Row] = []
     chosen: dict[str, tuple[float | None, BenchModel]] = {}
     val_cross: dict[str, float] = {}
@@ -273,174 +266,102 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         old, ref = bases[entry.geometry]
         bench.log(f"[{sc.name}] {entry.name}")
         if entry.method in SIMPLEX:
-            kind = entry.method
-            try:
-                choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
-            except ConfigError as err:
-                rows.append(
-                    _row(
-                        bench,
-                        entry,
-                        ref,
-                        old,
-                        ref,
-                        seed=seeds[0],
-                        weight=None,
-                        selection="not applicable",
-                        space=kind,
-                        seconds=None,
-                        note=str(err),
-                    )
-                )
-                continue
-            note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
-            rows.append(
-                _row(
-                    bench,
-                    entry,
-                    ref.view(kind),
-                    old.view(kind),
-                    ref.view(kind),
-                    seed=seeds[0],
-                    weight=None,
-                    selection="training-free",
-                    space=kind,
-                    seconds=0.0,
-                    note=note,
-                )
-            )
+            rows.append(_simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
-        cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, seeds[0], old, ref)) for w in weights]
-        w, model, how = _select(bench, cands, old, ref)
+        w, model, how = _tuned_model(bench, sc, entry, new_sel, old, ref)
         chosen[entry.name] = (w, model)
         val_cross[entry.name] = bench.metrics(model, old, "val")["map"]
-        rows.append(
-            _row(
-                bench,
-                entry,
-                model,
-                old,
-                ref,
-                seed=seeds[0],
-                weight=w,
-                selection=how,
-                space="embedding",
-                seconds=model.seconds,
-            )
-        )
+        rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds))
     baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_cross]
     best = max(baselines, key=lambda m: val_cross[m.name]).name if baselines else None
+    rows += _extra_seed_rows(bench, sc, new_sel, bases, chosen, best)
+    models = {g: {"old": b[0].meta, "reference": b[1].meta} for g, b in bases.items()}
+    return TableResult(sc, rows, best, models)
+
+
+def _base_models(
+    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest
+) -> dict[str, tuple[BenchModel, BenchModel]]:
+    """The old model and the independent reference φ* of every geometry the methods use, by geometry."""
+    p = bench.params
+    zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
+    bases: dict[str, tuple[BenchModel, BenchModel]] = {}
+    for g in sorted({m.geometry for m in bench.settings.methods}):
+        bench.log(f"[{sc.name}] base models, {g}")
+        old = bench.train_model(f"old/{g}", old_sel, geometry=g, arch=sc.old_arch, zeta=zeta0, epochs=sc.epochs)
+        ref = bench.train_model(f"reference/{g}", new_sel, geometry=g, arch=sc.new_arch, zeta=zeta_n, epochs=sc.epochs)
+        bases[g] = (old, ref)
+    return bases
+
+
+def _simplex_row(
+    bench: Bench, entry: MethodEntry, new_sel: DataManifest, old: BenchModel, ref: BenchModel, seed: int
+) -> Row:
+    """A training-free PSP / LSP method's row: φ* in the simplex space, or "not applicable" with the reason."""
+    kind = entry.method
+    try:
+        choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
+    except ConfigError as err:
+        return _row(
+            bench,
+            entry,
+            ref,
+            old,
+            ref,
+            seed=seed,
+            weight=None,
+            selection="not applicable",
+            space=kind,
+            seconds=None,
+            note=str(err),
+        )
+    note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
+    return _row(
+        bench,
+        entry,
+        ref.view(kind),
+        old.view(kind),
+        ref.view(kind),
+        seed=seed,
+        weight=None,
+        selection="training-free",
+        space=kind,
+        seconds=0.0,
+        note=note,
+    )
+
+
+def _tuned_model(
+    bench: Bench, sc: Scenario, entry: MethodEntry, new_sel: DataManifest, old: BenchModel, ref: BenchModel
+) -> tuple[float, BenchModel, str]:
+    """A trained method's seed-0 model: ``(λ, model, how λ was chosen)`` over its candidate weights."""
+    s, p = bench.settings, bench.params
+    weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
+    cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref)) for w in weights]
+    return _select(bench, cands, old, ref)
+
+
+def _extra_seed_rows(
+    bench: Bench,
+    sc: Scenario,
+    new_sel: DataManifest,
+    bases: dict[str, tuple[BenchModel, BenchModel]],
+    chosen: dict[str, tuple[float | None, BenchModel]],
+    best: str | None,
+) -> list[Row]:
+    """Rows of the further seeds of ``extra_seed_methods`` (``best_baseline``: ``best``), at their seed-0 λ."""
+    s = bench.settings
     extra = {best if n == "best_baseline" else n for n in s.extra_seed_methods} - {None}
+    rows: list[Row] = []
     for entry in s.methods:
         if entry.name not in extra or entry.name not in chosen:
             continue
         w, _ = chosen[entry.name]
         old, ref = bases[entry.geometry]
-        for seed in seeds[1:]:
+        for seed in s.seeds[1:]:
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
-            m = _train_entry(bench, sc, entry, new_sel, p, w, seed, old, ref)
+            m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref)
             rows.append(
-                _row(
-                    bench,
-                    entry,
-                    m,
-                    old,
-                    ref,
-                    seed=seed,
-                    weight=w,
-                    selection="λ from seed 0",
-                    space="embedding",
-                    seconds=m.seconds,
-                )
+                _row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", seconds=m.seconds)
             )
-    models = {g: {"old": b[0].meta, "reference": b[1].meta} for g, b in bases.items()}
-    return TableResult(sc, rows, best, models)
-
-
-@dataclass
-class SequentialResult:
-    stages: list[list[int]]
-    archs: list[str]
-    matrices: dict[str, dict[str, list[list[float | None]]]]
-    summary: dict[str, dict[str, dict[str, float | None]]]
-    seconds: dict[str, float]
-
-
-def run_sequential(bench: Bench) -> SequentialResult:
-    """Compatibility matrices C[t][k] = M(φ_t, φ_k), k ≤ t, and AC / AA / ACA per method."""
-    s, p = bench.settings, bench.params
-    t_stages, switch = s.sequential_stages, s.sequential_switch_at
-    c = bench.num_classes
-    stages = [list(range(round((t + 1) * c / t_stages))) for t in range(t_stages)]
-    archs = [s.old_arch if t < switch else s.new_arch for t in range(t_stages)]
-    epochs = s.scenario_epochs.get("sequential")
-    entries = {m.name: m for m in s.methods}
-    names = s.sequential_methods or ["independent"] + [m.name for m in s.methods]
-    unknown = [n for n in names if n != "independent" and n not in entries]
-    if unknown:
-        raise ConfigError(f"sequential_methods {unknown} are not in the profile's methods; add them there first")
-    zeta = [p.geometry.zeta0 + t * p.geometry.delta_zeta for t in range(t_stages)]
-    geoms = {"euclidean"} | {entries[n].geometry for n in names if n in entries}
-    indep: dict[str, list[BenchModel]] = {}
-    for g in sorted(geoms):
-        indep[g] = [
-            bench.train_model(
-                f"seq/independent/{g}/t{t}",
-                bench.selection(stages[t]),
-                geometry=g,
-                arch=archs[t],
-                zeta=zeta[t],
-                epochs=epochs,
-            )
-            for t in range(t_stages)
-        ]
-    chains: dict[str, list[BenchModel]] = {}
-    seconds: dict[str, float] = {}
-    for name in names:
-        bench.log(f"[sequential] {name}")
-        if name == "independent":
-            chains[name] = indep["euclidean"]
-            seconds[name] = sum(m.seconds for m in indep["euclidean"])
-            continue
-        e = entries[name]
-        if e.method in SIMPLEX:
-            chains[name] = [m.view(e.method) for m in indep["euclidean"]]
-            seconds[name] = 0.0
-            continue
-        chain = [indep[e.geometry][0]]
-        for t in range(1, t_stages):
-            chain.append(
-                bench.train_model(
-                    f"seq/{name}/t{t}",
-                    bench.selection(stages[t]),
-                    geometry=e.geometry,
-                    arch=archs[t],
-                    method=e.method,
-                    options=e.options,
-                    weight=e.weight,
-                    seed=0,
-                    zeta=zeta[t],
-                    old=chain[t - 1],
-                    reference=indep[e.geometry][t],
-                    epochs=epochs,
-                )
-            )
-        chains[name] = chain
-        seconds[name] = sum(m.seconds for m in chain[1:])
-    matrices: dict[str, dict[str, list[list[float | None]]]] = {}
-    summary: dict[str, dict[str, dict[str, float | None]]] = {}
-    for name, chain in chains.items():
-        matrices[name], summary[name] = {}, {}
-        for k in COMPAT_METRICS:
-            mat = np.full((t_stages, t_stages), np.nan)
-            for t in range(t_stages):
-                for j in range(t + 1):
-                    why = chain[t].test.incompatibility(chain[j].test)
-                    mat[t, j] = np.nan if why else bench.metrics(chain[t], chain[j])[k]
-            matrices[name][k] = [[None if np.isnan(v) else float(v) for v in row] for row in mat]
-            try:
-                summary[name][k] = compat_summary(mat)
-            except ValueError:  # some pair cannot be compared (e.g. a model that cannot query an older gallery)
-                summary[name][k] = {"ac": None, "aa": None, "aca": None, "aca_given_compatible": None}
-    return SequentialResult(stages, [f"{a.backbone} {a.backbone_kwargs}" for a in archs], matrices, summary, seconds)
+    return rows

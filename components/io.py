@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 __all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
@@ -45,10 +45,8 @@ def _temp_name(path: Path) -> Path:
 
 
 def _remove_quietly(path: Path) -> None:
-    try:
+    with suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 @contextmanager

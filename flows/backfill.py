@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.lock import workspace_lock
 from flows.progress import progress_bar
-from flows.steps import reembed
+from flows.steps import publish, reembed
 from flows.steps.reembed import BackfillPlan
 from flows.transient import retry_condition
 
@@ -57,7 +57,7 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
 
 @task(name="publish-index", cache_policy=NO_CACHE)
 def publish_task(plan: BackfillPlan) -> tuple[str, dict[str, float]]:
-    index_dir, metrics = reembed.publish(plan)
+    index_dir, metrics = publish.publish(plan)
     get_run_logger().info("new index %s verified; target's retrieval on it: %s", index_dir, metrics)
     return str(index_dir), metrics
 
@@ -70,7 +70,7 @@ def publish_task(plan: BackfillPlan) -> tuple[str, dict[str, float]]:
     retry_condition_fn=retry_condition,
 )
 def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -> int:
-    event = reembed.switch(plan, Path(index_dir), metrics)
+    event = publish.switch(plan, Path(index_dir), metrics)
     get_run_logger().info("live gallery switched to generation %d (backfill %d)", plan.target, event)
     return event
 

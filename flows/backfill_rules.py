@@ -50,7 +50,8 @@ def _compatibility(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any
             None,
             None,
             False,
-            f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be re-embedded",
+            f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be "
+            "re-embedded",
         )
     if not rules.require_compatibility:
         return None

@@ -31,6 +31,8 @@ def configure_environment(home: Path) -> None:
     """Keep Prefect's ephemeral server state under the workspace and switch off phone-home."""
     if "PREFECT_API_URL" not in os.environ:  # a real Prefect server keeps its own state
         os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
-        Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # the ephemeral server's SQLite lives there
+        Path(os.environ["PREFECT_HOME"]).mkdir(
+            parents=True, exist_ok=True
+        )  # the ephemeral server keeps its database there
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     quiet_environment()

@@ -26,8 +26,7 @@ def workspace_lock(home: Path, what: str) -> Iterator[None]:
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
     path = home / ".lock"
-    fh = open(path, "a+")
-    try:
+    with open(path, "a+") as fh:  # closing the file releases the lock
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -41,5 +40,3 @@ def workspace_lock(home: Path, what: str) -> Iterator[None]:
         fh.write(json.dumps({"what": what, "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
         fh.flush()
         yield
-    finally:
-        fh.close()  # closing releases the lock

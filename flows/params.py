@@ -96,7 +96,9 @@ class GeometryParams(_Strict):
         low, inclusive, meaning, example = cls._BOUNDS[info.field_name]
         if v < low or (v == low and not inclusive):
             name = "curvature K" if info.field_name == "curvature" else info.field_name
-            raise ValueError(f"{name} must be {'>=' if inclusive else '>'} {low:g} (got {v}); {meaning}, use e.g. {example}")
+            raise ValueError(
+                f"{name} must be {'>=' if inclusive else '>'} {low:g} (got {v}); {meaning}, use e.g. {example}"
+            )
         return v
 
 
@@ -161,7 +163,7 @@ class BackfillParams(_Strict):
     zeta_ceiling: float | None = 3.0
     max_generations_since_backfill: int | None = None
     clip_fraction_max: float | None = Field(0.95, ge=0.0, le=1.0)
-    # --- operations (design §7 "A backfill"): bctflow backfill
+    # --- operations (docs/design.md §7 "A backfill"): bctflow backfill
     restart_zeta: bool = True  # a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
     chunk_size: int = Field(256, gt=0)  # items embedded per persisted chunk (resume granularity)
     retain_versions: int = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
@@ -222,7 +224,8 @@ class Params(_Strict):
                 return g
         known = ", ".join(g.name for g in self.generations) or "none declared"
         raise ConfigError(
-            f"unknown generation {name!r} (declared in params.yaml `generations:`: {known}); add it there or pick one of those"
+            f"unknown generation {name!r} (declared in params.yaml `generations:`: {known}); add it there or pick one "
+            "of those"
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError, LineageError
 from components.indexing.gallery import gallery_beside
-from components.losses import choose_alignment
+from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.loop import TrainConfig, latest_checkpoint
@@ -188,7 +188,8 @@ def _check_parent_checkpoint(parent: ParentRef) -> None:
     ]
     if diffs:
         raise CheckpointMismatchError(
-            f"parent generation {parent.id}'s checkpoint {parent.checkpoint} does not match its lineage record ({'; '.join(diffs)}); "
+            f"parent generation {parent.id}'s checkpoint {parent.checkpoint} does not match its lineage record "
+            f"({'; '.join(diffs)}); "
             "restore the original checkpoint of that generation"
         )
 
@@ -212,6 +213,50 @@ def _check_resumable(plan: GenerationPlan) -> None:
                 )
 
 
+def _named_spec(store: LineageStore, spec: GenerationSpec | None, gen_id: int) -> GenerationSpec:
+    """The request with its name (default g<id>), refused when the lineage already has that name."""
+    spec = spec or GenerationSpec()
+    if spec.name is None:
+        spec = spec.model_copy(update={"name": f"g{gen_id}"})
+    if store.generation_by_name(spec.name) is not None:
+        raise ConfigError(f"a generation named {spec.name!r} already exists in the lineage; choose another --name")
+    return spec
+
+
+def _alignment(params: Params, spec: GenerationSpec, parent: ParentRef | None, notes: list[str]) -> AlignmentChoice:
+    """The method and options this generation trains with (ConfigError for an unknown name or bad options, even
+    for generation 0, which always trains with the base loss only)."""
+    requested = spec.alignment or params.alignment.method
+    choice = choose_alignment(requested, params.alignment.options.get(requested))
+    if parent is None and requested != "independent":
+        notes.append(f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1")
+        choice = choose_alignment("independent", params.alignment.options.get("independent"))
+    return choice
+
+
+def _zeta(
+    params: Params, store: LineageStore, parent: ParentRef | None, notes: list[str]
+) -> tuple[float | None, float | None, bool]:
+    """(ζ of the new generation, ζ it grows from, whether that restarted after a backfill) — docs/design.md §3.3."""
+    g = params.geometry
+    zeta_prev, restarted = _zeta_prev(store)
+    lorentz = params.model.geometry == "lorentz"
+    if parent is None:
+        return (g.zeta0 if lorentz else None), None, restarted
+    if restarted:
+        notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
+    zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if lorentz else None
+    return zeta, zeta_prev, restarted
+
+
+def _uses_reference(params: Params, spec: GenerationSpec, parent: ParentRef | None, choice: AlignmentChoice) -> bool:
+    """Train the independent reference φ*: asked for (P_com / P_up) and meaningful, or needed by the method (BT²)."""
+    if parent is None:
+        return False
+    asked = spec.reference if spec.reference is not None else params.evaluation.reference
+    return bool(asked and choice.name != "independent") or choice.needs_reference
+
+
 def make_plan(
     params: Params,
     ws: Workspace,
@@ -228,47 +273,17 @@ def make_plan(
     get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
     parent = _parent_ref(store)
-    spec = spec or GenerationSpec()
-    if spec.name is None:
-        spec = spec.model_copy(update={"name": f"g{gen_id}"})
-    if store.generation_by_name(spec.name) is not None:
-        raise ConfigError(f"a generation named {spec.name!r} already exists in the lineage; choose another --name")
+    spec = _named_spec(store, spec, gen_id)
     notes: list[str] = []
-    g = params.geometry
-    geometry = params.model.geometry
-    requested = spec.alignment or params.alignment.method
-    choice = choose_alignment(
-        requested, params.alignment.options.get(requested)
-    )  # ConfigError: unknown name / bad options, even for generation 0
-    zeta_prev, restarted = _zeta_prev(store)
-    if parent is None:
-        if requested != "independent":
-            notes.append(
-                f"generation 0 trains with the base loss only; alignment {requested!r} applies from generation 1"
-            )
-            choice = choose_alignment("independent", params.alignment.options.get("independent"))
-        zeta = g.zeta0 if geometry == "lorentz" else None
-        since = 0
-    else:
-        zeta = (
-            round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10)
-            if geometry == "lorentz"
-            else None
-        )
-        since = sum(1 for gid in store.serving_generation_ids() if gid > parent.id) + 1
-        if restarted:
-            notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
-    choice.check_models(geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim)
+    choice = _alignment(params, spec, parent, notes)
+    zeta, zeta_prev, restarted = _zeta(params, store, parent, notes)
+    choice.check_models(
+        params.model.geometry, params.model.embed_dim, parent and parent.geometry, parent and parent.embed_dim
+    )
     base_loss(params.train.base_loss, params.train.base_options)  # ConfigError: bad base-loss options
     if parent is not None:
         _check_parent_checkpoint(parent)
-    alignment = choice.name
-    use_reference = parent is not None and (
-        spec.reference if spec.reference is not None else params.evaluation.reference
-    )
-    use_reference = bool(use_reference and alignment != "independent") or (
-        parent is not None and choice.needs_reference
-    )
+    serving = store.serving_generation_ids()
     digest = digest or params_digest(params)
     plan = GenerationPlan(
         home=str(ws.home),
@@ -278,13 +293,13 @@ def make_plan(
         gen_id=gen_id,
         name=spec.name,
         parent=parent,
-        serving=tuple(i for i in store.serving_generation_ids() if i != gen_id),
-        alignment=alignment,
-        alignment_options=dict(params.alignment.options.get(alignment, {})),
-        geometry=geometry,
+        serving=tuple(i for i in serving if i != gen_id),
+        alignment=choice.name,
+        alignment_options=dict(params.alignment.options.get(choice.name, {})),
+        geometry=params.model.geometry,
         zeta=zeta,
-        delta_zeta=g.delta_zeta,
-        zeta_prev=zeta_prev if parent is not None else None,
+        delta_zeta=params.geometry.delta_zeta,
+        zeta_prev=zeta_prev,
         zeta_restarted=restarted,
         classes=tuple(spec.classes) if isinstance(spec.classes, list) else spec.classes,
         fraction=spec.fraction,
@@ -293,9 +308,9 @@ def make_plan(
             spec.backbone_kwargs if spec.backbone_kwargs is not None else params.model.backbone_kwargs
         ),
         epochs=spec.epochs or params.train.epochs,
-        reference=use_reference,
-        run_key=_run_key(gen_id, parent, spec, alignment, digest),
-        generations_since_backfill=since,
+        reference=_uses_reference(params, spec, parent, choice),
+        run_key=_run_key(gen_id, parent, spec, choice.name, digest),
+        generations_since_backfill=0 if parent is None else sum(1 for gid in serving if gid > parent.id) + 1,
         notes=tuple(notes),
     )
     _check_resumable(plan)
@@ -309,6 +324,7 @@ def check_current(plan: GenerationPlan, store: LineageStore) -> None:
     planned = (plan.gen_id, plan.parent.pointer_id if plan.parent is not None else None)
     if now != planned:
         raise LineageError(
-            f"the lineage changed since generation {plan.gen_id} was planned (next generation {now[0]}, live pointer {now[1]}; "
+            f"the lineage changed since generation {plan.gen_id} was planned (next generation {now[0]}, live pointer "
+            f"{now[1]}; "
             f"planned against {planned[0]}, {planned[1]}); run the command again to plan on the current lineage"
         )

@@ -6,7 +6,7 @@ from typing import Any
 
 
 def is_transient(exc: BaseException | None) -> bool:
-    """Locked SQLite databases, dropped connections, timeouts: retry. Bad input: do not."""
+    """Locked databases, dropped connections, timeouts: retry. Bad input: do not."""
     seen = 0
     while exc is not None and seen < 10:
         name = type(exc).__name__

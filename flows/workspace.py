@@ -92,7 +92,7 @@ class Workspace:
         return self.staging_dir / generation_dirname(gen_id)
 
     def lineage(self, params: Params, *, readonly: bool = False, upgrade: bool = False) -> LineageStore:
-        """The lineage store of params ``lineage.db_url`` (default: this workspace's); see :func:`registry.stores.open_lineage`."""
+        """The lineage store params name (default: this workspace's); see :func:`registry.stores.open_lineage`."""
         return open_lineage(params.lineage.db_url, self.home, readonly=readonly, upgrade=upgrade)
 
     def tracking(self, params: Params) -> MlflowStore:
@@ -113,6 +113,7 @@ class Workspace:
         foreign = sorted(p.name for p in self.home.iterdir() if p.name not in WORKSPACE_ENTRIES)
         if foreign:
             raise ConfigError(
-                f"{self.home} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick another --home"
+                f"{self.home} holds files that are not bctflow's ({', '.join(foreign[:5])}); refusing to wipe it, pick "
+                "another --home"
             )
         shutil.rmtree(self.home)

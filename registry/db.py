@@ -1,7 +1,7 @@
 """Lineage database schema (SQLAlchemy 2 ORM). Any SQLAlchemy URL works; SQLite by default.
 
 Tables
-* ``generations``        one row per model generation (design §7)
+* ``generations``        one row per model generation (docs/design.md §7)
 * ``evaluations``        M(φ_q, φ_g) per (query generation/role, gallery generation, metric)
 * ``generation_metrics`` derived numbers (P_com, P_up, denominators) and health diagnostics
 * ``zeta_steps``         the ζ lineage: parent ζ, Δζ, ζ, restarts
@@ -19,7 +19,7 @@ opening a store never alters its schema.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -58,7 +58,7 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class Generation(Base):
@@ -89,7 +89,7 @@ class Generation(Base):
     mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     train_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
-    #: the empirical compatibility criterion against the live gallery, measured whatever rules are enabled (docs/design.md §7)
+    #: the empirical compatibility criterion against the live gallery, measured whatever the rules (docs/design.md §7.3)
     compatible_with_live: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -69,7 +69,7 @@ class LineageStore:
     """Lineage database access. ``url``: any SQLAlchemy URL; ``readonly``: reads only, no schema changes."""
 
     def __init__(self, url: str, *, readonly: bool = False, upgrade: bool = False) -> None:
-        """``upgrade``: migrate an older schema to this bctflow's (additive; only ``bctflow db-upgrade`` asks for it)."""
+        """``upgrade``: migrate an older schema to this bctflow's (additive; only ``bctflow db-upgrade`` asks)."""
         self.url = url
         self.readonly = readonly
         self.upgraded: list[str] | None = None
@@ -93,7 +93,8 @@ class LineageStore:
                 s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
         elif version > SCHEMA_VERSION:
             raise LineageError(
-                f"lineage database {url} has schema v{version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade bctflow"
+                f"lineage database {url} has schema v{version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade "
+                "bctflow"
             )
         elif version < SCHEMA_VERSION and upgrade and not readonly:
             self.upgraded = self._upgrade()
@@ -109,7 +110,8 @@ class LineageStore:
             tables = set(inspect(self.engine).get_table_names())
         except SQLAlchemyError as err:
             raise LineageError(
-                f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the server"
+                f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the "
+                "server"
             ) from None
         if "generations" not in tables:
             return None
@@ -120,7 +122,7 @@ class LineageStore:
         return 1 if info is None else int(info.version)
 
     def _upgrade(self) -> list[str]:
-        """Migrate an older schema to this bctflow's (additive: new tables and nullable columns). Returns what was added."""
+        """Migrate an older schema to this bctflow's (additive: new tables, nullable columns); returns the additions."""
         added = upgrade_schema(self.engine)
         with self._sessions.begin() as s:
             info = s.get(SchemaInfo, 1)
@@ -310,7 +312,8 @@ class LineageStore:
             with self._sessions.begin() as s:
                 if s.get(Generation, g.id) is not None:
                     raise LineageError(
-                        f"generation {g.id} already exists in the lineage; another run committed it first, rerun to create the next one"
+                        f"generation {g.id} already exists in the lineage; another run committed it first, rerun to "
+                        "create the next one"
                     )
                 s.add(Generation(**asdict(g)))
                 s.flush()
@@ -340,5 +343,6 @@ class LineageStore:
                     before_commit()
         except SQLAlchemyError as err:
             raise LineageError(
-                f"lineage update for generation {g.id} failed and was rolled back ({type(err).__name__}: {err}); nothing was written"
+                f"lineage update for generation {g.id} failed and was rolled back ({type(err).__name__}: {err}); "
+                "nothing was written"
             ) from err

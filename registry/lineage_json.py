@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -55,82 +56,112 @@ def _metrics(g: Generation, table: EvalTable, derived: DerivedMetrics) -> dict[s
     }
 
 
+@dataclass
+class _Rows:
+    """Every row the document is made of, read in one session."""
+
+    gens: list[Generation]
+    table: EvalTable
+    derived: dict[int, dict[str, float | None]]
+    diags: dict[int, dict[str, float | None]]
+    decisions: dict[int, db.BackfillDecision]
+    zetas: dict[int, db.ZetaStep]
+    live: db.GalleryPointer | None
+    promotions: list[db.Promotion]
+    compat: dict[int, dict[str, Any]]
+    backfills: list[db.BackfillEvent]
+
+
+def _read(sessions: sessionmaker[Session]) -> _Rows:
+    with sessions() as s:
+        rows = _Rows(
+            gens=list(s.scalars(select(Generation).order_by(Generation.id))),
+            table={},
+            derived={},
+            diags={},
+            decisions={d.generation_id: d for d in s.scalars(select(db.BackfillDecision))},
+            zetas={z.generation_id: z for z in s.scalars(select(db.ZetaStep))},
+            live=s.scalar(select(db.GalleryPointer).order_by(db.GalleryPointer.id.desc()).limit(1)),
+            promotions=list(s.scalars(select(db.Promotion).order_by(db.Promotion.id))),
+            compat={},
+            backfills=list(s.scalars(select(db.BackfillEvent).order_by(db.BackfillEvent.id))),
+        )
+        for c in s.scalars(select(db.CompatSummary).order_by(db.CompatSummary.id)):
+            block = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
+            rows.compat.setdefault(c.as_of_generation_id, {})[c.metric] = block
+        for e in s.scalars(select(db.Evaluation)):
+            key = (e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role)
+            rows.table.setdefault(key, {})[e.metric] = e.value
+        for m in s.scalars(select(db.GenerationMetric)):
+            (rows.derived if m.kind == "derived" else rows.diags).setdefault(m.generation_id, {})[m.name] = m.value
+    return rows
+
+
+def _backfill(b: db.BackfillEvent) -> dict[str, Any]:
+    return {
+        "id": b.id,
+        "kind": b.kind,
+        "from": b.from_generation_id,
+        "fraction": b.fraction,
+        "order": b.order,
+        "total": b.total,
+        "reembedded": b.reembedded,
+        "zeta_restarted": b.zeta_restarted,
+        "duration_s": b.duration_s,
+        "metrics": b.metrics,
+        "finished_at": b.finished_at.isoformat(),
+    }
+
+
+def _roles(g: Generation, rows: _Rows) -> dict[str, Any]:
+    """Live gallery, accepted queries, production, promotions and backfills of one generation."""
+    live = rows.live
+    accepted = (live.compatible_generations or [live.generation_id]) if live is not None else []
+    production = rows.promotions[-1].generation_id if rows.promotions else None
+    return {
+        "live": live is not None and live.generation_id == g.id,
+        "live_gallery_accepts_queries": g.id in accepted,
+        "compatible_with_live": g.compatible_with_live,
+        "promoted": bool(g.promoted),
+        "production": production == g.id,
+        "promotions": [
+            {"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()}
+            for pr in rows.promotions
+            if pr.generation_id == g.id
+        ],
+        "backfills": [_backfill(b) for b in rows.backfills if b.to_generation_id == g.id],
+    }
+
+
+def _decision(g: Generation, rows: _Rows) -> dict[str, Any]:
+    dec = rows.decisions.get(g.id)
+    return {
+        "backfill_required": None if dec is None else dec.required,
+        "backfill_reasons": [] if dec is None else list(dec.reasons),
+        "backfill_checks": [] if dec is None else list(dec.checks),
+        "backfill_against": None if dec is None else dec.against_generation_id,
+    }
+
+
 def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     """Every generation with its metrics, ζ, decision, roles, promotions and backfills, oldest first."""
-    with sessions() as s:
-        gens = list(s.scalars(select(Generation).order_by(Generation.id)))
-        evals = list(s.scalars(select(db.Evaluation)))
-        gmetrics = list(s.scalars(select(db.GenerationMetric)))
-        decisions = {d.generation_id: d for d in s.scalars(select(db.BackfillDecision))}
-        zetas = {z.generation_id: z for z in s.scalars(select(db.ZetaStep))}
-        live = s.scalar(select(db.GalleryPointer).order_by(db.GalleryPointer.id.desc()).limit(1))
-        promotions = list(s.scalars(select(db.Promotion).order_by(db.Promotion.id)))
-        compat: dict[int, dict[str, Any]] = {}
-        for c in s.scalars(select(db.CompatSummary).order_by(db.CompatSummary.id)):
-            compat.setdefault(c.as_of_generation_id, {})[c.metric] = {
-                "generations": c.generation_ids,
-                "matrix": c.matrix,
-                "ac": c.ac,
-                "aa": c.aa,
-                "aca": c.aca,
-            }
-        backfills = list(s.scalars(select(db.BackfillEvent).order_by(db.BackfillEvent.id)))
-
-    table: EvalTable = {}
-    for e in evals:
-        table.setdefault((e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role), {})[
-            e.metric
-        ] = e.value
-    derived: dict[int, dict[str, float | None]] = {}
-    diags: dict[int, dict[str, float | None]] = {}
-    for m in gmetrics:
-        (derived if m.kind == "derived" else diags).setdefault(m.generation_id, {})[m.name] = m.value
-    production = promotions[-1].generation_id if promotions else None
-    accepted = (live.compatible_generations or [live.generation_id]) if live is not None else []
+    rows = _read(sessions)
     out = []
-    for g in gens:
-        dec = decisions.get(g.id)
-        z = zetas.get(g.id)
+    for g in rows.gens:
+        z = rows.zetas.get(g.id)
+        zeta_step = None if z is None else {"parent_zeta": z.parent_zeta, "delta": z.delta, "restarted": z.restarted}
         out.append(
             {
                 "id": g.id,
                 "name": g.name,
                 "parent": g.parent_id,
                 "status": g.status,
-                "live": live is not None and live.generation_id == g.id,
-                "live_gallery_accepts_queries": g.id in accepted,
-                "compatible_with_live": g.compatible_with_live,
-                "promoted": bool(g.promoted),
-                "production": production == g.id,
-                "promotions": [
-                    {"forced": pr.forced, "by": pr.by, "reason": pr.reason, "at": pr.at.isoformat()}
-                    for pr in promotions
-                    if pr.generation_id == g.id
-                ],
-                "backfills": [
-                    {
-                        "id": b.id,
-                        "kind": b.kind,
-                        "from": b.from_generation_id,
-                        "fraction": b.fraction,
-                        "order": b.order,
-                        "total": b.total,
-                        "reembedded": b.reembedded,
-                        "zeta_restarted": b.zeta_restarted,
-                        "duration_s": b.duration_s,
-                        "metrics": b.metrics,
-                        "finished_at": b.finished_at.isoformat(),
-                    }
-                    for b in backfills
-                    if b.to_generation_id == g.id
-                ],
-                "compatibility": compat.get(g.id),
+                **_roles(g, rows),
+                "compatibility": rows.compat.get(g.id),
                 "alignment": g.alignment,
                 "geometry": g.geometry,
                 "zeta": g.zeta,
-                "zeta_step": None
-                if z is None
-                else {"parent_zeta": z.parent_zeta, "delta": z.delta, "restarted": z.restarted},
+                "zeta_step": zeta_step,
                 "curvature": g.curvature,
                 "embed_dim": g.embed_dim,
                 "dataset": g.dataset,
@@ -144,12 +175,9 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
                 "mlflow_version": g.mlflow_version,
                 "mlflow_run_id": g.mlflow_run_id,
                 "created_at": g.created_at.isoformat() if g.created_at else None,
-                "backfill_required": None if dec is None else dec.required,
-                "backfill_reasons": [] if dec is None else list(dec.reasons),
-                "backfill_checks": [] if dec is None else list(dec.checks),
-                "backfill_against": None if dec is None else dec.against_generation_id,
-                "diagnostics": diags.get(g.id, {}),
-                "metrics": _metrics(g, table, DerivedMetrics.from_rows(derived.get(g.id, {}))),
+                **_decision(g, rows),
+                "diagnostics": rows.diags.get(g.id, {}),
+                "metrics": _metrics(g, rows.table, DerivedMetrics.from_rows(rows.derived.get(g.id, {}))),
             }
         )
     return out

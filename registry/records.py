@@ -1,4 +1,4 @@
-"""Plain records the lineage store reads and writes (one generation, its evaluations, decisions, pointers, backfills)."""
+"""Plain records the lineage store writes: a generation, its evaluations, decisions, pointers, backfills."""
 
 from __future__ import annotations
 

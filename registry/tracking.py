@@ -49,7 +49,8 @@ class RegistrationRequest:
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
-    artifacts: list[Path] = field(default_factory=list)
+    #: artifact folder of the run ("" = its root) → files or folders logged there
+    artifacts: dict[str, list[Path]] = field(default_factory=dict)
     backfill_required: bool | None = None
     backfill_reasons: list[str] = field(default_factory=list)
     extra_tags: dict[str, str] = field(default_factory=dict)
@@ -113,6 +114,44 @@ def _quiet_mlflow() -> Iterator[None]:
             logging.getLogger(n).setLevel(lvl)
 
 
+def _finite(values: dict[str, Any]) -> dict[str, float]:
+    """MLflow metric names for the finite values (None, NaN and inf are left out)."""
+    return {metric_key(k): float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+
+
+def _log_run(req: RegistrationRequest) -> str:
+    """Log params, metrics, the training curves, artifacts and the pyfunc model into the active run; the model's URI."""
+    import mlflow
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import Schema, TensorSpec
+
+    mlflow.log_params({k: (str(v)[:6000]) for k, v in flatten(req.params).items()})
+    mlflow.log_metrics(_finite(req.metrics))
+    for rec in req.history:
+        mlflow.log_metrics(
+            _finite({f"train/{k}": v for k, v in rec.items() if k != "epoch"}), step=int(rec.get("epoch", 0))
+        )
+    for folder, paths in req.artifacts.items():
+        for path in paths:
+            if path.is_dir():
+                mlflow.log_artifacts(str(path), artifact_path="/".join(filter(None, (folder, path.name))))
+            else:
+                mlflow.log_artifact(str(path), artifact_path=folder or None)
+    h, w, c = req.image_shape
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, req.vector_dim))]),
+    )
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=str(_MODEL_CODE),
+        artifacts={"checkpoint": str(req.checkpoint)},
+        signature=signature,
+        pip_requirements=[f"bctflow=={package_version('bctflow')}"],
+    )
+    return info.model_uri
+
+
 class MlflowStore:
     """MLflow tracking + model registry at ``tracking_uri`` (``sqlite:///…`` by default)."""
 
@@ -148,8 +187,6 @@ class MlflowStore:
     def register(self, req: RegistrationRequest) -> RegistrationResult:
         """Create the run, log everything, register the version, tag it. All or nothing."""
         import mlflow
-        from mlflow.models.signature import ModelSignature
-        from mlflow.types.schema import Schema, TensorSpec
 
         with _quiet_mlflow():
             client = self._client()
@@ -159,45 +196,10 @@ class MlflowStore:
             version: str | None = None
             try:
                 run_tags = self._tags(req)
-                with mlflow.start_run(
-                    experiment_id=exp_id, run_name=f"gen-{req.generation_id}-{req.alignment}", tags=run_tags
-                ) as run:
+                run_name = f"gen-{req.generation_id}-{req.alignment}"
+                with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=run_tags) as run:
                     run_id = run.info.run_id
-                    params = {k: (str(v)[:6000]) for k, v in flatten(req.params).items()}
-                    mlflow.log_params(params)
-                    finite = {
-                        metric_key(k): float(v)
-                        for k, v in req.metrics.items()
-                        if v is not None and math.isfinite(float(v))
-                    }
-                    mlflow.log_metrics(finite)
-                    for rec in req.history:
-                        step = int(rec.get("epoch", 0))
-                        mlflow.log_metrics(
-                            {
-                                metric_key(f"train/{k}"): float(v)
-                                for k, v in rec.items()
-                                if k != "epoch" and math.isfinite(float(v))
-                            },
-                            step=step,
-                        )
-                    for path in req.artifacts:
-                        if path.is_dir():
-                            mlflow.log_artifacts(str(path), artifact_path=path.name)
-                        else:
-                            mlflow.log_artifact(str(path))
-                    h, w, c = req.image_shape
-                    signature = ModelSignature(
-                        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))]),
-                        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, req.vector_dim))]),
-                    )
-                    info = mlflow.pyfunc.log_model(
-                        name="model",
-                        python_model=str(_MODEL_CODE),
-                        artifacts={"checkpoint": str(req.checkpoint)},
-                        signature=signature,
-                        pip_requirements=[f"bctflow=={package_version('bctflow')}"],
-                    )
+                    model_uri = _log_run(req)
                 if created_model:
                     client.create_registered_model(
                         self.model_name,
@@ -205,7 +207,7 @@ class MlflowStore:
                         "trained to stay compatible with the gallery of its parent.",
                     )
                 mv = client.create_model_version(
-                    self.model_name, info.model_uri, run_id=run_id, tags=run_tags, description=req.description
+                    self.model_name, model_uri, run_id=run_id, tags=run_tags, description=req.description
                 )
                 version = str(mv.version)
                 for alias in req.aliases:

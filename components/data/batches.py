@@ -80,7 +80,7 @@ def augment_batch(x: Tensor, *, crop_padding: int, hflip: bool, generator: torch
     Per-sample offsets are drawn on CPU from ``generator`` (reproducible across
     devices) and applied with one gather.
     """
-    b, c, h, w = x.shape
+    b, _, h, w = x.shape
     if crop_padding > 0:
         p = crop_padding
         padded = F.pad(x, (p, p, p, p))

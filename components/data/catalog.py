@@ -55,5 +55,8 @@ def get_dataset_loader(name: str) -> DatasetLoader:
 
 
 def load_dataset(name: str, root: str | Path, **options: Any) -> DatasetSplits:
-    """Load (downloading if allowed and needed) the named dataset's splits; ``options``: the fields of :class:`DatasetRequest`."""
+    """Load (downloading if allowed and needed) the named dataset's splits.
+
+    ``options``: the fields of :class:`DatasetRequest`.
+    """
     return get_dataset_loader(name)(DatasetRequest(Path(root), **options))

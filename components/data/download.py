@@ -9,31 +9,27 @@ where a later run would take it for a good one.
   existing file is checked, never silently overwritten.
 - :func:`download_first` — the same over a list of mirrors.
 - :func:`extract` — ``.tar.gz`` / ``.tgz`` / ``.tar`` / ``.zip`` into a folder,
-  refusing path traversal, absolute paths, links and device files.
+  refusing path traversal, absolute paths, links and device files
+  (defined in :mod:`components.data.archives`).
 - :func:`load_or_build_cache` — a dict of arrays kept in an ``.npz``
   (no pickle), rebuilt when missing, damaged or built from other inputs.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import http.client
 import logging
 import os
-import shutil
-import stat
-import tarfile
 import urllib.error
 import urllib.request
-import uuid
-import zipfile
-import zlib
 from collections.abc import Callable, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from components.data.archives import extract
 from components.errors import DataError
 from components.io import atomic_path
 
@@ -127,16 +123,7 @@ def download(
     dest = Path(dest)
     exp = _expected(md5, sha256)
     if dest.exists():
-        if not dest.is_file():
-            raise DataError(f"{dest} exists but is not a file; remove it so that {url} can be downloaded there")
-        if exp is not None:
-            got = file_digest(dest, exp[0])
-            if got != exp[1]:
-                raise ChecksumError(
-                    f"{dest} already exists but its {exp[0]} is {got}, expected {exp[1]}; it was NOT overwritten. "
-                    f"It is corrupted, incomplete or a different version: delete it to download it again from {url}, "
-                    f"or replace it with the correct file"
-                )
+        _check_existing(dest, url, exp)
         return dest
 
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -144,15 +131,7 @@ def download(
     h = _hasher(exp[0]) if exp else None
     with atomic_path(dest) as tmp:
         try:
-            req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
-            with urllib.request.urlopen(req, timeout=timeout) as resp, open(tmp, "xb") as out:
-                length = resp.headers.get("Content-Length")
-                received = 0
-                while chunk := resp.read(_CHUNK):
-                    out.write(chunk)
-                    received += len(chunk)
-                    if h is not None:
-                        h.update(chunk)
+            received, length = _stream_to(url, tmp, timeout, h)
             if length is not None and length.isdigit() and received != int(length):
                 raise DataError(
                     f"the download of {url} was cut short ({received} of {length} bytes); "
@@ -161,14 +140,7 @@ def download(
         except DataError:
             raise
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-            if isinstance(e, urllib.error.HTTPError):
-                reason = f"HTTP {e.code} {e.reason}"
-            else:
-                reason = f"{type(e).__name__}: {getattr(e, 'reason', None) or e}"
-            raise DataError(
-                f"could not download {url} to {dest} ({reason}); check the network connection "
-                f"and run again, or {_manual_hint(dest, md5, sha256)}"
-            ) from e
+            raise _network_error(e, url, dest, md5, sha256) from e
         if h is not None and exp is not None:
             got = h.hexdigest()
             if got != exp[1]:
@@ -178,6 +150,49 @@ def download(
                     f"or {_manual_hint(dest, md5, sha256)}"
                 )
     return dest
+
+
+def _check_existing(dest: Path, url: str, exp: tuple[str, str] | None) -> None:
+    """Refuse an existing ``dest`` that is not a file or does not match the expected ``(algo, digest)``."""
+    if not dest.is_file():
+        raise DataError(f"{dest} exists but is not a file; remove it so that {url} can be downloaded there")
+    if exp is not None:
+        got = file_digest(dest, exp[0])
+        if got != exp[1]:
+            raise ChecksumError(
+                f"{dest} already exists but its {exp[0]} is {got}, expected {exp[1]}; it was NOT overwritten. "
+                f"It is corrupted, incomplete or a different version: delete it to download it again from {url}, "
+                f"or replace it with the correct file"
+            )
+
+
+def _stream_to(url: str, tmp: Path, timeout: float, h: Any) -> tuple[int, str | None]:
+    """Stream the body of ``url`` into the new file ``tmp``, feeding ``h`` (a hashlib hash, or None) as it goes.
+
+    Returns ``(bytes received, the Content-Length header or None)``.
+    """
+    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+    with urllib.request.urlopen(req, timeout=timeout) as resp, open(tmp, "xb") as out:
+        length = resp.headers.get("Content-Length")
+        received = 0
+        while chunk := resp.read(_CHUNK):
+            out.write(chunk)
+            received += len(chunk)
+            if h is not None:
+                h.update(chunk)
+    return received, length
+
+
+def _network_error(e: Exception, url: str, dest: Path, md5: str | None, sha256: str | None) -> DataError:
+    """The :class:`DataError` for a download of ``url`` that failed with ``e`` (HTTP status or reason)."""
+    if isinstance(e, urllib.error.HTTPError):
+        reason = f"HTTP {e.code} {e.reason}"
+    else:
+        reason = f"{type(e).__name__}: {getattr(e, 'reason', None) or e}"
+    return DataError(
+        f"could not download {url} to {dest} ({reason}); check the network connection "
+        f"and run again, or {_manual_hint(dest, md5, sha256)}"
+    )
 
 
 def fetch_archive(archive: Path, url: str, md5: str, *, allowed: bool, what: str) -> str:
@@ -224,120 +239,6 @@ def download_first(
     kind = ChecksumError if all(isinstance(e, ChecksumError) for e in errors) else DataError
     details = "; ".join(f"[{i + 1}] {e}" for i, e in enumerate(errors))
     raise kind(f"could not download {dest.name} from any of {len(urls)} mirrors: {details}")
-
-
-# --------------------------------------------------------------------------- extraction
-
-
-def _archive_kind(archive: Path) -> str:
-    name = archive.name.lower()
-    if name.endswith((".tar.gz", ".tgz")):
-        return "r:gz"
-    if name.endswith(".tar"):
-        return "r:"
-    if name.endswith(".zip"):
-        return "zip"
-    raise DataError(f"cannot extract {archive}: unknown archive type (expected .tar.gz, .tgz, .tar or .zip)")
-
-
-def _check_member_name(archive: Path, name: str) -> None:
-    norm = name.replace("\\", "/")
-    parts = PurePosixPath(norm).parts
-    unsafe = (
-        not norm
-        or norm.startswith("/")
-        or (len(norm) > 1 and norm[1] == ":")  # C:\..., C:foo
-        or ".." in parts
-        or "\x00" in norm
-    )
-    if unsafe:
-        raise DataError(
-            f"refusing to extract {archive}: member {name!r} has an absolute path or '..' (it would be written "
-            f"outside the target folder); the archive is not the expected dataset file, delete it and download "
-            f"it again from the official source"
-        )
-
-
-def _refuse_type(archive: Path, name: str, what: str) -> DataError:
-    return DataError(
-        f"refusing to extract {archive}: member {name!r} is a {what}, which a dataset archive never contains; "
-        f"the archive is not the expected dataset file, delete it and download it again from the official source"
-    )
-
-
-def _extract_tar(archive: Path, mode: str, into: Path) -> None:
-    with tarfile.open(archive, mode) as tar:
-        for m in tar:  # streaming: each member is checked before it is written
-            _check_member_name(archive, m.name)
-            if m.issym() or m.islnk():
-                raise _refuse_type(archive, m.name, "symbolic or hard link")
-            if not (m.isfile() or m.isdir()):
-                raise _refuse_type(archive, m.name, "device, FIFO or other special file")
-            if hasattr(tarfile, "data_filter"):
-                tar.extract(m, into, set_attrs=False, filter="data")
-            else:  # pragma: no cover - Python < 3.11.4
-                tar.extract(m, into, set_attrs=False)
-
-
-def _extract_zip(archive: Path, into: Path) -> None:
-    with zipfile.ZipFile(archive) as zf:
-        infos = zf.infolist()
-        for info in infos:
-            _check_member_name(archive, info.filename)
-            mode = info.external_attr >> 16
-            if mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
-                what = "symbolic link" if stat.S_ISLNK(mode) else "device, FIFO or other special file"
-                raise _refuse_type(archive, info.filename, what)
-        for info in infos:
-            zf.extract(info, into)
-
-
-_CORRUPT = (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, gzip.BadGzipFile)
-
-
-def extract(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[str]) -> Path:
-    """Extract ``archive`` (.tar.gz/.tgz/.tar/.zip) so that its members lie under ``dest_dir``.
-
-    Members are extracted into a temp folder beside ``dest_dir`` that is renamed
-    onto ``dest_dir`` only once everything was extracted, so ``dest_dir`` exists
-    only as a complete extraction: if it already exists it is returned as is.
-    Absolute paths, ``..`` members, links and device files are refused
-    (:class:`DataError`); a damaged archive (truncated gzip, bad zip, CRC
-    error) raises :class:`DataError` saying to delete and download it again.
-    On any failure nothing is left at ``dest_dir`` and the temp folder is removed.
-    """
-    archive, dest_dir = Path(archive), Path(dest_dir)
-    if dest_dir.exists():
-        return dest_dir
-    if not archive.is_file():
-        raise DataError(f"cannot extract {archive}: file not found; download it first (or place it there)")
-    kind = _archive_kind(archive)
-    dest_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest_dir.with_name(f".{dest_dir.name}.{uuid.uuid4().hex}.tmp")
-    tmp.mkdir()
-    try:
-        try:
-            if kind == "zip":
-                _extract_zip(archive, tmp)
-            else:
-                _extract_tar(archive, kind, tmp)
-        except DataError:
-            raise
-        except _CORRUPT as e:
-            raise DataError(
-                f"archive {archive} is corrupted or truncated ({type(e).__name__}: {e}); "
-                f"delete it and download it again"
-            ) from e
-        try:
-            os.replace(tmp, dest_dir)
-        except OSError:
-            if dest_dir.is_dir():  # another process finished the same extraction first
-                return dest_dir
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest_dir
 
 
 # --------------------------------------------------------------------------- array cache

@@ -104,7 +104,8 @@ class DataManifest:
             b = json.loads(text)
             if b.get("version") != MANIFEST_VERSION:
                 raise DataError(
-                    f"data manifest version {b.get('version')} is not supported (expected {MANIFEST_VERSION}); recreate the snapshot"
+                    f"data manifest version {b.get('version')} is not supported (expected {MANIFEST_VERSION}); "
+                    "recreate the snapshot"
                 )
             m = cls(
                 dataset=b["dataset"],
@@ -131,7 +132,8 @@ class DataManifest:
             pos = data.positions_of(self.ids)
         except KeyError as err:
             raise DataError(
-                f"manifest refers to samples missing from dataset {self.dataset!r}: {err}; the dataset changed, snapshot again"
+                f"manifest refers to samples missing from dataset {self.dataset!r}: {err}; "
+                "the dataset changed, snapshot again"
             ) from None
         sub = data.subset(pos)
         if not np.array_equal(sub.labels, self.labels):
@@ -159,7 +161,7 @@ def select_training_data(
     mask = np.isin(train.labels, np.asarray(list(class_order), dtype=np.int64))
     pos = np.flatnonzero(mask)
     if fraction < 1.0:
-        keep = int(round(fraction * len(pos)))
+        keep = round(fraction * len(pos))
         if keep == 0:
             raise DataError(f"fraction {fraction} of {len(pos)} samples keeps nothing; raise the fraction")
         pos = np.sort(np.random.default_rng(seed).permutation(pos)[:keep])

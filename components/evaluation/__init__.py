@@ -1,4 +1,4 @@
-"""Evaluation: retrieval metrics (CMC@k, mAP) and compatibility metrics (design §6)."""
+"""Evaluation: retrieval metrics (CMC@k, mAP) and compatibility metrics (docs/design.md §6)."""
 
 from components.evaluation.compat import (
     COMPAT_METRICS,

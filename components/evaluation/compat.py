@@ -1,14 +1,14 @@
-"""Compatibility metrics between model generations (design §6).
+"""Compatibility metrics between model generations (docs/design.md §6).
 
 Notation: M(φ_q, φ_g) is a retrieval metric (CMC@k or mAP) with queries
 embedded by φ_q and the gallery by φ_g; φ_o is the old model, φ_n the new
 one, φ* the new model trained with no alignment (the reference).
 
-* P_com, P_up: HBCT paper Eqs. (14)-(15) as corrected in design §6.
+* P_com, P_up: HBCT paper Eqs. (14)-(15) as corrected in docs/design.md §6.
 * Empirical compatibility criterion: Shen et al. (2020), and
-  papers/probability-simplex-compatible.md Eq. (7).
+  the Simplex paper, Eq. (7) (references: docs/design.md §10).
 * AC / AA / ACA over a compatibility matrix:
-  papers/probability-simplex-compatible.md §4.1, Eq. (8) (Biondi et al., 2023).
+  the Simplex paper §4.1, Eq. (8).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ DENOMINATOR_EPS = 1e-12
 
 
 def p_com(cross: float, old_self: float, ref_self: float) -> tuple[float | None, float]:
-    """P_com = (M(φ_n, φ_o) - M(φ_o, φ_o)) / (M(φ*, φ*) - M(φ_o, φ_o)) (design §6).
+    """P_com = (M(φ_n, φ_o) - M(φ_o, φ_o)) / (M(φ*, φ*) - M(φ_o, φ_o)) (docs/design.md §6).
 
     ``cross`` = M(φ_n, φ_o), ``old_self`` = M(φ_o, φ_o), ``ref_self`` =
     M(φ*, φ*). Returns ``(P_com, denominator)``; P_com is None when
     |denominator| < :data:`DENOMINATOR_EPS`. Whatever sign results is
     reported (a negative denominator means the reference model is worse than
     the old one). Always report the denominator next to P_com: when it is
-    small, P_com swings wildly with tiny changes in ``cross`` (design §6).
+    small, P_com swings wildly with tiny changes in ``cross`` (docs/design.md §6).
     """
     denominator = float(ref_self) - float(old_self)
     if abs(denominator) < DENOMINATOR_EPS:
@@ -54,7 +54,7 @@ def p_com(cross: float, old_self: float, ref_self: float) -> tuple[float | None,
 
 
 def p_up(new_self: float, ref_self: float) -> float | None:
-    """P_up = (M(φ_n, φ_n) - M(φ*, φ*)) / M(φ*, φ*) (design §6).
+    """P_up = (M(φ_n, φ_n) - M(φ*, φ*)) / M(φ*, φ*) (docs/design.md §6).
 
     The HBCT paper's Eq. (15) prints the cross metric in the numerator; design
     §6 explains why self is used. None when ``ref_self`` is 0.
@@ -139,7 +139,10 @@ class DerivedMetrics:
         old_self: dict[str, float],
         ref_self: dict[str, float] | None,
     ) -> DerivedMetrics:
-        """P_com (when ``cross`` exists) and P_up (when the reference's ``ref_self`` exists) for :data:`COMPAT_METRICS`."""
+        """P_com (when ``cross`` exists) and P_up (when the reference's ``ref_self`` exists).
+
+        Both for every metric of :data:`COMPAT_METRICS`.
+        """
         if ref_self is None:
             return cls(parent_self=dict(old_self))
         pc: dict[str, float | None] = {}

@@ -1,4 +1,4 @@
-"""Health diagnostics of hyperbolic generations (design §4 "Diagnostics").
+"""Health diagnostics of hyperbolic generations (docs/design.md §4 "Diagnostics").
 
 They tell whether the HBCT mechanism is alive: if most embeddings sit on the
 clip radius ζ, every uncertainty and every cone aperture is the same number;

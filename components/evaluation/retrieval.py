@@ -1,12 +1,12 @@
-"""Retrieval scores and metrics: CMC@k and mAP@all (design §6).
+"""Retrieval scores and metrics: CMC@k and mAP@all (docs/design.md §6).
 
 Shapes: ``Nq`` queries, ``Ng`` gallery items. Score matrices are (Nq, Ng)
 float64 with *higher = nearer*:
 
 * Euclidean: cosine similarity of float64 re-normalised vectors (N, d).
-* Lorentz: minus the geodesic distance, HBCT Eq. (3) / design §2,
+* Lorentz: minus the geodesic distance, HBCT Eq. (3) / docs/design.md §2,
   ``-acosh(-K <q, g>_L) / sqrt(K)`` for hyperboloid points (N, d+1), time
-  coordinate first, computed in float64 (design §2 "Numerics": float32
+  coordinate first, computed in float64 (docs/design.md §2 "Numerics": float32
   distances of close pairs collapse to 0 once x_t is a few hundred).
 
 Every reported number is computed in float64. No loop runs over single
@@ -78,7 +78,7 @@ def retrieval_scores(
     D, cosine similarity after float64 re-normalisation (all-zero rows score
     0 against everything). ``geometry="lorentz"``: hyperboloid points with
     D = d+1, time first; returns ``-acosh(max(1, -K <q, g>_L)) / sqrt(K)``
-    (design §2, HBCT Eq. (3)), with <., .>_L from
+    (docs/design.md §2, HBCT Eq. (3)), with <., .>_L from
     :func:`components.geometry.pairwise_lorentz_inner` in float64.
     """
     _check_geometry(geometry, curvature)
@@ -145,7 +145,7 @@ def _ap_from_ranked(s: np.ndarray, rel: np.ndarray, ok: np.ndarray) -> np.ndarra
 
 
 def average_precision(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-    """Average precision of every row, float64 (Nq,) (design §6, mAP@all).
+    """Average precision of every row, float64 (Nq,) (docs/design.md §6, mAP@all).
 
     ``scores``: (Nq, Ng), higher = more relevant; ``relevant``: (Nq, Ng) bool;
     ``valid``: (Nq, Ng) bool, False = excluded from the ranking (e.g. the
@@ -194,7 +194,7 @@ def retrieval_metrics(
     leave_one_out: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, float]:
-    """CMC@k and mAP@all of one (query model, gallery model) pair (design §6).
+    """CMC@k and mAP@all of one (query model, gallery model) pair (docs/design.md §6).
 
     ``query_vecs``: (Nq, D) and ``gallery_vecs``: (Ng, D) embeddings (for
     lorentz, hyperboloid points, time first); ``*_labels``: class labels
@@ -213,11 +213,7 @@ def retrieval_metrics(
     _check_geometry(geometry, curvature)
     _check_items("query", query_vecs, query_labels, query_ids)
     _check_items("gallery", gallery_vecs, gallery_labels, gallery_ids)
-    ks = tuple(int(k) for k in ks)
-    if not ks or min(ks) < 1:
-        raise ValueError(f"ks must be positive ranks such as (1, 5), got {ks!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}; use e.g. 1024")
+    ks = _checked_ranks(ks, chunk_size)
     q_lab, g_lab = np.asarray(query_labels), np.asarray(gallery_labels)
     q_ids, g_ids = np.asarray(query_ids), np.asarray(gallery_ids)
     if leave_one_out and np.unique(g_ids).size != g_ids.size:
@@ -232,28 +228,49 @@ def retrieval_metrics(
     hits = {k: 0 for k in ks}
     ap_sum = 0.0
     n_used = 0
-    k_max = max(ks)
     for start in range(0, q_all.shape[0], chunk_size):
         sl = slice(start, start + chunk_size)
         scores = retrieval_scores(q_all[sl], g_all, geometry, curvature)
         relevant = q_lab[sl, None] == g_lab[None, :]
-        if leave_one_out:
-            valid = q_ids[sl, None] != g_ids[None, :]
-        else:
-            valid = np.ones_like(relevant)
-        s, rel, ok = _rank(scores, relevant, valid)
-        used = rel.any(axis=1)
-        n_used += int(used.sum())
-        ap_sum += float(_ap_from_ranked(s, rel, ok)[used].sum())
-        top = np.cumsum(rel[:, :k_max], axis=1) > 0  # hit within the first j+1
+        valid = q_ids[sl, None] != g_ids[None, :] if leave_one_out else np.ones_like(relevant)
+        used, ap, chunk_hits = _chunk_counts(scores, relevant, valid, ks)
+        n_used += used
+        ap_sum += ap
         for k in ks:
-            j = min(k, top.shape[1]) - 1
-            if j >= 0:
-                hits[k] += int(top[used, j].sum())
+            hits[k] += chunk_hits[k]
+    return _metrics_from_counts(hits, ap_sum, n_used)
 
-    out: dict[str, float] = {}
+
+def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:
+    """The CMC ranks ``ks`` as ints; ValueError for no rank, a rank below 1, or a ``chunk_size`` below 1."""
+    ks = tuple(int(k) for k in ks)
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive ranks such as (1, 5), got {ks!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}; use e.g. 1024")
+    return ks
+
+
+def _chunk_counts(
+    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray, ks: tuple[int, ...]
+) -> tuple[int, float, dict[int, int]]:
+    """Counts of one query chunk, inputs (n, Ng): queries with a relevant item, their AP sum, CMC hits per k."""
+    s, rel, ok = _rank(scores, relevant, valid)
+    used = rel.any(axis=1)
+    ap = float(_ap_from_ranked(s, rel, ok)[used].sum())
+    top = np.cumsum(rel[:, : max(ks)], axis=1) > 0  # hit within the first j+1
+    hits = {}
     for k in ks:
-        out[f"cmc@{k}"] = hits[k] / n_used if n_used else float("nan")
+        j = min(k, top.shape[1]) - 1
+        hits[k] = int(top[used, j].sum()) if j >= 0 else 0
+    return int(used.sum()), ap, hits
+
+
+def _metrics_from_counts(hits: dict[int, int], ap_sum: float, n_used: int) -> dict[str, float]:
+    """``{"cmc@k": ..., "map": ..., "n_queries": n_used}`` from summed counts; NaN metrics when no query was used."""
+    out: dict[str, float] = {}
+    for k, h in hits.items():
+        out[f"cmc@{k}"] = h / n_used if n_used else float("nan")
     out["map"] = ap_sum / n_used if n_used else float("nan")
     out["n_queries"] = n_used
     return out
@@ -262,7 +279,7 @@ def retrieval_metrics(
 def gallery_metrics(
     query: GalleryEmbeddings, gallery: GalleryEmbeddings, ks: Sequence[int] = (1, 5), chunk_size: int = 1024
 ) -> dict[str, float]:
-    """M(φ_q, φ_g) (design §6) for two models' embeddings of the same gallery items.
+    """M(φ_q, φ_g) (docs/design.md §6) for two models' embeddings of the same gallery items.
 
     Queries are the gallery items embedded by the query model, put into the
     gallery's space (:meth:`GalleryEmbeddings.vectors_against`), each excluded

@@ -4,18 +4,18 @@ Points are ``x = [x_t, x_s]`` in R^(d+1) stored with the *time* coordinate
 first: tensors of shape ``(..., d+1)``; tangent vectors at the origin are
 given by their space part, shape ``(..., d)``.
 
-Equations cite papers/hbct-arrow-of-time.md (HBCT) and design.md §2:
+Equations cite the HBCT paper (docs/design.md §10) and docs/design.md §2:
 
 * Lorentz inner product, HBCT Eq. (1):  <x, y>_L = x_s·y_s - x_t·y_t
 * hyperboloid, HBCT Eq. (2):            <x, x>_L = -1/K, x_t > 0
 * geodesic distance, HBCT Eq. (3):      d(x, y) = acosh(-K <x, y>_L) / sqrt(K)
 * exp / log map at the origin, HBCT Eqs. (5)-(6) with p = o = [1/sqrt(K), 0]
-* uncertainty, HBCT Eq. (10), in the normalised form of design §2:
+* uncertainty, HBCT Eq. (10), in the normalised form of docs/design.md §2:
   u = 1 - ||h_s|| / h_t = 1 - tanh(sqrt(K) ||z||), always in [0, 1]
 * half-aperture of the entailment cone, HBCT Eq. (11)
 * exterior angle of the triangle (origin, h_o, h_n), HBCT §4.2
 
-Numerics (design §2): float32 cannot represent 1 + 1e-8, so every clamp
+Numerics (docs/design.md §2): float32 cannot represent 1 + 1e-8, so every clamp
 below uses a margin that exists in the tensor's dtype (:func:`dtype_margin`).
 Training code may call these in float32; reported distances and metrics must
 be computed in float64 (callers cast first).
@@ -55,7 +55,7 @@ MAX_TANGENT_NORM = 15.0
 def dtype_margin(dtype: torch.dtype) -> float:
     """A clamp margin that survives rounding near 1 in ``dtype``.
 
-    float32 spacing near 1 is 1.19e-7, so 1e-8 vanishes (design §2); 1e-6 is
+    float32 spacing near 1 is 1.19e-7, so 1e-8 vanishes (docs/design.md §2); 1e-6 is
     ~8 ulps. float64 spacing is 2.2e-16, so 1e-12 is safe.
     """
     if dtype == torch.float64:
@@ -80,7 +80,7 @@ def pairwise_lorentz_inner(x: Tensor, y: Tensor) -> Tensor:
     """All-pairs Lorentz inner products as one matmul.
 
     ``x``: (N, d+1), ``y``: (M, d+1) → (N, M). Negating the query's time
-    coordinate turns the Lorentz product into a Euclidean one (design §8).
+    coordinate turns the Lorentz product into a Euclidean one (docs/design.md §8).
     """
     x_neg = torch.cat([-x[..., :1], x[..., 1:]], dim=-1)
     return x_neg @ y.transpose(-1, -2)
@@ -150,7 +150,7 @@ def uncertainty(h: Tensor) -> Tensor:
     """HBCT Eq. (10), normalised form: u = 1 - ‖h_s‖/h_t. ``h``: (..., d+1) → (...).
 
     Independent of K because ‖h_s‖/h_t = tanh(√K‖z‖) for h = expmap0(z).
-    Lies in [0, 1] (design §2 explains why the paper's 1 - tanh/√K is not used).
+    Lies in [0, 1] (docs/design.md §2 explains why the paper's 1 - tanh/√K is not used).
     """
     ratio = torch.linalg.vector_norm(h[..., 1:], dim=-1) / h[..., 0]
     return (1.0 - ratio).clamp(0.0, 1.0)
@@ -166,7 +166,7 @@ def half_aperture(h_o: Tensor, k: float | Tensor = 1.0, eps: float = 0.1) -> Ten
     """Half-aperture of the entailment cone at ``h_o``, HBCT Eq. (11).
 
     aper = asin(min(1, 2ε / (√K ‖h_o,s‖))), with ‖h_o,s‖ the norm of the space
-    part of the *hyperboloid point* (design §2). ``h_o``: (..., d+1) → (...).
+    part of the *hyperboloid point* (docs/design.md §2). ``h_o``: (..., d+1) → (...).
     Points nearer the origin than 2ε/√K get the full aperture π/2.
     """
     sk = _sqrt_k(k, h_o)
@@ -190,7 +190,7 @@ def exterior_angle(h_o: Tensor, h_n: Tensor, k: float | Tensor = 1.0) -> Tensor:
     float32 leave c² − 1 ≈ 1e-4 for identical points at ‖z‖ ≈ 3). At the apex
     (h_n = h_o, or closer than float rounding) the angle is undefined and is
     reported as 0 (inside the cone) with zero gradient, keeping identical pairs
-    out of the gradient path (design §2).
+    out of the gradient path (docs/design.md §2).
     """
     kk = torch.as_tensor(k, dtype=h_o.dtype, device=h_o.device)
     m = dtype_margin(h_o.dtype)

@@ -1,17 +1,17 @@
 """Exact FAISS gallery index for Euclidean (cosine) or Lorentz embeddings.
 
-* Euclidean (design §6): vectors (N, d) are L2-normalised to float32 and
+* Euclidean (docs/design.md §6): vectors (N, d) are L2-normalised to float32 and
   searched by exact inner product, i.e. cosine similarity.
-* Lorentz (design §8): hyperboloid points (N, d+1), time first, are stored
+* Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first, are stored
   as-is; each query's time coordinate is negated, so the inner product FAISS
   maximises is the Lorentz product <q, g>_L (HBCT Eq. (1)), and because the
   geodesic distance acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone
   decreasing in it, exact MIPS (IndexFlatIP) is exact geodesic kNN.
 
 FAISS ranks in float32; the k returned neighbours are then re-scored in
-float64 from the stored vectors (design §2 "Numerics": reported distances
+float64 from the stored vectors (docs/design.md §2 "Numerics": reported distances
 must be float64) and re-sorted. Every index carries an
-:class:`~components.indexing.manifest.IndexManifest` (design §7 "Index
+:class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7 "Index
 files") that is checked on load and before every search, since FAISS itself
 notices neither a same-dimension model swap, a truncated file, nor NaNs.
 """
@@ -28,10 +28,10 @@ import numpy as np
 
 from components.errors import (
     ConfigError,
-    DataError,
     IncompatibleQueryError,
     IndexIntegrityError,
 )
+from components.indexing.build_inputs import checked_gallery_vectors, checked_ids, stored_rows
 from components.indexing.manifest import IndexManifest
 from components.indexing.vectors import HYPERBOLOID_RTOL, flip_time, hyperboloid_rel_error, in_index_space
 from components.io import atomic_write_bytes
@@ -108,55 +108,10 @@ class GalleryIndex:
             )
         if isinstance(generation, bool) or not isinstance(generation, (int, np.integer)) or generation < 0:
             raise ConfigError(f"generation must be an int >= 0, got {generation!r}")
-        x = np.asarray(vectors)
-        if x.ndim != 2:
-            raise DataError(
-                f"gallery vectors must be a 2-D array (N, D), got shape {x.shape}; "
-                "stack the embeddings one row per item"
-            )
+        x = checked_gallery_vectors(vectors, geometry)
         n, dim = x.shape
-        if n == 0:
-            raise DataError("the gallery is empty; embed at least one item before building an index")
-        min_dim = 2 if geometry == "lorentz" else 1
-        if dim < min_dim:
-            raise DataError(
-                f"gallery vectors have width {dim}, too small for {geometry}; "
-                "lorentz points need d+1 >= 2 coordinates, time first"
-            )
-        bad = ~np.isfinite(x).all(axis=1)
-        if bad.any():
-            raise DataError(
-                f"{int(bad.sum())} of {n} gallery vectors contain NaN or inf "
-                f"(first at row {int(np.argmax(bad))}); fix or drop them before building the index"
-            )
-        id_arr = np.asarray(ids)
-        if id_arr.ndim != 1 or id_arr.shape[0] != n:
-            raise DataError(
-                f"ids must be 1-D with one id per gallery vector ({n}), got shape {id_arr.shape}; "
-                "pass ids aligned with the rows of vectors"
-            )
-        if not np.issubdtype(id_arr.dtype, np.integer):
-            raise DataError(
-                f"ids must be integers (FAISS stores int64 ids), got dtype {id_arr.dtype}; "
-                "map your item keys to int64 first"
-            )
-        id64 = id_arr.astype(np.int64)
-        uniq, counts = np.unique(id64, return_counts=True)
-        if uniq.size != n:
-            raise DataError(
-                f"ids are not unique (e.g. id {int(uniq[np.argmax(counts > 1)])} occurs "
-                f"{int(counts.max())} times); give every gallery item its own id"
-            )
-
-        fix = (
-            "drop or re-embed them"
-            if geometry == "euclidean"
-            else "pass points lifted with expmap0 at this curvature, time first"
-        )
-        rows = in_index_space(x, geometry, float(curvature), error=DataError, what="gallery vectors", fix=fix)
-        stored = rows.astype(np.float32) if geometry == "euclidean" else x.astype(np.float32)
-        if not np.isfinite(stored).all():
-            raise DataError("gallery vectors overflow float32; clip the tangent norm (ζ) before lifting")
+        id64 = checked_ids(ids, n)
+        stored = stored_rows(x, geometry, float(curvature))
 
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         index.add_with_ids(np.ascontiguousarray(stored), id64)
@@ -193,7 +148,7 @@ class GalleryIndex:
         """Same gallery, new set of query generations allowed to search it.
 
         Use when a later generation passes the compatibility criterion against
-        this gallery's generation (design §7); call :meth:`save` to persist.
+        this gallery's generation (docs/design.md §7); call :meth:`save` to persist.
         """
         manifest = replace(self._manifest, compatible_generations=tuple(int(g) for g in generations))
         return GalleryIndex(self._index, manifest)

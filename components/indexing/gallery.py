@@ -2,9 +2,9 @@
 
 Stores what every retrieval view needs: the tangent vectors ``z`` (Lorentz:
 the float64 hyperboloid points are rebuilt from them on demand, on whichever
-hyperboloid the comparison happens — design §2 "Numerics"), the unit vectors
-(Euclidean), and the classifier logits (PSP / LSP features, papers/
-probability-simplex-compatible.md). :meth:`GalleryEmbeddings.vectors_against`
+hyperboloid the comparison happens — docs/design.md §2 "Numerics"), the unit vectors
+(Euclidean), and the classifier logits (PSP / LSP features, the Simplex
+paper; docs/design.md §5.8). :meth:`GalleryEmbeddings.vectors_against`
 puts a *query* model's vectors into an older gallery's space: the gallery's K
 for Lorentz, the compatible prefix for a BT² model, the old class count for
 PSP / LSP.

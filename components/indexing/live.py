@@ -43,7 +43,8 @@ class LiveGallery:
             return json.loads(self.pointer_path.read_text())
         except json.JSONDecodeError as err:
             raise IndexIntegrityError(
-                f"live pointer {self.pointer_path} is not valid JSON ({err}); restore it from the lineage (bctflow lineage)"
+                f"live pointer {self.pointer_path} is not valid JSON ({err}); "
+                "restore it from the lineage (bctflow lineage)"
             ) from None
 
     def switch(self, index_dir: Path, **meta: Any) -> dict[str, Any]:
@@ -81,8 +82,10 @@ class LiveGallery:
         if query_generation not in idx.manifest.compatible_generations:
             p = self.pointer() or {}
             raise IncompatibleQueryError(
-                f"generation {query_generation} is not compatible with the live gallery (embedded by generation {p.get('generation')}; "
-                f"it accepts queries of generations {list(idx.manifest.compatible_generations)}); backfill the gallery with it or query with a compatible generation"
+                f"generation {query_generation} is not compatible with the live gallery "
+                f"(embedded by generation {p.get('generation')}; "
+                f"it accepts queries of generations {list(idx.manifest.compatible_generations)}); "
+                "backfill the gallery with it or query with a compatible generation"
             )
         return idx.search(queries, k, query_generation=query_generation)
 

@@ -1,7 +1,7 @@
-"""The manifest stored beside every gallery index file (design §7 "Index files").
+"""The manifest stored beside every gallery index file (docs/design.md §7 "Index files").
 
 FAISS itself detects neither a same-dimension model swap, a truncated file,
-nor NaN vectors (design §7), so each index carries a manifest that is checked
+nor NaN vectors (docs/design.md §7), so each index carries a manifest that is checked
 on load and at query time. Serialised as one JSON object in ``manifest.json``.
 """
 

@@ -90,7 +90,8 @@ class AlignmentLoss(nn.Module):
         except (TypeError, ValueError) as err:
             raise ConfigError(f"alignment {cls.name!r}: {err} (params.yaml alignment.options.{cls.name})") from None
 
-    # The checks below run before anything trains; they are classmethods so a plan can make them without building the loss.
+    # The checks below run before anything trains; they are classmethods so a plan can make them
+    # without building the loss.
     @classmethod
     def needs_reference(cls, options: Any) -> bool:
         """Whether training with these options needs the independent reference φ* (BT²)."""
@@ -103,7 +104,8 @@ class AlignmentLoss(nn.Module):
         """Refuse model combinations the method cannot align."""
         if cls.geometry is not None and new_geometry != cls.geometry:
             raise ConfigError(
-                f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; set model.geometry: {cls.geometry}"
+                f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; "
+                f"set model.geometry: {cls.geometry}"
             )
         if cls.requires_old:
             if old_geometry is None:

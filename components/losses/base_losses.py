@@ -1,7 +1,7 @@
 """Base losses L_base (HBCT Eq. (13)), selectable by name (``train.base_loss``).
 
 * ``ce``: cross-entropy on the model's classifier (Lorentz MLR / linear).
-* ``mixed``: the mixed-geometry contrastive loss of papers/hypmix-hard-negatives.md
+* ``mixed``: the mixed-geometry contrastive loss of the HypMix paper
   (Eq. 10): one logit mixes the cosine distance (Eq. 5) and λ times the
   hyperbolic distance, s_ik = (−D_cos(z_i, z_k) − λ·D_hyp(z_i, z_k))/τ. The paper's
   positives are two views of an instance; with one view per batch we use the

@@ -14,7 +14,7 @@ __all__ = ["apply_small_stem", "create_backbone", "load_pretrained_weights"]
 
 
 def apply_small_stem(model: nn.Module, in_chans: int) -> nn.Module:
-    """Replace an ImageNet stem with a 3×3 stride-1 conv and no max-pool (design §3).
+    """Replace an ImageNet stem with a 3×3 stride-1 conv and no max-pool (docs/design.md §3).
 
     For 8×8…32×32 inputs: the ImageNet stem (7×7/2 conv + 3×3/2 pool) shrinks
     32×32 to 8×8 before the first block and 8×8 to 2×2. Supported: timm's
@@ -23,7 +23,8 @@ def apply_small_stem(model: nn.Module, in_chans: int) -> nn.Module:
     conv1 = getattr(model, "conv1", None)
     if conv1 is None or not hasattr(model, "maxpool"):
         raise ConfigError(
-            f"small_stem is only supported for ResNet-style timm backbones (conv1 + maxpool), not {type(model).__name__}; "
+            "small_stem is only supported for ResNet-style timm backbones (conv1 + maxpool), "
+            f"not {type(model).__name__}; "
             "set model.small_stem: false (for ViTs pass img_size/patch_size in model.backbone_kwargs instead)"
         )
     if isinstance(conv1, nn.Conv2d):
@@ -47,7 +48,8 @@ def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(
-            f"pretrained weights file {p} does not exist; download it once (e.g. from the timm hub) and set model.pretrained_path"
+            f"pretrained weights file {p} does not exist; "
+            "download it once (e.g. from the timm hub) and set model.pretrained_path"
         )
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file

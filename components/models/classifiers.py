@@ -34,7 +34,8 @@ def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | floa
     k = 1/K. ‖w_c‖ is used directly (the reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²)
     cancels catastrophically in float32 for |a| ≳ 8).
     """
-    with torch.autocast(device_type=h.device.type, enabled=False):  # float32 even inside bf16 autocast (docs/design.md §2.5)
+    # float32 even inside bf16 autocast (docs/design.md §2.5)
+    with torch.autocast(device_type=h.device.type, enabled=False):
         h, a, w = h.float(), a.float(), w.float()
         k = 1.0 / torch.as_tensor(curvature, dtype=h.dtype, device=h.device)
         sk = k.sqrt()

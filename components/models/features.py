@@ -1,4 +1,4 @@
-"""Training-free retrieval features from a classifier's output (papers/probability-simplex-compatible.md).
+"""Training-free retrieval features from a classifier's output (the Simplex paper; docs/design.md §5.8).
 
 PSP (Eq. 2): h = P σ(z) / ‖P σ(z)‖; LSP (Eq. 6): h = P z / ‖P z‖, with the
 centring projection P_(k,k) = I − J/C_k (Eq. 3) and, to compare a model with

@@ -103,7 +103,7 @@ def orthonormal_from_skew(params: Tensor) -> Tensor:
 
 
 class BT2Head(nn.Module):
-    """BT² head (papers/bt2-basis-transformation.md, Algorithm 1; design §5).
+    """BT² head (the BT² paper, Algorithm 1; docs/design.md §5.7).
 
     With m = embed_dim (the part trained like an independent new model),
     n = compat_dim (the old gallery's dimension) and d = extra_dims:

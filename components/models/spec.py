@@ -85,7 +85,8 @@ class ModelSpec:
             n = self.compat_dim if self.compat_dim is not None else self.embed_dim
             if not (0 <= self.extra_dims <= n and n - self.extra_dims <= self.embed_dim):
                 raise ValueError(
-                    f"BT² needs 0 <= extra_dims ({self.extra_dims}) <= compat_dim ({n}) and compat_dim - extra_dims <= embed_dim ({self.embed_dim})"
+                    f"BT² needs 0 <= extra_dims ({self.extra_dims}) <= compat_dim ({n}) "
+                    f"and compat_dim - extra_dims <= embed_dim ({self.embed_dim})"
                 )
         elif self.extra_dims:
             raise ValueError("extra_dims only applies to the BT² head")

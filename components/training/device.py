@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -26,7 +26,7 @@ def select_device(preference: Literal["auto", "cpu", "cuda"] = "auto") -> torch.
     return torch.device("cuda") if cuda_available() else torch.device("cpu")
 
 
-def autocast(device: torch.device) -> ContextManager:
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 autocast on CUDA; a no-op on CPU (CPU bf16 is slower than fp32 on most hosts)."""
     if device.type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)

@@ -64,7 +64,7 @@ def embed_images(
 def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:
     """Vectors for retrieval and reported metrics, float64.
 
-    Lorentz: the clipped tangent vectors lifted again in float64 (design §2:
+    Lorentz: the clipped tangent vectors lifted again in float64 (docs/design.md §2:
     float32 points lose close-pair distances once x_t grows). Euclidean: the
     unit vectors. PSP / LSP: simplex features of the logits.
     """

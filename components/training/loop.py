@@ -56,9 +56,10 @@ class TrainingDivergedError(BctflowError):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """How to train (params ``train:``, ``data.augment`` and ``alignment.weight``; the params schema holds every default).
+    """How to train (params ``train:``, ``data.augment`` and ``alignment.weight``).
 
-    ``align_weight`` is λ of HBCT Eq. (13); ``base_loss`` / ``base_options`` choose L_base (docs/design.md §4.2, §5.9).
+    The params schema holds every default. ``align_weight`` is λ of HBCT Eq. (13); ``base_loss`` /
+    ``base_options`` choose L_base (docs/design.md §4.2, §5.9).
     """
 
     epochs: int
@@ -194,7 +195,8 @@ def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[di
     check_spec(read_spec(state, last), run.model.spec, last)
     if state.get("format") != TRAIN_FORMAT or state.get("run_key") != run_key:
         raise CheckpointMismatchError(
-            f"checkpoint {last} belongs to another training run (run key {state.get('run_key')!r}, expected {run_key!r}); "
+            f"checkpoint {last} belongs to another training run "
+            f"(run key {state.get('run_key')!r}, expected {run_key!r}); "
             f"delete {checkpoint_dir} to start over or use the parameters of that run"
         )
     run.model.load_state_dict(state["model"])

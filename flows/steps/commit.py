@@ -39,7 +39,8 @@ def _final(plan: GenerationPlan, staged: str | None) -> str | None:
 def _record(
     plan: GenerationPlan, snap: Snapshot, trained: Trained, reg: RegistrationResult, **facts: Any
 ) -> GenerationRecord:
-    """The generation's lineage row (``facts``: index_path, reference_checkpoint_path, promoted, compatible_with_live)."""
+    """The generation's lineage row; ``facts``: index_path, reference_checkpoint_path, promoted and
+    compatible_with_live."""
     p = plan.params
     return GenerationRecord(
         id=plan.gen_id,
@@ -105,6 +106,54 @@ def _pointer(
     )
 
 
+def _bundle(plan: GenerationPlan, store: LineageStore, record: GenerationRecord, ev: Evaluation) -> GenerationBundle:
+    """Everything the lineage transaction writes for the generation."""
+    zeta = None
+    if plan.zeta is not None:
+        zeta = ZetaRecord(
+            plan.zeta_prev, 0.0 if plan.parent is None else plan.delta_zeta, plan.zeta, plan.zeta_restarted
+        )
+    reason = "generation 0" if plan.parent is None else "passed the gate: compatible, and every backfill rule held"
+    return GenerationBundle(
+        generation=record,
+        evaluations=ev.evaluations,
+        derived=ev.derived.to_rows(),
+        diagnostics=ev.diagnostics,
+        zeta=zeta,
+        decision=ev.decision,
+        pointer=_pointer(plan, store, record, ev.compatible),
+        compat=ev.compat,
+        promotion=(store.production_generation_id(), reason) if record.promoted else None,
+    )
+
+
+def _move_into_place(
+    plan: GenerationPlan, bundle: GenerationBundle, reg: RegistrationResult, undo: contextlib.ExitStack
+) -> None:
+    """Inside the transaction: staging → generations/, the live pointer, the production alias (each undo recorded)."""
+    ws, final = plan.workspace, plan.final_dir
+    if final.exists():
+        raise LineageError(
+            f"{final} already exists although generation {plan.gen_id} is not in the lineage; move it away and rerun"
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(plan.staging_dir, final)
+    undo.callback(lambda: final.exists() and os.replace(final, plan.staging_dir))
+    pointer = bundle.pointer
+    if pointer is not None:
+        live = LiveGallery(ws.live_dir)
+        undo.callback(live.restore, live.pointer())
+        live.switch(
+            Path(pointer.index_path),
+            generation=pointer.generation_id,
+            compatible_generations=pointer.compatible_generations,
+            model_checkpoint=pointer.model_checkpoint,
+            zeta=pointer.zeta,
+        )
+    if bundle.generation.promoted:
+        undo.callback(ws.tracking(plan.params).move_alias(PRODUCTION_ALIAS, reg.version))
+
+
 def commit(
     plan: GenerationPlan,
     snap: Snapshot,
@@ -115,8 +164,7 @@ def commit(
     ref: Trained | None = None,
 ) -> None:
     """Write the lineage in one transaction; staging, the live pointer and the alias move inside it."""
-    ws = plan.workspace
-    store = ws.lineage(plan.params)
+    store = plan.workspace.lineage(plan.params)
     try:
         existing = store.generation_by_name(plan.name)
         if existing is not None and existing.mlflow_run_id == reg.run_id:
@@ -131,54 +179,9 @@ def commit(
             reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
             compatible_with_live=ev.compatible,
         )
-        zeta = None
-        if plan.zeta is not None:
-            zeta = ZetaRecord(
-                plan.zeta_prev, 0.0 if plan.parent is None else plan.delta_zeta, plan.zeta, plan.zeta_restarted
-            )
-        pointer = _pointer(plan, store, record, ev.compatible)
-        prev_production = store.production_generation_id()
-        bundle = GenerationBundle(
-            generation=record,
-            evaluations=ev.evaluations,
-            derived=ev.derived.to_rows(),
-            diagnostics=ev.diagnostics,
-            zeta=zeta,
-            decision=ev.decision,
-            pointer=pointer,
-            compat=ev.compat,
-            promotion=(
-                prev_production,
-                "generation 0" if plan.parent is None else "passed the gate: compatible, and every backfill rule held",
-            )
-            if record.promoted
-            else None,
-        )
+        bundle = _bundle(plan, store, record, ev)
         with contextlib.ExitStack() as undo:  # on failure the side effects are undone in reverse order
-
-            def side_effects() -> None:
-                final = plan.final_dir
-                if final.exists():
-                    raise LineageError(
-                        f"{final} already exists although generation {plan.gen_id} is not in the lineage; move it away and rerun"
-                    )
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(plan.staging_dir, final)
-                undo.callback(lambda: final.exists() and os.replace(final, plan.staging_dir))
-                if pointer is not None:
-                    live = LiveGallery(ws.live_dir)
-                    undo.callback(live.restore, live.pointer())
-                    live.switch(
-                        Path(pointer.index_path),
-                        generation=pointer.generation_id,
-                        compatible_generations=pointer.compatible_generations,
-                        model_checkpoint=pointer.model_checkpoint,
-                        zeta=pointer.zeta,
-                    )
-                if record.promoted:
-                    undo.callback(ws.tracking(plan.params).move_alias(PRODUCTION_ALIAS, reg.version))
-
-            store.commit_generation(bundle, before_commit=side_effects)
+            store.commit_generation(bundle, before_commit=lambda: _move_into_place(plan, bundle, reg, undo))
             undo.pop_all()
     finally:
         store.close()

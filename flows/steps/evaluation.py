@@ -238,10 +238,15 @@ def _evaluate(
         "reference_train_seconds": ref.seconds if ref else None,
         "device": trained.device,
     }
-    metrics_path = plan.staging_dir / "metrics.json"
-    atomic_write_text(metrics_path, json.dumps(summary, indent=2, default=float) + "\n")
-    artifacts.append(str(metrics_path))
+    artifacts.append(_write_summary(plan, summary))
     return Evaluation(r.records, derived, diagnostics, decision, summary, artifacts, compat, compatible)
+
+
+def _write_summary(plan: GenerationPlan, summary: dict) -> str:
+    """The evaluation summary as staging's metrics.json (written atomically); its path."""
+    path = plan.staging_dir / "metrics.json"
+    atomic_write_text(path, json.dumps(summary, indent=2, default=float) + "\n")
+    return str(path)
 
 
 def _lorentz_diagnostics(

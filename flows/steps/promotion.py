@@ -39,7 +39,8 @@ def promote(
         failed = gate_failures(g.compatible_with_live, list(decision.checks) if decision is not None else [])
         if failed and not force:
             raise ConfigError(
-                f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it anyway"
+                f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it "
+                "anyway"
             )
         prev = store.production_generation_id()
         at = datetime.now(UTC).isoformat(timespec="seconds")

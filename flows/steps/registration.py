@@ -58,11 +58,16 @@ def chain_description(plan: GenerationPlan, store: LineageStore, decision: Decis
         )
     aligned = "" if plan.parent is None else f", aligned to g{plan.parent.id}"
     steps.append(("~", f"g{plan.gen_id} [{plan.alignment}, ζ={_zeta(plan.zeta)}{aligned}, this version]"))
+    aligned_to = (
+        "nothing (generation 0: base loss only)"
+        if plan.parent is None
+        else f"generation {plan.parent.id}, whose embeddings fill the live gallery"
+    )
     chain = " → ".join(text for _, text in sorted(steps))
     lines = [
         f"Generation {plan.gen_id} ({plan.name}) of the bctflow lineage.",
         "Chain: " + chain,
-        f"Aligned to: {'nothing (generation 0: base loss only)' if plan.parent is None else f'generation {plan.parent.id}, whose embeddings fill the live gallery'}.",
+        f"Aligned to: {aligned_to}.",
         f"Backfill required: {'yes — ' + '; '.join(decision.reasons) if decision.required else 'no'}.",
     ]
     return "\n\n".join(lines)
@@ -89,6 +94,30 @@ def _run_metrics(trained: Trained, ev: Evaluation) -> dict[str, float | None]:
     return metrics
 
 
+def _run_params(plan: GenerationPlan, snap: Snapshot, trained: Trained) -> dict[str, Any]:
+    """The generation's parameters as the MLflow run records them (nested; flattened to dotted keys on logging)."""
+    p = plan.params
+    return {
+        "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
+        "alignment": {"method": plan.alignment, "weight": p.alignment.weight, **plan.alignment_options},
+        "model": {
+            "backbone": plan.backbone,
+            "backbone_kwargs": plan.backbone_kwargs,
+            "geometry": plan.geometry,
+            "embed_dim": p.model.embed_dim,
+        },
+        "geometry": {"zeta": plan.zeta, "curvature": trained.curvature, "delta_zeta": plan.delta_zeta},
+        "data": {
+            "dataset": p.data.dataset,
+            "classes": list(snap.class_order),
+            "fraction": plan.fraction,
+            "data_hash": snap.data_hash,
+            "n_train": snap.n_train,
+        },
+        "train": {**p.train.model_dump(), "epochs": plan.epochs},
+    }
+
+
 def register(
     plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation
 ) -> RegistrationResult:
@@ -113,30 +142,14 @@ def register(
         image_shape=load_splits(p, ws).test.image_shape,
         vector_dim=trained.stored_dim,
         description=description,
-        params={
-            "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
-            "alignment": {"method": plan.alignment, "weight": p.alignment.weight, **plan.alignment_options},
-            "model": {
-                "backbone": plan.backbone,
-                "backbone_kwargs": plan.backbone_kwargs,
-                "geometry": plan.geometry,
-                "embed_dim": p.model.embed_dim,
-            },
-            "geometry": {"zeta": plan.zeta, "curvature": trained.curvature, "delta_zeta": plan.delta_zeta},
-            "data": {
-                "dataset": p.data.dataset,
-                "classes": list(snap.class_order),
-                "fraction": plan.fraction,
-                "data_hash": snap.data_hash,
-                "n_train": snap.n_train,
-            },
-            "train": {**p.train.model_dump(), "epochs": plan.epochs},
-        },
+        params=_run_params(plan, snap, trained),
         metrics=_run_metrics(trained, ev),
         history=trained.history,
-        artifacts=[Path(a) for a in ev.artifacts]
-        + [Path(snap.manifest)]
-        + ([Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else []),
+        artifacts={  # the data and the index manifest are both manifest.json: each gets its folder
+            "": [Path(a) for a in ev.artifacts],
+            "data": [Path(snap.manifest)],
+            "index": [Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else [],
+        },
         backfill_required=ev.decision.required if plan.parent else None,
         backfill_reasons=ev.decision.reasons,
         extra_tags={

@@ -24,7 +24,7 @@ def select_generation_data(
     fraction: float,
     parent_order: Sequence[int] | None,
 ) -> DataManifest:
-    """Generation ``gen_id``'s training data: its classes (the parent's first, in the parent's order) and a seeded fraction."""
+    """Generation ``gen_id``'s training data: its classes (the parent's first, in its order) and a seeded fraction."""
     order = resolve_class_order(classes, splits.train.num_classes, parent_order)
     return select_training_data(
         splits.train,

@@ -16,6 +16,7 @@ from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
 from components.training.device import cuda_available
+from components.training.loop import TrainResult
 from flows.plan import GenerationPlan
 from flows.specs import model_spec_from_params
 from flows.steps.context import load_splits
@@ -49,7 +50,8 @@ def _finished(plan: GenerationPlan, role: str) -> Trained | None:
 def _role_spec(
     plan: GenerationPlan, role: str, snap: Snapshot, split: ArrayDataset, parent_spec: ModelSpec | None
 ) -> tuple[AlignmentChoice, ModelSpec]:
-    """The role's method and model spec: params + the training split's shape and statistics + what the alignment asks of the model."""
+    """The role's method and model spec: params, the training split's shape and statistics, and what the alignment
+    asks of the model."""
     aligned = choose_alignment(plan.alignment, plan.alignment_options)
     overrides = aligned.model_overrides(parent_spec)
     if role == "reference":  # an independent model in the same retrieval space
@@ -70,61 +72,17 @@ def _role_spec(
     return method, spec
 
 
-def train_role(
-    plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None
-) -> Trained:
-    """Train the generation's model (role "model") or its independent reference ("reference").
-
-    Resumes from the last epoch checkpoint in staging; if the final model of
-    this run already exists there, returns it without training. The alignment
-    loss is built once, here.
-    """
-    done = _finished(plan, role)
-    if done is not None:
-        return done
-    p = plan.params
-    manifest = DataManifest.from_json(Path(snap.manifest).read_text())
-    split = load_splits(p, plan.workspace).train
-    train = manifest.take(split)
-    parent = plan.parent
-    parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
-    choice, spec = _role_spec(
-        plan, role, snap, split, parent_spec
-    )  # normalisation statistics of the whole training split
-    loss = choice.build()  # once per training, before the seeded initialisation (a method may own random parts)
-    cfg = plan.train_config(role)
-    torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
-    model = build_model(spec, p.model.pretrained_path)
-    old_model = (
-        load_model(Path(parent.checkpoint)) if parent is not None and choice.trains and choice.requires_old else None
-    )
-    reference = (
-        load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
-    )
-    out_dir = plan.role_dir(role)
-    result = train_model(
-        model,
-        to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available()),
-        cfg,
-        loss,
-        out_dir / "checkpoints",
-        old_model=old_model,
-        reference_model=reference,
-        run_key=plan.role_run_key(role),
-        on_epoch=on_epoch,
-    )
-    k = float(result.model.curvature)
-    save_model(
-        result.model.cpu(),
-        out_dir / "model.pt",
-        extra={
-            "run_key": plan.role_run_key(role),
-            "history": result.history,
-            "seconds": result.seconds,
-            "device": result.device,
-            "curvature": k,
-        },
-    )
+def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec) -> Trained:
+    """Write the role's final model (with its run key and history) and drop its epoch checkpoints."""
+    out_dir, k = plan.role_dir(role), float(result.model.curvature)
+    extra = {
+        "run_key": plan.role_run_key(role),
+        "history": result.history,
+        "seconds": result.seconds,
+        "device": result.device,
+        "curvature": k,
+    }
+    save_model(result.model.cpu(), out_dir / "model.pt", extra=extra)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return Trained(
         role,
@@ -137,3 +95,45 @@ def train_role(
         spec.output_dim,
         spec.stored_dim,
     )
+
+
+def train_role(
+    plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None
+) -> Trained:
+    """Train the generation's model (role "model") or its independent reference ("reference").
+
+    Resumes from the last epoch checkpoint in staging; if the final model of
+    this run already exists there, returns it without training. The alignment
+    loss is built once, here.
+    """
+    done = _finished(plan, role)
+    if done is not None:
+        return done
+    p, parent = plan.params, plan.parent
+    manifest = DataManifest.from_json(Path(snap.manifest).read_text())
+    split = load_splits(p, plan.workspace).train
+    parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
+    choice, spec = _role_spec(plan, role, snap, split, parent_spec)  # normalisation statistics of the whole split
+    loss = choice.build()  # once per training, before the seeded initialisation (a method may own random parts)
+    cfg = plan.train_config(role)
+    torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
+    model = build_model(spec, p.model.pretrained_path)
+    old_model = (
+        load_model(Path(parent.checkpoint)) if parent is not None and choice.trains and choice.requires_old else None
+    )
+    reference = (
+        load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
+    )
+    train = manifest.take(split)
+    result = train_model(
+        model,
+        to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available()),
+        cfg,
+        loss,
+        plan.role_dir(role) / "checkpoints",
+        old_model=old_model,
+        reference_model=reference,
+        run_key=plan.role_run_key(role),
+        on_epoch=on_epoch,
+    )
+    return _save(plan, role, result, spec)

@@ -63,7 +63,7 @@ def test_cli_run_parses_and_plans_once_per_generation(
     }
     counts.clear()
     app(["run", "--home", str(home), "--params", str(tiny_params_file), "--generation", "g1"], standalone_mode=False)
-    # g1 trains twice (its independent reference φ*, then the HBCT model): one loss each; the dataset is cached in-process
+    # g1 trains twice (its independent reference φ*, then the HBCT model): one loss each; the dataset is cached
     assert counts == {"params validated": 1, "plans made": 1, "params digests": 1, "losses built": 2}
 
 

@@ -11,7 +11,8 @@ import pytest
 from benchmarks.profile import BenchSettings, Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
 from benchmarks.runner import Bench
-from benchmarks.scenarios import make_scenario, run_sequential, run_table
+from benchmarks.scenarios import make_scenario, run_table
+from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from flows.params import apply_overrides, load_params
 from tests.conftest import REPO, TINY_OVERRIDES
@@ -22,7 +23,7 @@ ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
     params = apply_overrides(
         load_params(REPO / "params.yaml"),
-        TINY_OVERRIDES + ["model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
+        [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
     )
     bench = BenchSettings(
         methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], tune_weights=[0.3, 1.0], **settings

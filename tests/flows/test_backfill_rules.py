@@ -10,7 +10,7 @@ LIVE_SELF = {"cmc@1": 0.80, "cmc@5": 0.93, "map": 0.60}
 
 
 def evidence(metric: str = "map", **kw) -> BackfillEvidence:
-    """Evidence whose measured compatibility fact is the criterion on ``metric`` (as the evaluation step measures it)."""
+    """Evidence whose measured compatibility fact is the criterion on ``metric`` (as the evaluation step measures)."""
     base = dict(
         live_generation_id=0,
         cross={"cmc@1": 0.82, "cmc@5": 0.95, "map": 0.70},
@@ -95,5 +95,6 @@ def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
         "value": 0.55,
         "threshold": 0.60,
         "passed": False,
-        "detail": "empirical compatibility fails against live gallery generation 0: cross map 0.5500 ≤ its self map 0.6000",
+        "detail": "empirical compatibility fails against live gallery generation 0: "
+        "cross map 0.5500 ≤ its self map 0.6000",
     }

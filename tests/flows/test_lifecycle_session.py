@@ -127,7 +127,7 @@ def test_promotion_gate_and_forced_override(session):
 
 
 def test_partial_backfill_by_uncertainty_mixes_generations(session):
-    home, params, gens = session
+    home, params, _gens = session
     ws = Workspace(home)
     live = LiveGallery(ws.live_dir)
     before = live.pointer()

@@ -15,7 +15,10 @@ from flows.lock import workspace_lock
 def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path):
     with workspace_lock(tmp_path, "a backfill is running"):
         # another process tries the same workspace
-        code = f"from flows.lock import workspace_lock\nfrom pathlib import Path\nwith workspace_lock(Path({str(tmp_path)!r}), 'x'): pass"
+        code = (
+            "from flows.lock import workspace_lock\nfrom pathlib import Path\n"
+            f"with workspace_lock(Path({str(tmp_path)!r}), 'x'): pass"
+        )
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert res.returncode != 0
         assert "is busy" in res.stderr and "a backfill is running" in res.stderr
@@ -28,6 +31,10 @@ def test_the_lock_is_released_when_the_holder_fails(tmp_path: Path):
         raise RuntimeError("boom")
     with workspace_lock(tmp_path, "second"):
         pass
-    with pytest.raises(LineageError, match="busy"), workspace_lock(tmp_path, "outer"):
-        with workspace_lock(tmp_path, "inner"):  # a second open file in the same process conflicts too
-            pass
+    # a second open file in the same process conflicts too
+    with (
+        pytest.raises(LineageError, match="busy"),
+        workspace_lock(tmp_path, "outer"),
+        workspace_lock(tmp_path, "inner"),
+    ):
+        pass

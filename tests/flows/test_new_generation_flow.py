@@ -43,7 +43,7 @@ def lineage_run(prefect_harness, tmp_path_factory):
 
 
 def test_lineage_records_the_chain(lineage_run):
-    home, _, s0, s1 = lineage_run
+    home, _, _s0, s1 = lineage_run
     store = LineageStore(f"sqlite:///{home / 'lineage.db'}")
     doc = store.to_json()
     assert [g["name"] for g in doc] == ["g0", "g1"]
@@ -59,7 +59,7 @@ def test_lineage_records_the_chain(lineage_run):
     assert m["parent_self"] == g0["metrics"]["self"]
     assert set(m["p_com"]) == {"cmc@1", "map"} and set(m["p_up"]) == {"cmc@1", "map"}
     ref_self, ref_cross = m["reference"]["self"], m["reference"]["cross"]
-    # P_com / P_up are exactly the design §6 formulas of the stored numbers
+    # P_com / P_up are exactly the docs/design.md §6 formulas of the stored numbers
     for k in ("cmc@1", "map"):
         den = ref_self[k] - m["parent_self"][k]
         assert m["p_com_denominator"][k] == pytest.approx(den)
@@ -95,7 +95,9 @@ def test_mlflow_has_a_tagged_version_per_generation(lineage_run):
     assert "g0 [independent" in v1.description and "g1 [hbct" in v1.description
     assert str(client.get_model_version_by_alias("bctflow-embedder", "gallery").version) == "1"
     arts = {a.path for a in client.list_artifacts(v1.run_id)}
-    assert {"metrics.json", "uncertainty.png", "training.png", "manifest.json"} <= arts
+    assert {"metrics.json", "uncertainty.png", "training.png", "data", "index"} <= arts
+    assert {a.path for a in client.list_artifacts(v1.run_id, "data")} == {"data/manifest.json"}
+    assert {a.path for a in client.list_artifacts(v1.run_id, "index")} == {"index/manifest.json"}
 
 
 def test_outputs_are_in_place_and_consistent(lineage_run):
@@ -112,7 +114,7 @@ def test_outputs_are_in_place_and_consistent(lineage_run):
     # the FAISS index serves the stored gallery: nearest neighbour of each item (excluding itself) is consistent
     index = GalleryIndex.load(Path(g1["index"]))
     gal = GalleryEmbeddings.load(gdir / "gallery.npz")
-    scores, ids = index.search(gal.vectors()[:20].astype(np.float32), 2, query_generation=1)
+    _scores, ids = index.search(gal.vectors()[:20].astype(np.float32), 2, query_generation=1)
     assert (ids[:, 0] == gal.ids[:20]).all()
     metrics = json.loads((gdir / "metrics.json").read_text())
     assert metrics["self"] == g1["metrics"]["self"]

@@ -14,19 +14,27 @@ from tests.conftest import REPO
 
 def test_params_yaml_spells_out_the_schema_defaults_except_the_demo_choices():
     """params.yaml and the schema never disagree on a default: only the deliberate demo settings differ."""
-    schema, shipped = flatten_overrides(Params().as_dict()), flatten_overrides(load_params(REPO / "params.yaml").as_dict())
+    schema, shipped = (
+        flatten_overrides(Params().as_dict()),
+        flatten_overrides(load_params(REPO / "params.yaml").as_dict()),
+    )
     differ = {k for k in schema.keys() | shipped.keys() if schema.get(k) != shipped.get(k)}
     assert differ == {"model.backbone_kwargs", "alignment.options", "generations"}
     # the HBCT options it lists are the method's own defaults
     options = load_params(REPO / "params.yaml").alignment.options
-    assert set(options) == {"hbct"} and choose_alignment("hbct", options["hbct"]).options == choose_alignment("hbct").options
+    assert (
+        set(options) == {"hbct"}
+        and choose_alignment("hbct", options["hbct"]).options == choose_alignment("hbct").options
+    )
 
 
 def test_overrides_apply_before_the_one_validation(tmp_path: Path):
     path = tmp_path / "params.yaml"
     path.write_text("train:\n  epochs: 0\n")  # invalid on its own ...
     assert load_params(path, ["train.epochs=3", "backfill.p_com_floor=0.2"]).train.epochs == 3  # ... fixed by --set
-    with pytest.raises(ConfigError, match=r"invalid parameters in .*params.yaml: train.epochs: Input should be greater than 0"):
+    with pytest.raises(
+        ConfigError, match=r"invalid parameters in .*params.yaml: train.epochs: Input should be greater than 0"
+    ):
         load_params(path)
     with pytest.raises(ConfigError, match=r"train\.epoch: unknown key"):
         load_params(path, ["train.epoch=3"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+from mlflow.exceptions import MlflowException
 
 from components.models import build_model, save_model
 from registry.tracking import MlflowStore, RegistrationRequest, metric_key
@@ -78,10 +79,8 @@ def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, check
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(checkpoint, 0))
-    with pytest.raises(Exception):
-        reg.register(
-            request(checkpoint, 1, aliases=["latest"])
-        )  # "latest" is a reserved alias → fails after the version exists
+    with pytest.raises(MlflowException, match="latest"):  # a reserved alias: fails after the version exists
+        reg.register(request(checkpoint, 1, aliases=["latest"]))
     client = mlflow.MlflowClient(uri, uri)
     assert [str(v.version) for v in client.search_model_versions("name='embedder'")] == ["1"]
     runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])

@@ -77,7 +77,8 @@ def safe_unpickle(data: bytes, source: str) -> object:
         raise
     except Exception as e:
         raise DataError(
-            f"{source} is not a readable CIFAR pickle ({type(e).__name__}: {e}); delete the archive and download it again"
+            f"{source} is not a readable CIFAR pickle ({type(e).__name__}: {e}); "
+            "delete the archive and download it again"
         ) from e
 
 
@@ -149,7 +150,8 @@ def load_cifar100(req: DatasetRequest) -> DatasetSplits:
     names = meta.get(b"fine_label_names") if isinstance(meta, dict) else None
     if not isinstance(names, list) or len(names) != NUM_CLASSES:
         raise DataError(
-            f"{archive}:{MEMBERS['meta']} has no list of {NUM_CLASSES} b'fine_label_names'; delete the archive and download it again"
+            f"{archive}:{MEMBERS['meta']} has no list of {NUM_CLASSES} b'fine_label_names'; "
+            "delete the archive and download it again"
         )
     class_names = tuple(n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names)
     train = _split(

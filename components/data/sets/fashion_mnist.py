@@ -140,7 +140,8 @@ def _images(raw: bytes, source: str) -> np.ndarray:
     a = parse_idx(raw, IMAGES_MAGIC, source)
     if a.shape[1:] != (HEIGHT, WIDTH):
         raise DataError(
-            f"{source} holds {a.shape[1]}×{a.shape[2]} images, Fashion-MNIST's are 28×28; delete it and download it again"
+            f"{source} holds {a.shape[1]}×{a.shape[2]} images, Fashion-MNIST's are 28×28; "
+            "delete it and download it again"
         )
     return a.reshape(len(a), HEIGHT, WIDTH, 1).copy()
 

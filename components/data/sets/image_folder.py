@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,8 @@ def _decode(path: Path, size: int) -> np.ndarray:
             return np.asarray(rgb, dtype=np.uint8)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataError(
-            f"cannot read image {path} ({type(e).__name__}: {e}); replace it with a valid image or remove it from the folder"
+            f"cannot read image {path} ({type(e).__name__}: {e}); "
+            "replace it with a valid image or remove it from the folder"
         ) from e
 
 
@@ -97,16 +99,22 @@ def _scan(folder: Path, classes: list[str]) -> tuple[list[Path], list[int]]:
     return paths, labels
 
 
-@register_dataset(NAME)
-def load_image_folder(req: DatasetRequest) -> DatasetSplits:
-    """Split from ``train/`` + ``test/``|``val/`` when present, else stratified; RGB image_size² images."""
-    root, test_fraction, split_seed, image_size, path = (
-        req.root,
-        req.test_fraction,
-        req.split_seed,
-        req.image_size,
-        req.path,
-    )
+@dataclass(frozen=True)
+class _Files:
+    """The image files of a tree: class names, train / test paths with class indices, and the split setting."""
+
+    classes: list[str]
+    train_paths: list[Path]
+    train_labels: list[int]
+    test_paths: list[Path]
+    test_labels: list[int]
+    split_info: str
+    presplit: bool
+
+
+def _checked_request(req: DatasetRequest) -> tuple[Path, int]:
+    """The resolved image-tree folder and the image side length of ``req``; DataError when either is unusable."""
+    path, image_size = req.path, req.image_size
     if not path:
         raise DataError(
             "dataset image_folder needs data.path: the folder holding one subfolder of images per class "
@@ -127,29 +135,32 @@ def load_image_folder(req: DatasetRequest) -> DatasetSplits:
         raise DataError(
             f"data.path {top} is not a folder; point data.path at the folder holding one subfolder of images per class"
         )
-    top = top.resolve()
+    return top.resolve(), size
 
+
+def _presplit_files(top: Path, test_dir: Path) -> _Files:
+    """The files of a ``train/`` + ``test/``|``val/`` tree; DataError for a test class without training folder."""
+    train_classes = _class_dirs(top / "train")
+    test_classes = _class_dirs(test_dir)
+    if not train_classes:
+        raise DataError(f"{top / 'train'} has no class folders; put the training images in {top / 'train'}/<class>/")
+    only_test = sorted(set(test_classes) - set(train_classes))
+    if only_test:
+        raise DataError(
+            f"class folders {only_test} exist in {test_dir} but not in {top / 'train'}: every test class needs "
+            f"training images; add {top / 'train'}/<class>/ folders or remove those test folders"
+        )
+    classes = sorted(train_classes)
+    tr_paths, tr_labels = _scan(top / "train", classes)
+    te_paths, te_labels = _scan(test_dir, classes)
+    return _Files(classes, tr_paths, tr_labels, te_paths, te_labels, f"folders train/{test_dir.name}", True)
+
+
+def _list_files(top: Path, test_fraction: float, split_seed: int) -> _Files:
+    """The files of the tree at ``top``, pre-split or to be split stratified; DataError for an empty class."""
     test_dir = next((top / n for n in ("test", "val") if (top / n).is_dir()), None)
-    presplit = (top / "train").is_dir() and test_dir is not None
-    if presplit:
-        assert test_dir is not None
-        train_classes = _class_dirs(top / "train")
-        test_classes = _class_dirs(test_dir)
-        if not train_classes:
-            raise DataError(
-                f"{top / 'train'} has no class folders; put the training images in {top / 'train'}/<class>/"
-            )
-        only_test = sorted(set(test_classes) - set(train_classes))
-        if only_test:
-            raise DataError(
-                f"class folders {only_test} exist in {test_dir} but not in {top / 'train'}: every test class needs "
-                f"training images; add {top / 'train'}/<class>/ folders or remove those test folders"
-            )
-        classes = sorted(train_classes)
-        tr_paths, tr_labels = _scan(top / "train", classes)
-        te_paths, te_labels = _scan(test_dir, classes)
-        empty = [c for i, c in enumerate(classes) if i not in set(tr_labels)]
-        split_info = f"folders train/{test_dir.name}"
+    if (top / "train").is_dir() and test_dir is not None:
+        files = _presplit_files(top, test_dir)
     else:
         class_dirs = _class_dirs(top)
         if not class_dirs:
@@ -159,40 +170,52 @@ def load_image_folder(req: DatasetRequest) -> DatasetSplits:
             )
         classes = sorted(class_dirs)
         tr_paths, tr_labels = _scan(top, classes)
-        te_paths, te_labels = [], []
-        empty = [c for i, c in enumerate(classes) if i not in set(tr_labels)]
-        split_info = f"stratified|{test_fraction}|{split_seed}"
+        files = _Files(classes, tr_paths, tr_labels, [], [], f"stratified|{test_fraction}|{split_seed}", False)
+    empty = [c for i, c in enumerate(files.classes) if i not in set(files.train_labels)]
     if empty:
-        where = top / "train" if presplit else top
+        where = top / "train" if files.presplit else top
         raise DataError(
-            f"class folders {empty} in {where} hold no images ({', '.join(EXTENSIONS)}); add images or remove the folders"
+            f"class folders {empty} in {where} hold no images ({', '.join(EXTENSIONS)}); "
+            "add images or remove the folders"
         )
+    return files
 
-    all_paths = tr_paths + te_paths
-    rel = [p.relative_to(top).as_posix() for p in all_paths]
-    stats = [os.stat(p) for p in all_paths]
-    listing = json.dumps({"classes": classes, "files": rel}, separators=(",", ":"))
+
+def _cached_images(root: Path, top: Path, size: int, paths: list[Path], listing: str) -> tuple[np.ndarray, Path]:
+    """Decoded images (N, size, size, 3) uint8 of ``paths`` and their cache file, decoded again when files changed."""
+    stats = [os.stat(p) for p in paths]
     key = hashlib.sha256(
         (f"v{CACHE_VERSION}|{size}|{listing}|" + ",".join(f"{s.st_size}:{s.st_mtime_ns}" for s in stats)).encode()
     ).hexdigest()
-    cache = Path(root) / NAME / (hashlib.sha256(f"{top}|{size}".encode()).hexdigest()[:16] + ".npz")
-    arrays = load_or_build_cache(cache, lambda: {"images": _decode_all(all_paths, size)}, key=key)
-    images = arrays["images"]
+    cache = root / NAME / (hashlib.sha256(f"{top}|{size}".encode()).hexdigest()[:16] + ".npz")
+    arrays = load_or_build_cache(cache, lambda: {"images": _decode_all(paths, size)}, key=key)
+    return arrays["images"], cache
 
-    labels = np.asarray(tr_labels + te_labels, dtype=np.int64)
+
+@register_dataset(NAME)
+def load_image_folder(req: DatasetRequest) -> DatasetSplits:
+    """Split from ``train/`` + ``test/``|``val/`` when present, else stratified; RGB image_size² images."""
+    top, size = _checked_request(req)
+    files = _list_files(top, req.test_fraction, req.split_seed)
+    all_paths = files.train_paths + files.test_paths
+    rel = [p.relative_to(top).as_posix() for p in all_paths]
+    listing = json.dumps({"classes": files.classes, "files": rel}, separators=(",", ":"))
+    images, cache = _cached_images(Path(req.root), top, size, all_paths, listing)
+
+    labels = np.asarray(files.train_labels + files.test_labels, dtype=np.int64)
     ids = np.arange(len(labels), dtype=np.int64)
-    full = ArrayDataset(images, labels, ids, tuple(classes))
-    if presplit:
-        tr_idx = np.arange(len(tr_labels))
-        te_idx = np.arange(len(tr_labels), len(labels))
+    full = ArrayDataset(images, labels, ids, tuple(files.classes))
+    if files.presplit:
+        tr_idx = np.arange(len(files.train_labels))
+        te_idx = np.arange(len(files.train_labels), len(labels))
     else:
-        tr_idx, te_idx = stratified_split(labels, test_fraction, split_seed)
-    fp = array_fingerprint(images, labels, extra=f"image_folder|{size}|{split_info}|{listing}")
+        tr_idx, te_idx = stratified_split(labels, req.test_fraction, req.split_seed)
+    fp = array_fingerprint(images, labels, extra=f"image_folder|{size}|{files.split_info}|{listing}")
     meta = {
         "source": str(top),
-        "split": split_info,
+        "split": files.split_info,
         "image_size": size,
-        "classes": list(classes),
+        "classes": list(files.classes),
         "num_files": len(rel),
         "cache": str(cache),
     }

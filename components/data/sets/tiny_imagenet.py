@@ -48,7 +48,8 @@ def _decode(path: Path) -> np.ndarray:
         ) from e
     if a.shape != (SIDE, SIDE, 3):
         raise DataError(
-            f"{path} is {a.shape[1]}×{a.shape[0]}, Tiny ImageNet images are 64×64; delete {ARCHIVE} and download it again"
+            f"{path} is {a.shape[1]}×{a.shape[0]}, Tiny ImageNet images are 64×64; "
+            f"delete {ARCHIVE} and download it again"
         )
     return a
 
@@ -103,7 +104,8 @@ def _build(top: Path) -> dict[str, np.ndarray]:
         fields = ln.split("\t")
         if len(fields) < 2 or fields[1].strip() not in class_of:
             raise DataError(
-                f"{ann} line {n} ({ln!r}) does not name a file and a class of wnids.txt; delete {ARCHIVE} and download it again"
+                f"{ann} line {n} ({ln!r}) does not name a file and a class of wnids.txt; "
+                f"delete {ARCHIVE} and download it again"
             )
         p = top / "val" / "images" / fields[0].strip()
         if not p.is_file():
@@ -123,7 +125,10 @@ def _build(top: Path) -> dict[str, np.ndarray]:
 
 @register_dataset(NAME)
 def load_tiny_imagenet(req: DatasetRequest) -> DatasetSplits:
-    """Official train/val split (``test_fraction``/``split_seed`` ignored); 64×64×3 (``image_size`` is the caller's job)."""
+    """Official train/val split (``test_fraction``/``split_seed`` ignored).
+
+    Images are 64×64×3 (``image_size`` is the caller's job).
+    """
     root, download = req.root, req.download
     base = Path(root) / NAME
     archive = base / ARCHIVE

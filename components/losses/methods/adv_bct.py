@@ -1,4 +1,4 @@
-"""``adv_bct``: AdvBCT (Pan et al. 2023), design §5.
+"""``adv_bct``: AdvBCT (Pan et al. 2023), docs/design.md §5.
 
 * Elastic boundary: per old class, the centre c_y of the old (unit) features and a
   radius r_y = the largest distance to c_y among the features that survive an IQR

@@ -1,4 +1,4 @@
-"""``bct``: the influence loss of Shen et al. 2020 (design §5).
+"""``bct``: the influence loss of Shen et al. 2020 (docs/design.md §5).
 
 L_align = CE(φ_o^cls(n), y_old): the *frozen old classifier* applied to the new
 embedding n. Classes the old model never saw get a synthesised classifier row

@@ -1,4 +1,4 @@
-"""``bt2``: BT² (Zhou et al. 2023, papers/bt2-basis-transformation.md), design §5.
+"""``bt2``: BT² (Zhou et al., ICCV 2023), docs/design.md §5.7.
 
 The new model gets the BT² head (:class:`components.models.heads.BT2Head`):
 embed_dim + extra_dims wide, built with orthonormal basis transformations, whose
@@ -11,7 +11,7 @@ first compat_dim dimensions (φ5) are compared with the old gallery. Losses:
 * ``mimic``: 1 − cos(φ3, φ*(x)) towards the frozen independently trained new
   model φ* (the target BT² builds on), when ``use_reference`` (default) and φ3 has
   φ*'s width (along a chain φ3 widens; the term is then skipped). The paper trains
-  φ3 with the base loss only; the mimic term is design §5's "uses an independently
+  φ3 with the base loss only; the mimic term is docs/design.md §5's "uses an independently
   trained new model as target".
 """
 
@@ -63,7 +63,8 @@ class BT2(BCT):
         n = parent.output_dim
         if options.extra_dims > n:
             raise ConfigError(
-                f"bt2 extra_dims ({options.extra_dims}) cannot exceed the parent's width ({n}); lower alignment.options.bt2.extra_dims"
+                f"bt2 extra_dims ({options.extra_dims}) cannot exceed the parent's width ({n}); "
+                "lower alignment.options.bt2.extra_dims"
             )
         return {
             "head": "bt2",
@@ -90,7 +91,8 @@ class BT2(BCT):
     def prepare(self, ctx: AlignmentContext) -> None:
         if ctx.new_spec.head != "bt2":
             raise ConfigError(
-                "bt2 needs the BT² head on the new model (ModelSpec.head = 'bt2'); build it with the method's model_overrides"
+                "bt2 needs the BT² head on the new model (ModelSpec.head = 'bt2'); "
+                "build it with the method's model_overrides"
             )
         super().prepare(ctx)
 

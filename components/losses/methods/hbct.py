@@ -1,11 +1,11 @@
-"""``hbct``: Hyperbolic Backward-Compatible Training (papers/hbct-arrow-of-time.md).
+"""``hbct``: Hyperbolic Backward-Compatible Training (the HBCT paper; docs/design.md §4).
 
 L_align = w_entail·L_entail + L_contrast, added to the base loss with weight λ
 (HBCT Eq. (13) / (16)). With h_n,i, h_o,i the new and (frozen) old
 embeddings of item i in the batch (B items, hyperboloid points (B, d+1)):
 
 * L_entail (HBCT §4.2, Eq. (11)): mean_i max(0, ext(h_o,i, h_n,i) − aper(h_o,i)).
-* L_contrast, RINCE (HBCT Eq. (12), design §4): with s_ij = −dist(h_n,i, h_o,j)/τ
+* L_contrast, RINCE (HBCT Eq. (12), docs/design.md §4): with s_ij = −dist(h_n,i, h_o,j)/τ
   and the per-anchor q_i = u(h_o,i) (HBCT Eq. (10), no gradient, ≥ q_min)
       ℓ_i = −exp(q_i·s_ii)/q_i + (β·Σ_j exp(s_ij))^(q_i)/q_i
   computed in log space: (β Σ exp s)^q = exp(q·(log β + logsumexp s)).
@@ -17,7 +17,8 @@ infonce`` (q → 0), ``distortion`` (L_mdist = mean d(h_o, h_n)) or ``none``;
 the uncertainty weighting by a constant; ``entail_weight`` is λ_entail of
 Eq. (16). Curvature (Table 3) and ζ_n (Table 4) are model settings
 (``geometry.curvature`` / ``learn_curvature``, ``geometry.delta_zeta``); with a
-learnable K the alignment terms are computed on the old model's hyperboloid. Same-class off-diagonal pairs are negatives as in the paper unless
+learnable K the alignment terms are computed on the old model's hyperboloid.
+Same-class off-diagonal pairs are negatives as in the paper unless
 ``mask_same_class``.
 
 All terms are computed in float32 whatever the autocast dtype.

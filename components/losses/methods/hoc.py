@@ -1,4 +1,4 @@
-"""``hoc``: the alignment loss of HOC (Biondi et al. 2024), without its fixed simplex classifier (design §5).
+"""``hoc``: the alignment loss of HOC (Biondi et al. 2024), without its fixed simplex classifier (docs/design.md §5).
 
 ℓ_i = −μ⟨ô_i, n̂_i⟩ + logsumexp_{j: y_j ≠ y_i} μ⟨ô_i, n̂_j⟩: each old embedding pulls its own
 new embedding and pushes the new embeddings of other classes.

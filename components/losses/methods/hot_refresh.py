@@ -1,4 +1,4 @@
-"""``hot_refresh``: the RA-comp loss of Hot-Refresh (Zhang et al. 2022), design §5.
+"""``hot_refresh``: the RA-comp loss of Hot-Refresh (Zhang et al. 2022), docs/design.md §5.
 
 Per anchor i, logits over
   [⟨n̂_i, ô_i⟩ (the positive),  ⟨n̂_i, ô_j⟩ for j of other classes,  ⟨n̂_i, n̂_j⟩ for j of other classes] / τ

@@ -1,7 +1,7 @@
 """``independent`` (φ*): no alignment at all — the base loss only.
 
 The upper reference for P_com / P_up and the lower bound of cross retrieval
-(design §5). Generation 0 always trains this way.
+(docs/design.md §5). Generation 0 always trains this way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``l2``: L_align = mean_i ‖n̂_i − ô_i‖² between the new and old unit embeddings (design §5)."""
+"""``l2``: L_align = mean_i ‖n̂_i − ô_i‖² between the new and old unit embeddings (docs/design.md §5)."""
 
 from __future__ import annotations
 

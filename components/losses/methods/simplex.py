@@ -1,5 +1,5 @@
 """``psp`` and ``lsp``: training-free compatibility through simplex projections
-(papers/probability-simplex-compatible.md, Eqs. 2–4 and 6; design §5).
+(the Simplex paper, Eqs. 2–4 and 6; docs/design.md §5.8).
 
 The new model trains with the base loss only; its *retrieval features* are
 P σ(z) / ‖P σ(z)‖ (PSP) or P z / ‖P z‖ (LSP) of its classifier logits z (see

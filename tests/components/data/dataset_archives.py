@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def write_idx_gz(path: Path, array: np.ndarray, magic: int) -> bytes:
 class Py2Pickler(pickle._Pickler):  # type: ignore[name-defined]
     """Writes str/bytes as Python 2 ``str`` (BINSTRING) opcodes, like cPickle did for the CIFAR files."""
 
-    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+    dispatch: ClassVar[dict] = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
 
     def save_bytes(self, obj):
         n = len(obj)

@@ -68,7 +68,7 @@ def test_selection_is_deterministic_and_sorted(digits):
 def test_fraction_keeps_rounded_count_of_selected_classes(digits, fraction):
     n_sel = int(np.isin(digits.train.labels, [0, 1, 2, 3, 4]).sum())
     m = _select(digits, fraction=fraction, seed=0)
-    assert len(m) == int(round(fraction * n_sel))
+    assert len(m) == round(fraction * n_sel)
     assert set(np.unique(m.labels).tolist()) == {0, 1, 2, 3, 4}
     # the labels are the dataset's labels of those ids
     pos = digits.train.positions_of(m.ids)

@@ -90,7 +90,7 @@ def test_network_failure_says_how_to_place_the_file(tmp_path):
 
 
 def test_http_error_and_mirror_fallback(tmp_path, served):
-    base, requests = served
+    base, _requests = served
     dest = tmp_path / "blob.bin"
     with pytest.raises(DataError, match="404"):
         download(base + "missing.bin", dest)

@@ -1,4 +1,4 @@
-"""P_com, P_up, the compatibility criterion and AC/AA/ACA (design §6)."""
+"""P_com, P_up, the compatibility criterion and AC/AA/ACA (docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retrieval scores, AP and CMC/mAP (components/evaluation/retrieval.py, design §6)."""
+"""Retrieval scores, AP and CMC/mAP (components/evaluation/retrieval.py, docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -31,10 +31,8 @@ def _unit(deg) -> np.ndarray:
 def test_average_precision_matches_sklearn_row_by_row(tied):
     rng = np.random.default_rng(0 if tied else 1)
     nq, ng = 300, 60
-    if tied:  # integer scores 0..3: huge tie groups
-        scores = rng.integers(0, 4, size=(nq, ng)).astype(np.float64)
-    else:
-        scores = rng.normal(size=(nq, ng))
+    # tied: integer scores 0..3, huge tie groups
+    scores = rng.integers(0, 4, size=(nq, ng)).astype(np.float64) if tied else rng.normal(size=(nq, ng))
     relevant = rng.random((nq, ng)) < 0.25
     valid = rng.random((nq, ng)) < 0.85
     # make sure exclusions hit relevant items too

@@ -1,4 +1,4 @@
-"""Lorentz model geometry (components/geometry/lorentz.py, design §2).
+"""Lorentz model geometry (components/geometry/lorentz.py, docs/design.md §2).
 
 Reference points are built here with an independent float64 exp map
 (``ref_expmap0``: x_s = sinh(√K‖v‖)·v/(√K‖v‖), x_t = cosh(√K‖v‖)/√K), so the
@@ -30,7 +30,7 @@ from components.geometry import (
 
 
 def ref_expmap0(v: torch.Tensor, k: float) -> torch.Tensor:
-    """Independent float64 exp map at the origin (design §2). v: (..., d) → (..., d+1)."""
+    """Independent float64 exp map at the origin (docs/design.md §2). v: (..., d) → (..., d+1)."""
     v = v.double()
     sk = math.sqrt(k)
     n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
@@ -250,7 +250,7 @@ def test_half_aperture_near_origin_is_clamped_to_right_angle(k):
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
 def test_half_aperture_of_model_embedding_uses_sinh_norm(k):
-    """design §2: |h_o,s| = sinh(sqrt(K)|z|)/sqrt(K), so aper = asin(min(1, 2eps/sinh(sqrt(K)|z|)))."""
+    """docs/design.md §2: |h_o,s| = sinh(sqrt(K)|z|)/sqrt(K), so aper = asin(min(1, 2eps/sinh(sqrt(K)|z|)))."""
     z = torch.tensor([[0.0, 1.0, 0.0], [0.6, 0.0, 0.8], [0.0, 0.0, 2.0]], dtype=torch.float64)
     expected = torch.asin((0.2 / torch.sinh(math.sqrt(k) * z.norm(dim=-1))).clamp(max=1.0))
     assert torch.allclose(half_aperture(expmap0(z, k), k), expected, atol=1e-9)
@@ -340,7 +340,7 @@ def test_finite_gradients_for_separate_identical_leaves():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_dtype_margin_survives_rounding_near_one(dtype):
-    """design §2: in float32 1 + 1e-8 == 1, so a clamp margin must be representable in the dtype."""
+    """docs/design.md §2: in float32 1 + 1e-8 == 1, so a clamp margin must be representable in the dtype."""
     from components.geometry import dtype_margin
 
     m = dtype_margin(dtype)

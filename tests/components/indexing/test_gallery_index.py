@@ -1,4 +1,4 @@
-"""GalleryIndex: exact FAISS search, manifest checks, atomic save (design §7, §8)."""
+"""GalleryIndex: exact FAISS search, manifest checks, atomic save (docs/design.md §7, §8)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def _hand_expmap0(z, k):
     for v in z.astype(np.float64):
         r = math.sqrt(k) * float(np.linalg.norm(v))
         xs = (math.sinh(r) / r) * v
-        out.append([math.cosh(r) / math.sqrt(k)] + xs.tolist())
+        out.append([math.cosh(r) / math.sqrt(k), *xs.tolist()])
     return np.array(out)
 
 

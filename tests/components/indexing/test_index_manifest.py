@@ -1,4 +1,4 @@
-"""IndexManifest validation and JSON round trip (design §7 "Index files")."""
+"""IndexManifest validation and JSON round trip (docs/design.md §7 "Index files")."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_queries_of_undeclared_generations_are_refused(tmp_path: Path):
 def test_prune_keeps_the_newest_versions_and_never_the_live_one(tmp_path: Path):
     live = LiveGallery(tmp_path / "live")
     dirs = []
-    for i in range(4):
+    for _i in range(4):
         v = live.next_version_dir()
         v.mkdir(parents=True)
         dirs.append(v)

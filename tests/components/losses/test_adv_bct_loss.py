@@ -1,4 +1,4 @@
-"""``adv_bct`` (components/losses/methods/adv_bct.py, design §5): IQR-filtered class balls of the old
+"""``adv_bct`` (components/losses/methods/adv_bct.py, docs/design.md §5): IQR-filtered class balls of the old
 features, the elastic boundary term, the discriminator behind gradient reversal, and a real training run."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _quantile(xs, q):
     """Linear-interpolation quantile (numpy/torch default), by hand."""
     s = sorted(xs)
     pos = q * (len(s) - 1)
-    lo = int(math.floor(pos))
+    lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (pos - lo) * (s[hi] - s[lo])
 
@@ -62,7 +62,7 @@ def test_class_balls_centres_are_class_means_and_radii_ignore_the_outlier():
     centres, radii = class_balls(feats, labels, 3, 1.5)
     assert centres.shape == (3, 2) and radii.shape == (3,)
     c0, r0, d0 = _hand_ball(CLASS0)
-    c2, r2, d2 = _hand_ball(CLASS2)
+    c2, _r2, d2 = _hand_ball(CLASS2)
     assert centres[0].tolist() == pytest.approx(c0, abs=1e-6)
     assert centres[2].tolist() == pytest.approx(c2, abs=1e-6)
     # the outlier (150°) is the farthest point of class 0 and the IQR filter drops it

@@ -1,5 +1,5 @@
 """Base losses (components/losses/base_losses.py): ``ce``, the mixed-geometry contrastive loss
-(papers/hypmix-hard-negatives.md Eqs. 5, 10; supervised form) and ``ce+mixed``."""
+(the HypMix paper, Eqs. 5, 10; supervised form) and ``ce+mixed``."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_mixed_loss_on_a_lorentz_model_uses_its_own_hyperboloid_points():
     """emb has d+1 columns: D_hyp is the geodesic distance of emb with the model's K; D_cos still uses z."""
     k = 0.5
     spaces = [[0.3, -0.2, 0.1], [1.0, 0.5, -0.4], [-0.6, 0.2, 0.8], [0.05, 0.0, -0.1]]
-    emb = [[math.sqrt(1 / k + sum(x * x for x in s))] + s for s in spaces]  # on ⟨x, x⟩_L = −1/K
+    emb = [[math.sqrt(1 / k + sum(x * x for x in s)), *s] for s in spaces]  # on ⟨x, x⟩_L = −1/K
     z = [[1.0, 0.0, 0.0], [0.7, 0.7, 0.1], [-0.3, 1.0, 0.0], [0.2, -0.9, 0.4]]  # deliberately not logmap(emb)
     labels = [0, 1, 1, 0]
     out = ModelOutput(torch.tensor(z), torch.tensor(emb), None, torch.zeros(4, dtype=torch.bool))
@@ -142,7 +142,7 @@ def test_mixed_loss_without_positives_is_zero_and_gradients_are_finite():
     assert float(loss) == 0.0
     loss.backward()
     assert torch.isfinite(z.grad).all()
-    z = torch.tensor(Z + [Z[0]], requires_grad=True)  # a duplicate item: a zero-distance positive pair
+    z = torch.tensor([*Z, Z[0]], requires_grad=True)  # a duplicate item: a zero-distance positive pair
     out = ModelOutput(z, F.normalize(z, dim=-1), None, torch.zeros(5, dtype=torch.bool))
     loss = mixed_geometry_loss(out, torch.tensor([0, 1, 0, 1, 0]), torch.tensor(1.0))
     loss.backward()

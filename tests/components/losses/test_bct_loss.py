@@ -1,4 +1,4 @@
-"""BCT influence loss (components/losses/methods/bct.py, design §5)."""
+"""BCT influence loss (components/losses/methods/bct.py, docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_influence_is_old_classifier_cross_entropy_on_known_samples(geometry):
     # new labels 0..3 → old labels; new label 3 is a class the old model never saw
     label_map = torch.tensor([1, 2, 0, -1])
     method = _bct(old, geometry, label_map)
-    z, new = _new_output(geometry)
+    _z, new = _new_output(geometry)
     labels = torch.tensor([0, 1, 2, 3, 3, 1, 0, 2])
     out = method(new, None, labels)
     assert set(out.terms) == {"influence"}

@@ -1,4 +1,4 @@
-"""``bt2`` alignment (components/losses/methods/bt2.py; papers/bt2-basis-transformation.md §3.4, design §5)."""
+"""``bt2`` alignment (components/losses/methods/bt2.py; the BT² paper §3.4, docs/design.md §5.7)."""
 
 from __future__ import annotations
 

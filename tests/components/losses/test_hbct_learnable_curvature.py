@@ -1,4 +1,5 @@
-"""HBCT with a learnable curvature (HBCT Table 3 ablation): the new K moves, the alignment stays on the old hyperboloid."""
+"""HBCT with a learnable curvature (HBCT Table 3 ablation): the new K moves, the alignment stays on the old
+hyperboloid."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HBCT alignment loss (components/losses/methods/hbct.py, design §2 and §4)."""
+"""HBCT alignment loss (components/losses/methods/hbct.py, docs/design.md §2 and §4)."""
 
 from __future__ import annotations
 

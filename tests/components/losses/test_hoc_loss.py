@@ -1,4 +1,4 @@
-"""``hoc`` alignment (components/losses/methods/hoc.py, design §5).
+"""``hoc`` alignment (components/losses/methods/hoc.py, docs/design.md §5).
 
 ℓ_i = −μ⟨ô_i, n̂_i⟩ + logsumexp_{j: y_j ≠ y_i} μ⟨ô_i, n̂_j⟩; anchors without other-class items give 0.
 """

@@ -1,4 +1,4 @@
-"""``hot_refresh`` RA-comp loss (components/losses/methods/hot_refresh.py, design §5)."""
+"""``hot_refresh`` RA-comp loss (components/losses/methods/hot_refresh.py, docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``l2`` alignment (components/losses/methods/l2.py, design §5): mean_i ‖n̂_i − ô_i‖²."""
+"""``l2`` alignment (components/losses/methods/l2.py, docs/design.md §5): mean_i ‖n̂_i − ô_i‖²."""
 
 from __future__ import annotations
 

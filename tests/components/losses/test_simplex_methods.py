@@ -1,4 +1,4 @@
-"""``psp`` / ``lsp``: training-free simplex projections (components/losses/methods/simplex.py, design §5)."""
+"""``psp`` / ``lsp``: training-free simplex projections (components/losses/methods/simplex.py, docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BT² head (components/models/heads.py; papers/bt2-basis-transformation.md §3.3–3.4, Algorithm 1)."""
+"""BT² head (components/models/heads.py; the BT² paper §3.3–3.4, Algorithm 1)."""
 
 from __future__ import annotations
 

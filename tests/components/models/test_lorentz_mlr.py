@@ -1,4 +1,4 @@
-"""Lorentz MLR classifier (components/models/classifiers.py, design §3) and the linear classifier."""
+"""Lorentz MLR classifier (components/models/classifiers.py, docs/design.md §3) and the linear classifier."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from components.models.classifiers import LinearClassifier, LorentzMLR, lorentz_
 
 
 def _points(n: int, d: int, k: float, scale: float = 0.6, seed: int = 0) -> torch.Tensor:
-    """Hyperboloid points (float64) built with the closed-form exp map of design §2."""
+    """Hyperboloid points (float64) built with the closed-form exp map of docs/design.md §2."""
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(n, d, generator=g, dtype=torch.float64) * scale
     r = math.sqrt(k) * z.norm(dim=-1, keepdim=True)
@@ -20,7 +20,7 @@ def _points(n: int, d: int, k: float, scale: float = 0.6, seed: int = 0) -> torc
 
 
 def _reference_logits(h: torch.Tensor, a: list[float], w: torch.Tensor, k_curv: float) -> torch.Tensor:
-    """design §3, scalar float64 arithmetic: k = 1/K,
+    """docs/design.md §3, scalar float64 arithmetic: k = 1/K,
     alpha_c = cosh(a_c/sqrt(k)) <h_s, w_c> - sinh(a_c/sqrt(k)) |w_c| h_t,
     logit_c = |w_c| sqrt(k) asinh(alpha_c / (sqrt(k) |w_c|))."""
     k = 1.0 / k_curv
@@ -67,7 +67,7 @@ def test_float32_logits_stay_close_to_float64_for_large_a(k):
     assert got.dtype == torch.float32 and torch.isfinite(got).all()
     expected = _reference_logits(h, a, m.w.detach().double(), k)
     assert torch.allclose(got.double(), expected, rtol=1e-4, atol=1e-4)
-    # the trap design §3 warns about: the reference code's |w| = sqrt(|cosh(a) w|^2 - (sinh(a)|w|)^2)
+    # the trap docs/design.md §3 warns about: the reference code's |w| = sqrt(|cosh(a) w|^2 - (sinh(a)|w|)^2)
     # is meaningless in float32 once a/sqrt(k) ~ 10 (this is what the direct |w| avoids)
     if k == 1.0:
         w = m.w.detach()

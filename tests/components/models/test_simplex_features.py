@@ -1,5 +1,5 @@
 """PSP / LSP retrieval features (components/models/features.py;
-papers/probability-simplex-compatible.md Eqs. 2–4, Alg. 1; design §5)."""
+the Simplex paper, Eqs. 2–4, Alg. 1; docs/design.md §5.8)."""
 
 from __future__ import annotations
 

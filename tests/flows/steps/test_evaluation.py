@@ -114,7 +114,8 @@ def test_compatibility_is_measured_whatever_the_rules(tmp_path: Path, require: b
         assert failures == []
     elif require:  # the failed rule says why, with the numbers
         assert failures == [
-            f"empirical compatibility fails against live gallery generation 0: cross map {cross:.4f} ≤ its self map {live_self:.4f}"
+            f"empirical compatibility fails against live gallery generation 0: cross map {cross:.4f} ≤ its self map "
+            f"{live_self:.4f}"
         ]
     else:  # no rule asked, yet the gate still refuses: the live gallery would refuse its queries
         assert failures == [

@@ -1,0 +1,243 @@
+"""Commands that create generations or show them: demo, run, chain, snapshot, lineage."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, lineage_of, parse_params
+from components.errors import BctflowError, ConfigError
+from flows.env import configure_environment
+from flows.params import GenerationSpec, Params
+from flows.workspace import Workspace, resolve_home
+
+DEMO_CHAIN = [
+    GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4], alignment="independent"),
+    GenerationSpec(name="g1", classes="all", alignment="hbct", reference=True),
+]
+
+
+def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
+    """Plan (the run's only plan; refuses bad input before any server starts), then run the flow."""
+    from flows.steps.preflight import plan_generation
+
+    try:
+        plan = plan_generation(params, home, spec)
+    except BctflowError as err:
+        fail(err)
+    home.mkdir(parents=True, exist_ok=True)
+    configure_environment(home)
+    from flows.new_generation import new_generation
+
+    return finish(new_generation(plan, return_state=True), "generation")
+
+
+def _parse_classes(text: str | None) -> list[int] | str | None:
+    """'all' | '0-4' | '0,1,2' → spec value."""
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "all":
+        return "all"
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise ConfigError(f"--classes {text!r} is not a class list; write e.g. 0-4, 0,2,5 or all") from None
+    return out
+
+
+@app.command()
+def demo(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    reset: bool = typer.Option(False, "--reset", help="wipe an existing bctflow workspace first"),
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Fresh workspace: g0 on digits classes 0–4, then g1 on all classes with HBCT + an independent reference."""
+    from bctflow.tables import compat_table, retrieval_table
+
+    h = resolve_home(home)
+    ws = Workspace(h)
+    p = parse_params(params, ["data.dataset=digits", *(set_ or [])])
+    try:
+        if not ws.is_empty():
+            if not reset:
+                raise ConfigError(
+                    f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory"
+                )
+            ws.reset()
+    except BctflowError as err:
+        fail(err)
+    t0 = time.perf_counter()
+    for spec in DEMO_CHAIN:
+        console.rule(f"[bold]generation {spec.name}: {spec.alignment} on classes {spec.classes}")
+        run_generation(p, h, spec)
+    wall = time.perf_counter() - t0
+    gens = lineage_of(p, h)
+    console.print(retrieval_table(gens))
+    console.print(compat_table(gens))
+    g1 = gens[-1]
+    if g1["backfill_required"]:
+        console.print(f"[yellow]g{g1['id']}: backfill required[/] — " + "; ".join(g1["backfill_reasons"]))
+    else:
+        console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
+    diag = g1.get("diagnostics") or {}
+    if diag:
+        nan = float("nan")
+        console.print(
+            "HBCT health: clip fraction (gallery, new/parent) "
+            f"{diag.get('clip_fraction_gallery', nan):.2f}/{diag.get('clip_fraction_gallery_parent', nan):.2f}, "
+            f"in-cone {diag.get('in_cone_fraction', nan):.3f}, "
+            "parent uncertainty seen/unseen "
+            f"{diag.get('uncertainty_parent_seen', nan):.3f}/{diag.get('uncertainty_parent_unseen', nan):.3f}"
+        )
+    console.print(f"\ndemo finished in {wall:.0f}s. Next:")
+    console.print(f"  bctflow lineage --home {h}            # the chain, ζ, backfill flags (--json for machines)")
+    console.print(f"  mlflow ui --backend-store-uri {ws.tracking_uri(p)}   # runs, model versions, tags, plots")
+    console.print(
+        f"  ls {ws.generations_dir}                 # checkpoints, gallery embeddings, FAISS indexes, metrics.json"
+    )
+
+
+@app.command()
+def run(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    generation: str | None = typer.Option(
+        None, "--generation", help="take the spec of this entry of params.yaml `generations:`"
+    ),
+    name: str | None = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
+    classes: str | None = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
+    fraction: float | None = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
+    alignment: str | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
+    epochs: int | None = typer.Option(None, "--epochs"),
+    reference: bool | None = typer.Option(
+        None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
+    ),
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Create one new generation, aligned to the generation that embedded the live gallery."""
+    from bctflow.tables import compat_table, retrieval_table
+
+    h = resolve_home(home)
+    p = parse_params(params, set_)
+    try:
+        base = p.generation(generation).model_dump() if generation else {}
+        explicit = {
+            "name": name,
+            "classes": _parse_classes(classes),
+            "fraction": fraction,
+            "alignment": alignment,
+            "epochs": epochs,
+            "reference": reference,
+        }
+        spec = GenerationSpec(**{**base, **{k: v for k, v in explicit.items() if v is not None}})
+    except BctflowError as err:
+        fail(err)
+    except ValueError as err:
+        fail(ConfigError(str(err)))
+    summary = run_generation(p, h, spec)
+    gens = [g for g in lineage_of(p, h) if g["id"] == summary["generation"]]
+    console.print(retrieval_table(gens))
+    if gens and gens[0]["parent"] is not None:
+        console.print(compat_table(gens))
+
+
+@app.command()
+def chain(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    expect_data: Path | None = typer.Option(
+        None, "--expect-data", help="folder of manifests from `bctflow snapshot`; fail if a generation used other data"
+    ),
+    metrics_out: Path | None = typer.Option(
+        None, "--metrics-out", help="write a flat metrics JSON (for `dvc metrics`)"
+    ),
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
+    from bctflow.tables import compat_table, lineage_table
+    from components.io import atomic_write_text
+    from flows.chain import flat_metrics
+    from registry.data_snapshots import DataSnapshotStore
+
+    h = resolve_home(home)
+    p = parse_params(params, set_)
+    if not p.generations:
+        fail(ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)"))
+    done = {g["name"] for g in lineage_of(p, h)}
+    for spec in p.generations:
+        if spec.name in done:
+            console.print(f"generation {spec.name} already in the lineage, skipping")
+            continue
+        console.rule(f"[bold]generation {spec.name}")
+        summary = run_generation(p, h, spec)
+        if expect_data is not None:
+            used = DataSnapshotStore(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
+            if used.to_json() != (expect_data / f"{spec.name}.json").read_text():
+                fail(
+                    ConfigError(
+                        f"generation {spec.name} trained on data that differs from "
+                        f"{expect_data / (spec.name + '.json')}; run `dvc repro` from a clean workspace"
+                    )
+                )
+    gens = lineage_of(p, h)
+    console.print(lineage_table(gens))
+    console.print(compat_table(gens))
+    if metrics_out is not None:
+        metrics_out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(metrics_out, json.dumps(flat_metrics(gens), indent=2, sort_keys=True) + "\n")
+
+
+@app.command()
+def snapshot(
+    out: Path = typer.Option(Path("outputs/data"), "--out", help="folder for one manifest per declared generation"),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
+    from flows.chain import write_manifests
+
+    p = parse_params(params, set_)
+    try:
+        paths = write_manifests(p, Workspace(resolve_home(home)), out)
+    except BctflowError as err:
+        fail(err)
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def lineage(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    as_json: bool = typer.Option(False, "--json", help="print the lineage as a JSON array (schema in README)"),
+) -> None:
+    """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
+    from bctflow.tables import compat_table, lineage_table
+
+    h = resolve_home(home)
+    p = parse_params(params, None) if params.exists() else Params()
+    try:
+        gens = lineage_of(p, h)
+    except BctflowError as err:
+        fail(err)
+    if not gens:
+        fail(BctflowError(f"no lineage in {h}; run `bctflow demo` or `bctflow run` first, or pass --home"))
+    if as_json:
+        sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
+        return
+    console.print(lineage_table(gens))
+    console.print(compat_table(gens))

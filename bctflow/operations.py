@@ -1,0 +1,187 @@
+"""Commands that operate a workspace: backfill, promote, db-upgrade, schedule, and the benchmarks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params
+from components.errors import BctflowError
+from flows.env import configure_environment
+from flows.params import Params
+from flows.workspace import Workspace, resolve_home
+
+
+@app.command()
+def backfill(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    generation: int | None = typer.Option(
+        None, "--generation", help="re-embed with this generation (default: the production generation)"
+    ),
+    fraction: float = typer.Option(
+        1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"
+    ),
+    order: str | None = typer.Option(
+        None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="partial backfill with a generation whose compatibility with the live gallery was not established",
+    ),
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
+    from flows.steps.reembed import plan_backfill
+
+    h = resolve_home(home)
+    p = parse_params(params, set_)
+    try:
+        plan = plan_backfill(p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force)
+    except BctflowError as err:
+        fail(err)
+    configure_environment(h)
+    from flows.backfill import backfill as backfill_flow
+
+    console.print(
+        f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of "
+        f"{plan.chunk_size}"
+    )
+    res = finish(backfill_flow(plan, return_state=True), "backfill")
+    console.print(
+        f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
+        f"({res['reembedded']} items re-embedded, {res['chunks_resumed']}/{res['chunks']} chunks resumed from an "
+        "earlier run); "
+        f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
+    )
+
+
+@app.command()
+def promote(
+    generation: int = typer.Argument(..., help="generation id to serve as `production`"),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    force: bool = typer.Option(False, "--force", help="override a failed promotion gate (recorded in the lineage)"),
+    by: str | None = typer.Option(None, "--by", help="who promotes (default: the login name)"),
+    reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
+) -> None:
+    """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
+    import getpass
+
+    from flows.steps.promotion import promote as do_promote
+
+    p = parse_params(params, None)
+    try:
+        res = do_promote(
+            p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(
+        f"generation {res['generation']} (version {res['version']}) is "
+        f"production{' — FORCED past the gate' if res['forced'] else ''}; "
+        f"recorded by {res['by']} at {res['at']}"
+    )
+    if not res["live_gallery_accepts_queries"]:
+        console.print(
+            f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with "
+            "it); "
+            f"run `bctflow backfill --generation {generation}` before serving its queries"
+        )
+
+
+@app.command(name="db-upgrade")
+def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
+    """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
+    p = parse_params(params, None) if params.exists() else Params()
+    try:
+        store = Workspace(resolve_home(home)).lineage(p, upgrade=True)
+    except BctflowError as err:
+        fail(err)
+    added = store.upgraded
+    store.close()
+    if added is None:
+        console.print("the lineage database is already at this bctflow's schema; nothing to do")
+    else:
+        console.print(f"lineage database upgraded ({', '.join(added) or 'version stamp only'})")
+
+
+@app.command()
+def schedule(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    serve: bool = typer.Option(
+        False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"
+    ),
+) -> None:
+    """Nightly retraining: show the schedule and how to run it, or serve it (`--serve`)."""
+    h = resolve_home(home)
+    sch = parse_params(params, None).schedule
+    if not serve:
+        console.print(
+            f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters "
+            "changed."
+        )
+        console.print("  serve it from this process:      bctflow schedule --serve")
+        console.print("  or deploy it to a Prefect server: prefect server start  (another shell)")
+        console.print("                                   prefect work-pool create bctflow --type process")
+        console.print("                                   prefect deploy --all && prefect worker start --pool bctflow")
+        return
+    configure_environment(h)
+    from prefect.schedules import Cron
+
+    from flows.nightly import nightly_generation
+
+    nightly_generation.serve(
+        name="nightly",
+        schedule=Cron(sch.cron, timezone=sch.timezone),
+        parameters={"home": str(h), "params_path": str(params)},
+    )
+
+
+@app.command()
+def bench(
+    profile: str = typer.Option(
+        "cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"
+    ),
+    scenario: str = typer.Option(
+        ..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
+    ),
+    out: Path = typer.Option(
+        Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"
+    ),
+    tag: str | None = typer.Option(None, "--tag", help="suffix for the report folder (e.g. a harder variant)"),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    set_: list[str] | None = SetOpt,
+    bench_set: list[str] | None = typer.Option(
+        None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"
+    ),
+    methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
+) -> None:
+    """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
+    from benchmarks.run import run_benchmark
+
+    h = resolve_home(home)
+    configure_environment(h)
+    try:
+        md, seconds = run_benchmark(
+            profile,
+            scenario,
+            out=out,
+            home=h,
+            params_path=params,
+            command="bctflow " + " ".join(sys.argv[1:]),
+            tag=tag,
+            overrides=list(set_ or []),
+            bench_set=list(bench_set or []),
+            methods=methods,
+            log=lambda m: console.print(m, highlight=False, markup=False),
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}  ({seconds / 60:.1f} min)")

@@ -1,0 +1,77 @@
+"""The command line's shell: the typer app, its consoles and shared options, and how a command fails.
+
+Every command parses params.yaml once (:func:`parse_params`) and reports bad input as one red line
+(:func:`fail`, exit code 2) before any Prefect server starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from components.errors import BctflowError
+from flows.params import DEFAULT_PARAMS_PATH, Params, load_params
+from flows.workspace import Workspace
+
+__all__ = [
+    "HomeOpt",
+    "ParamsOpt",
+    "SetOpt",
+    "app",
+    "console",
+    "err_console",
+    "fail",
+    "finish",
+    "lineage_of",
+    "parse_params",
+]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
+# piped output (CI logs, `| tee`) gets 140 columns instead of rich's default 80
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True)
+
+HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")
+ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to use")
+SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
+
+
+def fail(err: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
+    raise typer.Exit(2)
+
+
+def parse_params(path: Path, overrides: list[str] | None) -> Params:
+    try:
+        return load_params(path, overrides)
+    except BctflowError as err:
+        fail(err)
+        raise  # unreachable: _fail exits
+
+
+def finish(state: Any, what: str) -> Any:
+    """The flow's result, or one clear error line and a non-zero exit."""
+    if state.is_failed():
+        try:
+            state.result()
+        except BctflowError as err:
+            fail(err)
+        except Exception as err:
+            err_console.print(
+                f"[bold red]{what} failed:[/] {type(err).__name__}: {escape(str(err))}", soft_wrap=True, highlight=False
+            )
+            raise typer.Exit(1) from None
+    return state.result()
+
+
+def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
+    store = Workspace(home).lineage(params, readonly=True)
+    try:
+        return store.to_json()
+    finally:
+        store.close()

@@ -1,0 +1,193 @@
+"""Steps 3–4 of a backfill (docs/design.md §7.6): publish the re-embedded gallery as a new, verified index
+version, then switch the live gallery to it in one lineage transaction.
+
+:func:`publish` assembles the gallery (full, or mixed with the current one), builds the FAISS index in a fresh
+``live/index-vNNN`` and verifies it (count, finite vectors, manifest, checksum); an interrupted run reuses it.
+:func:`switch` records the event and the new live pointer in one lineage transaction whose last act is the
+atomic rename of ``live/CURRENT``; the old index serves until then and is kept until retention removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from components.errors import IndexIntegrityError, LineageError
+from components.evaluation import gallery_metrics
+from components.indexing import GalleryIndex
+from components.indexing.gallery import GalleryEmbeddings, gallery_beside
+from components.indexing.live import LiveGallery
+from components.indexing.mixed import mix_galleries
+from components.io import atomic_path, atomic_write_text
+from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
+from registry.records import BackfillRecord, PointerRecord
+
+__all__ = ["publish", "switch"]
+
+
+def _assemble(plan: BackfillPlan) -> tuple[GalleryEmbeddings, np.ndarray]:
+    """The new gallery (full, or the live one with the re-embedded items replaced) and its generation stamps."""
+    current = GalleryEmbeddings.load(Path(plan.source_gallery))
+    stamps = current_stamps(Path(plan.source_gallery), current, plan.source_generation).copy()
+    parts = [GalleryEmbeddings.load(plan.chunk_path(i)) for i in range(plan.n_chunks)]
+    pos = np.asarray(plan.positions, dtype=np.int64)
+    z, emb, clipped, logits, ids = (
+        np.concatenate([getattr(x, name) for x in parts]) for name in ("z", "emb", "clipped", "logits", "ids")
+    )
+    if not np.array_equal(ids, current.ids[pos]):
+        raise IndexIntegrityError(
+            f"backfill chunks in {plan.work_dir} do not match the plan's items; delete the folder and run the backfill "
+            "again"
+        )
+    part = dataclasses.replace(
+        parts[0], z=z, emb=emb, clipped=clipped, logits=logits, ids=ids, labels=current.labels[pos]
+    )
+    if plan.kind == "full":
+        order = np.argsort(pos)
+        full = dataclasses.replace(
+            part,
+            z=z[order],
+            emb=emb[order],
+            clipped=clipped[order],
+            logits=logits[order],
+            ids=current.ids,
+            labels=current.labels,
+        )
+        return full, np.full(len(current), plan.target, dtype=np.int64)
+    stamps[pos] = plan.target
+    return mix_galleries(current, part, pos), stamps
+
+
+def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
+    """Assemble, index and verify the new gallery in a fresh ``live/index-vNNN``. Returns (index dir, metrics).
+
+    Idempotent: a version published by an earlier, interrupted run of this backfill is verified and reused.
+    """
+    ws = plan.workspace
+    record = plan.work_dir / "published.json"
+    if record.exists():
+        done = json.loads(record.read_text())
+        GalleryIndex.load(Path(done["index"]))  # still intact?
+        return Path(done["index"]), done["metrics"]
+    gallery, stamps = _assemble(plan)
+    live = LiveGallery(ws.live_dir)
+    version = live.next_version_dir()
+    staging = version.with_name(f".{version.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    gallery.save(staging / "gallery.npz")
+    with atomic_path(staging / "stamps.npy") as tmp, open(tmp, "wb") as fh:
+        np.save(fh, stamps)
+    shutil.copy2(gallery_model_checkpoint(plan), staging / "gallery_model.pt")
+    index = GalleryIndex.build(
+        gallery.vectors(),
+        gallery.ids,
+        geometry=gallery.retrieval_geometry,
+        curvature=gallery.curvature,
+        generation=plan.target,
+        compatible_generations=[plan.target],
+    )
+    index.save(staging / "index")
+    # verify before anyone can see it: count, finite vectors, manifest and checksum (load checks them)
+    check = GalleryIndex.load(staging / "index")
+    if check.ntotal != len(gallery) or check.manifest.generation != plan.target:
+        raise IndexIntegrityError(
+            f"the new index holds {check.ntotal} vectors for generation {check.manifest.generation}, "
+            f"expected {len(gallery)} for generation {plan.target}; the backfill stops before switching"
+        )
+    staging.rename(version)
+    # retrieval quality of the new live gallery for the target generation's queries
+    if plan.kind == "full":
+        queries = gallery  # embedded by the serving model itself (rescaled into the ζ₀ ball after a restart)
+    else:
+        queries = GalleryEmbeddings.load(Path(plan.target_checkpoint).parent / "gallery.npz")
+    metrics = gallery_metrics(queries, gallery) if queries.incompatibility(gallery) is None else {}
+    metrics["share_embedded_by_target"] = float((stamps == plan.target).mean())
+    atomic_write_text(record, json.dumps({"index": str(version / "index"), "metrics": metrics}))
+    return version / "index", metrics
+
+
+def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> BackfillRecord:
+    started = datetime.fromisoformat(plan.started_at)
+    return BackfillRecord(
+        from_generation_id=plan.source_generation,
+        to_generation_id=plan.target,
+        kind=plan.kind,
+        fraction=plan.fraction,
+        order=plan.order,
+        total=len(GalleryEmbeddings.load(Path(plan.source_gallery))),
+        reembedded=len(plan.positions),
+        index_path=str(index_dir),
+        zeta_restarted=plan.restart_zeta,
+        metrics={**metrics, "forced": plan.forced},
+        started_at=started,
+        duration_s=(datetime.now(UTC) - started).total_seconds(),
+    )
+
+
+def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
+    """Record the backfill and switch the live pointer atomically (one lineage transaction). Returns the event id."""
+    p, ws = plan.params, plan.workspace
+    store = ws.lineage(p)
+    tracking = ws.tracking(p)
+    live = LiveGallery(ws.live_dir)
+    try:
+        cur = store.live_pointer()
+        # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
+        if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):
+            raise LineageError(
+                "the live gallery changed while this backfill ran; delete backfills/in_progress and start again"
+            )
+        event = _backfill_record(plan, index_dir, metrics)
+        model_ckpt = str(index_dir.parent / "gallery_model.pt")
+        pointer = PointerRecord(
+            plan.target,
+            str(index_dir),
+            f"{plan.kind} backfill with generation {plan.target}",
+            model_ckpt,
+            plan.zeta,
+            [plan.target],
+        )
+        retire = (
+            [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]
+            if plan.kind == "full"
+            else []
+        )
+        version = store.generation(plan.target).mlflow_version
+        # after a full backfill the live gallery answers the target's queries only: it becomes production
+        promote = plan.kind == "full" and store.production_generation_id() != plan.target
+        with contextlib.ExitStack() as undo:
+
+            def flip() -> None:
+                undo.callback(live.restore, live.pointer())
+                live.switch(
+                    index_dir,
+                    generation=plan.target,
+                    compatible_generations=pointer.compatible_generations,
+                    model_checkpoint=model_ckpt,
+                    zeta=plan.zeta,
+                )
+                if version is not None:
+                    undo.callback(tracking.move_alias("gallery", version))
+                    if promote:
+                        undo.callback(tracking.move_alias(PRODUCTION_ALIAS, version))
+
+            event_id = store.record_backfill(event, pointer, retire, before_commit=flip, promote=promote)
+            undo.pop_all()
+        if version is not None:
+            tracking.set_tags(
+                version,
+                {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"},
+            )
+    finally:
+        store.close()
+    live.prune(p.backfill.retain_versions)
+    plan.work_dir.rename(ws.backfills_dir / f"bf_{event_id:03d}")
+    return event_id

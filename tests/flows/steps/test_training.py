@@ -1,0 +1,138 @@
+"""Step 2 (flows/steps/training.py): a role trains into staging under the plan's run key, a finished role is returned
+without training again, and the reference is an independent twin (own method, own seed)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.models import load_model
+from components.models.checkpoint import load_torch_safe
+from flows.params import GenerationSpec, Params
+from flows.plan import GenerationPlan
+from flows.steps.preflight import plan_generation
+from flows.steps.results import Snapshot, Trained
+from flows.steps.snapshot import snapshot_data
+from flows.steps.training import train_role
+from registry.records import GenerationBundle, GenerationRecord, PointerRecord
+from tests.helpers import write_params
+
+#: the loss terms HBCT adds to the base loss
+HBCT_TERMS = {"entail", "contrast"}
+
+
+@pytest.fixture(scope="module")
+def params(tmp_path_factory) -> Params:
+    return write_params(tmp_path_factory.mktemp("training") / "params.yaml")  # tiny settings: 1 epoch
+
+
+@pytest.fixture(scope="module")
+def g0(params: Params, tmp_path_factory) -> tuple[GenerationPlan, Snapshot, Trained]:
+    """Generation 0's plan and snapshot on an empty workspace, and its model trained once."""
+    plan = plan_generation(
+        params, tmp_path_factory.mktemp("training-ws"), GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4])
+    )
+    snap = snapshot_data(plan)
+    return plan, snap, train_role(plan, snap, "model")
+
+
+def _weights(path: str | Path) -> dict[str, torch.Tensor]:
+    return load_torch_safe(Path(path))["state_dict"]
+
+
+def test_generation_zero_trains_one_epoch_into_staging_with_the_run_key(g0):
+    plan, snap, trained = g0
+    assert plan.epochs == 1 and plan.alignment == "independent"
+    assert trained.role == "model" and Path(trained.checkpoint) == plan.staging_dir / "model.pt"
+    assert [h["epoch"] for h in trained.history] == [1.0] and trained.resumed_from is None
+    h = trained.history[0]  # generation 0: the base loss only, no alignment terms
+    assert h["loss"] == pytest.approx(h["base"]) and not HBCT_TERMS & set(h)
+    obj = load_torch_safe(Path(trained.checkpoint))
+    assert obj["run_key"] == plan.role_run_key("model") == f"{plan.run_key}:model"
+    assert obj["history"] == trained.history and obj["curvature"] == trained.curvature == 1.0
+    assert not (plan.staging_dir / "checkpoints").exists()  # epoch checkpoints are removed once the model is final
+    assert not plan.final_dir.exists()  # nothing outside staging
+    spec = load_model(Path(trained.checkpoint)).spec
+    assert spec.class_order == snap.class_order == (0, 1, 2, 3, 4) and spec.zeta == plan.zeta == 1.0
+    assert (trained.output_dim, spec.output_dim) == (16, 16)
+
+
+def test_a_second_call_returns_the_finished_model_without_training(g0):
+    plan, snap, first = g0
+    path = Path(first.checkpoint)
+    mtime = path.stat().st_mtime_ns
+    epochs: list[int] = []
+    again = train_role(plan, snap, "model", on_epoch=lambda epoch, rec: epochs.append(epoch))
+    assert epochs == []  # no epoch ran
+    assert again.history == first.history and again.seconds == first.seconds
+    assert again.checkpoint == first.checkpoint and again.curvature == first.curvature
+    assert path.stat().st_mtime_ns == mtime  # the file was not rewritten
+
+
+def test_the_reference_is_an_independent_twin_with_its_own_seed(g0):
+    plan, snap, model = g0
+    assert plan.train_config("reference").seed != plan.train_config("model").seed
+    epochs: list[int] = []
+    ref = train_role(plan, snap, "reference", on_epoch=lambda epoch, rec: epochs.append(epoch))
+    assert epochs == [1] and ref.role == "reference"
+    assert Path(ref.checkpoint) == plan.staging_dir / "reference" / "model.pt"
+    assert load_torch_safe(Path(ref.checkpoint))["run_key"] == plan.role_run_key("reference")
+    # same data, same (independent) method: only the seed differs, and training is deterministic on CPU,
+    # so identical weights would mean the reference reused the model's seed
+    a, b = _weights(model.checkpoint), _weights(ref.checkpoint)
+    assert a.keys() == b.keys()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    assert ref.history != model.history
+
+
+@pytest.fixture(scope="module")
+def g1(g0, params: Params) -> tuple[GenerationPlan, Snapshot]:
+    """Generation 0's model committed by hand as the live gallery's generation; generation 1 planned with HBCT."""
+    plan0, snap0, trained0 = g0
+    ws = plan0.workspace
+    ckpt = ws.generation_dir(0) / "model.pt"
+    ckpt.parent.mkdir(parents=True)
+    shutil.copy2(trained0.checkpoint, ckpt)
+    spec = load_model(ckpt).spec
+    store = ws.lineage(params)
+    record = GenerationRecord(
+        id=0,
+        name="g0",
+        parent_id=None,
+        dataset="digits",
+        data_hash=snap0.data_hash,
+        data_snapshot=snap0.manifest,
+        class_order=list(spec.class_order),
+        architecture={},
+        geometry=spec.geometry,
+        alignment="independent",
+        hyperparameters={},
+        zeta=spec.zeta,
+        curvature=trained0.curvature,
+        embed_dim=spec.output_dim,
+        checkpoint_path=str(ckpt),
+        index_path=str(ws.generation_dir(0) / "index"),
+        params_digest=plan0.params_digest,
+    )
+    pointer = PointerRecord(0, record.index_path, "generation 0 embedded the gallery", compatible_generations=[0])
+    store.commit_generation(GenerationBundle(record, pointer=pointer))
+    store.close()
+    plan = plan_generation(params, ws.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
+    return plan, snapshot_data(plan)
+
+
+def test_the_reference_of_an_aligned_generation_trains_without_the_alignment(g1):
+    plan, snap = g1
+    assert plan.parent is not None and plan.alignment == "hbct" and plan.reference
+    ref = train_role(plan, snap, "reference")
+    model = train_role(plan, snap, "model")
+    assert not HBCT_TERMS & set(ref.history[0])  # independent: the base loss only
+    assert set(model.history[0]) >= HBCT_TERMS  # the model itself is aligned to its parent
+    assert ref.history[0]["loss"] == pytest.approx(ref.history[0]["base"])
+    assert model.history[0]["loss"] > model.history[0]["base"]
+    for role, trained in (("reference", ref), ("model", model)):
+        assert load_torch_safe(Path(trained.checkpoint))["run_key"] == plan.role_run_key(role)
+        assert load_model(Path(trained.checkpoint)).spec.class_order == snap.class_order == (0, 1, 2, 3, 4, 5)

@@ -1,0 +1,60 @@
+"""The house rules: imports point down the layers, the design the code cites is in the repository,
+the registry alone knows where the stores live, modules stay small."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGES = ("bctflow", "benchmarks", "components", "flows", "registry", "scripts")
+
+
+def _sources(*packages: str) -> list[Path]:
+    return sorted(p for pkg in packages for p in (REPO / pkg).rglob("*.py"))
+
+
+def test_imports_only_point_down_and_packages_do_not_import_each_other_in_circles():
+    """The layer and acyclicity contracts of pyproject.toml [tool.importlinter], checked by import-linter."""
+    res = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in res.stdout
+
+
+def test_every_design_citation_resolves_to_a_heading_of_docs_design_md():
+    headings = set(re.findall(r"^#{2,3} §(\d+(?:\.\d+)?) ", (REPO / "docs" / "design.md").read_text(), flags=re.M))
+    cited: dict[str, set[str]] = {}
+    for path in _sources(*PACKAGES, "tests"):
+        for section in re.findall(r"design(?:\.md)? §(\d+(?:\.\d+)?)", path.read_text()):
+            cited.setdefault(section, set()).add(str(path.relative_to(REPO)))
+    assert cited, "the code cites docs/design.md"
+    unresolved = {s: sorted(files) for s, files in cited.items() if s not in headings}
+    assert unresolved == {}
+
+
+def test_code_cites_nothing_outside_the_repository():
+    outside = re.compile(r"papers/[\w-]+\.md|\.\./shared|\bissue #?\d+", re.I)
+    found = [
+        f"{p.relative_to(REPO)}: {m.group(0)}"
+        for p in _sources(*PACKAGES, "tests")
+        for m in outside.finditer(p.read_text())
+    ]
+    assert found == []
+
+
+def test_only_the_registry_knows_the_stores_are_sqlite():
+    mention = re.compile(r"\bsqlite\b|\blineage\.db\b", re.I)
+    found = [
+        str(p.relative_to(REPO))
+        for p in _sources("bctflow", "benchmarks", "components", "flows", "scripts")
+        if mention.search(p.read_text())
+    ]
+    assert found == []
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(REPO)): n for p in _sources(*PACKAGES) if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}

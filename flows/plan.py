@@ -7,7 +7,7 @@ CheckpointMismatchError for bad input — unknown alignment or dataset,
 ζ ≤ 0, K ≤ 0, Δζ < 0, a parent checkpoint that does not match its lineage
 record, a resumable checkpoint of another run — so nothing is trained or
 written when the input is wrong. :func:`check_current` re-checks, under the
-workspace lock, that the lineage has not moved since the plan was made.
+workspace lock, that the lineage has not moved since the plan was made (docs/design.md §7.9).
 """
 
 from __future__ import annotations

@@ -6,13 +6,10 @@ from typing import Any
 
 from rich.table import Table
 
-from components.evaluation import COMPAT_METRICS, REPORTED_METRICS
+from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from flows.artifacts import fmt
 
 __all__ = ["compat_table", "lineage_table", "retrieval_table"]
-
-#: |P_com denominator| below this is flagged as ill-conditioned
-ILL_CONDITIONED = 0.05
 
 
 def _rows(gen: dict[str, Any]) -> list[tuple[str, str, dict[str, float] | None]]:

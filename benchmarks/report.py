@@ -13,12 +13,10 @@ import numpy as np
 
 from benchmarks.scenarios import Row, Scenario, TableResult
 from benchmarks.sequential import SequentialResult
-from components.evaluation import COMPAT_METRICS, REPORTED_METRICS
+from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
 
 __all__ = ["write_sequential_report", "write_table_report"]
-
-ILL = 0.05  # |P_com denominator| below this is flagged
 
 
 def _f(v: float | None, d: int = 4) -> str:
@@ -126,7 +124,7 @@ def _compat_tables(first: dict[str, Row], ctx: dict[str, Any]) -> list[str]:
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in first.values():
-            flag = " ⚠" if abs(r.p_com_den[k]) < ILL else ""
+            flag = " ⚠" if abs(r.p_com_den[k]) < ILL_CONDITIONED else ""
             weight = _f(r.weight, 2) if r.weight is not None else "—"
             lines.append(
                 f"| {r.name} | {r.geometry}/{r.space} | {weight} | {_f(r.old_self[k])} | {_f(r.self_[k])} | "
@@ -198,10 +196,10 @@ def _table_notes(res: TableResult, first: dict[str, Row]) -> list[str]:
         f"{r.name} ({k}: denominator {r.p_com_den[k]:.4f})"
         for r in first.values()
         for k in COMPAT_METRICS
-        if abs(r.p_com_den[k]) < ILL
+        if abs(r.p_com_den[k]) < ILL_CONDITIONED
     ]
     if ill:
-        notes.append("- ⚠ ill-conditioned P_com (|denominator| < 0.05): " + "; ".join(ill))
+        notes.append(f"- ⚠ ill-conditioned P_com (|denominator| < {ILL_CONDITIONED:g}): " + "; ".join(ill))
     notes += [
         f"- λ selection for **{r.name}**: {r.selection}"
         for r in first.values()

@@ -24,7 +24,7 @@ from benchmarks.profile import Arch, MethodEntry
 from benchmarks.runner import Bench, BenchModel
 from components.data import DataManifest
 from components.errors import ConfigError
-from components.evaluation import COMPAT_METRICS, p_com, p_up
+from components.evaluation import DerivedMetrics
 from components.evaluation.diagnostics import (
     clip_fraction,
     in_cone_fraction,
@@ -181,10 +181,7 @@ def _row(
     cross = bench.metrics(new, old)
     old_self = bench.metrics(old, old)
     ref_self = bench.metrics(ref, ref)
-    pc, den, pu = {}, {}, {}
-    for k in COMPAT_METRICS:
-        pc[k], den[k] = p_com(cross[k], old_self[k], ref_self[k])
-        pu[k] = p_up(self_m[k], ref_self[k])
+    d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
     diag: dict[str, float | None] = {}
     if entry.geometry == "lorentz" and space == "embedding":
         seen = list(old.spec.class_order)
@@ -213,9 +210,9 @@ def _row(
         cross,
         old_self,
         ref_self,
-        pc,
-        den,
-        pu,
+        d.p_com,
+        d.p_com_denominator,
+        d.p_up,
         seconds,
         diag,
         note,

@@ -3,6 +3,7 @@
 from components.evaluation.compat import (
     COMPAT_METRICS,
     DENOMINATOR_EPS,
+    ILL_CONDITIONED,
     REPORTED_METRICS,
     DerivedMetrics,
     compat_summary,
@@ -22,6 +23,7 @@ __all__ = [
     "COMPAT_METRICS",
     "DENOMINATOR_EPS",
     "GEOMETRIES",
+    "ILL_CONDITIONED",
     "REPORTED_METRICS",
     "DerivedMetrics",
     "average_precision",

@@ -20,6 +20,7 @@ import numpy as np
 __all__ = [
     "COMPAT_METRICS",
     "DENOMINATOR_EPS",
+    "ILL_CONDITIONED",
     "REPORTED_METRICS",
     "DerivedMetrics",
     "compat_summary",
@@ -35,6 +36,8 @@ COMPAT_METRICS: tuple[str, ...] = ("cmc@1", "map")
 
 #: |M(φ*, φ*) - M(φ_o, φ_o)| below this makes P_com undefined (None).
 DENOMINATOR_EPS = 1e-12
+#: |denominator| below this is flagged as ill-conditioned: P_com swings with small cross changes (docs/design.md §6.3)
+ILL_CONDITIONED = 0.05
 
 
 def p_com(cross: float, old_self: float, ref_self: float) -> tuple[float | None, float]:

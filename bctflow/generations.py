@@ -174,10 +174,12 @@ def chain(
 
     h = resolve_home(home)
     p = parse_params(params, set_)
-    if not p.generations:
-        fail(ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)"))
+    try:
+        declared = p.declared_chain()
+    except BctflowError as err:
+        fail(err)
     done = {g["name"] for g in lineage_of(p, h)}
-    for spec in p.generations:
+    for spec in declared:
         if spec.name in done:
             console.print(f"generation {spec.name} already in the lineage, skipping")
             continue

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from components.data import DataManifest
-from components.errors import ConfigError
 from components.io import atomic_write_text
 from flows.params import Params
 from flows.steps.context import load_splits
@@ -24,12 +23,11 @@ __all__ = ["declared_manifests", "flat_metrics", "write_manifests"]
 
 
 def declared_manifests(params: Params, ws: Workspace) -> dict[str, DataManifest]:
-    if not params.generations:
-        raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
+    chain = params.declared_chain()
     splits = load_splits(params, ws)
     out: dict[str, DataManifest] = {}
     live_order: tuple[int, ...] | None = None
-    for gen_id, spec in enumerate(params.generations):
+    for gen_id, spec in enumerate(chain):
         m = select_generation_data(params, splits, gen_id, spec.classes, spec.fraction, live_order)
         out[spec.name] = m
         if live_order is None:

@@ -218,6 +218,12 @@ class Params(_Strict):
             )
         return self
 
+    def declared_chain(self) -> list[GenerationSpec]:
+        """The chain `dvc repro` / `bctflow chain` reproduce (ConfigError when params.yaml declares none)."""
+        if not self.generations:
+            raise ConfigError("params.yaml declares no `generations:`; add the chain to reproduce (see README)")
+        return list(self.generations)
+
     def generation(self, name: str) -> GenerationSpec:
         for g in self.generations:
             if g.name == name:

@@ -47,3 +47,6 @@ def test_declared_generations_need_names(tmp_path: Path):
     path.write_text("generations:\n  - classes: all\n")
     with pytest.raises(ConfigError, match="every entry of `generations:` needs a name"):
         load_params(path)
+    with pytest.raises(ConfigError, match="declares no `generations:`; add the chain to reproduce"):
+        Params().declared_chain()
+    assert [g.name for g in load_params(REPO / "params.yaml").declared_chain()] == ["g0", "g1"]

@@ -43,7 +43,11 @@ from registry.db import (
 )
 from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 
-__all__ = ["LineageStore", "sqlite_path"]
+__all__ = ["LineageStore", "NoLineageError", "sqlite_path"]
+
+
+class NoLineageError(LineageError):
+    """A read-only open found a database without bctflow's tables."""
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -87,7 +91,8 @@ class LineageStore:
         version = self.schema_version()
         if version is None:
             if readonly:
-                raise LineageError(f"lineage database {url} holds no bctflow lineage; run `bctflow run` first")
+                self.engine.dispose()
+                raise NoLineageError(f"lineage database {url} holds no bctflow lineage; run `bctflow run` first")
             Base.metadata.create_all(self.engine)
             with self._sessions.begin() as s:
                 s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import create_engine, inspect
-from sqlalchemy.exc import SQLAlchemyError
-
-from components.errors import LineageError
-from registry.lineage import LineageStore, sqlite_path
+from registry.lineage import LineageStore, NoLineageError, sqlite_path
 from registry.tracking import MlflowStore
 
-__all__ = ["STORE_ENTRIES", "lineage_exists", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
+__all__ = ["STORE_ENTRIES", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
 
 LINEAGE_FILE = "lineage.db"
 TRACKING_FILE = "mlflow.db"
@@ -38,34 +34,19 @@ def tracking_uri(configured: str | None, home: Path) -> str:
     return configured or f"sqlite:///{Path(home) / TRACKING_FILE}"
 
 
-def lineage_exists(url: str) -> bool:
-    """Whether ``url`` holds a bctflow lineage (without creating anything: a missing SQLite file stays missing)."""
-    path = sqlite_path(url)
-    if path is not None and (not path.is_file() or path.stat().st_size == 0):
-        return False
-    try:
-        engine = create_engine(url)
-    except (SQLAlchemyError, ValueError) as err:
-        raise LineageError(
-            f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
-        ) from None
-    try:
-        return inspect(engine).has_table("generations")
-    except SQLAlchemyError as err:
-        raise LineageError(
-            f"cannot reach lineage database {url} ({type(err).__name__}: {err}); check lineage.db_url and the server"
-        ) from None
-    finally:
-        engine.dispose()
-
-
 def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, upgrade: bool = False) -> LineageStore:
     """The lineage store. ``readonly``: no schema change and no file created; an empty lineage when there is none yet.
     ``upgrade``: migrate an older schema first (see :class:`~registry.lineage.LineageStore`)."""
     url = lineage_url(configured, home)
-    if readonly and not lineage_exists(url):
+    if not readonly:
+        return LineageStore(url, upgrade=upgrade)
+    path = sqlite_path(url)
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):  # connecting would create the file
         return LineageStore(EMPTY_LINEAGE_URL)
-    return LineageStore(url, readonly=readonly, upgrade=upgrade)
+    try:
+        return LineageStore(url, readonly=True)
+    except NoLineageError:
+        return LineageStore(EMPTY_LINEAGE_URL)
 
 
 def open_tracking(configured: str | None, home: Path, experiment: str, model_name: str) -> MlflowStore:

@@ -16,7 +16,7 @@ from components.errors import LineageError
 from registry.db import SCHEMA_VERSION
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord
-from registry.stores import lineage_exists, lineage_url, open_lineage, tracking_uri
+from registry.stores import lineage_url, open_lineage, tracking_uri
 from tests.helpers import generation_record
 
 
@@ -56,7 +56,7 @@ def test_readonly_open_of_a_missing_lineage_creates_nothing(tmp_path: Path):
     store = open_lineage(None, tmp_path / "ws", readonly=True)
     assert store.count() == 0 and store.live_pointer() is None and store.next_generation_id() == 0
     store.close()
-    assert not (tmp_path / "ws").exists() and not lineage_exists(lineage_url(None, tmp_path / "ws"))
+    assert not (tmp_path / "ws").exists()
 
 
 def test_readonly_open_issues_no_ddl_and_refuses_writes(tmp_path: Path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from components.evaluation import is_compatible
 from flows.backfill_rules import BackfillEvidence, decide_backfill
-from flows.params import BackfillParams as BackfillRules
+from flows.params import BackfillParams
 
 LIVE_SELF = {"cmc@1": 0.80, "cmc@5": 0.93, "map": 0.60}
 
@@ -27,7 +27,7 @@ def evidence(metric: str = "map", **kw) -> BackfillEvidence:
 
 
 def test_compatible_generation_needs_no_backfill():
-    d = decide_backfill(evidence(), BackfillRules(p_com_floor=0.1))
+    d = decide_backfill(evidence(), BackfillParams(p_com_floor=0.1))
     assert d.required is False and d.reasons == []
     assert {c["rule"] for c in d.checks} == {"compatibility", "p_com_floor", "zeta_ceiling", "clip_fraction_max"}
     assert all(c["passed"] for c in d.checks)
@@ -35,7 +35,7 @@ def test_compatible_generation_needs_no_backfill():
 
 
 def test_empirical_criterion_failure_is_a_reason_with_numbers():
-    d = decide_backfill(evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.55}), BackfillRules())
+    d = decide_backfill(evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.55}), BackfillParams())
     assert d.required
     assert "fails against live gallery generation 0" in d.reasons[0]
     assert "0.5500" in d.reasons[0] and "0.6000" in d.reasons[0]
@@ -43,18 +43,18 @@ def test_empirical_criterion_failure_is_a_reason_with_numbers():
 
 def test_equal_cross_and_self_is_not_compatible():
     """The criterion is strict: M(new, old) > M(old, old)."""
-    d = decide_backfill(evidence(cross={"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.60}), BackfillRules())
+    d = decide_backfill(evidence(cross={"cmc@1": 0.8, "cmc@5": 0.9, "map": 0.60}), BackfillParams())
     assert d.required
 
 
 def test_metric_choice_is_honoured():
     cross = {"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.65}  # worse CMC@1, better mAP
-    assert decide_backfill(evidence("map", cross=cross), BackfillRules(metric="map")).required is False
-    assert decide_backfill(evidence("cmc@1", cross=cross), BackfillRules(metric="cmc@1")).required is True
+    assert decide_backfill(evidence("map", cross=cross), BackfillParams(metric="map")).required is False
+    assert decide_backfill(evidence("cmc@1", cross=cross), BackfillParams(metric="cmc@1")).required is True
 
 
 def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
-    rules = BackfillRules(p_com_floor=0.5, zeta_ceiling=1.1, max_generations_since_backfill=0, clip_fraction_max=0.4)
+    rules = BackfillParams(p_com_floor=0.5, zeta_ceiling=1.1, max_generations_since_backfill=0, clip_fraction_max=0.4)
     d = decide_backfill(evidence(), rules)
     failed = {c["rule"] for c in d.checks if not c["passed"]}
     assert failed == {"p_com_floor", "zeta_ceiling", "max_generations_since_backfill", "clip_fraction_max"}
@@ -63,14 +63,14 @@ def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
 
 
 def test_missing_reference_skips_p_com_rule_without_failing():
-    d = decide_backfill(evidence(p_com={}), BackfillRules(p_com_floor=0.5))
+    d = decide_backfill(evidence(p_com={}), BackfillParams(p_com_floor=0.5))
     check = next(c for c in d.checks if c["rule"] == "p_com_floor")
     assert check["passed"] and "skipped" in check["detail"]
 
 
 def test_disabled_rules_are_not_checked():
     d = decide_backfill(
-        evidence(zeta=10.0, gallery_clip_fraction=1.0), BackfillRules(zeta_ceiling=None, clip_fraction_max=None)
+        evidence(zeta=10.0, gallery_clip_fraction=1.0), BackfillParams(zeta_ceiling=None, clip_fraction_max=None)
     )
     assert not d.required
     assert {c["rule"] for c in d.checks} == {"compatibility"}
@@ -79,7 +79,7 @@ def test_disabled_rules_are_not_checked():
 def test_gallery_the_model_cannot_query_requires_backfill():
     d = decide_backfill(
         evidence(cross=None, incompatibility="geometry euclidean vs lorentz"),
-        BackfillRules(require_compatibility=False),
+        BackfillParams(require_compatibility=False),
     )
     assert d.required and "cannot query generation 0" in d.reasons[0]
 
@@ -87,9 +87,9 @@ def test_gallery_the_model_cannot_query_requires_backfill():
 def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
     incompatible = evidence(cross={"cmc@1": 0.7, "cmc@5": 0.9, "map": 0.55})
     assert incompatible.compatible is False
-    off = decide_backfill(incompatible, BackfillRules(require_compatibility=False))
+    off = decide_backfill(incompatible, BackfillParams(require_compatibility=False))
     assert not off.required and "compatibility" not in {c["rule"] for c in off.checks}
-    on = decide_backfill(incompatible, BackfillRules(require_compatibility=True))
+    on = decide_backfill(incompatible, BackfillParams(require_compatibility=True))
     assert on.required and on.checks[0] == {
         "rule": "compatibility",
         "value": 0.55,

@@ -143,13 +143,18 @@ def schedule(
     )
 
 
-@app.command()
+bench_app = typer.Typer(no_args_is_help=False, help="Benchmarks: the method table (default) and `scale`.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback(invoke_without_command=True)
 def bench(
+    ctx: typer.Context,
     profile: str = typer.Option(
         "cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"
     ),
-    scenario: str = typer.Option(
-        ..., "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
+    scenario: str | None = typer.Option(
+        None, "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
     ),
     out: Path = typer.Option(
         Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"
@@ -164,6 +169,10 @@ def bench(
     methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
 ) -> None:
     """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if scenario is None:
+        fail(BctflowError("bctflow bench needs --scenario (the method table) or a subcommand: bctflow bench scale"))
     from benchmarks.run import run_benchmark
 
     h = resolve_home(home)
@@ -185,3 +194,33 @@ def bench(
     except BctflowError as err:
         fail(err)
     console.print(f"report: {md}  ({seconds / 60:.1f} min)")
+
+
+@bench_app.command("scale")
+def bench_scale(
+    items: int = typer.Option(..., "--items", help="corpus size N (synthetic Fashion-MNIST WebDataset shards)"),
+    index: str = typer.Option("ivf", "--index", help="index type: flat | ivf | hnsw | ivfpq"),
+    out: Path = typer.Option(..., "--out", help="folder for scale.json and report.md"),
+    work: Path = typer.Option(
+        Path(".bctflow/bench-scale"), "--work", help="scratch folder: the cached corpus and the benchmark workspace"
+    ),
+    chunk_size: int = typer.Option(8192, "--chunk-size", help="items per persisted embedding part"),
+    epochs: int = typer.Option(2, "--epochs", help="training epochs of the two generations (speed, not quality)"),
+) -> None:
+    """The production-gallery path at N items: embed, index, search, backfill (killed and resumed), evaluate."""
+    from benchmarks.scale import run_scale
+
+    try:
+        md = run_scale(
+            items,
+            index,
+            out,
+            work=work / f"n{items}-{index}",
+            corpus_dir=work / f"corpus-{items}",
+            chunk_size=chunk_size,
+            epochs=epochs,
+            log=lambda m: console.print(m, highlight=False, markup=False),
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}")

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.lock import workspace_lock
 from flows.progress import progress_bar
-from flows.steps import publish, reembed
+from flows.steps import publish, reembed, reembed_corpus
 from flows.steps.reembed import BackfillPlan
 from flows.transient import retry_condition
 
@@ -52,6 +52,11 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
         before, total = reembed.embed_chunks(plan, on_chunk)
     if before:
         log.info("resumed: %d of %d chunks were already embedded by an earlier run", before, total)
+    selected = reembed_corpus.corpus_selection(plan)
+    if selected is not None:
+        with progress_bar(f"backfill with g{plan.target}: gallery corpus (items)", len(selected)) as advance:
+            now, n = reembed_corpus.embed_corpus_chunks(plan, advance)
+        log.info("gallery corpus: %d of %d selected items embedded now (%d by an earlier run)", now, n, n - now)
     return before, total
 
 

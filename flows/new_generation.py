@@ -22,6 +22,7 @@ from flows.lock import workspace_lock
 from flows.plan import GenerationPlan, check_current
 from flows.progress import progress_bar
 from flows.steps.context import load_splits
+from flows.steps.corpus import open_corpus
 from flows.transient import retry_condition
 from registry.tracking import RegistrationResult
 
@@ -75,7 +76,10 @@ def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str) -> steps.T
 @task(name="embed-and-index", cache_policy=NO_CACHE)
 def gallery_task(plan: GenerationPlan, trained: steps.Trained) -> steps.Gallery:
     n = len(load_splits(plan.params, plan.workspace).test)
-    with progress_bar(f"g{plan.gen_id} {trained.role}: embedding the gallery", n) as advance:
+    corpus = open_corpus(plan.params, plan.workspace) if plan.parent is None and trained.role == "model" else None
+    what = "the evaluation split" + (" and the gallery corpus" if corpus is not None else "")
+    total = n + (len(corpus) if corpus is not None else 0)
+    with progress_bar(f"g{plan.gen_id} {trained.role}: embedding {what} (items)", total) as advance:
         return steps.build_gallery(plan, trained, on_batch=advance)
 
 

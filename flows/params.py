@@ -143,6 +143,8 @@ class EvaluationParams(_Strict):
     cmc_k: list[int] = Field(default_factory=lambda: [1, 5])
     reference: bool = True
     chunk_size: int = Field(1024, gt=0)
+    #: exact CMC / mAP@all up to this many gallery items; above, top-k metrics from the FAISS index
+    exact_max_items: int = Field(50_000, gt=0)
 
     @field_validator("cmc_k")
     @classmethod
@@ -165,7 +167,7 @@ class BackfillParams(_Strict):
     clip_fraction_max: float | None = Field(0.95, ge=0.0, le=1.0)
     # --- operations (docs/design.md §7 "A backfill"): bctflow backfill
     restart_zeta: bool = True  # a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
-    chunk_size: int = Field(256, gt=0)  # items embedded per persisted chunk (resume granularity)
+    chunk_size: int = Field(256, gt=0)  # items per persisted chunk of every gallery embedding (resume granularity)
     retain_versions: int = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
     throttle_seconds: float = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
     order: Literal["uncertainty", "random", "oldest"] = "uncertainty"  # partial backfill: what first
@@ -189,7 +191,42 @@ class ScheduleParams(_Strict):
 
 
 class IndexParams(_Strict):
-    type: Literal["flat"] = "flat"
+    """The FAISS index of every gallery (docs/design.md §8): exact ``flat``, or ``ivf`` / ``hnsw`` / ``ivfpq``."""
+
+    type: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
+    nlist: int | None = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
+    nprobe: int = Field(32, gt=0)  # ivf / ivfpq lists visited per query
+    hnsw_m: int = Field(32, gt=1)  # hnsw graph degree
+    ef_construction: int = Field(80, gt=0)
+    ef_search: int = Field(128, gt=0)
+    pq_m: int | None = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
+    pq_nbits: int = Field(8, gt=0, le=16)
+    train_size: int = Field(100_000, gt=0)  # training sample of ivf / ivfpq
+    recall_queries: int = Field(1000, gt=0)  # held-out sample on which the build measures recall@10 against exact
+    shards: int = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes
+    #: publishing a live index (generation 0, a backfill) whose measured recall@10 is below this fails (null: any)
+    min_recall: float | None = Field(None, gt=0.0, le=1.0)
+
+
+class GalleryParams(_Strict):
+    """The corpus the live index serves (docs/design.md §7.10): by default the labelled evaluation split.
+
+    ``source``: ``eval_split`` | ``webdataset`` (a folder of ``*.tar`` shards) | ``manifest`` (a Parquet or CSV
+    file: path, id, optional label) | ``folder`` (an image folder). Labels are optional; generation 0 and every
+    backfill embed it in resumable chunks of ``backfill.chunk_size`` items.
+    """
+
+    source: Literal["eval_split", "webdataset", "manifest", "folder"] = "eval_split"
+    path: str | None = None  # shards folder / manifest file / image folder (relative to the working directory)
+    workers: int = Field(2, ge=0)  # DataLoader worker processes decoding the corpus
+    #: retrieval metrics of a labelled corpus larger than evaluation.exact_max_items: top-k on this many sampled queries
+    metric_queries: int = Field(10_000, gt=0)
+
+    @model_validator(mode="after")
+    def _path_given(self) -> GalleryParams:
+        if self.source != "eval_split" and not self.path:
+            raise ValueError(f"gallery.source {self.source} needs gallery.path (the corpus on disk); set it")
+        return self
 
 
 class Params(_Strict):
@@ -199,6 +236,7 @@ class Params(_Strict):
     train: TrainParams = TrainParams()
     alignment: AlignmentParams = AlignmentParams()
     generations: list[GenerationSpec] = Field(default_factory=list)
+    gallery: GalleryParams = GalleryParams()
     index: IndexParams = IndexParams()
     evaluation: EvaluationParams = EvaluationParams()
     backfill: BackfillParams = BackfillParams()

@@ -25,15 +25,23 @@ def progress_bar(description: str, total: int, enabled: bool | None = None) -> I
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        ProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
+
+    class _ItemsPerSecond(ProgressColumn):
+        def render(self, task) -> Text:  # type: ignore[no-untyped-def]
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.0f}/s")
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        _ItemsPerSecond(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=Console(stderr=True),

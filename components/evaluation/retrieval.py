@@ -11,18 +11,23 @@ float64 with *higher = nearer*:
 
 Every reported number is computed in float64. No loop runs over single
 queries or gallery items; queries are processed in fixed-size chunks so a
-(10k x 10k) float64 score matrix is never materialised at once.
+(10k x 10k) float64 score matrix is never materialised at once. The chunks of
+:func:`retrieval_metrics` are ranked by :mod:`components.evaluation.ranking`
+(one value sort per row, no argsort) on two threads; :func:`average_precision`
+keeps the plain stable-lexsort ranking.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from components.evaluation.ranking import ChunkCounts, chunk_counts
 from components.geometry import pairwise_lorentz_inner
 
 if TYPE_CHECKING:
@@ -38,6 +43,9 @@ __all__ = [
 
 #: Geometries understood by :func:`retrieval_scores`.
 GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
+#: Threads over query chunks in :func:`retrieval_metrics` (numpy's sort and elementwise passes release the GIL).
+_THREADS = 2
+_MODE = "pool"
 
 
 def _check_geometry(geometry: str, curvature: float) -> None:
@@ -90,18 +98,35 @@ def retrieval_scores(
             "embed both with models of the same output dimension and geometry"
         )
     if geometry == "euclidean":
-        tiny = np.finfo(np.float64).tiny
-        qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), tiny)
-        gn = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), tiny)
-        return np.clip(qn @ gn.T, -1.0, 1.0)
-    if q.shape[1] < 2:
+        return _cosine(_unit_rows(q), _unit_rows(g))
+    _check_lorentz_width(q)
+    return -np.arccosh(_lorentz_arg(q, g, curvature)) / math.sqrt(curvature)
+
+
+def _check_lorentz_width(x: np.ndarray) -> None:
+    if x.shape[1] < 2:
         raise ValueError(
             "lorentz embeddings need width d+1 >= 2 (time coordinate first); "
             "pass hyperboloid points, not tangent vectors"
         )
-    inner = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
-    arg = np.maximum(-curvature * inner, 1.0)
-    return -np.arccosh(arg) / math.sqrt(curvature)
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` (N, d) float64 divided by their norms (all-zero rows stay zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+
+
+def _cosine(qn: np.ndarray, gn: np.ndarray) -> np.ndarray:
+    """Cosine scores (Nq, Ng) float64 of unit rows ``qn`` (Nq, d), ``gn`` (Ng, d), clipped to [-1, 1]."""
+    s = qn @ gn.T
+    return np.clip(s, -1.0, 1.0, out=s)
+
+
+def _lorentz_arg(q: np.ndarray, g: np.ndarray, curvature: float) -> np.ndarray:
+    """``max(1, -K <q, g>_L)`` (Nq, Ng) float64 for hyperboloid points q (Nq, d+1), g (Ng, d+1), time first."""
+    arg = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
+    np.multiply(-curvature, arg, out=arg)
+    return np.maximum(arg, 1.0, out=arg)
 
 
 def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -224,21 +249,79 @@ def retrieval_metrics(
     # Validate / convert once; chunks below only slice.
     q_all = _as_matrix("queries", query_vecs)
     g_all = _as_matrix("gallery", gallery_vecs)
+    if q_all.shape[1] != g_all.shape[1]:
+        raise ValueError(
+            f"queries have width {q_all.shape[1]} but gallery has width {g_all.shape[1]}; "
+            "embed both with models of the same output dimension and geometry"
+        )
+    lorentz = geometry == "lorentz"
+    if lorentz:
+        _check_lorentz_width(q_all)
+    q_code, g_code = _label_codes(q_lab, g_lab)
+    excluded = _excluded_columns(q_ids, g_ids) if leave_one_out else np.full(q_ids.shape[0], -1, dtype=np.int64)
+    n_rel = np.bincount(g_code, minlength=int(max(q_code.max(initial=-1), g_code.max(initial=-1))) + 1)[q_code]
+    excluded_relevant = excluded >= 0
+    excluded_relevant[excluded_relevant] = g_code[excluded[excluded_relevant]] == q_code[excluded_relevant]
+    n_rel = n_rel - excluded_relevant
+    g_ranked = g_all if lorentz else _unit_rows(g_all)  # same float ops as retrieval_scores, done once
 
-    hits = {k: 0 for k in ks}
-    ap_sum = 0.0
-    n_used = 0
-    for start in range(0, q_all.shape[0], chunk_size):
-        sl = slice(start, start + chunk_size)
-        scores = retrieval_scores(q_all[sl], g_all, geometry, curvature)
-        relevant = q_lab[sl, None] == g_lab[None, :]
-        valid = q_ids[sl, None] != g_ids[None, :] if leave_one_out else np.ones_like(relevant)
-        used, ap, chunk_hits = _chunk_counts(scores, relevant, valid, ks)
-        n_used += used
-        ap_sum += ap
-        for k in ks:
-            hits[k] += chunk_hits[k]
-    return _metrics_from_counts(hits, ap_sum, n_used)
+    def values(start: int) -> np.ndarray:
+        q = q_all[start : start + chunk_size]
+        return _lorentz_arg(q, g_ranked, curvature) if lorentz else _cosine(_unit_rows(q), g_ranked)
+
+    def rank(start: int, v: np.ndarray, r0: int, r1: int) -> ChunkCounts:
+        sl = slice(start + r0, start + r1)
+        return chunk_counts(v[r0:r1], lorentz, q_code[sl], g_code, excluded[sl], n_rel[sl], ks)
+
+    def run(start: int) -> ChunkCounts:
+        v = values(start)
+        return rank(start, v, 0, v.shape[0])
+
+    starts = range(0, q_all.shape[0], chunk_size)
+    results = []
+    if _MODE == "pool":
+        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+            results = list(pool.map(run, starts))
+    elif _MODE == "stage":
+        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+            for start in starts:
+                v = values(start)
+                n = v.shape[0]
+                cuts = [n * i // _THREADS for i in range(_THREADS + 1)]
+                results += list(pool.map(lambda i: rank(start, v, cuts[i], cuts[i + 1]), range(_THREADS)))
+    elif _MODE == "pipe":
+        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+            futs = []
+            for start in starts:
+                v = values(start)
+                n = v.shape[0]
+                cuts = [n * i // _THREADS for i in range(_THREADS + 1)]
+                futs += [pool.submit(rank, start, v, cuts[i], cuts[i + 1]) for i in range(_THREADS)]
+                if len(futs) > 2 * _THREADS:
+                    results += [f.result() for f in futs[:_THREADS]]
+                    futs = futs[_THREADS:]
+            results += [f.result() for f in futs]
+    else:
+        results = [run(start) for start in starts]
+    hits = {k: sum(r[2][k] for r in results) for k in ks}
+    return _metrics_from_counts(hits, sum(r[1] for r in results), sum(r[0] for r in results))
+
+
+def _label_codes(query_labels: np.ndarray, gallery_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer class codes (Nq,), (Ng,) int64: equal codes exactly where the labels compare equal."""
+    both = np.concatenate([query_labels, gallery_labels])
+    _, codes = np.unique(both, return_inverse=True, equal_nan=False)
+    codes = codes.reshape(-1).astype(np.int64)
+    return codes[: query_labels.shape[0]], codes[query_labels.shape[0] :]
+
+
+def _excluded_columns(query_ids: np.ndarray, gallery_ids: np.ndarray) -> np.ndarray:
+    """Gallery column (Nq,) int64 holding each query's own id (gallery ids are unique), -1 where none does."""
+    if gallery_ids.shape[0] == 0:
+        return np.full(query_ids.shape[0], -1, dtype=np.int64)
+    order = np.argsort(gallery_ids, kind="stable")
+    at = np.minimum(np.searchsorted(gallery_ids[order], query_ids), gallery_ids.shape[0] - 1)
+    return np.where(gallery_ids[order][at] == query_ids, order[at], -1).astype(np.int64)
 
 
 def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:
@@ -249,21 +332,6 @@ def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}; use e.g. 1024")
     return ks
-
-
-def _chunk_counts(
-    scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray, ks: tuple[int, ...]
-) -> tuple[int, float, dict[int, int]]:
-    """Counts of one query chunk, inputs (n, Ng): queries with a relevant item, their AP sum, CMC hits per k."""
-    s, rel, ok = _rank(scores, relevant, valid)
-    used = rel.any(axis=1)
-    ap = float(_ap_from_ranked(s, rel, ok)[used].sum())
-    top = np.cumsum(rel[:, : max(ks)], axis=1) > 0  # hit within the first j+1
-    hits = {}
-    for k in ks:
-        j = min(k, top.shape[1]) - 1
-        hits[k] = int(top[used, j].sum()) if j >= 0 else 0
-    return int(used.sum()), ap, hits
 
 
 def _metrics_from_counts(hits: dict[int, int], ap_sum: float, n_used: int) -> dict[str, float]:

@@ -1,83 +1,114 @@
-"""Exact FAISS gallery index for Euclidean (cosine) or Lorentz embeddings.
+"""FAISS gallery index for Euclidean (cosine) or Lorentz embeddings: exact or approximate.
 
 * Euclidean (docs/design.md §6): vectors (N, d) are L2-normalised to float32 and
-  searched by exact inner product, i.e. cosine similarity.
-* Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first, are stored
-  as-is; each query's time coordinate is negated, so the inner product FAISS
-  maximises is the Lorentz product <q, g>_L (HBCT Eq. (1)), and because the
-  geodesic distance acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone
-  decreasing in it, exact MIPS (IndexFlatIP) is exact geodesic kNN.
+  searched by inner product, i.e. cosine similarity.
+* Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first. The geodesic
+  distance acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone decreasing in the
+  Lorentz product <q, g>_L (HBCT Eq. (1)), so geodesic kNN is maximum-Lorentz-product
+  search. The exact ``flat`` index stores the points as-is and negates each query's
+  time coordinate (exact MIPS, ``IDMap2,Flat``); the approximate types (``ivf``,
+  ``hnsw``, ``ivfpq``) store the exact MIPS→L2 reduction [g, sqrt(M² − ‖g‖²)] and
+  search by L2 — measured much better than inner product for HNSW and IVF; see
+  :mod:`components.indexing.index_types` for the numbers.
 
-FAISS ranks in float32; the k returned neighbours are then re-scored in
-float64 from the stored vectors (docs/design.md §2 "Numerics": reported distances
-must be float64) and re-sorted. Every index carries an
-:class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7 "Index
-files") that is checked on load and before every search, since FAISS itself
-notices neither a same-dimension model swap, a truncated file, nor NaNs.
+The index type and its parameters are an :class:`~components.indexing.index_config.IndexConfig`.
+Galleries are built chunk by chunk (:meth:`GalleryIndex.build_streaming`; memory: the
+index, one chunk and the training/recall sample) and every build measures recall@10
+against exact search on held-out gallery items, and the FAISS queries/s, into the
+manifest (docs/design.md §8.3).
+
+FAISS ranks in float32; the k returned neighbours are then re-scored in float64
+(docs/design.md §2 "Numerics": reported distances must be float64) and re-sorted.
+For flat, ivf and hnsw the re-scored vectors are the stored ones, exactly; for ivfpq
+they are decoded from PQ codes — approximate (Lorentz: the decoded space part,
+lifted back onto the hyperboloid) — so ivfpq scores are approximate too. Every index
+carries an :class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7.8)
+that is checked on load and before every search, since FAISS itself notices neither
+a same-dimension model swap, a truncated file, nor NaNs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-from components.errors import (
-    ConfigError,
-    IncompatibleQueryError,
-    IndexIntegrityError,
-)
-from components.indexing.build_inputs import checked_gallery_vectors, checked_ids, stored_rows
-from components.indexing.manifest import IndexManifest
-from components.indexing.vectors import HYPERBOLOID_RTOL, flip_time, hyperboloid_rel_error, in_index_space
-from components.io import atomic_write_bytes
+from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.indexing import index_types as it
+from components.indexing.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
+from components.indexing.index_config import IndexConfig, check_build_args
+from components.indexing.manifest import IndexManifest, shards_digest
+from components.indexing.vectors import checked_queries, flip_time, lorentz_l2_queries, lorentz_l2_rows
+from components.io import atomic_path, atomic_write_bytes
 
-__all__ = [
-    "INDEX_FILE",
-    "MANIFEST_FILE",
-    "GalleryIndex",
-]
+__all__ = ["INDEX_FILE", "MANIFEST_FILE", "GalleryIndex"]
 
 INDEX_FILE = "index.faiss"
 MANIFEST_FILE = "manifest.json"
-#: Allowed | ||x|| - 1 | for stored Euclidean (unit) vectors on load.
-UNIT_NORM_ATOL = 1e-3
-#: Queries are re-scored in chunks of this many rows to bound memory.
-_CHUNK = 1024
-_GEOMETRIES = ("euclidean", "lorentz")
+UNIT_NORM_ATOL = it.UNIT_NORM_ATOL
+#: Queries per FAISS search call (FAISS uses BLAS only for large nq·d).
+_SEARCH_CHUNK = 65536
+#: float64 elements (rows·k·width) re-scored at once, bounding memory to ~32 MiB.
+_RESCORE_ELEMS = 1 << 22
+#: Neighbours retrieved when measuring recall@10: 10 plus the query's own item.
+_RECALL_K = 11
+_REBUILD = "rebuild the index from the gallery embeddings and save it again"
+Chunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
-def _maybe_to_gpu(index: faiss.Index) -> faiss.Index:
-    """Search on all GPUs when this FAISS build has any; otherwise ``index`` itself."""
-    if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
+def _maybe_to_gpu(index: faiss.Index, index_type: str = "flat") -> faiss.Index:
+    """A copy on all GPUs for flat and IVF indexes when this FAISS build has GPUs; otherwise ``index`` itself.
+
+    HNSW has no GPU version and stays on the CPU; an index FAISS cannot clone to the
+    GPU (e.g. IVF-PQ code sizes the GPU lacks) stays on the CPU too. Untested here:
+    the test machines have no GPU.
+    """
+    if index_type == "hnsw" or not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:
+        return index
+    try:
         return faiss.index_cpu_to_all_gpus(index)
-    return index
+    except RuntimeError:
+        return index
 
 
-def _serialize(index: faiss.Index) -> bytes:
-    return faiss.serialize_index(index).tobytes()
+def _write_index_file(path: Path, index: faiss.Index) -> str:
+    """Atomically write ``index`` to ``path`` (temp file, fsync, rename); return the file's sha256."""
+    with atomic_path(path) as tmp:
+        faiss.write_index(index, str(tmp))
+        digest = it.file_sha256(tmp)
+    return digest
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _file_names(shards: int) -> list[str]:
+    return [INDEX_FILE] if shards == 1 else [f"index-{i:03d}-of-{shards:03d}.faiss" for i in range(shards)]
+
+
+def _stored(rows: np.ndarray, params: dict) -> np.ndarray:
+    """Gallery rows (n, dim) as FAISS stores them: as they are, or by the Lorentz L2 reduction."""
+    return lorentz_l2_rows(rows, params["l2_radius"]) if params["metric"] == "l2" else rows
 
 
 class GalleryIndex:
-    """A gallery of embeddings with caller ids, searchable by exact kNN.
+    """A gallery of embeddings with caller ids, searchable by kNN (exact or approximate, see the manifest).
 
-    Build with :meth:`build`, persist with :meth:`save`, reopen with
-    :meth:`load`. Wraps ``faiss.IndexIDMap2(faiss.IndexFlatIP(dim))``.
+    Build with :meth:`build` or :meth:`build_streaming`, persist with :meth:`save`,
+    reopen with :meth:`load`. Wraps one ``IDMap2`` FAISS index per shard.
     """
 
-    def __init__(self, index: faiss.Index, manifest: IndexManifest) -> None:
-        """Internal: use :meth:`build` or :meth:`load`."""
-        self._index = index
+    def __init__(self, index: faiss.Index | list[faiss.Index], manifest: IndexManifest) -> None:
+        """Internal: use :meth:`build`, :meth:`build_streaming` or :meth:`load`."""
+        self._shards = list(index) if isinstance(index, list) else [index]
         self._manifest = manifest
         self._search_index: faiss.Index | None = None
+        self._gpu: list[faiss.Index] = []
+        for s in self._shards:
+            it.set_search_params(s, manifest.params)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -90,43 +121,130 @@ class GalleryIndex:
         curvature: float,
         generation: int,
         compatible_generations: tuple[int, ...] | list[int] | None = None,
+        config: IndexConfig | None = None,
     ) -> GalleryIndex:
-        """Index ``vectors`` (N, D) under int ``ids`` (N,).
+        """Index ``vectors`` (N, D) under int ``ids`` (N,): :meth:`build_streaming` with one chunk.
 
         euclidean: D = d, rows are L2-normalised. lorentz: D = d+1 hyperboloid
         points of curvature -``curvature``, time first (checked). Raises
         :class:`~components.errors.DataError` for a bad gallery (empty, not
         2-D, NaN/inf, zero vectors, off-hyperboloid points, bad ids) and
         :class:`~components.errors.ConfigError` for bad parameters.
-        ``compatible_generations`` defaults to ``(generation,)``.
+        ``compatible_generations`` defaults to ``(generation,)``; ``config`` to flat.
         """
-        if geometry not in _GEOMETRIES:
-            raise ConfigError(f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, _GEOMETRIES))}")
-        if not (isinstance(curvature, (int, float)) and math.isfinite(curvature) and curvature > 0):
-            raise ConfigError(
-                f"curvature must be a finite number > 0, got {curvature!r}; pass the K the gallery was embedded with"
-            )
-        if isinstance(generation, bool) or not isinstance(generation, (int, np.integer)) or generation < 0:
-            raise ConfigError(f"generation must be an int >= 0, got {generation!r}")
-        x = checked_gallery_vectors(vectors, geometry)
-        n, dim = x.shape
-        id64 = checked_ids(ids, n)
-        stored = stored_rows(x, geometry, float(curvature))
+        cfg = check_build_args(geometry, curvature, generation, config)
+        chunks = partial(checked_chunks, lambda: [(vectors, ids)], geometry, float(curvature), label=False)
+        return cls._build(chunks, geometry, float(curvature), int(generation), cfg, compatible_generations, None)
 
-        index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-        index.add_with_ids(np.ascontiguousarray(stored), id64)
-        gens = (int(generation),) if compatible_generations is None else tuple(int(g) for g in compatible_generations)
-        manifest = IndexManifest(
-            generation=int(generation),
-            geometry=geometry,
-            curvature=float(curvature),
-            dim=int(dim),
-            count=int(n),
-            checksum=_sha256(_serialize(index)),
-            index_type="flat_ip",
-            compatible_generations=gens,
+    @classmethod
+    def build_streaming(
+        cls,
+        chunks: Chunks,
+        *,
+        geometry: str,
+        curvature: float,
+        generation: int,
+        config: IndexConfig,
+        compatible_generations: tuple[int, ...] | list[int] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> GalleryIndex:
+        """Index a gallery that ``chunks()`` yields as (vectors (n, D), int ids (n,)) pieces.
+
+        ``chunks`` is called once per pass and must yield the same chunks each time:
+        flat needs one pass; the approximate types two (ids, sample, radius; then add)
+        — during the adding pass the exact top-11 of the held-out recall queries is
+        accumulated chunk by chunk, so the gallery is never held twice. Peak memory:
+        the index, one chunk, the training + recall sample. Vectors are as
+        :meth:`build` takes them; every chunk is checked and ids must be unique across
+        chunks (:class:`~components.errors.DataError` naming the chunk).
+        ``on_progress(n_added)`` is called after each chunk is added.
+        """
+        cfg = check_build_args(geometry, curvature, generation, config)
+        checked = partial(checked_chunks, chunks, geometry, float(curvature), label=True)
+        return cls._build(
+            checked, geometry, float(curvature), int(generation), cfg, compatible_generations, on_progress
         )
-        return cls(index, manifest)
+
+    @classmethod
+    def _build(
+        cls,
+        passes: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]],
+        geometry: str,
+        curvature: float,
+        generation: int,
+        cfg: IndexConfig,
+        compatible_generations: tuple[int, ...] | list[int] | None,
+        on_progress: Callable[[int], None] | None,
+    ) -> GalleryIndex:
+        """Fill the index from ``passes()`` (checked float32 rows, ids), then measure recall and queries/s."""
+        t0 = time.perf_counter()
+        metric = "l2" if geometry == "lorentz" and cfg.approximate else "inner_product"
+        shards, exact = None, None
+        if cfg.approximate:  # pass 1: ids, samples, radius -> trained, empty shards
+            scan = scan_gallery(passes(), cfg.recall_queries + cfg.train_size * cfg.trained, cfg.seed)
+            ledger, n = scan.ledger, scan.ledger.count
+            width = scan.rows.shape[1] + (metric == "l2")
+            params = {**cfg.params(width, n), "metric": metric, "stored_dim": width}
+            if metric == "l2":
+                params["l2_radius"] = math.sqrt(scan.max_sq_norm)
+            factory = cfg.factory_string(width, n)
+            train = _stored(scan.rows[len(scan.rows) - cfg.train_count(n) :], params) if cfg.trained else None
+            shards = it.new_shards(cfg, factory, metric, width, train)
+            q_rows, q_ids = scan.rows[: min(cfg.recall_queries, n)], scan.ids[: min(cfg.recall_queries, n)]
+            del scan, train
+            exact = it.ExactTopK(q_rows if geometry == "euclidean" else flip_time(q_rows), min(_RECALL_K, n))
+            check = IdLedger(keep=False)
+        else:
+            ledger = check = IdLedger()
+            sample = BottomKSample(cfg.recall_queries)
+        added = 0
+        for rows, ids in passes():  # the (second) pass: add
+            if shards is None:
+                width = rows.shape[1]
+                factory, params = cfg.factory_string(width, 1), {**cfg.params(width, 1), "metric": metric}
+                params["stored_dim"] = width
+                shards = it.new_shards(cfg, factory, metric, width, None)
+            check.add(ids)
+            if exact is not None:
+                exact.add(rows, ids)
+            else:
+                sample.offer(id_hash(ids, cfg.seed), rows, ids)
+            stored, which = _stored(rows, params), it.shard_of(ids, len(shards))
+            for i, s in enumerate(shards):
+                sel = slice(None) if len(shards) == 1 else which == i
+                s.add_with_ids(np.ascontiguousarray(stored[sel]), np.ascontiguousarray(ids[sel]))
+            added += len(ids)
+            if on_progress is not None:
+                on_progress(added)
+        if exact is not None:
+            ledger.same_as(check)
+        else:
+            ledger.check_unique()
+            q_rows, q_ids = sample.result()
+        gens = (generation,) if compatible_generations is None else tuple(int(g) for g in compatible_generations)
+        digests = [it.index_sha256(s) for s in shards]
+        manifest = IndexManifest(
+            generation=generation, geometry=geometry, curvature=curvature, dim=int(q_rows.shape[1]),
+            count=ledger.count, checksum=digests[0] if len(digests) == 1 else shards_digest(digests),
+            index_type=cfg.type, factory=factory, params=params, compatible_generations=gens,
+            shard_checksums=tuple(digests) if len(digests) > 1 else (),
+        )  # fmt: skip
+        index = cls(shards, manifest)
+        found, qps = index._timed_search(q_rows, min(_RECALL_K, ledger.count))
+        recall = 1.0 if exact is None else it.recall_at_k(found, exact.result(), q_ids, _RECALL_K - 1)
+        index._manifest = replace(
+            manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps,
+            build_seconds=time.perf_counter() - t0,
+        )  # fmt: skip
+        return index
+
+    def _timed_search(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+        """FAISS ids (nq, k) for gallery-form query ``rows`` (nq, dim) in one call, and the queries/s it ran at."""
+        qx = rows.astype(np.float64) if self._manifest.geometry == "euclidean" else flip_time(rows)
+        xq = self._faiss_queries(qx)
+        t = time.perf_counter()
+        _, found = self._searcher().search(xq, k)
+        return found, len(xq) / max(time.perf_counter() - t, 1e-9)
 
     # ------------------------------------------------------------- properties
     @property
@@ -137,11 +255,11 @@ class GalleryIndex:
     @property
     def ntotal(self) -> int:
         """Number of gallery vectors."""
-        return int(self._index.ntotal)
+        return sum(int(s.ntotal) for s in self._shards)
 
     @property
     def dim(self) -> int:
-        """Stored vector width: d (euclidean) or d+1 (lorentz)."""
+        """Query / gallery vector width: d (euclidean) or d+1 (lorentz)."""
         return int(self._manifest.dim)
 
     def with_compatible_generations(self, generations: tuple[int, ...] | list[int]) -> GalleryIndex:
@@ -151,43 +269,34 @@ class GalleryIndex:
         this gallery's generation (docs/design.md §7); call :meth:`save` to persist.
         """
         manifest = replace(self._manifest, compatible_generations=tuple(int(g) for g in generations))
-        return GalleryIndex(self._index, manifest)
+        return GalleryIndex(self._shards, manifest)
 
     # ----------------------------------------------------------------- search
     def _check_queries(self, queries: np.ndarray, query_generation: int | None) -> np.ndarray:
         m = self._manifest
-        where = f"index (generation {m.generation}, {m.geometry}, K={m.curvature}, dim {m.dim})"
-        if query_generation is not None and query_generation not in m.compatible_generations:
-            raise IncompatibleQueryError(
-                f"queries from generation {query_generation} cannot search the {where}: it accepts "
-                f"generations {list(m.compatible_generations)}; backfill (re-embed the gallery with "
-                f"generation {query_generation} and rebuild the index) or query with a compatible model"
-            )
-        q = np.asarray(queries)
-        if q.ndim != 2:
-            raise IncompatibleQueryError(
-                f"queries must be a 2-D array (Nq, {m.dim}), got shape {q.shape}; "
-                "stack query embeddings one row per query"
-            )
-        if q.shape[1] != m.dim:
-            raise IncompatibleQueryError(
-                f"queries have width {q.shape[1]} but the {where} stores width {m.dim}; "
-                "embed queries with a model of a compatible generation and geometry "
-                f"(generations {list(m.compatible_generations)})"
-            )
-        bad = ~np.isfinite(q).all(axis=1)
-        if bad.any():
-            raise IncompatibleQueryError(
-                f"{int(bad.sum())} of {q.shape[0]} queries contain NaN or inf "
-                f"(first at row {int(np.argmax(bad))}); fix the query embeddings before searching"
-            )
-        fix = (
-            "re-embed those queries"
-            if m.geometry == "euclidean"
-            else f"query the {where} with Lorentz points of its curvature, time coordinate first"
-        )
-        rows = in_index_space(q, m.geometry, m.curvature, error=IncompatibleQueryError, what="queries", fix=fix)
-        return rows if m.geometry == "euclidean" else flip_time(rows)
+        return checked_queries(
+            queries, dim=m.dim, geometry=m.geometry, curvature=m.curvature, generations=m.compatible_generations,
+            query_generation=query_generation, error=IncompatibleQueryError,
+            where=f"index (generation {m.generation}, {m.geometry}, K={m.curvature}, dim {m.dim})",
+        )  # fmt: skip
+
+    def _faiss_queries(self, qx: np.ndarray) -> np.ndarray:
+        """float32 (nq, stored_dim) rows FAISS searches for checked float64 queries ``qx`` (time negated)."""
+        if self._manifest.metric == "l2":
+            return lorentz_l2_queries(qx, float(self._manifest.params["l2_radius"]))
+        return np.ascontiguousarray(qx, dtype=np.float32)
+
+    def _searcher(self) -> faiss.Index:
+        """The index FAISS searches: the shard itself or ``IndexShards`` over them, on GPUs when available."""
+        if self._search_index is None:
+            self._gpu = [_maybe_to_gpu(s, self._manifest.index_type) for s in self._shards]
+            if len(self._gpu) == 1:
+                self._search_index = self._gpu[0]
+            else:
+                self._search_index = faiss.IndexShards(self._gpu[0].d, True, False)
+                for s in self._gpu:
+                    self._search_index.add_shard(s)
+        return self._search_index
 
     def search(
         self, queries: np.ndarray, k: int, *, query_generation: int | None = None
@@ -197,58 +306,56 @@ class GalleryIndex:
         ``queries``: (Nq, dim). Returns ``(scores, ids)``: float64 (Nq, k') and
         int64 (Nq, k'), k' = min(k, ntotal), best first. Scores are higher =
         nearer: cosine similarity (euclidean) or minus the geodesic distance
-        -acosh(max(1, -K <q, g>_L))/sqrt(K) (lorentz), recomputed in float64.
-        Raises :class:`~components.errors.IncompatibleQueryError` when the
-        width, finiteness, geometry (hyperboloid check) or ``query_generation``
-        (if given) does not fit the manifest.
+        -acosh(max(1, -K <q, g>_L))/sqrt(K) (lorentz), recomputed in float64 from
+        the stored vectors (ivfpq: from the decoded, approximate ones). Approximate
+        types may find fewer than k' items for a query: the missing slots, last,
+        have id -1 and score -inf. Raises
+        :class:`~components.errors.IncompatibleQueryError` when the width,
+        finiteness, geometry (hyperboloid check) or ``query_generation`` (if
+        given) does not fit the manifest.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
-        qx = self._check_queries(queries, query_generation)  # float64, time flipped for lorentz
+        qx = self._check_queries(queries, query_generation)  # float64, time negated for lorentz
         k_eff = min(int(k), self.ntotal)
-        if self._search_index is None:
-            self._search_index = _maybe_to_gpu(self._index)
         nq = qx.shape[0]
         scores = np.empty((nq, k_eff), dtype=np.float64)
         ids = np.empty((nq, k_eff), dtype=np.int64)
-        curv = self._manifest.curvature
-        for start in range(0, nq, _CHUNK):
-            sl = slice(start, start + _CHUNK)
-            q = qx[sl]
-            _, found = self._search_index.search(np.ascontiguousarray(q, dtype=np.float32), k_eff)
-            if (found < 0).any():
-                raise IndexIntegrityError(
-                    "FAISS returned fewer neighbours than the index holds; the index is inconsistent, rebuild it"
-                )
-            g = self._index.reconstruct_batch(found.ravel()).astype(np.float64)
-            g = g.reshape(found.shape[0], k_eff, -1)
-            if self._manifest.geometry == "euclidean":
-                g /= np.linalg.norm(g, axis=2, keepdims=True)
-                s = np.clip(np.einsum("nd,nkd->nk", q, g), -1.0, 1.0)
-            else:
-                inner = np.einsum("nd,nkd->nk", q, g)  # <q, g>_L (q's time already negated)
-                s = -np.arccosh(np.maximum(-curv * inner, 1.0)) / math.sqrt(curv)
-            order = np.argsort(-s, axis=1, kind="stable")
-            scores[sl] = np.take_along_axis(s, order, axis=1)
-            ids[sl] = np.take_along_axis(found, order, axis=1)
+        step = max(1, _RESCORE_ELEMS // (k_eff * self._manifest.stored_dim))
+        for start in range(0, nq, _SEARCH_CHUNK):
+            block = slice(start, start + _SEARCH_CHUNK)
+            _, found = self._searcher().search(self._faiss_queries(qx[block]), k_eff)
+            if self._manifest.index_type == "flat" and (found < 0).any():
+                raise IndexIntegrityError(f"FAISS returned fewer neighbours than the index holds; {_REBUILD}")
+            for sub in range(0, found.shape[0], step):
+                rows = slice(start + sub, start + sub + step)
+                scores[rows], ids[rows] = it.rescore(self._shards, self._manifest, qx[rows], found[sub : sub + step])
         return scores, ids
 
     # ---------------------------------------------------------- persistence
     def save(self, directory: str | Path) -> Path:
-        """Write ``index.faiss`` then ``manifest.json`` (last) into ``directory``.
+        """Write the index file(s) then ``manifest.json`` (last) into ``directory``.
 
-        Each file is replaced atomically (temp file + fsync + rename), and the
-        manifest records the sha256 of the exact bytes written. A failure while
-        writing the index file leaves a previous save intact; a crash between
-        the two renames leaves a new index beside the old manifest, which
-        :meth:`load` reports as a checksum mismatch. Returns ``directory``.
+        One ``index.faiss``, or ``index-III-of-SSS.faiss`` per shard. Each file is
+        replaced atomically (temp file + fsync + rename) and the manifest records the
+        sha256 of each file's exact bytes. A failure while writing an index file
+        leaves a previous save intact; a crash before the manifest's rename leaves
+        new index bytes beside the old manifest, which :meth:`load` reports as a
+        checksum mismatch. Index files of an earlier save that the new manifest does
+        not name are removed afterwards. Returns ``directory``.
         """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        data = _serialize(self._index)
-        manifest = replace(self._manifest, checksum=_sha256(data))
-        atomic_write_bytes(d / INDEX_FILE, data)
+        names = _file_names(len(self._shards))
+        digests = [_write_index_file(d / name, s) for name, s in zip(names, self._shards)]
+        manifest = replace(
+            self._manifest,
+            checksum=digests[0] if len(digests) == 1 else shards_digest(digests),
+            shard_checksums=tuple(digests) if len(digests) > 1 else (),
+        )
         atomic_write_bytes(d / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
+        for stale in set(p.name for p in d.glob("index*.faiss")) - set(names):
+            (d / stale).unlink(missing_ok=True)
         self._manifest = manifest
         return d
 
@@ -256,22 +363,23 @@ class GalleryIndex:
     def load(cls, directory: str | Path, *, geometry: str | None = None) -> GalleryIndex:
         """Open an index saved by :meth:`save`, verifying it against its manifest.
 
-        Checks: manifest present and valid, index file present, sha256 equal
-        to the manifest's, the file deserialises to an IDMap2 over a flat
-        inner-product index, ntotal == count, d == dim, ids unique, stored
-        vectors finite and of the manifest's geometry (unit norm / on the
-        hyperboloid). Any failure raises
+        Checks: manifest present and valid (version 1 or 2), every index file
+        present with the sha256 its manifest records (checked before FAISS reads
+        it), structure as the manifest's index_type / factory / params say,
+        ntotal == count, width, ids unique, stored vectors finite and of the
+        manifest's geometry (every vector for flat, a sample otherwise; see
+        :func:`~components.indexing.index_types.verify_shards`). Any failure raises
         :class:`~components.errors.IndexIntegrityError`. If ``geometry`` is
         given and differs from the manifest's, raises
-        :class:`~components.errors.IncompatibleQueryError`.
+        :class:`~components.errors.IncompatibleQueryError`. Search parameters
+        (nprobe, efSearch) are set from the manifest.
         """
         d = Path(directory)
-        mpath, ipath = d / MANIFEST_FILE, d / INDEX_FILE
-        rebuild = "rebuild the index from the gallery embeddings and save it again"
+        mpath = d / MANIFEST_FILE
         if not mpath.is_file():
             raise IndexIntegrityError(
                 f"no {MANIFEST_FILE} in {d}: the index was never saved completely or was copied "
-                f"without its manifest; {rebuild}"
+                f"without its manifest; {_REBUILD}"
             )
         try:
             manifest = IndexManifest.from_json(mpath.read_bytes())
@@ -282,52 +390,8 @@ class GalleryIndex:
                 f"the index in {d} is {manifest.geometry} but {geometry} was requested; "
                 f"load an index built with {geometry} embeddings or backfill the gallery"
             )
-        if not ipath.is_file():
-            raise IndexIntegrityError(f"index file {ipath} is missing; {rebuild}")
-        data = ipath.read_bytes()
-        digest = _sha256(data)
-        if digest != manifest.checksum:
-            raise IndexIntegrityError(
-                f"index file {ipath} ({len(data)} bytes) does not match the sha256 in its manifest "
-                f"(expected {manifest.checksum[:12]}..., got {digest[:12]}...): it is truncated, "
-                f"tampered with, or from another save; {rebuild}"
-            )
-        try:
-            index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
-        except RuntimeError as e:
-            raise IndexIntegrityError(f"FAISS cannot read {ipath} ({e}); {rebuild}") from e
-        cls._verify_loaded(index, manifest, ipath, rebuild)
-        return cls(index, manifest)
-
-    @staticmethod
-    def _verify_loaded(index: faiss.Index, manifest: IndexManifest, ipath: Path, rebuild: str) -> None:
-        """Structural and content checks of a deserialised index against its manifest."""
-        if not isinstance(index, faiss.IndexIDMap2):
-            raise IndexIntegrityError(
-                f"{ipath} holds a {type(index).__name__}, not the IndexIDMap2 that "
-                f"index_type {manifest.index_type!r} requires; {rebuild}"
-            )
-        flat = faiss.downcast_index(index.index)
-        if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
-            raise IndexIntegrityError(f"{ipath} does not wrap an exact inner-product index (flat_ip); {rebuild}")
-        if index.ntotal != manifest.count or index.d != manifest.dim:
-            raise IndexIntegrityError(
-                f"{ipath} holds {index.ntotal} vectors of width {index.d} but its manifest says "
-                f"{manifest.count} of width {manifest.dim}; {rebuild}"
-            )
-        stored = faiss.rev_swig_ptr(flat.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
-        if not np.isfinite(stored).all():
-            raise IndexIntegrityError(f"{ipath} contains NaN or inf vectors; {rebuild}")
-        if manifest.geometry == "euclidean":
-            norms = np.linalg.norm(stored.astype(np.float64), axis=1)
-            ok = np.abs(norms - 1.0) <= UNIT_NORM_ATOL
-        else:
-            ok = hyperboloid_rel_error(stored, manifest.curvature) <= HYPERBOLOID_RTOL
-        if not ok.all():
-            raise IndexIntegrityError(
-                f"{int((~ok).sum())} vectors in {ipath} do not fit the manifest's geometry "
-                f"{manifest.geometry!r} (K={manifest.curvature}); {rebuild}"
-            )
-        ids = faiss.vector_to_array(index.id_map)
-        if np.unique(ids).size != ids.size:
-            raise IndexIntegrityError(f"{ipath} contains duplicate ids; {rebuild}")
+        paths = [d / name for name in _file_names(manifest.shards)]
+        digests = manifest.shard_checksums or (manifest.checksum,)
+        shards = [it.read_index_file(path, digest, _REBUILD) for path, digest in zip(paths, digests)]
+        it.verify_shards(shards, manifest, paths, _REBUILD)
+        return cls(shards, manifest)

@@ -20,9 +20,18 @@ from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.indexing.faiss_index import GalleryIndex
 from components.io import atomic_write_text
 
-__all__ = ["POINTER", "LiveGallery"]
+__all__ = ["CORPUS_DIR", "POINTER", "LiveGallery", "serving_index_dir"]
 
 POINTER = "CURRENT"
+#: beside an evaluation gallery's ``index/``: the gallery corpus's part store and index (docs/design.md §7.10)
+CORPUS_DIR = "corpus"
+
+
+def serving_index_dir(index_path: str | Path) -> Path:
+    """The index that answers queries for a lineage ``index_path``: its gallery corpus's index when there is one,
+    else the evaluation-split index itself (the default gallery)."""
+    corpus = Path(index_path).parent / CORPUS_DIR / "index"
+    return corpus if corpus.is_dir() else Path(index_path)
 
 
 class LiveGallery:
@@ -71,7 +80,7 @@ class LiveGallery:
             )
         key = json.dumps(p, sort_keys=True, default=str)
         if self._cache is None or self._cache[0] != key:
-            idx = GalleryIndex.load(Path(p["index"]))
+            idx = GalleryIndex.load(serving_index_dir(p["index"]))
             gens = tuple(int(g) for g in p.get("compatible_generations", [idx.manifest.generation]))
             self._cache = (key, idx.with_compatible_generations(gens))
         return self._cache[1]

@@ -19,7 +19,7 @@ import numpy as np
 
 from components.indexing.gallery import GalleryEmbeddings
 
-__all__ = ["ORDERS", "backfill_order", "item_uncertainty", "mix_galleries"]
+__all__ = ["ORDERS", "backfill_order", "item_uncertainty", "mix_galleries", "order_items"]
 
 ORDERS = ("uncertainty", "random", "oldest")
 
@@ -38,14 +38,22 @@ def backfill_order(
     current: GalleryEmbeddings, order: str, seed: int = 0, stamps: np.ndarray | None = None
 ) -> np.ndarray:
     """Positions (N,) of the gallery items in the order they should be re-embedded."""
-    n = len(current)
+    uncertainty = item_uncertainty(current) if order == "uncertainty" else None
+    return order_items(len(current), order, seed, uncertainty=uncertainty, stamps=stamps)
+
+
+def order_items(
+    n: int, order: str, seed: int = 0, *, uncertainty: np.ndarray | None = None, stamps: np.ndarray | None = None
+) -> np.ndarray:
+    """Positions (n,) in re-embedding order from per-item ``uncertainty`` (n,) or generation ``stamps`` (n,)."""
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n)
     if order == "random":
         return perm
     if order == "uncertainty":
-        u = item_uncertainty(current)
-        return perm[np.argsort(-u[perm], kind="stable")]  # random tie-break, highest uncertainty first
+        if uncertainty is None:
+            raise ValueError("order 'uncertainty' needs the items' uncertainty")
+        return perm[np.argsort(-uncertainty[perm], kind="stable")]  # random tie-break, highest uncertainty first
     if order == "oldest":
         st = np.zeros(n, dtype=np.int64) if stamps is None else np.asarray(stamps)
         return perm[np.argsort(st[perm], kind="stable")]

@@ -3,13 +3,30 @@
 Shared by index building (a bad gallery is a :class:`~components.errors.DataError`)
 and search (bad queries are an :class:`~components.errors.IncompatibleQueryError`):
 FAISS itself notices neither zero vectors nor points of another curvature.
+
+Also the exact MIPS→L2 reduction the approximate Lorentz indexes use (docs/design.md
+§8.1, §8.3): gallery g (d+1, time first) is stored as g' = [g, sqrt(M² − ‖g‖²)]
+with M ≥ max ‖g‖, so every g' lies on the sphere of radius M; a query q becomes
+q' = λ[−q_t, q_s, 0] with λ = M / ‖q‖ > 0. Then ‖q' − g'‖² = 2M² − 2λ<q, g>_L, so for
+each query the L2 ranking is the ranking by the Lorentz product <q, g>_L (HBCT
+Eq. (1)), i.e. by geodesic distance (HBCT Eq. (3)) — exactly. λ changes no ranking;
+it puts the query on the gallery's sphere, which makes IVF's coarse assignment and
+HNSW's greedy walk behave as for an ordinary L2 search.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HYPERBOLOID_RTOL", "flip_time", "hyperboloid_rel_error", "in_index_space"]
+__all__ = [
+    "HYPERBOLOID_RTOL",
+    "checked_queries",
+    "flip_time",
+    "hyperboloid_rel_error",
+    "in_index_space",
+    "lorentz_l2_queries",
+    "lorentz_l2_rows",
+]
 
 #: Allowed |K<x,x>_L + 1| / (K x_t^2) for a point to count as on the hyperboloid
 #: (float32 rounding of x_t^2 is ~1e-7 relative; a wrong K or a time-last layout
@@ -56,3 +73,72 @@ def in_index_space(
             f"(first at row {int(np.argmax(off))}); {fix}"
         )
     return x64
+
+
+def lorentz_l2_rows(points: np.ndarray, radius: float) -> np.ndarray:
+    """Gallery hyperboloid points (N, d+1) -> float32 rows (N, d+2) [g, sqrt(M² − ‖g‖²)] of norm M = ``radius``.
+
+    ``radius`` must be >= every ‖g‖ (computed in float64 from float32 ``points``);
+    the extra coordinate is clamped at 0 for the farthest points.
+    """
+    g = np.asarray(points, dtype=np.float32)
+    sq = np.einsum("ij,ij->i", g.astype(np.float64), g.astype(np.float64))
+    extra = np.sqrt(np.maximum(radius * radius - sq, 0.0)).astype(np.float32)
+    return np.concatenate([g, extra[:, None]], axis=1)
+
+
+def lorentz_l2_queries(flipped: np.ndarray, radius: float) -> np.ndarray:
+    """Queries with the time coordinate already negated (N, d+1) -> float32 (N, d+2) λ[q', 0], ‖λq'‖ = ``radius``."""
+    q = np.asarray(flipped, dtype=np.float64)
+    scale = radius / np.linalg.norm(q, axis=1, keepdims=True)
+    return np.concatenate([q * scale, np.zeros((q.shape[0], 1))], axis=1).astype(np.float32)
+
+
+def checked_queries(
+    queries: np.ndarray,
+    *,
+    dim: int,
+    geometry: str,
+    curvature: float,
+    generations: tuple[int, ...],
+    query_generation: int | None,
+    where: str,
+    error: type[Exception],
+) -> np.ndarray:
+    """Queries (Nq, ``dim``) for an index of ``geometry`` that accepts query ``generations``, checked.
+
+    Returns float64 rows: L2-normalised (euclidean) or hyperboloid points with the time
+    coordinate negated (lorentz), so a dot product with a gallery row is the cosine /
+    <q, g>_L. Raises ``error`` naming ``where`` (the index) for a wrong generation,
+    shape, width, NaN/inf, zero vectors or points off the hyperboloid.
+    """
+    if query_generation is not None and query_generation not in generations:
+        raise error(
+            f"queries from generation {query_generation} cannot search the {where}: it accepts "
+            f"generations {list(generations)}; backfill (re-embed the gallery with "
+            f"generation {query_generation} and rebuild the index) or query with a compatible model"
+        )
+    q = np.asarray(queries)
+    if q.ndim != 2:
+        raise error(
+            f"queries must be a 2-D array (Nq, {dim}), got shape {q.shape}; stack query embeddings one row per query"
+        )
+    if q.shape[1] != dim:
+        raise error(
+            f"queries have width {q.shape[1]} but the {where} stores width {dim}; "
+            "embed queries with a model of a compatible generation and geometry "
+            f"(generations {list(generations)})"
+        )
+    bad = ~np.isfinite(q).all(axis=1)
+    if bad.any():
+        raise error(
+            f"{int(bad.sum())} of {q.shape[0]} queries contain NaN or inf "
+            f"(first at row {int(np.argmax(bad))}); fix the query embeddings before searching"
+        )
+    fix = (
+        "re-embed those queries"
+        if geometry == "euclidean"
+        else f"query the {where} with Lorentz points of its curvature, time coordinate first"
+    )
+    rows = in_index_space(q, geometry, curvature, error=error, what="queries", fix=fix)
+    return rows if geometry == "euclidean" else flip_time(rows)

@@ -1,8 +1,8 @@
-"""Embedding a set of images with a trained model (batched, no grad, autocast on CUDA)."""
+"""Embedding images with a trained model (batched, no grad, autocast on CUDA): in memory, or streamed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +19,7 @@ from components.training.device import (
     to_memory_format,
 )
 
-__all__ = ["Embeddings", "embed_images", "retrieval_vectors"]
+__all__ = ["Embeddings", "embed_images", "embed_stream", "retrieval_vectors"]
 
 
 @dataclass
@@ -34,6 +34,22 @@ class Embeddings:
     logits: np.ndarray
 
 
+def _forward(model: EmbeddingModel, x: torch.Tensor, dev: torch.device) -> Embeddings:
+    """One batch (B, C, H, W) float in [0, 1] on ``dev`` → its :class:`Embeddings` on the host."""
+    with autocast(dev):
+        out = model(to_memory_format(x, dev))
+    return Embeddings(
+        out.z.float().cpu().numpy(),
+        out.emb.float().cpu().numpy(),
+        out.clipped.cpu().numpy(),
+        out.logits.float().cpu().numpy(),  # type: ignore[union-attr]
+    )
+
+
+def _cat(parts: list[Embeddings]) -> Embeddings:
+    return Embeddings(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("z", "emb", "clipped", "logits")))
+
+
 @torch.no_grad()
 def embed_images(
     model: EmbeddingModel,
@@ -46,19 +62,29 @@ def embed_images(
     dev = select_device(device)  # type: ignore[arg-type]
     model = prepare_module(model, dev).eval()
     data = to_image_tensor(images, np.zeros(len(images), dtype=np.int64), pin=dev.type == "cuda")
-    zs, embs, clips, logits = [], [], [], []
+    parts = []
     for x, _ in iterate_batches(data, batch_size, dev, shuffle=False):
-        with autocast(dev):
-            out = model(to_memory_format(x, dev))
-        zs.append(out.z.float().cpu())
-        embs.append(out.emb.float().cpu())
-        clips.append(out.clipped.cpu())
-        logits.append(out.logits.float().cpu())  # type: ignore[union-attr]
+        parts.append(_forward(model, x, dev))
         if on_batch is not None:
             on_batch(len(x))
-    return Embeddings(
-        torch.cat(zs).numpy(), torch.cat(embs).numpy(), torch.cat(clips).numpy(), torch.cat(logits).numpy()
-    )
+    return _cat(parts)
+
+
+@torch.no_grad()
+def embed_stream(
+    model: EmbeddingModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device: str = "auto"
+) -> Iterator[tuple[Embeddings, np.ndarray, np.ndarray]]:
+    """Embed batches as a DataLoader yields them, one at a time (memory does not grow with the corpus).
+
+    ``batches``: (images uint8 (B, C, H, W), labels (B,), ids (B,)), e.g.
+    :meth:`components.data.sources.ImageSource.loader` (pinned memory on CUDA, copied
+    with ``non_blocking``). Yields (:class:`Embeddings` of the B items, labels (B,), ids (B,)).
+    """
+    dev = select_device(device)  # type: ignore[arg-type]
+    model = prepare_module(model, dev).eval()
+    for images, labels, ids in batches:
+        x = images.to(dev, non_blocking=dev.type == "cuda").float().div_(255.0)
+        yield _forward(model, x, dev), labels.numpy(), ids.numpy()
 
 
 def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Step 3: embed the gallery (the test split) and build the generation's FAISS index."""
+"""Step 3: embed the evaluation split and build the generation's FAISS index; generation 0 also embeds and indexes
+the gallery corpus when params ``gallery:`` names one (:mod:`flows.steps.corpus`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 from components.evaluation.diagnostics import clip_fraction
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import CORPUS_DIR
 from components.models import load_model
 from components.training import embed_images
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
+from flows.steps.corpus import check_index_recall, embed_corpus, index_config, index_corpus, open_corpus
 from flows.steps.results import Gallery, Trained
 
 __all__ = ["build_gallery"]
@@ -31,8 +34,31 @@ def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[in
     index_dir = None
     if trained.role == "model":
         index = GalleryIndex.build(
-            gal.vectors(), gal.ids, geometry=gal.retrieval_geometry, curvature=trained.curvature, generation=plan.gen_id
+            gal.vectors(),
+            gal.ids,
+            geometry=gal.retrieval_geometry,
+            curvature=trained.curvature,
+            generation=plan.gen_id,
+            config=index_config(p),
         )
         index_dir = str(index.save(out_dir / "index"))
+        if plan.parent is None:
+            _corpus(plan, trained, out_dir, Path(index_dir), on_batch)
     cf = clip_fraction(emb.clipped) if plan.geometry == "lorentz" else None
     return Gallery(trained.role, str(out_dir / "gallery.npz"), index_dir, len(gal), cf)
+
+
+def _corpus(
+    plan: GenerationPlan, trained: Trained, out_dir: Path, eval_index: Path, on_batch: Callable[[int], None] | None
+) -> None:
+    """Generation 0 serves the live gallery: embed and index the corpus (resumable), or check the evaluation index."""
+    p, ws = plan.params, plan.workspace
+    if open_corpus(p, ws) is None:
+        check_index_recall(p, GalleryIndex.load(eval_index), eval_index)
+        return
+    folder = out_dir / CORPUS_DIR
+    store, _ = embed_corpus(
+        p, ws, Path(trained.checkpoint), folder / "gallery", generation=plan.gen_id, on_batch=on_batch
+    )
+    index = index_corpus(p, store, folder / "index", generation=plan.gen_id)
+    check_index_recall(p, index, folder / "index")

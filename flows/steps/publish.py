@@ -26,7 +26,9 @@ from components.indexing.live import LiveGallery
 from components.indexing.mixed import mix_galleries
 from components.io import atomic_path, atomic_write_text
 from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.corpus import check_index_recall, index_config
 from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
+from flows.steps.reembed_corpus import corpus_selection, publish_corpus
 from registry.records import BackfillRecord, PointerRecord
 
 __all__ = ["publish", "switch"]
@@ -93,6 +95,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         curvature=gallery.curvature,
         generation=plan.target,
         compatible_generations=[plan.target],
+        config=index_config(plan.params),
     )
     index.save(staging / "index")
     # verify before anyone can see it: count, finite vectors, manifest and checksum (load checks them)
@@ -102,6 +105,11 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
             f"the new index holds {check.ntotal} vectors for generation {check.manifest.generation}, "
             f"expected {len(gallery)} for generation {plan.target}; the backfill stops before switching"
         )
+    if corpus_selection(plan) is None:  # the evaluation split is the served gallery
+        check_index_recall(plan.params, check, staging / "index")
+        corpus = {}
+    else:
+        corpus = publish_corpus(plan, staging)
     staging.rename(version)
     # retrieval quality of the new live gallery for the target generation's queries
     if plan.kind == "full":
@@ -110,6 +118,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         queries = GalleryEmbeddings.load(Path(plan.target_checkpoint).parent / "gallery.npz")
     metrics = gallery_metrics(queries, gallery) if queries.incompatibility(gallery) is None else {}
     metrics["share_embedded_by_target"] = float((stamps == plan.target).mean())
+    metrics.update(corpus)
     atomic_write_text(record, json.dumps({"index": str(version / "index"), "metrics": metrics}))
     return version / "index", metrics
 

@@ -1,4 +1,4 @@
-"""GalleryIndex: exact FAISS search, manifest checks, atomic save (docs/design.md §7, §8)."""
+"""GalleryIndex (flat, the default): exact FAISS search, manifest checks, atomic save (docs/design.md §7, §8)."""
 
 from __future__ import annotations
 
@@ -204,7 +204,8 @@ def test_failed_save_leaves_previous_index_intact(tmp_path, monkeypatch, lorentz
     lorentz_index.save(tmp_path)
     before = GalleryIndex.load(tmp_path).search(queries, 5)
 
-    def crash_mid_write(path, data):  # real atomic_path, killed half-way through the bytes
+    def crash_mid_write(path, index):  # real atomic_path, killed half-way through the bytes
+        data = faiss.serialize_index(index).tobytes()
         with atomic_path(path) as tmp:
             tmp.write_bytes(data[: len(data) // 2])
             raise OSError("No space left on device")
@@ -212,7 +213,7 @@ def test_failed_save_leaves_previous_index_intact(tmp_path, monkeypatch, lorentz
     other = GalleryIndex.build(
         _lorentz_points(50, k=0.7, seed=9), np.arange(50), geometry="lorentz", curvature=0.7, generation=2
     )
-    monkeypatch.setattr(faiss_index_module, "atomic_write_bytes", crash_mid_write)
+    monkeypatch.setattr(faiss_index_module, "_write_index_file", crash_mid_write)
     with pytest.raises(OSError, match="No space left"):
         other.save(tmp_path)
     monkeypatch.undo()

@@ -1,0 +1,246 @@
+"""``bctflow bench scale``: the production-gallery path at N items, measured end to end (docs/design.md §7.10).
+
+1. builds (once, cached) a synthetic labelled corpus of N images as WebDataset shards
+   (:func:`benchmarks.scale_corpus.build_scale_corpus`, Fashion-MNIST under shifts, flips, noise);
+2. ``bctflow run`` generation 0 with ``gallery:`` pointing at it (a subprocess: its peak RSS is
+   measured), so the corpus is embedded in parts and indexed with ``--index``;
+3. embedding speed of the project's path against a bare no-grad forward loop over the same
+   DataLoader batches, in this process, one after the other (``embed_vs_bare``);
+4. the index: build seconds and recall@10 from its manifest, queries/s against an exact flat index
+   over the same vectors, on the same queries, in this process;
+5. a full backfill killed with SIGKILL half-way through the corpus, then resumed: the resumed
+   run's re-embedded item count against the items left in unfinished parts;
+6. a 10% uncertainty-ordered partial backfill;
+7. exact evaluation of 10k × 10k against a float32 matmul (:func:`benchmarks.eval_speed.measure_exact_eval`).
+
+Writes ``DIR/scale.json`` and ``DIR/report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from benchmarks.eval_speed import measure_exact_eval
+from benchmarks.profile import load_profile
+from benchmarks.scale_corpus import build_scale_corpus
+from components.data.catalog import load_dataset
+from components.data.sources import WebDatasetSource
+from components.indexing import GalleryIndex
+from components.indexing.index_config import IndexConfig
+from components.indexing.live import CORPUS_DIR
+from components.indexing.store import GalleryStore
+from components.models import load_model
+from flows.params import params_from_dict
+from flows.steps.corpus import embed_corpus
+from flows.workspace import Workspace
+
+__all__ = ["run_scale"]
+
+_BARE_ITEMS = 40_000  # items timed for embed_vs_bare
+
+
+def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable[[], bool] | None = None) -> dict:
+    """Run ``bctflow ARGS`` as a child; returns its wall seconds, peak RSS (MB) and whether it was killed."""
+    cmd = [sys.executable, "-m", "bctflow.cli", *args]
+    log("$ bctflow " + " ".join(args))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    killed = False
+    while proc.poll() is None:
+        if kill_when is not None and kill_when():
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.5)
+    _, status, usage = os.wait4(proc.pid, 0)
+    out = proc.stdout.read() if proc.stdout else ""
+    rc = os.waitstatus_to_exitcode(status)
+    if not killed and rc != 0:
+        raise RuntimeError(f"bctflow {' '.join(args)} failed (exit {rc}):\n{out[-4000:]}")
+    return {"seconds": time.perf_counter() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "killed": killed, "out": out}
+
+
+def _parts_rate(folder: Path) -> float:
+    """Steady-state items/s from the part files' modification times (first part excluded: start-up)."""
+    parts = sorted((folder / "parts").glob("part-*.npz"), key=lambda p: p.stat().st_mtime)
+    if len(parts) < 3:
+        return float("nan")
+    items = sum(len(np.load(p)["ids"]) for p in parts[1:])
+    return items / (parts[-1].stat().st_mtime - parts[0].stat().st_mtime)
+
+
+def _embed_vs_bare(ckpt: Path, raw: dict[str, Any], home: Path, source: WebDatasetSource) -> dict[str, float]:
+    """The project's corpus embedding (loader → model → parts on disk) vs a bare no-grad forward loop over the same
+    DataLoader batches, interleaved in this process."""
+    p = params_from_dict(raw, "scale benchmark params")
+    ws = Workspace(home)
+    model = load_model(ckpt).eval()
+    positions = np.arange(min(_BARE_ITEMS, len(source)))
+    size = p.data.image_size
+
+    def bare() -> float:
+        t0 = time.perf_counter()
+        loader = source.loader(positions, batch_size=p.train.eval_batch_size, workers=p.gallery.workers, image_size=size)
+        with torch.no_grad():
+            for images, _, _ in loader:
+                model(images.float().div_(255.0))
+        return len(positions) / (time.perf_counter() - t0)
+
+    def project(i: int) -> float:
+        folder = home / f"embed-check-{i}"
+        t0 = time.perf_counter()
+        embed_corpus(p, ws, ckpt, folder, generation=0, positions=positions)
+        rate = len(positions) / (time.perf_counter() - t0)
+        shutil.rmtree(folder)
+        return rate
+
+    rates: dict[str, list[float]] = {"bare": [], "project": []}
+    for i in range(2):  # interleaved: both see the same machine state
+        rates["bare"].append(bare())
+        rates["project"].append(project(i))
+    b, pr = max(rates["bare"]), max(rates["project"])
+    return {"embed_items_per_s": pr, "bare_items_per_s": b, "embed_vs_bare": pr / b}
+
+
+def _search_speed(index_dir: Path, store: GalleryStore, queries: int = 2000) -> dict[str, float]:
+    """Queries/s of the built index and of an exact flat index over the same vectors, on the same queries."""
+    index = GalleryIndex.load(index_dir)
+    part = next(store.parts()).gallery
+    q = part.vectors()[:queries]
+    flat = GalleryIndex.build_streaming(
+        store.index_chunks(),
+        geometry=part.retrieval_geometry,
+        curvature=part.curvature,
+        generation=index.manifest.generation,
+        config=IndexConfig(type="flat"),
+    )
+    out = {}
+    for name, idx in (("search_qps", index), ("flat_search_qps", flat)):
+        idx.search(q[:10], 10)  # warm-up
+        t0 = time.perf_counter()
+        idx.search(q, 10)
+        out[name] = len(q) / (time.perf_counter() - t0)
+    return out
+
+
+def _params(profile: str, corpus: Path, index_type: str, chunk: int, epochs: int) -> dict[str, Any]:
+    _, base = load_profile(profile)
+    raw = base.as_dict()
+    raw["train"]["epochs"] = epochs
+    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus)}
+    raw["index"] = {**raw["index"], "type": index_type}
+    raw["backfill"] = {**raw["backfill"], "chunk_size": chunk}
+    raw["generations"] = [
+        {"name": "g0", "classes": "all"},
+        {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False},
+    ]
+    params_from_dict(raw, "scale benchmark params")  # fail before any work
+    return raw
+
+
+def run_scale(
+    items: int,
+    index_type: str,
+    out: Path,
+    *,
+    work: Path,
+    corpus_dir: Path | None = None,
+    profile: str = "cpu",
+    chunk_size: int = 8192,
+    epochs: int = 2,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Measure the scale path at ``items`` items; write ``out/scale.json`` and ``out/report.md``. Returns the md."""
+    out.mkdir(parents=True, exist_ok=True)
+    corpus_dir = corpus_dir or work.parent / f"corpus-{items}"
+    t0 = time.perf_counter()
+    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train
+    corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
+    corpus_s = time.perf_counter() - t0
+    log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")
+    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs)
+    home = work / "ws"
+    subprocess.run(["rm", "-rf", str(home)], check=True)
+    home.mkdir(parents=True)
+    params_path = work / "params.yaml"
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    common = ["--home", str(home), "--params", str(params_path)]
+    res: dict[str, Any] = {"items": items, "index_type": index_type, "chunk_size": chunk_size, "profile": profile}
+    g0 = _bctflow(["run", *common, "--generation", "g0"], log)
+    res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
+    gen0 = home / "generations" / "gen_000"
+    res["gen0_corpus_items_per_s"] = _parts_rate(gen0 / CORPUS_DIR / "gallery")
+    manifest = json.loads((gen0 / CORPUS_DIR / "index" / "manifest.json").read_text())
+    res["index_build_s"] = manifest.get("build_seconds")
+    res["recall_at_10"] = manifest.get("recall_at_10")
+    res["index_factory"] = manifest.get("factory")
+    store = GalleryStore(gen0 / CORPUS_DIR / "gallery")
+    res.update(_search_speed(gen0 / CORPUS_DIR / "index", store))
+    res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
+    res.update(_embed_vs_bare(gen0 / "model.pt", raw, home, corpus))
+    g1 = _bctflow(["run", *common, "--generation", "g1"], log)
+    res["run_g1_s"] = g1["seconds"]
+    # a full backfill with g1, killed half-way through the corpus, then resumed
+    work_corpus = home / "backfills" / "in_progress" / CORPUS_DIR / "parts"
+    half = items // chunk_size // 2
+
+    def past_half() -> bool:
+        return work_corpus.is_dir() and len(list(work_corpus.glob("part-*.npz"))) >= max(1, half)
+
+    killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=past_half)
+    done = sum(len(np.load(p)["ids"]) for p in work_corpus.glob("part-*.npz"))
+    resumed = _bctflow(["backfill", *common, "--generation", "1"], log)
+    res["resume_done_before_kill"] = done
+    res["resume_reembedded"] = _reembedded(resumed["out"])
+    res["resume_expected"] = items - done
+    res["resume_lost_at_most"] = chunk_size
+    res["backfill_killed"] = killed["killed"]
+    bf = sorted((home / "backfills").glob("bf_*"))[-1]
+    res["backfill_items_per_s"] = _parts_rate(bf / CORPUS_DIR)
+    res["peak_rss_mb"] = max(killed["peak_rss_mb"], resumed["peak_rss_mb"])
+    res["backfill_resumed_s"] = resumed["seconds"]
+    partial = _bctflow(["backfill", *common, "--generation", "1", "--fraction", "0.1", "--order", "uncertainty"], log)
+    res["partial_backfill_s"] = partial["seconds"]
+    res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
+    res["partial_reembedded"] = _reembedded(partial["out"])
+    bf = sorted((home / "backfills").glob("bf_*"))[-1]
+    res["partial_backfill_items_per_s"] = _parts_rate(bf / CORPUS_DIR)
+    ev = measure_exact_eval(10_000, 128)
+    res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
+    res["corpus_build_s"] = corpus_s
+    res["torch_threads"] = torch.get_num_threads()
+    (out / "scale.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+    md = out / "report.md"
+    md.write_text(_report(res))
+    return md
+
+
+def _reembedded(output: str) -> int:
+    """Items a backfill run embedded itself, from its log line ``gallery corpus: N of M selected items …``."""
+    for line in output.splitlines():
+        if "gallery corpus:" in line and "embedded now" in line:
+            return int(line.split("gallery corpus:")[1].split()[0])
+    return -1
+
+
+def _report(r: dict[str, Any]) -> str:
+    rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in r.items()]
+    body = "\n".join(f"| `{k}` | {v} |" for k, v in rows)
+    return (
+        f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}\n\n"
+        f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']}`\n\n"
+        "| key | value |\n|---|---|\n" + body + "\n"
+    )

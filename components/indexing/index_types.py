@@ -1,0 +1,330 @@
+"""The FAISS structures behind a GalleryIndex: made, tuned, verified and measured (docs/design.md §8).
+
+What FAISS stores, per geometry and index type (docs/design.md §8.1, §8.3):
+
+* euclidean, every type: float32 unit rows, inner-product metric (= cosine).
+* lorentz, ``flat``: the hyperboloid points themselves, inner-product metric, each
+  query's time coordinate negated — exact MIPS = exact geodesic kNN (HBCT Eq. (1), (3)).
+* lorentz, ``ivf`` / ``hnsw`` / ``ivfpq``: the exact MIPS→L2 reduction of
+  :mod:`components.indexing.vectors` (rows [g, sqrt(M² − ‖g‖²)], width d+2, L2 metric,
+  queries λ[−q_t, q_s, 0] on the radius-M sphere). Measured on clustered synthetic
+  hyperboloid galleries (50k points, d=64): HNSW over the raw points with inner
+  product reached recall@10 ≈ 0.02–0.1 (its graph links points by the Euclidean dot
+  product, which is not the Lorentz product), against ≈ 1.0 with the reduction; IVF
+  reached 0.976 (raw, inner product, nprobe 32) against 0.999 (reduction, λ-scaled
+  queries) and 0.80 (reduction with unscaled queries, whose coarse assignment is biased
+  by the centroid norms). IVF-PQ measured about the same either way (0.65 / 0.62), and
+  uses the reduction too so that one rule covers every approximate type.
+
+Every index is ``IDMap2`` over a ``faiss.index_factory`` structure, so that
+:func:`reconstruct` returns the stored rows by caller id (IVF keeps a direct map for
+this); ``shards`` > 1 are independent sub-indexes (one file each) that share one
+trained quantizer, and an id lives in shard ``id_hash(id) % shards``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from components.errors import IndexIntegrityError
+from components.indexing.build_inputs import id_hash
+from components.indexing.index_config import IndexConfig
+from components.indexing.manifest import IndexManifest
+from components.indexing.vectors import HYPERBOLOID_RTOL, hyperboloid_rel_error
+
+__all__ = [
+    "SHARD_SALT",
+    "UNIT_NORM_ATOL",
+    "ExactTopK",
+    "describe",
+    "expected_factory",
+    "file_sha256",
+    "index_sha256",
+    "new_shards",
+    "read_index_file",
+    "recall_at_k",
+    "reconstruct",
+    "rescore",
+    "set_search_params",
+    "shard_of",
+    "verify_shards",
+]
+
+#: Allowed | ||x|| - 1 | for stored Euclidean (unit) vectors on load.
+UNIT_NORM_ATOL = 1e-3
+#: Allowed | ||g'|| / M - 1 | for rows stored by the Lorentz L2 reduction.
+L2_RADIUS_RTOL = 1e-4
+#: Salt of the id hash that routes ids to shards (differs from sampling seeds' use).
+SHARD_SALT = 0x5EED5EED
+#: Reconstructed vectors checked on load for types whose vectors are not one array.
+VERIFY_SAMPLE = 1024
+_METRICS = {"inner_product": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+
+
+def shard_of(ids: np.ndarray, shards: int) -> np.ndarray:
+    """Shard number (n,) of each int64 id (n,) for an index of ``shards`` files."""
+    if shards == 1:
+        return np.zeros(len(ids), dtype=np.int64)
+    return (id_hash(ids, SHARD_SALT) % np.uint64(shards)).astype(np.int64)
+
+
+def new_shards(config: IndexConfig, factory: str, metric: str, width: int, train: np.ndarray | None) -> list:
+    """Empty, trained ``IDMap2`` indexes (one per shard) of ``factory`` over rows of ``width``.
+
+    ``train``: float32 (m, width) sample in stored form, required for ivf / ivfpq.
+    Search parameters are left to :func:`set_search_params`.
+    """
+    index = faiss.index_factory(width, factory, _METRICS[metric])
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexHNSW):
+        inner.hnsw.efConstruction = config.ef_construction
+    if config.trained:
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.seed = config.seed
+        index.train(np.ascontiguousarray(train, dtype=np.float32))
+    shards = [index] + [faiss.clone_index(index) for _ in range(config.shards - 1)]
+    if config.trained:
+        for s in shards:
+            faiss.extract_index_ivf(s).make_direct_map()
+    return shards
+
+
+def set_search_params(index: faiss.Index, params: dict[str, Any]) -> None:
+    """Set ``nprobe`` / ``efSearch`` of one (IDMap2) shard from manifest-style ``params``."""
+    space = faiss.ParameterSpace()
+    if "nprobe" in params:
+        space.set_index_parameter(index, "nprobe", int(params["nprobe"]))
+    if "ef_search" in params:
+        space.set_index_parameter(index, "efSearch", int(params["ef_search"]))
+
+
+def describe(index: faiss.Index) -> str:
+    """The ``index_factory`` string that ``index``'s actual structure corresponds to (best effort)."""
+    if not isinstance(index, faiss.IndexIDMap2):
+        return type(index).__name__
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexFlat):
+        return "IDMap2,Flat"
+    if isinstance(inner, faiss.IndexHNSWFlat):
+        return f"IDMap2,HNSW{inner.hnsw.nb_neighbors(1)},Flat"
+    if isinstance(inner, (faiss.IndexIVFFlat, faiss.IndexIVFPQ)):
+        quantizer = faiss.downcast_index(inner.quantizer)
+        coarse = f"IVF{inner.nlist}" if isinstance(quantizer, faiss.IndexFlat) else f"IVF{inner.nlist}_?"
+        if type(inner) is faiss.IndexIVFFlat:
+            return f"IDMap2,{coarse},Flat"
+        if type(inner) is faiss.IndexIVFPQ:
+            return f"IDMap2,{coarse},PQ{inner.pq.M}x{inner.pq.nbits}np"  # file layout is the same either way
+    return f"IDMap2,{type(inner).__name__}"
+
+
+def expected_factory(index_type: str, params: dict[str, Any]) -> str:
+    """The factory string that ``index_type`` with manifest ``params`` must have been built with."""
+    p = params
+    return {
+        "flat": lambda: "IDMap2,Flat",
+        "ivf": lambda: f"IDMap2,IVF{p['nlist']},Flat",
+        "hnsw": lambda: f"IDMap2,HNSW{p['hnsw_m']},Flat",
+        "ivfpq": lambda: f"IDMap2,IVF{p['nlist']},PQ{p['pq_m']}x{p['pq_nbits']}np",
+    }[index_type]()
+
+
+def reconstruct(shards: list, ids: np.ndarray) -> np.ndarray:
+    """Stored float32 rows (n, width) of int64 ``ids`` (n,), each from its shard."""
+    if len(shards) == 1:
+        return shards[0].reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
+    which = shard_of(ids, len(shards))
+    out = np.empty((len(ids), shards[0].d), dtype=np.float32)
+    for i, s in enumerate(shards):
+        sel = which == i
+        if sel.any():
+            out[sel] = s.reconstruct_batch(np.ascontiguousarray(ids[sel], dtype=np.int64))
+    return out
+
+
+def rescore(shards: list, m: IndexManifest, q: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 scores of checked queries ``q`` (n, dim) against FAISS ids ``found`` (n, k), re-sorted best first.
+
+    Cosine (euclidean) or -acosh(max(1, -K<q, g>_L))/sqrt(K) (lorentz; ``q``'s time
+    negated) from the stored vectors — for ivfpq the decoded ones, whose space part is
+    lifted back onto the hyperboloid. Missing ids (-1) score -inf and go last.
+    """
+    valid = found >= 0
+    g = np.zeros((*found.shape, m.dim))
+    g[valid] = reconstruct(shards, found[valid])[:, : m.dim]
+    if m.geometry == "euclidean":
+        g[valid] /= np.maximum(np.linalg.norm(g[valid], axis=1, keepdims=True), 1e-30)
+        s = np.clip(np.einsum("nd,nkd->nk", q, g), -1.0, 1.0)
+    else:
+        if m.index_type == "ivfpq":
+            g[..., 0] = np.sqrt(1.0 / m.curvature + np.einsum("nkd,nkd->nk", g[..., 1:], g[..., 1:]))
+        inner = np.einsum("nd,nkd->nk", q, g)  # <q, g>_L (q's time already negated)
+        s = -np.arccosh(np.maximum(-m.curvature * inner, 1.0)) / np.sqrt(m.curvature)
+    s = np.where(valid, s, -np.inf)
+    order = np.argsort(-s, axis=1, kind="stable")
+    return np.take_along_axis(s, order, axis=1), np.take_along_axis(found, order, axis=1)
+
+
+# ------------------------------------------------------------------ files
+def index_sha256(index: faiss.Index) -> str:
+    """sha256 of ``faiss.write_index(index)``'s bytes, streamed (no serialised copy held)."""
+    h = hashlib.sha256()
+
+    def take(b: bytes) -> int:
+        h.update(b)
+        return len(b)
+
+    faiss.write_index(index, faiss.PyCallbackIOWriter(take))
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_index_file(path: Path, sha256: str, rebuild: str) -> faiss.Index:
+    """FAISS index in ``path`` after checking that the file exists and its bytes have ``sha256``.
+
+    The checksum is checked before FAISS parses anything (a corrupted size field
+    could make it allocate wildly). IndexIntegrityError otherwise.
+    """
+    if not path.is_file():
+        raise IndexIntegrityError(f"index file {path} is missing; {rebuild}")
+    digest = file_sha256(path)
+    if digest != sha256:
+        raise IndexIntegrityError(
+            f"index file {path} ({path.stat().st_size} bytes) does not match the sha256 in its manifest "
+            f"(expected {sha256[:12]}..., got {digest[:12]}...): it is truncated, "
+            f"tampered with, or from another save; {rebuild}"
+        )
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as e:
+        raise IndexIntegrityError(f"FAISS cannot read {path} ({e}); {rebuild}") from e
+
+
+# ------------------------------------------------------------- verification
+def _rows_fit(rows: np.ndarray, m: IndexManifest) -> np.ndarray:
+    """Per-row bool: stored float32 rows (n, stored_dim) finite and of the manifest's geometry."""
+    ok = np.isfinite(rows).all(axis=1)
+    if m.index_type == "ivfpq":  # decoded codes: approximate, only finiteness is checkable
+        return ok
+    x = rows[:, : m.dim]
+    if m.geometry == "euclidean":
+        return ok & (np.abs(np.linalg.norm(x.astype(np.float64), axis=1) - 1.0) <= UNIT_NORM_ATOL)
+    ok &= hyperboloid_rel_error(x, m.curvature) <= HYPERBOLOID_RTOL
+    if m.metric == "l2":
+        radius = float(m.params.get("l2_radius", np.nan))
+        norms = np.linalg.norm(rows.astype(np.float64), axis=1)
+        ok &= np.abs(norms / radius - 1.0) <= L2_RADIUS_RTOL
+    return ok
+
+
+def verify_shards(shards: list, m: IndexManifest, paths: list[Path], rebuild: str) -> None:
+    """Structure and content of deserialised shards against manifest ``m``; IndexIntegrityError otherwise.
+
+    Each shard: ``IDMap2`` whose structure is the manifest's ``factory`` (which must fit
+    ``index_type`` and ``params``), its metric and stored width; IVF with a direct map.
+    All: ntotal == count, ids unique and in their shard; stored vectors finite and of
+    the manifest's geometry — every vector for flat, a sample of reconstructed ones otherwise.
+    """
+    want = expected_factory(m.index_type, m.params)
+    if m.factory != want:
+        raise IndexIntegrityError(
+            f"the manifest's factory {m.factory!r} does not fit its index_type {m.index_type!r} and params "
+            f"(expected {want!r}); {rebuild}"
+        )
+    all_ids = []
+    for i, (s, path) in enumerate(zip(shards, paths)):
+        got = describe(s)
+        if got != m.factory:
+            raise IndexIntegrityError(
+                f"{path} holds a {got!r} index but its manifest says {m.factory!r} (index_type {m.index_type!r}); "
+                f"{rebuild}"
+            )
+        if s.metric_type != _METRICS[m.metric] or s.d != m.stored_dim:
+            raise IndexIntegrityError(
+                f"{path} stores width {s.d} with metric {s.metric_type} but its manifest says width "
+                f"{m.stored_dim}, metric {m.metric}; {rebuild}"
+            )
+        if m.index_type in ("ivf", "ivfpq") and faiss.extract_index_ivf(s).direct_map.type != faiss.DirectMap.Array:
+            raise IndexIntegrityError(f"{path} has no IVF direct map, so vectors cannot be re-scored; {rebuild}")
+        ids = faiss.vector_to_array(s.id_map)
+        if len(shards) > 1 and (shard_of(ids, len(shards)) != i).any():
+            raise IndexIntegrityError(f"{path} holds ids that belong to another shard; {rebuild}")
+        all_ids.append(ids)
+    ntotal = sum(int(s.ntotal) for s in shards)
+    if ntotal != m.count or m.dim > m.stored_dim:
+        where = f"{paths[0]} holds" if len(paths) == 1 else f"the {len(paths)} shard files in {paths[0].parent} hold"
+        raise IndexIntegrityError(
+            f"{where} {ntotal} vectors of width {shards[0].d} but its manifest says {m.count} of width "
+            f"{m.stored_dim}; {rebuild}"
+        )
+    ids = np.concatenate(all_ids)
+    if np.unique(ids).size != ids.size:
+        raise IndexIntegrityError(f"{paths[0].parent} index contains duplicate ids; {rebuild}")
+    for s, path in zip(shards, paths):
+        if m.index_type == "flat":
+            flat = faiss.downcast_index(s.index)
+            rows = faiss.rev_swig_ptr(flat.get_xb(), s.ntotal * s.d).reshape(s.ntotal, s.d)
+        else:
+            own = faiss.vector_to_array(s.id_map)
+            pick = np.unique(np.linspace(0, len(own) - 1, min(len(own), VERIFY_SAMPLE)).astype(np.int64))
+            rows = s.reconstruct_batch(own[pick]) if len(own) else np.empty((0, s.d), np.float32)
+        ok = _rows_fit(rows, m)
+        if not ok.all():
+            what = "vectors" if m.index_type == "flat" else f"of {len(rows)} sampled vectors"
+            raise IndexIntegrityError(
+                f"{int((~ok).sum())} {what} in {path} are not finite or do not fit the manifest's geometry "
+                f"{m.geometry!r} (K={m.curvature}); {rebuild}"
+            )
+
+
+# ------------------------------------------------------------- measurement
+class ExactTopK:
+    """Exact inner-product top-k of fixed queries over a gallery streamed in chunks (``faiss.ResultHeap``).
+
+    ``queries``: float32 (nq, D) such that the dot product with a gallery row is the
+    similarity (unit rows; or time-negated hyperboloid points: <q, g>_L).
+    """
+
+    def __init__(self, queries: np.ndarray, k: int) -> None:
+        self._q = np.ascontiguousarray(queries, dtype=np.float32)
+        self._heap = faiss.ResultHeap(self._q.shape[0], k, keep_max=True)  # ids start at -1
+
+    def add(self, rows: np.ndarray, ids: np.ndarray) -> None:
+        """Merge the best matches among float32 gallery ``rows`` (n, D) with int64 ``ids`` (n,)."""
+        if not len(self._q) or not len(rows):
+            return
+        kk = min(self._heap.k, rows.shape[0])
+        dist, pos = faiss.knn(self._q, np.ascontiguousarray(rows, dtype=np.float32), kk, faiss.METRIC_INNER_PRODUCT)
+        self._heap.add_result(dist, ids[pos])
+
+    def result(self) -> np.ndarray:
+        """int64 (nq, k) ids, best first (-1 where the gallery had fewer than k rows)."""
+        self._heap.finalize()
+        return self._heap.I
+
+
+def recall_at_k(found: np.ndarray, exact: np.ndarray, self_ids: np.ndarray, k: int = 10) -> float | None:
+    """Mean share of each query's exact top-``k`` that ``found`` retrieves, the query's own id dropped from both.
+
+    ``found``, ``exact``: int64 (nq, >= k+1) ids best first (-1 = none); ``self_ids`` (nq,).
+    None when no query has any other gallery item.
+    """
+    shares = []
+    for a, e, own in zip(found, exact, self_ids):
+        truth = [x for x in e if x != own and x >= 0][:k]
+        if truth:
+            approx = [x for x in a if x != own and x >= 0][:k]
+            shares.append(len(set(approx).intersection(truth)) / len(truth))
+    return float(np.mean(shares)) if shares else None

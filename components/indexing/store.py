@@ -1,0 +1,250 @@
+"""A large gallery's embeddings on disk, in parts (docs/design.md §7.10).
+
+A gallery corpus of millions of items never sits in memory: its embeddings are
+written as they are produced, ``chunk_size`` items per part file
+(``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the
+generation ``stamps`` of its rows), every part written atomically. A killed
+embedding keeps every finished part; :meth:`PartWriter.done_ids` tells the
+resumed run which items to skip, so it re-embeds at most the part in flight.
+:meth:`PartWriter.finish` writes ``store.json`` (the parts in order, counts,
+geometry) last: a store without it is unfinished.
+
+Readers stream: :meth:`GalleryStore.parts` yields one part at a time,
+:meth:`GalleryStore.index_chunks` the retrieval vectors FAISS indexes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from components.errors import IndexIntegrityError
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.mixed import mix_galleries
+from components.io import atomic_write_bytes, atomic_write_text
+
+__all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "mix_stores"]
+
+STORE_FILE = "store.json"
+_PARTS = "parts"
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """One part: ``gallery`` (n items) and ``stamps`` (n,) int64, the generation that embedded each row."""
+
+    gallery: GalleryEmbeddings
+    stamps: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.gallery)
+
+
+def _save_part(path: Path, part: StoredPart) -> None:
+    g = part.gallery
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        geometry=np.array(g.geometry),
+        curvature=np.array(g.curvature, dtype=np.float64),
+        z=g.z.astype(np.float32),
+        emb=g.emb.astype(np.float32),
+        ids=g.ids.astype(np.int64),
+        labels=g.labels.astype(np.int64),
+        clipped=g.clipped.astype(bool),
+        logits=g.logits.astype(np.float32),
+        features=np.array(g.features),
+        compat_dim=np.array(-1 if g.compat_dim is None else g.compat_dim, dtype=np.int64),
+        stamps=part.stamps.astype(np.int64),
+    )
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _load_part(path: Path) -> StoredPart:
+    gallery = GalleryEmbeddings.load(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            stamps = f["stamps"]
+    except KeyError:
+        raise IndexIntegrityError(f"gallery part {path} has no generation stamps; re-embed that gallery") from None
+    return StoredPart(gallery, stamps)
+
+
+def _concat(parts: list[StoredPart]) -> StoredPart:
+    first = parts[0].gallery
+    cat = {name: np.concatenate([getattr(p.gallery, name) for p in parts]) for name in _ROW_FIELDS}
+    return StoredPart(replace(first, **cat), np.concatenate([p.stamps for p in parts]))
+
+
+_ROW_FIELDS = ("z", "emb", "ids", "labels", "clipped", "logits")
+
+
+def _take(part: StoredPart, rows: slice | np.ndarray) -> StoredPart:
+    g = part.gallery
+    return StoredPart(replace(g, **{name: getattr(g, name)[rows] for name in _ROW_FIELDS}), part.stamps[rows])
+
+
+class PartWriter:
+    """Writes a gallery store part by part into ``directory``; reopening it resumes (finished parts are kept)."""
+
+    def __init__(self, directory: Path, chunk_size: int) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.directory = Path(directory)
+        self.chunk_size = int(chunk_size)
+        (self.directory / _PARTS).mkdir(parents=True, exist_ok=True)
+        self._pending: list[StoredPart] = []
+        self._n_pending = 0
+
+    def part_files(self) -> list[Path]:
+        """The finished parts, in the order they were written."""
+        return sorted((self.directory / _PARTS).glob("part-*.npz"))
+
+    def done_ids(self) -> np.ndarray:
+        """Ids (sorted, int64) of every item in a finished part: a resumed run skips them."""
+        ids = [np.load(p, allow_pickle=False)["ids"] for p in self.part_files()]
+        return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+
+    def add(self, part: StoredPart) -> None:
+        """Buffer rows; every full ``chunk_size`` rows become one part file."""
+        self._pending.append(part)
+        self._n_pending += len(part)
+        while self._n_pending >= self.chunk_size:
+            rows = _concat(self._pending)
+            self._write(_take(rows, slice(0, self.chunk_size)))
+            rest = _take(rows, slice(self.chunk_size, None))
+            self._pending, self._n_pending = ([rest], len(rest)) if len(rest) else ([], 0)
+
+    def _write(self, part: StoredPart) -> None:
+        n = len(self.part_files())
+        _save_part(self.directory / _PARTS / f"part-{n:05d}.npz", part)
+
+    def finish(self) -> GalleryStore:
+        """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
+        if self._n_pending:
+            self._write(_concat(self._pending))
+            self._pending, self._n_pending = [], 0
+        files = self.part_files()
+        if not files:
+            raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the corpus is empty")
+        counts, meta, ids = [], None, []
+        for f in files:
+            with np.load(f, allow_pickle=False) as arrays:
+                counts.append(len(arrays["ids"]))
+                ids.append(arrays["ids"])
+                if meta is None:
+                    meta = {
+                        "geometry": str(arrays["geometry"]),
+                        "curvature": float(arrays["curvature"]),
+                        "features": str(arrays["features"]),
+                        "width": int(arrays["z"].shape[1]),
+                    }
+        all_ids = np.concatenate(ids)
+        if np.unique(all_ids).size != all_ids.size:
+            raise IndexIntegrityError(
+                f"the gallery parts in {self.directory} hold duplicate ids; delete the folder and embed again"
+            )
+        body = {**(meta or {}), "count": int(sum(counts)), "parts": [[f.name, c] for f, c in zip(files, counts)]}
+        atomic_write_text(self.directory / STORE_FILE, json.dumps(body, indent=1) + "\n")
+        return GalleryStore(self.directory)
+
+
+class GalleryStore:
+    """A finished gallery store (``store.json`` + ``parts/``), or a legacy single ``gallery.npz`` (+ ``stamps.npy``).
+
+    ``generation``: the stamp of rows written without stamps (legacy single-file galleries).
+    """
+
+    def __init__(self, path: Path, generation: int = -1) -> None:
+        self.path = Path(path)
+        self._generation = generation
+        if self.path.is_dir():
+            meta_path = self.path / STORE_FILE
+            if not meta_path.is_file():
+                raise IndexIntegrityError(
+                    f"{self.path} holds no {STORE_FILE}: the gallery embedding never finished; run it again to resume"
+                )
+            self.meta = json.loads(meta_path.read_text())
+        elif self.path.is_file():
+            with np.load(self.path, allow_pickle=False) as f:
+                self.meta = {"count": len(f["ids"]), "parts": None}
+        else:
+            raise IndexIntegrityError(f"gallery {self.path} is missing; re-embed that gallery")
+
+    def __len__(self) -> int:
+        return int(self.meta["count"])
+
+    def part_paths(self) -> list[Path]:
+        if self.meta["parts"] is None:
+            return [self.path]
+        return [self.path / _PARTS / name for name, _ in self.meta["parts"]]
+
+    def parts(self) -> Iterator[StoredPart]:
+        """Each part in order (one in memory at a time)."""
+        if self.meta["parts"] is None:
+            g = GalleryEmbeddings.load(self.path)
+            stamps_file = self.path.parent / "stamps.npy"
+            stamps = np.load(stamps_file) if stamps_file.exists() else np.full(len(g), self._generation, np.int64)
+            yield StoredPart(g, stamps)
+            return
+        for p in self.part_paths():
+            yield _load_part(p)
+
+    def column(self, name: str) -> np.ndarray:
+        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``stamps`` or ``norms`` (‖z‖)."""
+        out = []
+        for part in self.parts():
+            if name == "stamps":
+                out.append(part.stamps)
+            elif name == "norms":
+                out.append(np.linalg.norm(part.gallery.z.astype(np.float64), axis=1))
+            else:
+                out.append(getattr(part.gallery, name))
+        return np.concatenate(out)
+
+    def load_all(self) -> StoredPart:
+        """The whole store in memory (small galleries: exact evaluation)."""
+        return _concat(list(self.parts()))
+
+    def index_chunks(self, curvature: float | None = None) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+        """A re-iterable source of (retrieval vectors float64 (n, D), ids (n,)) per part, for the index builder."""
+
+        def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for part in self.parts():
+                yield part.gallery.vectors(curvature), part.gallery.ids
+
+        return chunks
+
+
+def mix_stores(current: GalleryStore, replacement: GalleryStore, writer: PartWriter) -> GalleryStore:
+    """``current`` with the items of ``replacement`` (a partial backfill's re-embedded items) swapped in, part by
+    part, written through ``writer``. ``replacement`` is held in memory (it is the re-embedded fraction); every id it
+    holds must be in ``current``, and both must share one retrieval space (:func:`mix_galleries`)."""
+    rep = replacement.load_all()
+    order = np.argsort(rep.gallery.ids)
+    rep_ids = rep.gallery.ids[order]
+    found = 0
+    for part in current.parts():
+        if part.gallery.logits.shape[1] != rep.gallery.logits.shape[1]:  # as mix_galleries: logits of one width
+            part = StoredPart(replace(part.gallery, logits=np.zeros((len(part), 0), np.float32)), part.stamps)
+        ids = part.gallery.ids
+        hit = np.isin(ids, rep_ids)
+        if hit.any():
+            rows = order[np.searchsorted(rep_ids, ids[hit])]
+            sub = _take(rep, rows)
+            stamps = part.stamps.copy()
+            stamps[hit] = sub.stamps
+            part = StoredPart(mix_galleries(part.gallery, sub.gallery, np.flatnonzero(hit)), stamps)
+            found += int(hit.sum())
+        writer.add(part)
+    if found != len(rep):
+        raise IndexIntegrityError(
+            f"{len(rep) - found} re-embedded items are not in the live gallery corpus; delete the backfill folder and "
+            "run the backfill again"
+        )
+    return writer.finish()

@@ -1,0 +1,43 @@
+"""open_source: every kind by name, and the errors of a wrong kind, path or option."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from components.data.sources import (
+    SOURCE_KINDS,
+    ImageFolderSource,
+    ManifestSource,
+    WebDatasetSource,
+    open_source,
+    write_manifest,
+    write_webdataset,
+)
+from components.errors import DataError
+from tests.components.data.sources.source_files import images, save_png
+
+
+def test_every_kind_opens(tmp_path):
+    imgs = images(3)
+    paths = [save_png(tmp_path / "flat" / f"{k}.png", imgs[k]) for k in range(3)]
+    write_manifest(tmp_path / "m.csv", [str(p) for p in paths], labels=[0, 1, 0])
+    write_webdataset(tmp_path / "wds", [(imgs, np.zeros(3, np.int64), np.arange(3))])
+    assert set(SOURCE_KINDS) == {"webdataset", "manifest", "folder"}
+    assert isinstance(open_source("folder", tmp_path / "flat"), ImageFolderSource)
+    m = open_source("manifest", str(tmp_path / "m.csv"), name="mine", channels=3)
+    assert isinstance(m, ManifestSource) and m.name == "mine" and m.channels == 3
+    w = open_source("webdataset", tmp_path / "wds")
+    assert isinstance(w, WebDatasetSource) and len(w) == 3 and w.fingerprint() == w.fingerprint()
+
+
+def test_wrong_kind_path_or_option(tmp_path):
+    with pytest.raises(DataError, match=r"unknown image source kind 'lmdb'; use one of \['folder', 'manifest'"):
+        open_source("lmdb", tmp_path)
+    with pytest.raises(DataError, match=r"manifest source path .*gone\.csv does not exist; point it at a \.parquet"):
+        open_source("manifest", tmp_path / "gone.csv")
+    save_png(tmp_path / "f" / "a.png", images(1)[0])
+    with pytest.raises(DataError, match=r"folder source does not take option\(s\) \['colour'\]"):
+        open_source("folder", tmp_path / "f", colour=True)
+    with pytest.raises(DataError, match="channels must be 1 .grey. or 3 .RGB., got 2"):
+        open_source("folder", tmp_path / "f", channels=2)

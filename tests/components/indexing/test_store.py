@@ -1,0 +1,96 @@
+"""The part store of a large gallery: chunked writes, resume, streaming reads, mixing a partial backfill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from components.errors import IndexIntegrityError
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.store import GalleryStore, PartWriter, StoredPart, mix_stores
+
+
+def _gallery(ids: np.ndarray, seed: int = 0, d: int = 4) -> GalleryEmbeddings:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(len(ids), d)).astype(np.float32)
+    return GalleryEmbeddings(
+        geometry="lorentz",
+        curvature=1.0,
+        z=z,
+        emb=np.zeros((len(ids), d + 1), np.float32),
+        ids=np.asarray(ids, np.int64),
+        labels=np.asarray(ids, np.int64) % 3,
+        clipped=np.zeros(len(ids), bool),
+        logits=rng.normal(size=(len(ids), 3)).astype(np.float32),
+    )
+
+
+def _part(ids: np.ndarray, generation: int, seed: int = 0) -> StoredPart:
+    return StoredPart(_gallery(ids, seed), np.full(len(ids), generation, np.int64))
+
+
+def test_writer_cuts_parts_of_chunk_size_and_the_store_streams_them_back(tmp_path):
+    writer = PartWriter(tmp_path / "s", chunk_size=4)
+    for start in (0, 3, 6):  # batches of 3 items: parts of 4, 4, 1
+        writer.add(_part(np.arange(start, start + 3), generation=2, seed=start))
+    store = writer.finish()
+    assert len(store) == 9
+    assert [len(p) for p in store.parts()] == [4, 4, 1]
+    np.testing.assert_array_equal(store.column("ids"), np.arange(9))
+    np.testing.assert_array_equal(store.column("stamps"), np.full(9, 2))
+    whole = store.load_all().gallery
+    np.testing.assert_array_equal(whole.z[3:6], _gallery(np.arange(3, 6), seed=3).z)
+    # index chunks: hyperboloid points (d+1), one chunk per part
+    chunks = list(store.index_chunks()())
+    assert [c[0].shape for c in chunks] == [(4, 5), (4, 5), (1, 5)]
+    assert np.allclose(chunks[0][0][:, 0] ** 2 - (chunks[0][0][:, 1:] ** 2).sum(1), 1.0)
+
+
+def test_a_killed_writer_keeps_finished_parts_and_the_resumed_one_skips_their_ids(tmp_path):
+    first = PartWriter(tmp_path / "s", chunk_size=4)
+    first.add(_part(np.arange(0, 6), generation=1))  # one part written, 2 items still buffered: "killed" here
+    resumed = PartWriter(tmp_path / "s", chunk_size=4)
+    np.testing.assert_array_equal(resumed.done_ids(), np.arange(4))
+    resumed.add(_part(np.arange(4, 10), generation=1))
+    store = resumed.finish()
+    np.testing.assert_array_equal(np.sort(store.column("ids")), np.arange(10))
+
+
+def test_an_unfinished_store_and_duplicate_ids_are_refused(tmp_path):
+    w = PartWriter(tmp_path / "s", chunk_size=2)
+    w.add(_part(np.arange(2), generation=0))
+    with pytest.raises(IndexIntegrityError, match="never finished; run it again to resume"):
+        GalleryStore(tmp_path / "s")
+    w.add(_part(np.arange(1, 3), generation=0))
+    with pytest.raises(IndexIntegrityError, match="duplicate ids"):
+        w.finish()
+    with pytest.raises(IndexIntegrityError, match="the corpus is empty"):
+        PartWriter(tmp_path / "empty", chunk_size=2).finish()
+
+
+def test_a_legacy_single_file_gallery_reads_as_one_part_with_its_stamps(tmp_path):
+    g = _gallery(np.arange(5))
+    g.save(tmp_path / "gallery.npz")
+    store = GalleryStore(tmp_path / "gallery.npz", generation=3)
+    np.testing.assert_array_equal(store.column("stamps"), np.full(5, 3))
+    np.save(tmp_path / "stamps.npy", np.array([0, 1, 2, 3, 4]))
+    np.testing.assert_array_equal(GalleryStore(tmp_path / "gallery.npz").column("stamps"), np.arange(5))
+
+
+def test_mixing_swaps_exactly_the_reembedded_items_part_by_part(tmp_path):
+    cw = PartWriter(tmp_path / "cur", chunk_size=4)
+    cw.add(_part(np.arange(10), generation=0, seed=1))
+    current = cw.finish()
+    rw = PartWriter(tmp_path / "rep", chunk_size=4)
+    rw.add(_part(np.array([7, 2, 5]), generation=4, seed=2))
+    mixed = mix_stores(current, rw.finish(), PartWriter(tmp_path / "mix", chunk_size=4))
+    stamps = mixed.column("stamps")
+    np.testing.assert_array_equal(np.flatnonzero(stamps == 4), [2, 5, 7])
+    z = mixed.load_all().gallery.z
+    rep = _gallery(np.array([7, 2, 5]), seed=2).z
+    np.testing.assert_array_equal(z[[7, 2, 5]], rep)
+    np.testing.assert_array_equal(z[[0, 1, 3]], _gallery(np.arange(10), seed=1).z[[0, 1, 3]])
+    stray = PartWriter(tmp_path / "stray", chunk_size=4)
+    stray.add(_part(np.array([42]), generation=4))
+    with pytest.raises(IndexIntegrityError, match="not in the live gallery corpus"):
+        mix_stores(current, stray.finish(), PartWriter(tmp_path / "mix2", chunk_size=4))

@@ -1,0 +1,128 @@
+"""The gallery corpus (flows/steps/corpus.py, reembed_corpus.py): generation 0 embeds a WebDataset corpus in
+parts and serves it from its own index; a later compatible generation queries it without re-embedding; a killed
+corpus embedding resumes without redoing finished parts; partial and full backfills re-embed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.data.sources import write_webdataset
+from components.data.sources.base import ImageSource
+from components.errors import ConfigError
+from components.indexing import GalleryIndex
+from components.indexing.live import CORPUS_DIR, LiveGallery
+from components.indexing.store import GalleryStore, PartWriter
+from flows.params import load_params
+from flows.steps.context import load_splits
+from flows.steps.corpus import check_index_recall, embed_corpus, open_corpus
+from flows.workspace import Workspace
+from tests.helpers import run_backfill, run_generation, write_params
+
+CHUNK = 64
+
+
+def _corpus(folder: Path, n: int, images: np.ndarray, labels: np.ndarray) -> ImageSource:
+    """``n`` digits images (cycled) as WebDataset shards, ids 1000.., labels kept."""
+    pick = np.arange(n) % len(images)
+
+    def batches():
+        for s in range(0, n, 100):
+            sl = pick[s : s + 100]
+            yield images[sl], labels[sl], 1000 + np.arange(s, s + len(sl))
+
+    return write_webdataset(folder, batches(), shard_size=120)
+
+
+@pytest.fixture(scope="module")
+def corpus_ws(tmp_path_factory, prefect_harness) -> tuple[Path, Path, ImageSource]:
+    tmp = tmp_path_factory.mktemp("corpus")
+    params = tmp / "params.yaml"
+    p = write_params(params)
+    train = load_splits(p, Workspace(tmp / "ws")).train
+    source = _corpus(tmp / "shards", 300, train.images, train.labels)
+    write_params(
+        params,
+        [
+            "gallery.source=webdataset",
+            f"gallery.path={tmp / 'shards'}",
+            "gallery.workers=0",
+            f"backfill.chunk_size={CHUNK}",
+            "index.type=hnsw",
+        ],
+    )
+    home = tmp / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    return home, params, source
+
+
+def test_generation_0_serves_the_corpus_from_its_own_index(corpus_ws):
+    home, _, source = corpus_ws
+    folder = home / "generations" / "gen_000" / CORPUS_DIR
+    store = GalleryStore(folder / "gallery")
+    assert len(store) == len(source) == 300
+    assert [len(p) for p in store.parts()] == [64, 64, 64, 64, 44]
+    np.testing.assert_array_equal(np.sort(store.column("ids")), np.sort(source.ids))
+    manifest = GalleryIndex.load(folder / "index").manifest
+    assert manifest.index_type == "hnsw" and manifest.count == 300
+    # measured against exact search (the 1-epoch tiny model packs points within float32 ties: recall is low)
+    assert manifest.recall_at_10 is not None and 0.0 < manifest.recall_at_10 <= 1.0
+    live = LiveGallery(home / "live")
+    assert live.index().ntotal == 300  # the corpus index serves, not the evaluation split's
+    q = store.load_all().gallery.vectors()[:5]
+    scores, ids = live.search(q, 3, query_generation=0)
+    assert np.isin(ids, store.column("ids")).all() and (np.diff(scores, axis=1) <= 0).all()
+
+
+def test_a_killed_corpus_embedding_resumes_without_redoing_finished_parts(corpus_ws, tmp_path):
+    home, params, source = corpus_ws
+    p = load_params(params)
+    ws = Workspace(home)
+    ckpt = home / "generations" / "gen_000" / "model.pt"
+    out = tmp_path / "store"
+    full, n = embed_corpus(p, ws, ckpt, tmp_path / "whole", generation=0)
+    assert n == 300
+    # a run killed after two finished parts: its parts are on disk, the buffered rows are lost
+    first = PartWriter(out, CHUNK)
+    for i, part in enumerate(full.parts()):
+        if i < 2:
+            first.add(part)
+    again, embedded = embed_corpus(p, ws, ckpt, out, generation=0)
+    assert embedded == 300 - 2 * CHUNK
+    assert len(again) == 300
+    a, b = full.load_all().gallery, again.load_all().gallery
+    order_a, order_b = np.argsort(a.ids), np.argsort(b.ids)
+    np.testing.assert_allclose(a.z[order_a], b.z[order_b], atol=1e-5)
+
+
+def test_the_recall_floor_and_a_channel_mismatch_are_refused(corpus_ws, tmp_path):
+    home, params, _ = corpus_ws
+    p = load_params(params, ["index.min_recall=1.0"])
+    index = GalleryIndex.load(home / "generations" / "gen_000" / CORPUS_DIR / "index")
+    if index.manifest.recall_at_10 < 1.0:
+        with pytest.raises(ConfigError, match=r"below index.min_recall 1.0; raise index.nprobe / index.ef_search"):
+            check_index_recall(p, index, tmp_path)
+    rgb = np.repeat(load_splits(p, Workspace(home)).train.images[:20], 3, axis=3)
+    write_webdataset(tmp_path / "rgb", [(rgb, np.zeros(20, np.int64), np.arange(20))], shard_size=50)
+    q = load_params(params, [f"gallery.path={tmp_path / 'rgb'}"])
+    with pytest.raises(Exception, match="3-channel images but the models are trained on 1-channel"):
+        open_corpus(q, Workspace(home))
+
+
+def test_backfills_reembed_the_corpus_partial_then_full(corpus_ws):
+    home, params, source = corpus_ws
+    run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
+    partial = run_backfill(home, params, target=1, fraction=0.25, order="uncertainty", force=True)
+    assert partial["metrics"]["corpus/share_embedded_by_target"] == pytest.approx(75 / 300)
+    live = LiveGallery(home / "live")
+    served = GalleryStore(Path(live.pointer()["index"]).parent / CORPUS_DIR / "gallery")
+    stamps = served.column("stamps")
+    assert (stamps == 1).sum() == 75 and (stamps == 0).sum() == 225
+    full = run_backfill(home, params, target=1, fraction=1.0)
+    assert full["metrics"]["corpus/share_embedded_by_target"] == 1.0
+    assert "corpus/map" in full["metrics"]  # a small labelled corpus: exact metrics
+    served = GalleryStore(Path(live.pointer()["index"]).parent / CORPUS_DIR / "gallery")
+    assert (served.column("stamps") == 1).all() and len(served) == 300
+    assert live.index().manifest.generation == 1

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,19 +58,22 @@ def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable
     cmd = [sys.executable, "-m", "bctflow.cli", *args]
     log("$ bctflow " + " ".join(args))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    killed = False
-    while proc.poll() is None:
-        if kill_when is not None and kill_when():
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.5)
-    _, status, usage = os.wait4(proc.pid, 0)
-    out = proc.stdout.read() if proc.stdout else ""
-    rc = os.waitstatus_to_exitcode(status)
-    if not killed and rc != 0:
-        raise RuntimeError(f"bctflow {' '.join(args)} failed (exit {rc}):\n{out[-4000:]}")
+    with tempfile.TemporaryFile("w+") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        killed = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if kill_when is not None and not killed and kill_when():
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.5)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        sink.seek(0)
+        out = sink.read()
+    if not killed and proc.returncode != 0:
+        raise RuntimeError(f"bctflow {' '.join(args)} failed (exit {proc.returncode}):\n{out[-4000:]}")
     return {"seconds": time.perf_counter() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "killed": killed, "out": out}
 
 
@@ -93,7 +97,9 @@ def _embed_vs_bare(ckpt: Path, raw: dict[str, Any], home: Path, source: WebDatas
 
     def bare() -> float:
         t0 = time.perf_counter()
-        loader = source.loader(positions, batch_size=p.train.eval_batch_size, workers=p.gallery.workers, image_size=size)
+        loader = source.loader(
+            positions, batch_size=p.train.eval_batch_size, workers=p.gallery.workers, image_size=size
+        )
         with torch.no_grad():
             for images, _, _ in loader:
                 model(images.float().div_(255.0))
@@ -140,7 +146,7 @@ def _params(profile: str, corpus: Path, index_type: str, chunk: int, epochs: int
     _, base = load_profile(profile)
     raw = base.as_dict()
     raw["train"]["epochs"] = epochs
-    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus)}
+    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus), "workers": 0}
     raw["index"] = {**raw["index"], "type": index_type}
     raw["backfill"] = {**raw["backfill"], "chunk_size": chunk}
     raw["generations"] = [

@@ -18,6 +18,7 @@ from components.evaluation.retrieval import (
     retrieval_metrics,
     retrieval_scores,
 )
+from components.evaluation.topk import topk_metrics
 
 __all__ = [
     "COMPAT_METRICS",
@@ -34,4 +35,5 @@ __all__ = [
     "p_up",
     "retrieval_metrics",
     "retrieval_scores",
+    "topk_metrics",
 ]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from components.evaluation.ranking import ChunkCounts, chunk_counts
+from components.evaluation.ranking import ChunkCounts, chunk_counts, label_codes, own_columns
 from components.geometry import pairwise_lorentz_inner
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ __all__ = [
 GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
 #: Threads over query chunks in :func:`retrieval_metrics` (numpy's sort and elementwise passes release the GIL).
 _THREADS = 2
-_MODE = "pool"
+_MODE = "stage"
 
 
 def _check_geometry(geometry: str, curvature: float) -> None:
@@ -98,9 +98,10 @@ def retrieval_scores(
             "embed both with models of the same output dimension and geometry"
         )
     if geometry == "euclidean":
-        return _cosine(_unit_rows(q), _unit_rows(g))
+        return _clip_cosine(_unit_rows(q) @ _unit_rows(g).T)
     _check_lorentz_width(q)
-    return -np.arccosh(_lorentz_arg(q, g, curvature)) / math.sqrt(curvature)
+    inner = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
+    return -_lorentz_distance(inner, curvature)
 
 
 def _check_lorentz_width(x: np.ndarray) -> None:
@@ -116,17 +117,21 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
 
 
-def _cosine(qn: np.ndarray, gn: np.ndarray) -> np.ndarray:
-    """Cosine scores (Nq, Ng) float64 of unit rows ``qn`` (Nq, d), ``gn`` (Ng, d), clipped to [-1, 1]."""
-    s = qn @ gn.T
+def _clip_cosine(s: np.ndarray) -> np.ndarray:
+    """In place: dot products (n, Ng) of unit rows -> cosine scores clipped to [-1, 1]."""
     return np.clip(s, -1.0, 1.0, out=s)
 
 
-def _lorentz_arg(q: np.ndarray, g: np.ndarray, curvature: float) -> np.ndarray:
-    """``max(1, -K <q, g>_L)`` (Nq, Ng) float64 for hyperboloid points q (Nq, d+1), g (Ng, d+1), time first."""
-    arg = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
-    np.multiply(-curvature, arg, out=arg)
-    return np.maximum(arg, 1.0, out=arg)
+def _lorentz_distance(inner: np.ndarray, curvature: float) -> np.ndarray:
+    """In place: <q, g>_L (n, Ng) float64 -> geodesic distance ``acosh(max(1, -K <q, g>_L)) / sqrt(K)``.
+
+    Elementwise only (so row blocks give the numbers of the whole matrix); the score is its negation,
+    and ``-(a / c) == (-a) / c`` exactly in IEEE arithmetic.
+    """
+    np.multiply(-curvature, inner, out=inner)
+    np.maximum(inner, 1.0, out=inner)
+    np.arccosh(inner, out=inner)
+    return np.divide(inner, math.sqrt(curvature), out=inner)
 
 
 def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -257,71 +262,59 @@ def retrieval_metrics(
     lorentz = geometry == "lorentz"
     if lorentz:
         _check_lorentz_width(q_all)
-    q_code, g_code = _label_codes(q_lab, g_lab)
-    excluded = _excluded_columns(q_ids, g_ids) if leave_one_out else np.full(q_ids.shape[0], -1, dtype=np.int64)
+    q_code, g_code = label_codes(q_lab, g_lab)
+    excluded = own_columns(q_ids, g_ids) if leave_one_out else np.full(q_ids.shape[0], -1, dtype=np.int64)
     n_rel = np.bincount(g_code, minlength=int(max(q_code.max(initial=-1), g_code.max(initial=-1))) + 1)[q_code]
     excluded_relevant = excluded >= 0
     excluded_relevant[excluded_relevant] = g_code[excluded[excluded_relevant]] == q_code[excluded_relevant]
     n_rel = n_rel - excluded_relevant
-    g_ranked = g_all if lorentz else _unit_rows(g_all)  # same float ops as retrieval_scores, done once
+    if lorentz:
+        g_t = torch.from_numpy(g_all).transpose(-1, -2)
 
-    def values(start: int) -> np.ndarray:
-        q = q_all[start : start + chunk_size]
-        return _lorentz_arg(q, g_ranked, curvature) if lorentz else _cosine(_unit_rows(q), g_ranked)
+        def product(start: int, out: np.ndarray) -> None:
+            # pairwise_lorentz_inner's two steps, the product written into a reused buffer. The query block is a
+            # fresh (64-byte aligned) tensor as there: MKL's float64 results can depend on the inputs' alignment.
+            x = torch.from_numpy(q_all[start : start + out.shape[0]])
+            torch.matmul(torch.cat([-x[..., :1], x[..., 1:]], dim=-1), g_t, out=torch.from_numpy(out))
 
-    def rank(start: int, v: np.ndarray, r0: int, r1: int) -> ChunkCounts:
-        sl = slice(start + r0, start + r1)
-        return chunk_counts(v[r0:r1], lorentz, q_code[sl], g_code, excluded[sl], n_rel[sl], ks)
-
-    def run(start: int) -> ChunkCounts:
-        v = values(start)
-        return rank(start, v, 0, v.shape[0])
-
-    starts = range(0, q_all.shape[0], chunk_size)
-    results = []
-    if _MODE == "pool":
-        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-            results = list(pool.map(run, starts))
-    elif _MODE == "stage":
-        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-            for start in starts:
-                v = values(start)
-                n = v.shape[0]
-                cuts = [n * i // _THREADS for i in range(_THREADS + 1)]
-                results += list(pool.map(lambda i: rank(start, v, cuts[i], cuts[i + 1]), range(_THREADS)))
-    elif _MODE == "pipe":
-        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-            futs = []
-            for start in starts:
-                v = values(start)
-                n = v.shape[0]
-                cuts = [n * i // _THREADS for i in range(_THREADS + 1)]
-                futs += [pool.submit(rank, start, v, cuts[i], cuts[i + 1]) for i in range(_THREADS)]
-                if len(futs) > 2 * _THREADS:
-                    results += [f.result() for f in futs[:_THREADS]]
-                    futs = futs[_THREADS:]
-            results += [f.result() for f in futs]
+        def finish(block: np.ndarray) -> np.ndarray:
+            return _lorentz_distance(block, curvature)
     else:
-        results = [run(start) for start in starts]
-    hits = {k: sum(r[2][k] for r in results) for k in ks}
-    return _metrics_from_counts(hits, sum(r[1] for r in results), sum(r[0] for r in results))
+        g_unit_t = _unit_rows(g_all).T  # same float ops as retrieval_scores, done once
 
+        def product(start: int, out: np.ndarray) -> None:
+            np.matmul(_unit_rows(q_all[start : start + out.shape[0]]), g_unit_t, out=out)
 
-def _label_codes(query_labels: np.ndarray, gallery_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer class codes (Nq,), (Ng,) int64: equal codes exactly where the labels compare equal."""
-    both = np.concatenate([query_labels, gallery_labels])
-    _, codes = np.unique(both, return_inverse=True, equal_nan=False)
-    codes = codes.reshape(-1).astype(np.int64)
-    return codes[: query_labels.shape[0]], codes[query_labels.shape[0] :]
+        finish = _clip_cosine
 
+    nq, ng = q_all.shape[0], g_all.shape[0]
+    starts = range(0, nq, chunk_size)
+    # torch allocates 64-byte aligned memory (the alignment of a fresh matmul output)
+    buffers = [torch.empty(min(chunk_size, nq), ng, dtype=torch.float64).numpy() for _ in range(1 + (_MODE == "pipe"))]
 
-def _excluded_columns(query_ids: np.ndarray, gallery_ids: np.ndarray) -> np.ndarray:
-    """Gallery column (Nq,) int64 holding each query's own id (gallery ids are unique), -1 where none does."""
-    if gallery_ids.shape[0] == 0:
-        return np.full(query_ids.shape[0], -1, dtype=np.int64)
-    order = np.argsort(gallery_ids, kind="stable")
-    at = np.minimum(np.searchsorted(gallery_ids[order], query_ids), gallery_ids.shape[0] - 1)
-    return np.where(gallery_ids[order][at] == query_ids, order[at], -1).astype(np.int64)
+    def rank(start: int, buf: np.ndarray, r0: int, r1: int) -> ChunkCounts:
+        sl = slice(start + r0, start + r1)
+        return chunk_counts(buf[r0:r1], finish, lorentz, q_code[sl], g_code, excluded[sl], n_rel[sl], ks)
+
+    results: list[ChunkCounts] = []
+    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+        pending: list = []
+        for i, start in enumerate(starts):
+            n = min(chunk_size, nq - start)
+            buf = buffers[i % len(buffers)][:n]
+            if _MODE == "pipe" and len(pending) > _THREADS:  # the buffer about to be overwritten is free
+                results += [f.result() for f in pending[:_THREADS]]
+                pending = pending[_THREADS:]
+            product(start, buf)
+            cuts = [n * t // _THREADS for t in range(_THREADS + 1)]
+            pending += [pool.submit(rank, start, buf, cuts[t], cuts[t + 1]) for t in range(_THREADS)]
+            if _MODE != "pipe":
+                results += [f.result() for f in pending]
+                pending = []
+        results += [f.result() for f in pending]
+    hits = {k: sum(r[1][k] for r in results) for k in ks}
+    ap = np.concatenate([r[0] for r in results]) if results else np.zeros(0)
+    return _metrics_from_counts(hits, float(ap.sum()), ap.size)  # one sum: the same for any threads / blocks
 
 
 def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:

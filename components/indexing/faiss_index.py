@@ -44,7 +44,7 @@ from components.indexing import index_types as it
 from components.indexing.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
 from components.indexing.index_config import IndexConfig, check_build_args
 from components.indexing.manifest import IndexManifest, shards_digest
-from components.indexing.vectors import checked_queries, flip_time, lorentz_l2_queries, lorentz_l2_rows
+from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries, flip_time
 from components.io import atomic_path, atomic_write_bytes
 
 __all__ = ["INDEX_FILE", "MANIFEST_FILE", "GalleryIndex"]
@@ -87,11 +87,6 @@ def _write_index_file(path: Path, index: faiss.Index) -> str:
 
 def _file_names(shards: int) -> list[str]:
     return [INDEX_FILE] if shards == 1 else [f"index-{i:03d}-of-{shards:03d}.faiss" for i in range(shards)]
-
-
-def _stored(rows: np.ndarray, params: dict) -> np.ndarray:
-    """Gallery rows (n, dim) as FAISS stores them: as they are, or by the Lorentz L2 reduction."""
-    return lorentz_l2_rows(rows, params["l2_radius"]) if params["metric"] == "l2" else rows
 
 
 class GalleryIndex:
@@ -178,18 +173,23 @@ class GalleryIndex:
     ) -> GalleryIndex:
         """Fill the index from ``passes()`` (checked float32 rows, ids), then measure recall and queries/s."""
         t0 = time.perf_counter()
-        metric = "l2" if geometry == "lorentz" and cfg.approximate else "inner_product"
+        lorentz_approx = geometry == "lorentz" and cfg.approximate
+        metric = "l2" if lorentz_approx else "inner_product"
         shards, exact = None, None
         if cfg.approximate:  # pass 1: ids, samples, radius -> trained, empty shards
             scan = scan_gallery(passes(), cfg.recall_queries + cfg.train_size * cfg.trained, cfg.seed)
             ledger, n = scan.ledger, scan.ledger.count
-            width = scan.rows.shape[1] + (metric == "l2")
+            width = scan.rows.shape[1] + (lorentz_approx and cfg.lorentz_form == "mips_l2")
             params = {**cfg.params(width, n), "metric": metric, "stored_dim": width}
-            if metric == "l2":
-                params["l2_radius"] = math.sqrt(scan.max_sq_norm)
+            if lorentz_approx and cfg.lorentz_form == "proxy":
+                params.update(lorentz_form="proxy", time_scale=LORENTZ_TIME_SCALE, rerank=cfg.rerank)
+            elif lorentz_approx:
+                params.update(lorentz_form="mips_l2", l2_radius=math.sqrt(scan.max_sq_norm))
             factory = cfg.factory_string(width, n)
-            train = _stored(scan.rows[len(scan.rows) - cfg.train_count(n) :], params) if cfg.trained else None
-            shards = it.new_shards(cfg, factory, metric, width, train)
+            train = scan.rows[len(scan.rows) - cfg.train_count(n) :] if cfg.trained else None
+            shards = it.new_shards(
+                cfg, factory, metric, width, None if train is None else it.stored_form(train, params)
+            )
             q_rows, q_ids = scan.rows[: min(cfg.recall_queries, n)], scan.ids[: min(cfg.recall_queries, n)]
             del scan, train
             exact = it.ExactTopK(q_rows if geometry == "euclidean" else flip_time(q_rows), min(_RECALL_K, n))
@@ -209,7 +209,7 @@ class GalleryIndex:
                 exact.add(rows, ids)
             else:
                 sample.offer(id_hash(ids, cfg.seed), rows, ids)
-            stored, which = _stored(rows, params), it.shard_of(ids, len(shards))
+            stored, which = it.stored_form(rows, params), it.shard_of(ids, len(shards))
             for i, s in enumerate(shards):
                 sel = slice(None) if len(shards) == 1 else which == i
                 s.add_with_ids(np.ascontiguousarray(stored[sel]), np.ascontiguousarray(ids[sel]))
@@ -230,21 +230,17 @@ class GalleryIndex:
             shard_checksums=tuple(digests) if len(digests) > 1 else (),
         )  # fmt: skip
         index = cls(shards, manifest)
-        found, qps = index._timed_search(q_rows, min(_RECALL_K, ledger.count))
+        qx = q_rows.astype(np.float64) if geometry == "euclidean" else flip_time(q_rows.astype(np.float64))
+        index._searcher()  # a GPU copy is made outside the timing
+        t = time.perf_counter()
+        _, found = index._search(qx, min(_RECALL_K, ledger.count))
+        qps = len(qx) / max(time.perf_counter() - t, 1e-9)
         recall = 1.0 if exact is None else it.recall_at_k(found, exact.result(), q_ids, _RECALL_K - 1)
         index._manifest = replace(
             manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps,
             build_seconds=time.perf_counter() - t0,
         )  # fmt: skip
         return index
-
-    def _timed_search(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, float]:
-        """FAISS ids (nq, k) for gallery-form query ``rows`` (nq, dim) in one call, and the queries/s it ran at."""
-        qx = rows.astype(np.float64) if self._manifest.geometry == "euclidean" else flip_time(rows)
-        xq = self._faiss_queries(qx)
-        t = time.perf_counter()
-        _, found = self._searcher().search(xq, k)
-        return found, len(xq) / max(time.perf_counter() - t, 1e-9)
 
     # ------------------------------------------------------------- properties
     @property
@@ -280,12 +276,6 @@ class GalleryIndex:
             where=f"index (generation {m.generation}, {m.geometry}, K={m.curvature}, dim {m.dim})",
         )  # fmt: skip
 
-    def _faiss_queries(self, qx: np.ndarray) -> np.ndarray:
-        """float32 (nq, stored_dim) rows FAISS searches for checked float64 queries ``qx`` (time negated)."""
-        if self._manifest.metric == "l2":
-            return lorentz_l2_queries(qx, float(self._manifest.params["l2_radius"]))
-        return np.ascontiguousarray(qx, dtype=np.float32)
-
     def _searcher(self) -> faiss.Index:
         """The index FAISS searches: the shard itself or ``IndexShards`` over them, on GPUs when available."""
         if self._search_index is None:
@@ -316,20 +306,23 @@ class GalleryIndex:
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
-        qx = self._check_queries(queries, query_generation)  # float64, time negated for lorentz
-        k_eff = min(int(k), self.ntotal)
-        nq = qx.shape[0]
-        scores = np.empty((nq, k_eff), dtype=np.float64)
-        ids = np.empty((nq, k_eff), dtype=np.int64)
-        step = max(1, _RESCORE_ELEMS // (k_eff * self._manifest.stored_dim))
-        for start in range(0, nq, _SEARCH_CHUNK):
-            block = slice(start, start + _SEARCH_CHUNK)
-            _, found = self._searcher().search(self._faiss_queries(qx[block]), k_eff)
-            if self._manifest.index_type == "flat" and (found < 0).any():
+        return self._search(self._check_queries(queries, query_generation), min(int(k), self.ntotal))
+
+    def _search(self, qx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` of checked float64 queries ``qx`` (nq, dim), time negated for lorentz; k <= ntotal."""
+        m = self._manifest
+        kc = it.candidates(m.params, k, self.ntotal)
+        scores = np.empty((len(qx), k), dtype=np.float64)
+        ids = np.empty((len(qx), k), dtype=np.int64)
+        step = max(1, _RESCORE_ELEMS // (kc * m.stored_dim))
+        for start in range(0, len(qx), _SEARCH_CHUNK):
+            _, found = self._searcher().search(it.query_form(qx[start : start + _SEARCH_CHUNK], m.params), kc)
+            if m.index_type == "flat" and (found < 0).any():
                 raise IndexIntegrityError(f"FAISS returned fewer neighbours than the index holds; {_REBUILD}")
             for sub in range(0, found.shape[0], step):
                 rows = slice(start + sub, start + sub + step)
-                scores[rows], ids[rows] = it.rescore(self._shards, self._manifest, qx[rows], found[sub : sub + step])
+                s, i = it.rescore(self._shards, m, qx[rows], found[sub : sub + step])
+                scores[rows], ids[rows] = s[:, :k], i[:, :k]
         return scores, ids
 
     # ---------------------------------------------------------- persistence

@@ -28,6 +28,7 @@ MIN_POINTS_PER_CENTROID = 39
 
 
 GEOMETRIES = ("euclidean", "lorentz")
+LORENTZ_FORMS = ("proxy", "mips_l2")
 
 
 def _is_int(x: Any) -> bool:
@@ -55,6 +56,11 @@ class IndexConfig:
     * ``train_size``: gallery vectors sampled (by ``seed``) to train IVF/PQ.
     * ``recall_queries``: gallery vectors held out (by ``seed``) to measure recall@10 and
       queries/s at build time.
+    * ``lorentz_form``: how approximate indexes store Lorentz galleries — ``"proxy"``
+      (default: L2 over [2⁻⁸·g_t, g_s], then the ``rerank``·k best candidates re-ranked
+      by exact geodesic distance) or ``"mips_l2"`` (the exact MIPS→L2 reduction); see
+      :mod:`components.indexing.vectors`. ``rerank``: candidates fetched per wanted
+      neighbour in the proxy form.
     * ``shards``: > 1 splits the gallery (by a hash of the id) over that many
       sub-indexes searched in parallel (``faiss.IndexShards``), one file each.
     * ``seed``: seeds the training and recall samples.
@@ -64,14 +70,16 @@ class IndexConfig:
 
     type: str = "flat"
     nlist: int | None = None
-    nprobe: int = 32
+    nprobe: int = 16
     hnsw_m: int = 32
     ef_construction: int = 80
-    ef_search: int = 128
+    ef_search: int = 96
     pq_m: int | None = None
     pq_nbits: int = 8
     train_size: int = 100_000
     recall_queries: int = 1000
+    lorentz_form: str = "proxy"
+    rerank: int = 3
     shards: int = 1
     seed: int = 0
 
@@ -79,12 +87,13 @@ class IndexConfig:
         if self.type not in INDEX_TYPES:
             raise _bad("type", self.type, f"one of {', '.join(map(repr, INDEX_TYPES))}", "pick one of those")
         positive = {
-            "nprobe": "raise it; 32 is a good start",
+            "nprobe": "raise it; 16 is a good start",
             "hnsw_m": "use 16..64 (default 32)",
             "ef_construction": "use >= 40 (default 80)",
-            "ef_search": "use >= 10 (default 128)",
+            "ef_search": "use >= 10 (default 96)",
             "train_size": "use >= 39 * nlist (default 100000)",
             "recall_queries": "use >= 100 for a stable estimate (default 1000)",
+            "rerank": "use 2..4 (default 3)",
             "shards": "use 1 for a single index",
         }
         for name, fix in positive.items():
@@ -99,6 +108,8 @@ class IndexConfig:
             raise _bad("pq_m", self.pq_m, "an int >= 1 or None", "leave it unset for a divisor of the stored width")
         if not _is_int(self.pq_nbits) or not 1 <= self.pq_nbits <= 16:
             raise _bad("pq_nbits", self.pq_nbits, "an int in [1, 16]", "use 8 (default)")
+        if self.lorentz_form not in LORENTZ_FORMS:
+            raise _bad("lorentz_form", self.lorentz_form, f"one of {LORENTZ_FORMS}", "use 'proxy' (default)")
         if not _is_int(self.seed) or self.seed < 0:
             raise _bad("seed", self.seed, "an int >= 0", "use any non-negative int")
 
@@ -147,7 +158,7 @@ class IndexConfig:
         if width % self.pq_m:
             raise ConfigError(
                 f"index config field 'pq_m' is {self.pq_m} but must divide the stored vector width {width} "
-                f"(for lorentz galleries: d+1 coordinates plus 1 for the exact L2 reduction); "
+                f"(lorentz: d+1 coordinates, one more with lorentz_form 'mips_l2'); "
                 f"use one of {divisors} or leave it unset"
             )
         return self.pq_m

@@ -1,20 +1,23 @@
 """The FAISS structures behind a GalleryIndex: made, tuned, verified and measured (docs/design.md §8).
 
-What FAISS stores, per geometry and index type (docs/design.md §8.1, §8.3):
+What FAISS stores, per geometry and index type (docs/design.md §8.1, §8.3; the forms
+are defined in :mod:`components.indexing.vectors`):
 
-* euclidean, every type: float32 unit rows, inner-product metric (= cosine).
+* euclidean, every type: float32 unit rows, inner-product metric (= cosine), exact ranking.
 * lorentz, ``flat``: the hyperboloid points themselves, inner-product metric, each
   query's time coordinate negated — exact MIPS = exact geodesic kNN (HBCT Eq. (1), (3)).
-* lorentz, ``ivf`` / ``hnsw`` / ``ivfpq``: the exact MIPS→L2 reduction of
-  :mod:`components.indexing.vectors` (rows [g, sqrt(M² − ‖g‖²)], width d+2, L2 metric,
-  queries λ[−q_t, q_s, 0] on the radius-M sphere). Measured on clustered synthetic
-  hyperboloid galleries (50k points, d=64): HNSW over the raw points with inner
-  product reached recall@10 ≈ 0.02–0.1 (its graph links points by the Euclidean dot
-  product, which is not the Lorentz product), against ≈ 1.0 with the reduction; IVF
-  reached 0.976 (raw, inner product, nprobe 32) against 0.999 (reduction, λ-scaled
-  queries) and 0.80 (reduction with unscaled queries, whose coarse assignment is biased
-  by the centroid norms). IVF-PQ measured about the same either way (0.65 / 0.62), and
-  uses the reduction too so that one rule covers every approximate type.
+* lorentz, ``ivf`` / ``hnsw`` / ``ivfpq``: by default the ``proxy`` form (L2 over
+  [2⁻⁸·g_t, g_s]); FAISS returns ``rerank``·k candidates that are re-ranked by exact
+  float64 geodesic distance. Optional: the exact MIPS→L2 reduction (``mips_l2``).
+
+Why the proxy (clustered synthetic hyperboloid galleries, d=128, radii 0.7–2.6,
+``benchmarks/index_speed.py``; recall@10 against exact search): at 200k items HNSW32
+(ef_search 128) reached 0.71 with the exact MIPS→L2 reduction (its graph links gallery
+points by L2 between augmented rows, which is not geodesic nearness, while queries sit
+far from every row) and 0.98 with the proxy and 2× re-ranking (0.986 at 3×); HNSW over the
+raw points with inner product reached ≈ 0.02–0.1 at 50k. IVF (nlist 1788) reached 0.997
+(reduction, nprobe 8) and 0.991 / 0.998 (proxy, nprobe 8, 2× / 3× re-ranking). One
+rule for all approximate types: the proxy, with re-ranking.
 
 Every index is ``IDMap2`` over a ``faiss.index_factory`` structure, so that
 :func:`reconstruct` returns the stored rows by caller id (IVF keeps a direct map for
@@ -35,23 +38,33 @@ from components.errors import IndexIntegrityError
 from components.indexing.build_inputs import id_hash
 from components.indexing.index_config import IndexConfig
 from components.indexing.manifest import IndexManifest
-from components.indexing.vectors import HYPERBOLOID_RTOL, hyperboloid_rel_error
+from components.indexing.vectors import (
+    HYPERBOLOID_RTOL,
+    hyperboloid_rel_error,
+    lorentz_l2_queries,
+    lorentz_l2_rows,
+    lorentz_proxy_rows,
+)
 
 __all__ = [
     "SHARD_SALT",
     "UNIT_NORM_ATOL",
     "ExactTopK",
+    "candidates",
     "describe",
     "expected_factory",
     "file_sha256",
+    "gallery_rows",
     "index_sha256",
     "new_shards",
+    "query_form",
     "read_index_file",
     "recall_at_k",
     "reconstruct",
     "rescore",
     "set_search_params",
     "shard_of",
+    "stored_form",
     "verify_shards",
 ]
 
@@ -64,6 +77,41 @@ SHARD_SALT = 0x5EED5EED
 #: Reconstructed vectors checked on load for types whose vectors are not one array.
 VERIFY_SAMPLE = 1024
 _METRICS = {"inner_product": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+
+
+def stored_form(rows: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    """float32 rows FAISS stores for checked gallery rows (n, dim) (unit / hyperboloid points)."""
+    form = params.get("lorentz_form")
+    if form == "proxy":
+        return lorentz_proxy_rows(rows)
+    if form == "mips_l2":
+        return lorentz_l2_rows(rows, float(params["l2_radius"]))
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+def query_form(qx: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    """float32 rows FAISS searches for checked float64 queries ``qx`` (n, dim): unit rows / time negated."""
+    form = params.get("lorentz_form")
+    if form == "proxy":
+        q = lorentz_proxy_rows(qx)
+        q[:, 0] = -q[:, 0]  # the proxy is symmetric: undo the negation
+        return q
+    if form == "mips_l2":
+        return lorentz_l2_queries(qx, float(params["l2_radius"]))
+    return np.ascontiguousarray(qx, dtype=np.float32)
+
+
+def gallery_rows(stored: np.ndarray, params: dict[str, Any], dim: int) -> np.ndarray:
+    """The float32 gallery rows (n, dim) given back by stored rows (n, stored_dim) — exactly, powers of two."""
+    rows = np.array(stored[:, :dim], dtype=np.float32)
+    if params.get("lorentz_form") == "proxy":
+        rows[:, 0] /= np.float32(params["time_scale"])
+    return rows
+
+
+def candidates(params: dict[str, Any], k: int, ntotal: int) -> int:
+    """How many neighbours to ask FAISS for when ``k`` are wanted: ``rerank``·k for the proxy form."""
+    return min(ntotal, k * int(params.get("rerank", 1))) if params.get("lorentz_form") == "proxy" else k
 
 
 def shard_of(ids: np.ndarray, shards: int) -> np.ndarray:
@@ -155,7 +203,7 @@ def rescore(shards: list, m: IndexManifest, q: np.ndarray, found: np.ndarray) ->
     """
     valid = found >= 0
     g = np.zeros((*found.shape, m.dim))
-    g[valid] = reconstruct(shards, found[valid])[:, : m.dim]
+    g[valid] = gallery_rows(reconstruct(shards, found[valid]), m.params, m.dim)
     if m.geometry == "euclidean":
         g[valid] /= np.maximum(np.linalg.norm(g[valid], axis=1, keepdims=True), 1e-30)
         s = np.clip(np.einsum("nd,nkd->nk", q, g), -1.0, 1.0)
@@ -213,19 +261,18 @@ def read_index_file(path: Path, sha256: str, rebuild: str) -> faiss.Index:
 
 
 # ------------------------------------------------------------- verification
-def _rows_fit(rows: np.ndarray, m: IndexManifest) -> np.ndarray:
+def _rows_fit(stored: np.ndarray, m: IndexManifest) -> np.ndarray:
     """Per-row bool: stored float32 rows (n, stored_dim) finite and of the manifest's geometry."""
-    ok = np.isfinite(rows).all(axis=1)
+    ok = np.isfinite(stored).all(axis=1)
     if m.index_type == "ivfpq":  # decoded codes: approximate, only finiteness is checkable
         return ok
-    x = rows[:, : m.dim]
+    x = gallery_rows(stored, m.params, m.dim)
     if m.geometry == "euclidean":
         return ok & (np.abs(np.linalg.norm(x.astype(np.float64), axis=1) - 1.0) <= UNIT_NORM_ATOL)
     ok &= hyperboloid_rel_error(x, m.curvature) <= HYPERBOLOID_RTOL
-    if m.metric == "l2":
-        radius = float(m.params.get("l2_radius", np.nan))
-        norms = np.linalg.norm(rows.astype(np.float64), axis=1)
-        ok &= np.abs(norms / radius - 1.0) <= L2_RADIUS_RTOL
+    if m.params.get("lorentz_form") == "mips_l2":
+        norms = np.linalg.norm(stored.astype(np.float64), axis=1)
+        ok &= np.abs(norms / float(m.params["l2_radius"]) - 1.0) <= L2_RADIUS_RTOL
     return ok
 
 

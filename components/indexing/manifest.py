@@ -181,6 +181,15 @@ class IndexManifest:
             raise _bad("params", f"metric must be one of {METRICS}, got {p.get('metric')!r}")
         if not _is_int(p.get("stored_dim", self.dim)) or p.get("stored_dim", self.dim) < self.dim:
             raise _bad("params", f"stored_dim must be an int >= dim {self.dim}, got {p.get('stored_dim')!r}")
+        form = p.get("lorentz_form")
+        if form is not None and (self.geometry != "lorentz" or self.index_type == "flat"):
+            raise _bad("params", f"lorentz_form {form!r} applies to approximate lorentz indexes only")
+        needs = {"proxy": ("time_scale", "rerank"), "mips_l2": ("l2_radius",), None: ()}.get(form)
+        if needs is None:
+            raise _bad("params", f"lorentz_form must be 'proxy' or 'mips_l2', got {form!r}")
+        for k in needs:
+            if not _is_number(p.get(k)) or p[k] <= 0 or (k == "rerank" and not _is_int(p[k])):
+                raise _bad("params", f"must record {k!r} (a number > 0) for lorentz_form {form!r}, got {p.get(k)!r}")
         if not _is_int(p.get("shards", 1)) or p.get("shards", 1) < 1:
             raise _bad("params", f"shards must be an int >= 1, got {p.get('shards')!r}")
         object.__setattr__(self, "params", dict(sorted(p.items())))

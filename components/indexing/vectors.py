@@ -4,14 +4,21 @@ Shared by index building (a bad gallery is a :class:`~components.errors.DataErro
 and search (bad queries are an :class:`~components.errors.IncompatibleQueryError`):
 FAISS itself notices neither zero vectors nor points of another curvature.
 
-Also the exact MIPS→L2 reduction the approximate Lorentz indexes use (docs/design.md
-§8.1, §8.3): gallery g (d+1, time first) is stored as g' = [g, sqrt(M² − ‖g‖²)]
-with M ≥ max ‖g‖, so every g' lies on the sphere of radius M; a query q becomes
-q' = λ[−q_t, q_s, 0] with λ = M / ‖q‖ > 0. Then ‖q' − g'‖² = 2M² − 2λ<q, g>_L, so for
-each query the L2 ranking is the ranking by the Lorentz product <q, g>_L (HBCT
-Eq. (1)), i.e. by geodesic distance (HBCT Eq. (3)) — exactly. λ changes no ranking;
-it puts the query on the gallery's sphere, which makes IVF's coarse assignment and
-HNSW's greedy walk behave as for an ordinary L2 search.
+Also the two stored forms the approximate Lorentz indexes can use (docs/design.md §8.1,
+§8.3; see :mod:`components.indexing.index_types` for which is used and why):
+
+* ``proxy`` (default): rows [2⁻⁸·g_t, g_s], L2 metric, queries [2⁻⁸·q_t, q_s]. The
+  Lorentz "squared chord" <g−h, g−h>_L = ‖g_s−h_s‖² − (g_t−h_t)² = −2/K − 2<g, h>_L is
+  monotone in the geodesic distance (HBCT Eq. (1), (3)) but indefinite; ‖Δs‖² is the
+  closest L2 form, so L2 neighbours of the scaled rows are close to geodesic ones and
+  the index's candidates are re-ranked exactly. Scaling by a power of two is exact, so
+  the stored rows give back the original float32 points.
+* ``mips_l2``: the exact MIPS→L2 reduction. Gallery g (d+1, time first) is stored as
+  g' = [g, sqrt(M² − ‖g‖²)] with M ≥ max ‖g‖, so every g' lies on the sphere of radius
+  M; a query q becomes q' = λ[−q_t, q_s, 0] with λ = M / ‖q‖ > 0. Then
+  ‖q' − g'‖² = 2M² − 2λ<q, g>_L, so for each query the L2 ranking is the geodesic
+  ranking, exactly. λ changes no ranking; it puts the query on the gallery's sphere,
+  which makes IVF's coarse assignment behave as for an ordinary L2 search.
 """
 
 from __future__ import annotations
@@ -20,14 +27,18 @@ import numpy as np
 
 __all__ = [
     "HYPERBOLOID_RTOL",
+    "LORENTZ_TIME_SCALE",
     "checked_queries",
     "flip_time",
     "hyperboloid_rel_error",
     "in_index_space",
     "lorentz_l2_queries",
     "lorentz_l2_rows",
+    "lorentz_proxy_rows",
 ]
 
+#: Factor on the time coordinate in the ``proxy`` form (a power of two: exact in float32 both ways).
+LORENTZ_TIME_SCALE = 2.0**-8
 #: Allowed |K<x,x>_L + 1| / (K x_t^2) for a point to count as on the hyperboloid
 #: (float32 rounding of x_t^2 is ~1e-7 relative; a wrong K or a time-last layout
 #: is off by O(1) near the origin).
@@ -73,6 +84,13 @@ def in_index_space(
             f"(first at row {int(np.argmax(off))}); {fix}"
         )
     return x64
+
+
+def lorentz_proxy_rows(points: np.ndarray) -> np.ndarray:
+    """Hyperboloid points (N, d+1), time first -> float32 (N, d+1) [2⁻⁸·x_t, x_s] (the ``proxy`` form)."""
+    out = np.array(points, dtype=np.float32, copy=True)
+    out[:, 0] *= np.float32(LORENTZ_TIME_SCALE)
+    return out
 
 
 def lorentz_l2_rows(points: np.ndarray, radius: float) -> np.ndarray:

@@ -23,8 +23,8 @@ from components.data.sources import ImageSource, open_source
 from components.errors import ConfigError, DataError
 from components.evaluation import retrieval_metrics
 from components.indexing import GalleryIndex
-from components.indexing.index_config import IndexConfig
 from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, PartWriter, StoredPart
 from components.models import load_model
 from components.training import embed_stream

@@ -57,8 +57,8 @@ def corpus_selection(plan: BackfillPlan) -> np.ndarray | None:
         current = live_corpus(plan)
         if current is None or len(current) != len(source):
             raise ConfigError(
-                f"the live gallery does not serve the corpus {p.gallery.path} (yet, or it changed); run a full backfill "
-                "(--fraction 1) to embed it"
+                f"the live gallery does not serve the corpus {p.gallery.path} (yet, or it changed); run a full "
+                "backfill (--fraction 1) to embed it"
             )
         uncertainty = None
         if plan.order == "uncertainty":

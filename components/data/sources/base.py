@@ -113,7 +113,7 @@ class BatchIndexSampler(Sampler[torch.Tensor]):
             g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
             perm = torch.randperm(len(order), generator=g)
             order = perm if self._everything else order.index_select(0, perm)
-        chunks = order.split(self.batch_size)
+        chunks = order.split(self.batch_size) if len(order) else ()
         if self.drop_last and chunks and len(chunks[-1]) < self.batch_size:
             chunks = chunks[:-1]
         return iter(chunks)

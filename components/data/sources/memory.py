@@ -150,4 +150,6 @@ class ArraySource(ImageSource):
             collate_fn=passthrough,
             num_workers=workers,
             pin_memory=pin_memory,
+            # fresh worker processes: a fork of a process that runs Prefect / threads can die on start
+            multiprocessing_context="forkserver" if workers else None,
         )

@@ -6,9 +6,10 @@ a uint8 (H, W[, C]) array), ``id`` (text integer) and optionally ``cls`` (text i
 positions are index rows (shard order, then order within the shard).
 
 ``loader(positions)`` reads only the shards holding a selected item, keeps only the selected ids and decodes
-only those. Shards are split across DataLoader workers (``wds.split_by_worker``): with ``workers > 1`` batches
-from different workers interleave, so the order differs from ``positions`` (every selected item still comes
-exactly once — use the ids), and each worker ends with its own partial batch (``drop_last`` drops each).
+only those. Shards are split across DataLoader workers (``wds.split_by_worker``; at most one worker per shard
+read): with ``workers > 1`` batches from different workers interleave, so the order differs from ``positions``
+(every selected item still comes exactly once — use the ids), and each worker ends with its own partial batch
+(``drop_last`` drops each).
 ``shuffle``: shard order permuted by ``(seed, epoch)`` plus a sample shuffle buffer of ``shuffle_buffer`` encoded
 samples seeded by ``(seed, epoch, worker)`` — deterministic for a given number of workers. Memory stays
 bounded: tars are streamed member by member, never a whole shard decoded.
@@ -249,6 +250,8 @@ class WebDatasetSource(ImageSource):
             collate_fn=collate_items,
             num_workers=min(int(workers), len(urls)),
             pin_memory=pin_memory,
+            # fresh worker processes: a fork of a process that runs Prefect / threads can die on start
+            multiprocessing_context="forkserver" if workers else None,
             drop_last=drop_last,
         )
 

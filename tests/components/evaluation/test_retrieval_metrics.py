@@ -237,3 +237,120 @@ def test_duplicate_gallery_ids_are_refused_for_leave_one_out():
     x = _unit([0, 10])
     with pytest.raises(ValueError, match="not unique"):
         retrieval_metrics(x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), "euclidean")
+
+
+# ------------------------------------------- fast ranking == the original lexsort path
+def _hyperboloid(v: np.ndarray, k: float) -> np.ndarray:
+    return expmap0(torch.from_numpy(v), k).numpy()
+
+
+def _equality_case(seed: int, geometry: str, k: float, ties: str) -> tuple:
+    """Cross retrieval data: gallery and queries are the same items by two "models" (different vectors, same
+    ids), unbalanced classes plus a class of one item, the gallery stored in shuffled order."""
+    rng = np.random.default_rng(seed)
+    n_g, d = 260, 6
+    sizes = [120, 70, 40, 29, 1]  # unbalanced, and a single-item class (skipped under leave-one-out)
+    y_g = np.repeat(np.arange(len(sizes)), sizes)
+    g = rng.normal(size=(n_g, d)) + 1.5 * rng.normal(size=(len(sizes), d))[y_g]
+    if ties == "duplicates":  # exact copies of other gallery rows, across and within classes
+        src = rng.choice(n_g, size=60, replace=False)
+        g[src[:30]] = g[src[30:]]
+    elif ties == "quantised":  # few distinct directions / points: huge tie groups of scores
+        g = np.round(g)
+    q = g + 0.3 * rng.normal(size=g.shape)
+    if ties == "quantised":
+        q = np.round(q)
+    if ties == "duplicates":
+        q[:40] = g[src[:40] % n_g]  # some queries coincide with gallery vectors of other items
+    if geometry == "euclidean":
+        g[5] = 0.0  # an all-zero row scores 0 against everything
+    else:
+        g, q = _hyperboloid(0.4 * g, k), _hyperboloid(0.4 * q, k)
+    ids = rng.permutation(n_g) + 500
+    perm = rng.permutation(n_g)
+    # queries: a subset of the items, the single-item class (the last item) among them
+    keep = np.append(np.sort(rng.choice(n_g - 1, size=199, replace=False)), n_g - 1)
+    return q[keep], y_g[keep], ids[keep], g[perm], y_g[perm], ids[perm]
+
+
+@pytest.mark.parametrize("ties", ["none", "duplicates", "quantised"])
+@pytest.mark.parametrize("geometry, k", [("euclidean", 1.0), ("lorentz", 1.0), ("lorentz", 0.5)])
+@pytest.mark.parametrize("leave_one_out", [True, False])
+def test_metrics_equal_the_original_lexsort_implementation(ties, geometry, k, leave_one_out):
+    from tests.components.evaluation.reference_ranking import reference_retrieval_metrics
+
+    seed = ["none", "duplicates", "quantised"].index(ties) + 10 * int(geometry == "lorentz") + int(100 * k)
+    data = _equality_case(seed, geometry, k, ties)
+    kw = dict(curvature=k, ks=(1, 2, 5, 10, 400), leave_one_out=leave_one_out)
+    for chunk in (37, 1024):
+        fast = retrieval_metrics(*data, geometry, chunk_size=chunk, **kw)
+        ref = reference_retrieval_metrics(*data, geometry, chunk_size=chunk, **kw)
+        assert fast["n_queries"] == ref["n_queries"] == (199 if leave_one_out else 200)
+        for key in ("cmc@1", "cmc@2", "cmc@5", "cmc@10", "cmc@400"):
+            assert fast[key] == ref[key], key
+        assert abs(fast["map"] - ref["map"]) <= 1e-12
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_every_query_equals_the_original_implementation(geometry):
+    """Query by query (one-query chunks): each AP and each CMC hit, not only their means."""
+    from tests.components.evaluation.reference_ranking import reference_retrieval_metrics
+
+    data = _equality_case(7, geometry, 1.0, "quantised")
+    q, y, ids = data[:3]
+    for i in range(0, q.shape[0], 9):
+        one = (q[i : i + 1], y[i : i + 1], ids[i : i + 1], *data[3:], geometry)
+        fast = retrieval_metrics(*one, ks=(1, 3))
+        ref = reference_retrieval_metrics(*one, ks=(1, 3))
+        assert fast["n_queries"] == ref["n_queries"]
+        if ref["n_queries"]:
+            assert (fast["cmc@1"], fast["cmc@3"]) == (ref["cmc@1"], ref["cmc@3"])
+            assert abs(fast["map"] - ref["map"]) <= 1e-12
+
+
+def test_thread_count_does_not_change_the_numbers(monkeypatch):
+    import components.evaluation.retrieval as retrieval
+
+    data = _equality_case(3, "euclidean", 1.0, "duplicates")
+    monkeypatch.setattr(retrieval, "_THREADS", 1)
+    one = retrieval_metrics(*data, "euclidean", chunk_size=16)
+    monkeypatch.setattr(retrieval, "_THREADS", 2)
+    assert retrieval_metrics(*data, "euclidean", chunk_size=16) == one
+
+
+def test_chunk_ranking_handles_signed_zeros_ties_and_exclusions():
+    """Scores -0.0 and +0.0 are one tie group; the excluded item never counts; CMC ties keep gallery order."""
+    from components.evaluation.ranking import chunk_counts
+    from tests.components.evaluation.reference_ranking import reference_average_precision
+
+    values = np.array(
+        [
+            [-0.0, 0.0, 0.5, -0.5, 0.0, 1.0],  # relevant -0.0 tied with non-relevant +0.0 (positions 1, 4)
+            [0.1, 0.3, 0.3, 0.3, -1.0, 0.2],  # best relevant (position 2) tied with a non-relevant before it
+            [0.2, 0.9, 0.2, -0.0, 0.0, 0.1],  # the best item is the excluded own item (relevant)
+        ]
+    )
+    q_lab = np.array([0, 0, 1])
+    g_lab = np.array([0, 1, 0, 1, 1, 1])
+    excluded = np.array([-1, 4, 1])
+    relevant = q_lab[:, None] == g_lab[None, :]
+    valid = np.ones_like(relevant)
+    valid[[1, 2], [4, 1]] = False
+    n_rel = (relevant & valid).sum(axis=1)
+    ref_ap = reference_average_precision(values, relevant, valid)
+    np.testing.assert_allclose(ref_ap, _sklearn_ap(values, relevant, valid), atol=1e-12)
+
+    def same(block):
+        return block
+
+    ap, hits = chunk_counts(values.copy(), same, False, q_lab, g_lab, excluded, n_rel, (1, 2, 3))
+    # first relevant item in the stable order: row 0 -> 0.5 after 1.0; row 1 -> position 2 after position 1;
+    # row 2 -> 0.1 after 0.2, 0.2 (the excluded 0.9 does not count)
+    assert hits == {1: 0, 2: 2, 3: 3}
+    np.testing.assert_allclose(ap, ref_ap, rtol=0, atol=1e-15)
+
+    # the same ranking given as distances (lower = nearer)
+    dist = 1.0 - values  # exact for these values, ties kept
+    ap, hits = chunk_counts(dist.copy(), same, True, q_lab, g_lab, excluded, n_rel, (1, 2, 3))
+    assert hits == {1: 0, 2: 2, 3: 3}
+    np.testing.assert_allclose(ap, reference_average_precision(-dist, relevant, valid), rtol=0, atol=1e-15)

@@ -146,3 +146,22 @@ def test_sharded_checksum_must_be_the_digest_of_the_shards():
     shas = ("cd" * 32, "ef" * 32)
     with pytest.raises(IndexIntegrityError, match="field 'checksum' is not the digest of shard_checksums"):
         _manifest(shard_checksums=shas, params={"shards": 2})
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(params={"lorentz_form": "proxy", "time_scale": 0.5, "rerank": 3}), "approximate lorentz indexes only"),
+        (dict(index_type="hnsw", params={"hnsw_m": 8, "ef_search": 16, "lorentz_form": "sphere"}), "'proxy' or"),
+        (dict(index_type="hnsw", params={"hnsw_m": 8, "ef_search": 16, "lorentz_form": "proxy"}), "'time_scale'"),
+        (dict(index_type="hnsw", params={"hnsw_m": 8, "ef_search": 16, "lorentz_form": "mips_l2"}), "'l2_radius'"),
+        (
+            dict(index_type="hnsw", params={"hnsw_m": 8, "ef_search": 16, "lorentz_form": "proxy", "time_scale": 0.5,
+                                            "rerank": 1.5}),
+            "'rerank'",
+        ),
+    ],
+)  # fmt: skip
+def test_lorentz_form_parameters_are_checked(kw, message):
+    with pytest.raises(IndexIntegrityError, match=f"field 'params'.*{message}"):
+        _manifest(**{"recall_at_10": 0.9, **kw} if "index_type" in kw else kw)

@@ -77,7 +77,7 @@ def test_generation_0_serves_the_corpus_from_its_own_index(corpus_ws):
 
 
 def test_a_killed_corpus_embedding_resumes_without_redoing_finished_parts(corpus_ws, tmp_path):
-    home, params, source = corpus_ws
+    home, params, _source = corpus_ws
     p = load_params(params)
     ws = Workspace(home)
     ckpt = home / "generations" / "gen_000" / "model.pt"
@@ -112,7 +112,7 @@ def test_the_recall_floor_and_a_channel_mismatch_are_refused(corpus_ws, tmp_path
 
 
 def test_backfills_reembed_the_corpus_partial_then_full(corpus_ws):
-    home, params, source = corpus_ws
+    home, params, _source = corpus_ws
     run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     partial = run_backfill(home, params, target=1, fraction=0.25, order="uncertainty", force=True)
     assert partial["metrics"]["corpus/share_embedded_by_target"] == pytest.approx(75 / 300)

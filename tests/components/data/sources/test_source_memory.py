@@ -116,4 +116,9 @@ def test_unlabelled_items_and_the_sampler():
     assert not ArraySource(ds).labelled
     s = BatchIndexSampler(np.array([2, 0, 3]), 2, shuffle=False, seed=0, epoch=0, drop_last=False)
     assert [t.tolist() for t in s] == [[2, 0], [3]] and len(s) == 2
+    empty = np.array([], dtype=np.int64)
+    assert (
+        list(ArraySource(ds).loader(empty, batch_size=2)) == []
+        and len(ArraySource(ds).loader(empty, batch_size=2)) == 0
+    )
     assert epoch_seed(1, 2) == epoch_seed(1, 2) != epoch_seed(1, 3)

@@ -150,4 +150,35 @@ def test_a_corrupt_image_names_the_shard_and_sample(tmp_path):
             tf.addfile(ti, io.BytesIO(data))
     src = WebDatasetSource(folder)  # stale index (mtime changed): rebuilt
     with pytest.raises(DataError, match=r"cannot decode image .*shard-000000\.tar:2\.png .*rewrite the shard"):
-        drain(src, workers=1)
+        drain(src)
+
+
+def test_foreign_shards_are_indexed_by_a_scan_and_a_new_shard_is_noticed(tmp_path):
+    import webdataset as wds
+
+    from components.data.sources.writer import encode_image
+
+    imgs = images(6, (4, 4), 3)
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+
+    def shard(name, ks):
+        with wds.TarWriter(str(folder / name), encoder=False) as w:
+            for k in ks:
+                sample = {"__key__": f"dir/s{k:04d}", "jpeg" if k == 0 else "png": encode_image(imgs[k], "png")}
+                sample["id"] = f" {70 + k}\n".encode()
+                if k % 2:
+                    sample["cls"] = str(k // 2).encode()
+                w.write(sample)
+
+    shard("a.tar", [0, 1, 2])
+    src = WebDatasetSource(folder)
+    np.testing.assert_array_equal(src.ids, [70, 71, 72])
+    np.testing.assert_array_equal(src.labels, [-1, 0, -1])
+    assert src.channels == 3 and src.native_hw == (4, 4) and (folder / INDEX_NAME).is_file()
+    shard("b.tar", [3, 4, 5])
+    grown = WebDatasetSource(folder)
+    assert len(grown) == 6 and grown.index.shards == ("a.tar", "b.tar")
+    np.testing.assert_array_equal(grown.labels, [-1, 0, -1, 1, -1, 2])
+    _, items = drain(grown, np.array([0, 5]), workers=2)
+    assert torch.equal(items[70][0], chw(imgs[0])) and items[75][1] == 2

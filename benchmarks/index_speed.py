@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--types", nargs="+", default=["ivf", "hnsw"])
     ap.add_argument("--geometries", nargs="+", default=["euclidean", "lorentz"])
     ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--set", nargs="*", default=[], help="IndexConfig overrides, e.g. nprobe=16 ef_search=64")
+    ap.add_argument("--set", nargs="*", default=[], help="IndexConfig overrides, e.g. nprobe=8 lorentz_form=mips_l2")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    overrides = {k: int(v) for k, v in (s.split("=", 1) for s in args.set)}
+    overrides = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (s.split("=", 1) for s in args.set)}
     rows = []
     for geometry in args.geometries:
         chunks, queries = clustered_gallery(args.n, args.d, geometry, n_queries=args.queries)

@@ -195,10 +195,10 @@ class IndexParams(_Strict):
 
     type: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
     nlist: int | None = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
-    nprobe: int = Field(32, gt=0)  # ivf / ivfpq lists visited per query
+    nprobe: int = Field(16, gt=0)  # ivf / ivfpq lists visited per query
     hnsw_m: int = Field(32, gt=1)  # hnsw graph degree
     ef_construction: int = Field(80, gt=0)
-    ef_search: int = Field(128, gt=0)
+    ef_search: int = Field(96, gt=0)
     pq_m: int | None = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
     pq_nbits: int = Field(8, gt=0, le=16)
     train_size: int = Field(100_000, gt=0)  # training sample of ivf / ivfpq

@@ -2,10 +2,10 @@
 
 The ranking rules are those of :func:`components.evaluation.retrieval.average_precision` (a tie group of
 equal scores is one threshold, as scikit-learn's ``average_precision_score``) and of CMC (stable order:
-equal scores keep gallery order), but no row is argsorted. Every ranked value is turned into an unsigned
+equal scores keep gallery order), but no row is argsorted. Every ranked value is turned into a signed
 64-bit *code* whose order is the value order, exactly (a bijection of the float bits; ``-0.0`` and
 ``+0.0`` are one value), shifted left by one to carry a flag in bit 0: 0 for a relevant gallery item, 1
-otherwise. Excluded items (the query itself under leave-one-out) get code 1, below every valid code. One
+otherwise. Excluded items (the query itself under leave-one-out) get a code below every valid code. One
 ``np.sort`` of each row's codes (values only, SIMD, no index array) then puts, within a group of equal
 scores, the relevant items first, so for a relevant item whose tie group's first relevant item sits at
 position ``p`` of the ascending row and is the ``j``-th relevant item (from 0):
@@ -34,40 +34,40 @@ __all__ = ["ChunkCounts", "chunk_counts", "label_codes", "own_columns"]
 #: (AP (n_used,) float64 of the queries with a relevant item, in query order; their CMC hits per k).
 ChunkCounts = tuple[np.ndarray, dict[int, int]]
 
-_SIGN = np.int64(-(2**63))  # bit 63
-_INF_PLUS_ONE = np.int64(0x7FF0000000000001)  # float64 +inf bits + 1
-_EXCLUDED = np.uint64(1)  # value 0 (below every valid code), flag 1 (not relevant)
+_MID = np.int64(0x3FF8000000000000)  # float64 bits of 1.5: centres the distance codes in int64
+_EXCLUDED = np.iinfo(np.int64).min | 1  # below every valid code, flag 1 (not relevant)
 _LITTLE = sys.byteorder == "little"
+#: Keys (float bits) more than this many ulps apart keep their order through ``distance_of``: with a relative
+#: error <= E ulps of acosh(a) <= 710.5 (any float64 a), a gap of D ulps in a gives a true distance gap above
+#: 2 (E + 1) ulps of the distance once D > 4 (E + 1) 710.5, i.e. E <= 367 here.
+_CLOSE = 1 << 20
 #: Rows of one block: its codes (block x Ng x 8 bytes) stay in cache across the elementwise passes.
 _BLOCK_BYTES = 1 << 21
 
 
 def _similarity_codes(scores: np.ndarray, flags: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
-    """Codes (b, Ng) uint64 of similarity scores (b, Ng) float64 in [-1, 1], ascending with the score.
+    """Codes (b, Ng) int64 of similarity scores (b, Ng) float64 in [-1, 1], ascending with the score.
 
-    ``2 * |bits|`` with the sign applied is monotone in the float (``-0.0`` and ``+0.0`` both map to
-    0) and stays within +-0x7FE0... for |s| <= 1, so it fits in int64 with bit 0 free; flipping bit 63
-    turns signed order into unsigned order. ``flags`` (b, Ng) bool: True = not relevant.
+    ``2 * |bits|`` with the score's sign is monotone in the float (``-0.0`` and ``+0.0`` both map to 0) and
+    stays within +-0x7FE0... for |s| <= 1, so it fits in int64 with bit 0 free for ``flags`` (b, Ng) bool,
+    True = not relevant.
     """
     bits = scores.view(np.int64)
-    o = out.view(np.int64)
-    np.left_shift(bits, 1, out=o)  # 2 * magnitude bits (the sign bit falls off)
+    np.left_shift(bits, 1, out=out)  # 2 * magnitude bits (the sign bit falls off)
     np.right_shift(bits, 63, out=tmp)  # -1 where the sign bit is set, else 0
-    np.bitwise_xor(o, tmp, out=o)
-    np.subtract(o, tmp, out=o)  # negated where negative: two's complement
-    np.bitwise_xor(o, _SIGN, out=o)
+    np.bitwise_xor(out, tmp, out=out)
+    np.subtract(out, tmp, out=out)  # negated where negative: two's complement
     np.bitwise_or(out, flags, out=out)
 
 
 def _distance_codes(dist: np.ndarray, flags: np.ndarray, out: np.ndarray) -> None:
-    """Codes (b, Ng) uint64 of distances (b, Ng) float64 in [0, inf], ascending with -distance.
+    """Codes (b, Ng) int64 of distances (b, Ng) float64 in [0, inf], ascending with -distance.
 
-    For non-negative floats the bit pattern is monotone, so ``inf_bits + 1 - bits`` (in [1, inf_bits + 1])
-    descends with the distance and, doubled, fits in uint64 with bit 0 free.
+    For non-negative floats the bit pattern is monotone, so ``bits(1.5) - bits`` (within +-0x3FF8...)
+    descends with the distance and, doubled, fits in int64 with bit 0 free for ``flags``.
     """
-    o = out.view(np.int64)
-    np.subtract(_INF_PLUS_ONE, dist.view(np.int64), out=o)
-    np.left_shift(o, 1, out=o)
+    np.subtract(_MID, dist.view(np.int64), out=out)
+    np.left_shift(out, 1, out=out)
     np.bitwise_or(out, flags, out=out)
 
 
@@ -90,7 +90,7 @@ def _block_counts(
     near_rows: Callable[[np.ndarray], np.ndarray],
     relevant_rows: Callable[[np.ndarray], np.ndarray],
 ) -> ChunkCounts:
-    """Counts of one block from its row-sorted codes (b, Ng) and relevant counts ``n_rel`` (b,) int64.
+    """AP and CMC hits of one block from its row-sorted codes (b, Ng) int64 and relevant counts ``n_rel`` (b,) int64.
 
     ``near_rows(rows)`` / ``relevant_rows(rows)`` give the float scores (higher = nearer, excluded -inf)
     and the relevant-and-valid mask of the given rows, for re-ranking rows whose best relevant item ties.
@@ -122,63 +122,91 @@ def _block_counts(
     rank = row_end[last] - pos[first[last]] - 1
     after = np.minimum(pos[last] + 1, flat.size - 1)
     tied = first[last] != last  # another relevant item with the same score
-    tied |= (pos[last] + 1 < row_end[last]) & (flat[after] == rel_codes[last] + np.uint64(1))  # a non-relevant one
+    tied |= (pos[last] + 1 < row_end[last]) & (flat[after] == rel_codes[last] + 1)  # a non-relevant one
     if tied.any():
         rows = np.flatnonzero(used)[tied]
         rank[tied] = _stable_ranks(near_rows(rows), relevant_rows(rows))
     return ap, {k: int((rank < k).sum()) for k in ks}
 
 
+def _mark(a: np.ndarray, cols: np.ndarray, value: object) -> np.ndarray:
+    """Set ``a[i, cols[i]] = value`` (a: (r, Ng)) for every row whose ``cols[i]`` (r,) is >= 0; returns ``a``."""
+    rows = np.flatnonzero(cols >= 0)
+    a[rows, cols[rows]] = value
+    return a
+
+
+def _close_rows(codes: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+    """Rows (r,) of row-sorted codes (b, Ng) with two distinct neighbouring keys at most ``_CLOSE`` ulps apart.
+
+    Codes are 2 * key + flag, so distinct keys 1..T ulps apart differ by 1..2T+1 (a false alarm: equal keys
+    of a relevant and a non-relevant item differ by 1, which only costs an exact recomputation).
+    """
+    diff = np.subtract(codes[:, 1:], codes[:, :-1], out=tmp[:, : codes.shape[1] - 1])  # >= 0, wraps harmlessly
+    np.subtract(diff, 1, out=diff)
+    return np.flatnonzero((diff.view(np.uint64) <= np.uint64(2 * _CLOSE)).any(axis=1))
+
+
 def chunk_counts(
     raw: np.ndarray,
     finish: Callable[[np.ndarray], np.ndarray],
-    distance: bool,
     query_labels: np.ndarray,
     gallery_labels: np.ndarray,
     excluded: np.ndarray,
     n_rel: np.ndarray,
     ks: Sequence[int],
+    distance_of: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> ChunkCounts:
-    """Exact CMC hits and AP sum of one chunk of queries (docs/design.md §6.2); overwrites ``raw``.
+    """Exact CMC hits and per-query AP of one chunk of queries (docs/design.md §6.2); overwrites ``raw``.
 
     ``raw``: (n, Ng) float64 matmul output; ``finish(block)`` turns a block of its rows, in place, into the
-    ranked values: similarities in [-1, 1], higher = nearer, or when ``distance`` distances in [0, inf],
-    lower = nearer. It must be elementwise, so that blocks of rows give the numbers the whole
-    chunk would. ``query_labels`` (n,), ``gallery_labels`` (Ng,): integer class codes; ``excluded`` (n,)
-    int64: the gallery column left out for each query, -1 for none; ``n_rel`` (n,) int64: relevant,
-    non-excluded gallery items per query. Returns ``(AP of the queries with n_rel > 0, {k: their CMC hits})``.
+    ranked values, elementwise (so that row blocks give the numbers of the whole chunk):
+
+    * without ``distance_of``: similarity scores in [-1, 1], higher = nearer;
+    * with it: a key in [0, inf] from which ``distance_of(keys)`` computes, in place, the exact distance
+      (lower = nearer) through a non-decreasing function evaluated with a relative error below ~300 ulps
+      (e.g. acosh, the Lorentz distance of ``max(1, -K <q, g>_L)``). Rows are ranked by the key; two
+      keys more than ``_CLOSE`` ulps apart are provably ordered the same way by their computed distances
+      (which cannot tie either), so only rows with two distinct keys closer than that are re-ranked from
+      exact distances, where rounding could merge two keys into one distance (a tie).
+
+    ``query_labels`` (n,), ``gallery_labels`` (Ng,): integer class codes; ``excluded`` (n,) int64: the
+    gallery column left out for each query, -1 for none; ``n_rel`` (n,) int64: relevant, non-excluded
+    gallery items per query. Returns ``(AP of the queries with n_rel > 0, {k: their CMC hits})``.
     """
     n, ng = raw.shape
     ks = tuple(ks)
     block = max(1, min(n, _BLOCK_BYTES // max(8 * ng, 1)))
-    codes = np.empty((block, ng), dtype=np.uint64)
+    codes = np.empty((block, ng), dtype=np.int64)
     tmp = np.empty((block, ng), dtype=np.int64)
     flags = np.empty((block, ng), dtype=bool)
     aps, hits = [], {k: 0 for k in ks}
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
         b = r1 - r0
-        fl, cd, values = flags[:b], codes[:b], finish(raw[r0:r1])
+        fl, cd, ex, values = flags[:b], codes[:b], excluded[r0:r1], finish(raw[r0:r1])
         np.not_equal(query_labels[r0:r1, None], gallery_labels[None, :], out=fl)
-        if distance:
-            _distance_codes(values, fl, cd)
-        else:
+        if distance_of is None:
             _similarity_codes(values, fl, cd, tmp[:b])
-        ex_rows = np.flatnonzero(excluded[r0:r1] >= 0)
-        cd[ex_rows, excluded[r0:r1][ex_rows]] = _EXCLUDED
+        else:
+            _distance_codes(values, fl, cd)
+        _mark(cd, ex, _EXCLUDED)
         cd.sort(axis=1)
+        if distance_of is not None and ng > 1:
+            close = _close_rows(cd, tmp[:b])
+            if close.size:  # re-rank these rows from their exact distances
+                exact = np.empty((close.size, ng), dtype=np.int64)
+                _distance_codes(distance_of(values[close]), fl[close], exact)
+                _mark(exact, ex[close], _EXCLUDED)
+                exact.sort(axis=1)
+                cd[close] = exact
 
-        def near_rows(rows: np.ndarray, r0: int = r0, values: np.ndarray = values) -> np.ndarray:
-            near = -values[rows] if distance else values[rows]  # fancy indexing copies
-            hit = excluded[r0 + rows] >= 0
-            near[np.flatnonzero(hit), excluded[r0 + rows][hit]] = -np.inf
-            return near
+        def near_rows(rows: np.ndarray, ex: np.ndarray = ex, values: np.ndarray = values) -> np.ndarray:
+            near = values[rows] if distance_of is None else -distance_of(values[rows])  # fancy indexing copies
+            return _mark(near, ex[rows], -np.inf)
 
-        def relevant_rows(rows: np.ndarray, r0: int = r0) -> np.ndarray:
-            rel = query_labels[r0 + rows, None] == gallery_labels[None, :]
-            hit = excluded[r0 + rows] >= 0
-            rel[np.flatnonzero(hit), excluded[r0 + rows][hit]] = False
-            return rel
+        def relevant_rows(rows: np.ndarray, r0: int = r0, ex: np.ndarray = ex) -> np.ndarray:
+            return _mark(query_labels[r0 + rows, None] == gallery_labels[None, :], ex[rows], False)
 
         ap, h = _block_counts(cd, n_rel[r0:r1], ks, near_rows, relevant_rows)
         aps.append(ap)

@@ -122,16 +122,25 @@ def _clip_cosine(s: np.ndarray) -> np.ndarray:
     return np.clip(s, -1.0, 1.0, out=s)
 
 
+def _lorentz_arg(inner: np.ndarray, curvature: float) -> np.ndarray:
+    """In place: <q, g>_L (n, Ng) float64 -> ``max(1, -K <q, g>_L)``, the argument of the distance's acosh."""
+    np.multiply(-curvature, inner, out=inner)
+    return np.maximum(inner, 1.0, out=inner)
+
+
+def _acosh_over_root(arg: np.ndarray, curvature: float) -> np.ndarray:
+    """In place: ``acosh(arg) / sqrt(K)`` (n, Ng) float64, the geodesic distance (docs/design.md §2)."""
+    np.arccosh(arg, out=arg)
+    return np.divide(arg, math.sqrt(curvature), out=arg)
+
+
 def _lorentz_distance(inner: np.ndarray, curvature: float) -> np.ndarray:
     """In place: <q, g>_L (n, Ng) float64 -> geodesic distance ``acosh(max(1, -K <q, g>_L)) / sqrt(K)``.
 
     Elementwise only (so row blocks give the numbers of the whole matrix); the score is its negation,
     and ``-(a / c) == (-a) / c`` exactly in IEEE arithmetic.
     """
-    np.multiply(-curvature, inner, out=inner)
-    np.maximum(inner, 1.0, out=inner)
-    np.arccosh(inner, out=inner)
-    return np.divide(inner, math.sqrt(curvature), out=inner)
+    return _acosh_over_root(_lorentz_arg(inner, curvature), curvature)
 
 
 def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -278,14 +287,17 @@ def retrieval_metrics(
             torch.matmul(torch.cat([-x[..., :1], x[..., 1:]], dim=-1), g_t, out=torch.from_numpy(out))
 
         def finish(block: np.ndarray) -> np.ndarray:
-            return _lorentz_distance(block, curvature)
+            return _lorentz_arg(block, curvature)  # ranked as is, acosh only where rounding could tie
+
+        def distance_of(arg: np.ndarray) -> np.ndarray:
+            return _acosh_over_root(arg, curvature)
     else:
         g_unit_t = _unit_rows(g_all).T  # same float ops as retrieval_scores, done once
 
         def product(start: int, out: np.ndarray) -> None:
             np.matmul(_unit_rows(q_all[start : start + out.shape[0]]), g_unit_t, out=out)
 
-        finish = _clip_cosine
+        finish, distance_of = _clip_cosine, None
 
     nq, ng = q_all.shape[0], g_all.shape[0]
     starts = range(0, nq, chunk_size)
@@ -294,7 +306,7 @@ def retrieval_metrics(
 
     def rank(start: int, buf: np.ndarray, r0: int, r1: int) -> ChunkCounts:
         sl = slice(start + r0, start + r1)
-        return chunk_counts(buf[r0:r1], finish, lorentz, q_code[sl], g_code, excluded[sl], n_rel[sl], ks)
+        return chunk_counts(buf[r0:r1], finish, q_code[sl], g_code, excluded[sl], n_rel[sl], ks, distance_of)
 
     results: list[ChunkCounts] = []
     with ThreadPoolExecutor(max_workers=_THREADS) as pool:

@@ -6,18 +6,19 @@
   distance acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone decreasing in the
   Lorentz product <q, g>_L (HBCT Eq. (1)), so geodesic kNN is maximum-Lorentz-product
   search. The exact ``flat`` index stores the points as-is and negates each query's
-  time coordinate (exact MIPS, ``IDMap2,Flat``); the approximate types (``ivf``,
-  ``hnsw``, ``ivfpq``) store the exact MIPS→L2 reduction [g, sqrt(M² − ‖g‖²)] and
-  search by L2 — measured much better than inner product for HNSW and IVF; see
-  :mod:`components.indexing.index_types` for the numbers.
+  time coordinate (exact MIPS, ``IDMap2,Flat``). The approximate types (``ivf``,
+  ``hnsw``, ``ivfpq``) search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k candidates and
+  re-rank them by exact geodesic distance (or, optionally, the exact MIPS→L2
+  reduction [g, sqrt(M² − ‖g‖²)]); inner product over raw points recalls badly. See
+  :mod:`components.indexing.index_types` for the measurements behind the choice.
 
 The index type and its parameters are an :class:`~components.indexing.index_config.IndexConfig`.
 Galleries are built chunk by chunk (:meth:`GalleryIndex.build_streaming`; memory: the
 index, one chunk and the training/recall sample) and every build measures recall@10
-against exact search on held-out gallery items, and the FAISS queries/s, into the
-manifest (docs/design.md §8.3).
+against exact search on held-out gallery items, and the queries/s of :meth:`GalleryIndex.search`
+on them, into the manifest (docs/design.md §8.3).
 
-FAISS ranks in float32; the k returned neighbours are then re-scored in float64
+FAISS ranks in float32; the neighbours it returns are then re-scored in float64
 (docs/design.md §2 "Numerics": reported distances must be float64) and re-sorted.
 For flat, ivf and hnsw the re-scored vectors are the stored ones, exactly; for ivfpq
 they are decoded from PQ codes — approximate (Lorentz: the decoded space part,

@@ -10,14 +10,15 @@ are defined in :mod:`components.indexing.vectors`):
   [2⁻⁸·g_t, g_s]); FAISS returns ``rerank``·k candidates that are re-ranked by exact
   float64 geodesic distance. Optional: the exact MIPS→L2 reduction (``mips_l2``).
 
-Why the proxy (clustered synthetic hyperboloid galleries, d=128, radii 0.7–2.6,
-``benchmarks/index_speed.py``; recall@10 against exact search): at 200k items HNSW32
-(ef_search 128) reached 0.71 with the exact MIPS→L2 reduction (its graph links gallery
-points by L2 between augmented rows, which is not geodesic nearness, while queries sit
-far from every row) and 0.98 with the proxy and 2× re-ranking (0.986 at 3×); HNSW over the
-raw points with inner product reached ≈ 0.02–0.1 at 50k. IVF (nlist 1788) reached 0.997
-(reduction, nprobe 8) and 0.991 / 0.998 (proxy, nprobe 8, 2× / 3× re-ranking). One
-rule for all approximate types: the proxy, with re-ranking.
+Why the proxy: measured with ``benchmarks/index_speed.py`` on clustered synthetic
+hyperboloid galleries (d=128, radii 0.7–2.6; recall@10 against exact search, defaults
+otherwise). HNSW32, 200k items, ef_search 96: 0.985 with the proxy and 3× re-ranking,
+0.677 with the exact MIPS→L2 reduction — its graph links gallery rows by L2 between
+augmented rows, which is not geodesic nearness, and every query sits far from all rows;
+HNSW over the raw points with inner product reached ≈ 0.02–0.1 (50k, d=64). IVF
+(nprobe 16): 0.998 (proxy) vs 0.9997 (reduction) at 200k, 0.997 vs 0.987 at 50k; IVF-PQ
+at 50k: 0.927 (proxy, PQ43) vs 0.656 (reduction, PQ26). One rule for all approximate
+types: the proxy, with re-ranking; ``lorentz_form="mips_l2"`` remains selectable.
 
 Every index is ``IDMap2`` over a ``faiss.index_factory`` structure, so that
 :func:`reconstruct` returns the stored rows by caller id (IVF keeps a direct map for

@@ -89,8 +89,9 @@ class IndexManifest:
     ``ef_search``, see :data:`REQUIRED_PARAMS`). ``recall_at_10`` is the recall@10
     against exact search measured at build time on ``recall_queries`` held-out
     gallery items (1.0 for flat, exact by construction; None if unknown),
-    ``build_seconds`` the build wall time and ``search_qps`` the measured FAISS
-    queries/s on those queries (None if unknown). ``compatible_generations`` lists
+    ``build_seconds`` the build wall time and ``search_qps`` the queries/s of
+    ``GalleryIndex.search`` (FAISS + float64 re-scoring) measured in one call on those
+    queries (None if unknown). ``compatible_generations`` lists
     the query generations allowed to search this index (defaults to
     ``(generation,)`` and always contains it). ``created_at`` is ISO-8601 UTC.
     Invalid values raise :class:`~components.errors.IndexIntegrityError` naming the field.

@@ -343,7 +343,7 @@ def test_chunk_ranking_handles_signed_zeros_ties_and_exclusions():
     def same(block):
         return block
 
-    ap, hits = chunk_counts(values.copy(), same, False, q_lab, g_lab, excluded, n_rel, (1, 2, 3))
+    ap, hits = chunk_counts(values.copy(), same, q_lab, g_lab, excluded, n_rel, (1, 2, 3))
     # first relevant item in the stable order: row 0 -> 0.5 after 1.0; row 1 -> position 2 after position 1;
     # row 2 -> 0.1 after 0.2, 0.2 (the excluded 0.9 does not count)
     assert hits == {1: 0, 2: 2, 3: 3}
@@ -351,6 +351,6 @@ def test_chunk_ranking_handles_signed_zeros_ties_and_exclusions():
 
     # the same ranking given as distances (lower = nearer)
     dist = 1.0 - values  # exact for these values, ties kept
-    ap, hits = chunk_counts(dist.copy(), same, True, q_lab, g_lab, excluded, n_rel, (1, 2, 3))
+    ap, hits = chunk_counts(dist.copy(), same, q_lab, g_lab, excluded, n_rel, (1, 2, 3), distance_of=same)
     assert hits == {1: 0, 2: 2, 3: 3}
     np.testing.assert_allclose(ap, reference_average_precision(-dist, relevant, valid), rtol=0, atol=1e-15)

@@ -18,18 +18,30 @@ position ``p`` of the ascending row and is the ``j``-th relevant item (from 0):
   score; rows where one does are re-ranked from their float scores by the stable rule
   ``#(score > best) + #(score == best and gallery position < the best item's)``.
 
+:func:`map_chunks` runs the chunks of an evaluation on a few threads, one matmul per core.
+
 Shapes: ``n`` queries of a chunk, ``b`` of a block of its rows (the elementwise passes then stay in cache),
 ``Ng`` gallery items, ``M`` (query, relevant item) pairs of a block.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
-__all__ = ["ChunkCounts", "chunk_counts", "label_codes", "own_columns"]
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
+
+__all__ = ["ChunkCounts", "chunk_counts", "label_codes", "map_chunks", "own_columns"]
 
 #: (AP (n_used,) float64 of the queries with a relevant item, in query order; their CMC hits per k).
 ChunkCounts = tuple[np.ndarray, dict[int, int]]
@@ -37,6 +49,8 @@ ChunkCounts = tuple[np.ndarray, dict[int, int]]
 _MID = np.int64(0x3FF8000000000000)  # float64 bits of 1.5: centres the distance codes in int64
 _EXCLUDED = np.iinfo(np.int64).min | 1  # below every valid code, flag 1 (not relevant)
 _LITTLE = sys.byteorder == "little"
+#: Threads over query chunks in :func:`map_chunks`: the usable cores, at most 4 (a score buffer each).
+_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 #: Keys (float bits) more than this many ulps apart keep their order through ``distance_of``: with a relative
 #: error <= E ulps of acosh(a) <= 710.5 (any float64 a), a gap of D ulps in a gives a true distance gap above
 #: 2 (E + 1) ulps of the distance once D > 4 (E + 1) 710.5, i.e. E <= 367 here.
@@ -107,19 +121,20 @@ def _block_counts(
     ends = np.cumsum(n_rel)
     used = n_rel > 0
     idx = np.arange(pos.size)
-    first = idx  # index of the first relevant item of each one's tie group
+    first, first_pos = idx, pos  # index and position of the first relevant item of each one's tie group
     if (rel_codes[1:] == rel_codes[:-1]).any():  # tied relevant items (or a false alarm across rows)
         new_group = np.ones(pos.size, dtype=bool)
         new_group[1:] = rel_codes[1:] != rel_codes[:-1]
         new_group[(ends - n_rel)[used]] = True
         first = np.maximum.accumulate(np.where(new_group, idx, 0))
+        first_pos = pos[first]
     row_end = np.repeat(np.arange(1, b + 1) * ng, n_rel)  # (M,) flat position one past the item's row
     # #relevant >= / #valid >= (module docstring): the lexsort path's precision at the end of the tie group
-    precision = (np.repeat(ends, n_rel) - first) / (row_end - pos[first])
+    precision = (np.repeat(ends, n_rel) - first) / (row_end - first_pos)
     ap = np.add.reduceat(precision, (ends - n_rel)[used]) / n_rel[used]
 
     last = ends[used] - 1  # best relevant item of each used row
-    rank = row_end[last] - pos[first[last]] - 1
+    rank = row_end[last] - first_pos[last] - 1
     after = np.minimum(pos[last] + 1, flat.size - 1)
     tied = first[last] != last  # another relevant item with the same score
     tied |= (pos[last] + 1 < row_end[last]) & (flat[after] == rel_codes[last] + 1)  # a non-relevant one
@@ -164,8 +179,8 @@ def chunk_counts(
 
     * without ``distance_of``: similarity scores in [-1, 1], higher = nearer;
     * with it: a key in [0, inf] from which ``distance_of(keys)`` computes, in place, the exact distance
-      (lower = nearer) through a non-decreasing function evaluated with a relative error below ~300 ulps
-      (e.g. acosh, the Lorentz distance of ``max(1, -K <q, g>_L)``). Rows are ranked by the key; two
+      (lower = nearer) through a non-decreasing function evaluated with a relative error of at most 367 ulps
+      (e.g. acosh, for the Lorentz distance of ``max(1, -K <q, g>_L)``). Rows are ranked by the key; two
       keys more than ``_CLOSE`` ulps apart are provably ordered the same way by their computed distances
       (which cannot tie either), so only rows with two distinct keys closer than that are re-ranked from
       exact distances, where rounding could merge two keys into one distance (a tie).
@@ -213,6 +228,75 @@ def chunk_counts(
         for k in ks:
             hits[k] += h[k]
     return np.concatenate(aps) if aps else np.zeros(0), hits
+
+
+def map_chunks(
+    product: Callable[[int, np.ndarray], None],
+    rank: Callable[[int, np.ndarray], ChunkCounts],
+    nq: int,
+    ng: int,
+    chunk_size: int,
+) -> list[ChunkCounts]:
+    """``rank(start, raw)`` of every query chunk, in order, ``raw`` (n, Ng) filled by ``product(start, raw)``.
+
+    Chunks run on up to ``_THREADS`` threads (numpy's sorts and elementwise passes and the matmuls release
+    the GIL), each with its own reused score buffer. While they do, BLAS (process-wide, restored after) and
+    OpenMP (per thread) run single-threaded: one matmul per core instead of every core spinning on each.
+    """
+    starts = range(0, nq, chunk_size)
+    threads = min(_THREADS, len(starts))
+    free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    for _ in range(threads):  # torch allocates 64-byte aligned memory, the alignment of a fresh matmul output
+        free.put(torch.empty(min(chunk_size, nq), ng, dtype=torch.float64).numpy())
+    pools = _threadpools() if threads > 1 else None
+
+    def run(start: int) -> ChunkCounts:
+        buf = free.get()
+        try:
+            raw = buf[: min(chunk_size, nq - start)]
+            with pools.limit(limits=1, user_api="openmp") if pools else nullcontext():
+                product(start, raw)
+            return rank(start, raw)
+        finally:
+            free.put(buf)
+
+    if threads <= 1:
+        return [run(start) for start in starts]
+    with _single_threaded_blas(pools), ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(run, starts))
+
+
+def _threadpools() -> ThreadpoolController | None:
+    """The process's BLAS / OpenMP thread pools (threadpoolctl, installed with scikit-learn), None without it."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - scikit-learn depends on it
+        return None
+    return ThreadpoolController()
+
+
+_BLAS_LOCK = threading.Lock()
+_blas = {"users": 0, "limiter": None}  # evaluations running, and the limiter the first one set
+
+
+@contextmanager
+def _single_threaded_blas(pools: ThreadpoolController | None) -> Iterator[None]:
+    """BLAS limited to one thread while any evaluation runs (reference-counted across threads), then restored."""
+    if pools is None:
+        yield
+        return
+    with _BLAS_LOCK:
+        if _blas["users"] == 0:
+            _blas["limiter"] = pools.limit(limits=1, user_api="blas")
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                _blas["limiter"].restore_original_limits()
+                _blas["limiter"] = None
 
 
 def label_codes(query_labels: np.ndarray, gallery_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,22 +12,22 @@ float64 with *higher = nearer*:
 Every reported number is computed in float64. No loop runs over single
 queries or gallery items; queries are processed in fixed-size chunks so a
 (10k x 10k) float64 score matrix is never materialised at once. The chunks of
-:func:`retrieval_metrics` are ranked by :mod:`components.evaluation.ranking`
-(one value sort per row, no argsort) on two threads; :func:`average_precision`
-keeps the plain stable-lexsort ranking.
+:func:`retrieval_metrics` are scored with the float operations of
+:func:`retrieval_scores` and ranked by :mod:`components.evaluation.ranking`
+(one value sort per row, no argsort; same numbers as a stable lexsort) on a
+few threads; :func:`average_precision` keeps the plain stable-lexsort ranking.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from components.evaluation.ranking import ChunkCounts, chunk_counts, label_codes, own_columns
+from components.evaluation.ranking import ChunkCounts, chunk_counts, label_codes, map_chunks, own_columns
 from components.geometry import pairwise_lorentz_inner
 
 if TYPE_CHECKING:
@@ -43,9 +43,6 @@ __all__ = [
 
 #: Geometries understood by :func:`retrieval_scores`.
 GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
-#: Threads over query chunks in :func:`retrieval_metrics` (numpy's sort and elementwise passes release the GIL).
-_THREADS = 2
-_MODE = "stage"
 
 
 def _check_geometry(geometry: str, curvature: float) -> None:
@@ -247,7 +244,11 @@ def retrieval_metrics(
     Ranking: descending score, ties kept in gallery order (stable sort).
 
     Returns ``{"cmc@k": ... for k in ks, "map": ..., "n_queries": int}``;
-    the metrics are NaN when ``n_queries`` is 0.
+    the metrics are NaN when ``n_queries`` is 0. The scores of a chunk of
+    ``chunk_size`` queries are those :func:`retrieval_scores` gives it (for
+    lorentz, rows are ranked by ``max(1, -K <q, g>_L)`` and the acosh is only
+    evaluated where its rounding could tie two items); chunks run on a few
+    threads while BLAS is held to one thread per call (restored afterwards).
     """
     _check_geometry(geometry, curvature)
     _check_items("query", query_vecs, query_labels, query_ids)
@@ -268,16 +269,33 @@ def retrieval_metrics(
             f"queries have width {q_all.shape[1]} but gallery has width {g_all.shape[1]}; "
             "embed both with models of the same output dimension and geometry"
         )
-    lorentz = geometry == "lorentz"
-    if lorentz:
+    if geometry == "lorentz":
         _check_lorentz_width(q_all)
     q_code, g_code = label_codes(q_lab, g_lab)
     excluded = own_columns(q_ids, g_ids) if leave_one_out else np.full(q_ids.shape[0], -1, dtype=np.int64)
     n_rel = np.bincount(g_code, minlength=int(max(q_code.max(initial=-1), g_code.max(initial=-1))) + 1)[q_code]
-    excluded_relevant = excluded >= 0
-    excluded_relevant[excluded_relevant] = g_code[excluded[excluded_relevant]] == q_code[excluded_relevant]
-    n_rel = n_rel - excluded_relevant
-    if lorentz:
+    own_relevant = excluded >= 0
+    own_relevant[own_relevant] = g_code[excluded[own_relevant]] == q_code[own_relevant]
+    n_rel = n_rel - own_relevant
+    product, finish, distance_of = _chunk_kernels(q_all, g_all, geometry, curvature)
+
+    def rank(start: int, raw: np.ndarray) -> ChunkCounts:
+        sl = slice(start, start + raw.shape[0])
+        return chunk_counts(raw, finish, q_code[sl], g_code, excluded[sl], n_rel[sl], ks, distance_of)
+
+    results = map_chunks(product, rank, q_all.shape[0], g_all.shape[0], chunk_size)
+    hits = {k: sum(r[1][k] for r in results) for k in ks}
+    ap = np.concatenate([r[0] for r in results]) if results else np.zeros(0)
+    return _metrics_from_counts(hits, float(ap.sum()), ap.size)  # one sum: the same for any threads / blocks
+
+
+def _chunk_kernels(q_all: np.ndarray, g_all: np.ndarray, geometry: str, curvature: float) -> tuple:
+    """``(product, finish, distance_of)`` of :func:`~components.evaluation.ranking.chunk_counts` for a geometry.
+
+    ``product(start, out)`` writes the raw scores of queries ``start : start + len(out)`` into ``out``
+    (n, Ng) with the float operations of :func:`retrieval_scores` (a query chunk there is this chunk).
+    """
+    if geometry == "lorentz":
         g_t = torch.from_numpy(g_all).transpose(-1, -2)
 
         def product(start: int, out: np.ndarray) -> None:
@@ -287,46 +305,18 @@ def retrieval_metrics(
             torch.matmul(torch.cat([-x[..., :1], x[..., 1:]], dim=-1), g_t, out=torch.from_numpy(out))
 
         def finish(block: np.ndarray) -> np.ndarray:
-            return _lorentz_arg(block, curvature)  # ranked as is, acosh only where rounding could tie
+            return _lorentz_arg(block, curvature)  # ranked as is; acosh only where rounding could tie
 
         def distance_of(arg: np.ndarray) -> np.ndarray:
             return _acosh_over_root(arg, curvature)
-    else:
-        g_unit_t = _unit_rows(g_all).T  # same float ops as retrieval_scores, done once
 
-        def product(start: int, out: np.ndarray) -> None:
-            np.matmul(_unit_rows(q_all[start : start + out.shape[0]]), g_unit_t, out=out)
+        return product, finish, distance_of
+    g_unit_t = _unit_rows(g_all).T  # retrieval_scores' gallery normalisation, done once
 
-        finish, distance_of = _clip_cosine, None
+    def product(start: int, out: np.ndarray) -> None:
+        np.matmul(_unit_rows(q_all[start : start + out.shape[0]]), g_unit_t, out=out)
 
-    nq, ng = q_all.shape[0], g_all.shape[0]
-    starts = range(0, nq, chunk_size)
-    # torch allocates 64-byte aligned memory (the alignment of a fresh matmul output)
-    buffers = [torch.empty(min(chunk_size, nq), ng, dtype=torch.float64).numpy() for _ in range(1 + (_MODE == "pipe"))]
-
-    def rank(start: int, buf: np.ndarray, r0: int, r1: int) -> ChunkCounts:
-        sl = slice(start + r0, start + r1)
-        return chunk_counts(buf[r0:r1], finish, q_code[sl], g_code, excluded[sl], n_rel[sl], ks, distance_of)
-
-    results: list[ChunkCounts] = []
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        pending: list = []
-        for i, start in enumerate(starts):
-            n = min(chunk_size, nq - start)
-            buf = buffers[i % len(buffers)][:n]
-            if _MODE == "pipe" and len(pending) > _THREADS:  # the buffer about to be overwritten is free
-                results += [f.result() for f in pending[:_THREADS]]
-                pending = pending[_THREADS:]
-            product(start, buf)
-            cuts = [n * t // _THREADS for t in range(_THREADS + 1)]
-            pending += [pool.submit(rank, start, buf, cuts[t], cuts[t + 1]) for t in range(_THREADS)]
-            if _MODE != "pipe":
-                results += [f.result() for f in pending]
-                pending = []
-        results += [f.result() for f in pending]
-    hits = {k: sum(r[1][k] for r in results) for k in ks}
-    ap = np.concatenate([r[0] for r in results]) if results else np.zeros(0)
-    return _metrics_from_counts(hits, float(ap.sum()), ap.size)  # one sum: the same for any threads / blocks
+    return product, _clip_cosine, None
 
 
 def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:

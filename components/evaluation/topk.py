@@ -124,7 +124,9 @@ def topk_metrics(
         is_own = (pos == own[:, None]) & (own[:, None] >= 0)
         keep = np.argsort(is_own, axis=1, kind="stable")
         pos = np.where(np.take_along_axis(is_own, keep, axis=1), -1, np.take_along_axis(pos, keep, axis=1))
-    rel = (pos >= 0) & (g_code[np.maximum(pos, 0)] == q_code[:, None])  # (Nq, k) relevant neighbour
+    found = pos >= 0
+    rel = np.zeros(pos.shape, dtype=bool)  # (Nq, k) relevant neighbour
+    rel[found] = g_code[pos[found]] == np.broadcast_to(q_code[:, None], pos.shape)[found]
 
     used = n_rel > 0
     rel, r = rel[used], n_rel[used].astype(np.float64)

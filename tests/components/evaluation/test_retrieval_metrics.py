@@ -309,12 +309,12 @@ def test_every_query_equals_the_original_implementation(geometry):
 
 
 def test_thread_count_does_not_change_the_numbers(monkeypatch):
-    import components.evaluation.retrieval as retrieval
+    import components.evaluation.ranking as ranking
 
     data = _equality_case(3, "euclidean", 1.0, "duplicates")
-    monkeypatch.setattr(retrieval, "_THREADS", 1)
+    monkeypatch.setattr(ranking, "_THREADS", 1)
     one = retrieval_metrics(*data, "euclidean", chunk_size=16)
-    monkeypatch.setattr(retrieval, "_THREADS", 2)
+    monkeypatch.setattr(ranking, "_THREADS", 3)
     assert retrieval_metrics(*data, "euclidean", chunk_size=16) == one
 
 
@@ -354,3 +354,17 @@ def test_chunk_ranking_handles_signed_zeros_ties_and_exclusions():
     ap, hits = chunk_counts(dist.copy(), same, q_lab, g_lab, excluded, n_rel, (1, 2, 3), distance_of=same)
     assert hits == {1: 0, 2: 2, 3: 3}
     np.testing.assert_allclose(ap, reference_average_precision(-dist, relevant, valid), rtol=0, atol=1e-15)
+
+
+def test_blas_thread_limit_is_restored_after_concurrent_evaluations():
+    """Evaluations run BLAS single-threaded (one matmul per core); the process's setting comes back after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import ThreadpoolController
+
+    before = [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"]
+    data = _equality_case(5, "euclidean", 1.0, "none")
+    with ThreadPoolExecutor(3) as pool:
+        runs = list(pool.map(lambda _: retrieval_metrics(*data, "euclidean", chunk_size=20), range(3)))
+    assert runs[0] == runs[1] == runs[2]
+    assert [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"] == before

@@ -128,7 +128,8 @@ class GalleryEmbeddings:
             return _unit(self.z[:, : gallery.z.shape[1]])
         return _unit(self.emb)
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, **extra: np.ndarray) -> None:
+        """Write ``gallery.npz`` atomically; ``extra``: more named arrays stored beside it (see :meth:`load_with`)."""
         buf = io.BytesIO()
         np.savez(
             buf,
@@ -142,17 +143,23 @@ class GalleryEmbeddings:
             logits=self.logits.astype(np.float32),
             features=np.array(self.features),
             compat_dim=np.array(-1 if self.compat_dim is None else self.compat_dim, dtype=np.int64),
+            **extra,
         )
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(Path(path), buf.getvalue())
 
     @classmethod
     def load(cls, path: Path) -> GalleryEmbeddings:
+        return cls.load_with(path)[0]
+
+    @classmethod
+    def load_with(cls, path: Path, *extra: str) -> tuple[GalleryEmbeddings, dict[str, np.ndarray]]:
+        """The gallery at ``path`` and the ``extra`` arrays saved beside it (one read of the file)."""
         p = Path(path)
         try:
             with np.load(p, allow_pickle=False) as f:
                 compat = int(f["compat_dim"])
-                return cls(
+                gallery = cls(
                     geometry=str(f["geometry"]),
                     curvature=float(f["curvature"]),
                     z=f["z"],
@@ -164,6 +171,7 @@ class GalleryEmbeddings:
                     features=str(f["features"]),
                     compat_dim=None if compat < 0 else compat,
                 )
+                return gallery, {name: f[name] for name in extra}
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise IndexIntegrityError(
                 f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation"

@@ -15,7 +15,6 @@ Readers stream: :meth:`GalleryStore.parts` yields one part at a time,
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -25,8 +24,8 @@ import numpy as np
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.mixed import mix_galleries
-from components.io import atomic_write_bytes, atomic_write_text
+from components.indexing.mixed import item_uncertainty, mix_galleries
+from components.io import atomic_write_text
 
 __all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "mix_stores"]
 
@@ -46,33 +45,12 @@ class StoredPart:
 
 
 def _save_part(path: Path, part: StoredPart) -> None:
-    g = part.gallery
-    buf = io.BytesIO()
-    np.savez(
-        buf,
-        geometry=np.array(g.geometry),
-        curvature=np.array(g.curvature, dtype=np.float64),
-        z=g.z.astype(np.float32),
-        emb=g.emb.astype(np.float32),
-        ids=g.ids.astype(np.int64),
-        labels=g.labels.astype(np.int64),
-        clipped=g.clipped.astype(bool),
-        logits=g.logits.astype(np.float32),
-        features=np.array(g.features),
-        compat_dim=np.array(-1 if g.compat_dim is None else g.compat_dim, dtype=np.int64),
-        stamps=part.stamps.astype(np.int64),
-    )
-    atomic_write_bytes(path, buf.getvalue())
+    part.gallery.save(path, stamps=part.stamps.astype(np.int64))
 
 
 def _load_part(path: Path) -> StoredPart:
-    gallery = GalleryEmbeddings.load(path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            stamps = f["stamps"]
-    except KeyError:
-        raise IndexIntegrityError(f"gallery part {path} has no generation stamps; re-embed that gallery") from None
-    return StoredPart(gallery, stamps)
+    gallery, extra = GalleryEmbeddings.load_with(path, "stamps")
+    return StoredPart(gallery, extra["stamps"])
 
 
 def _concat(parts: list[StoredPart]) -> StoredPart:
@@ -196,13 +174,14 @@ class GalleryStore:
             yield _load_part(p)
 
     def column(self, name: str) -> np.ndarray:
-        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``stamps`` or ``norms`` (‖z‖)."""
+        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``stamps`` or ``uncertainty``
+        (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
         out = []
         for part in self.parts():
             if name == "stamps":
                 out.append(part.stamps)
-            elif name == "norms":
-                out.append(np.linalg.norm(part.gallery.z.astype(np.float64), axis=1))
+            elif name == "uncertainty":
+                out.append(item_uncertainty(part.gallery))
             else:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)

@@ -39,6 +39,7 @@ __all__ = [
     "embed_corpus",
     "index_config",
     "index_corpus",
+    "index_gallery",
     "open_corpus",
 ]
 
@@ -46,6 +47,21 @@ __all__ = [
 def index_config(p: Params) -> IndexConfig:
     """The FAISS index every gallery of this run is built with (params ``index:``)."""
     return IndexConfig(**p.index.model_dump(exclude={"min_recall"}))
+
+
+def index_gallery(
+    p: Params, gallery: GalleryEmbeddings, *, generation: int, compatible: list[int] | None = None
+) -> GalleryIndex:
+    """The ``index:`` type over an in-memory gallery (the labelled split a generation or backfill serves)."""
+    return GalleryIndex.build(
+        gallery.vectors(),
+        gallery.ids,
+        geometry=gallery.retrieval_geometry,
+        curvature=gallery.curvature,
+        generation=generation,
+        compatible_generations=compatible,
+        config=index_config(p),
+    )
 
 
 def open_corpus(p: Params, ws: Workspace) -> ImageSource | None:

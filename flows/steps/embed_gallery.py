@@ -14,7 +14,7 @@ from components.models import load_model
 from components.training import embed_images
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
-from flows.steps.corpus import check_index_recall, embed_corpus, index_config, index_corpus, open_corpus
+from flows.steps.corpus import check_index_recall, embed_corpus, index_corpus, index_gallery, open_corpus
 from flows.steps.results import Gallery, Trained
 
 __all__ = ["build_gallery"]
@@ -33,14 +33,7 @@ def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[in
     gal.save(out_dir / "gallery.npz")
     index_dir = None
     if trained.role == "model":
-        index = GalleryIndex.build(
-            gal.vectors(),
-            gal.ids,
-            geometry=gal.retrieval_geometry,
-            curvature=trained.curvature,
-            generation=plan.gen_id,
-            config=index_config(p),
-        )
+        index = index_gallery(p, gal, generation=plan.gen_id)
         index_dir = str(index.save(out_dir / "index"))
         if plan.parent is None:
             _corpus(plan, trained, out_dir, Path(index_dir), on_batch)

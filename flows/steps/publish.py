@@ -26,7 +26,7 @@ from components.indexing.live import LiveGallery
 from components.indexing.mixed import mix_galleries
 from components.io import atomic_path, atomic_write_text
 from flows.steps.commit import PRODUCTION_ALIAS
-from flows.steps.corpus import check_index_recall, index_config
+from flows.steps.corpus import check_index_recall, index_gallery
 from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
 from flows.steps.reembed_corpus import corpus_selection, publish_corpus
 from registry.records import BackfillRecord, PointerRecord
@@ -88,15 +88,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     with atomic_path(staging / "stamps.npy") as tmp, open(tmp, "wb") as fh:
         np.save(fh, stamps)
     shutil.copy2(gallery_model_checkpoint(plan), staging / "gallery_model.pt")
-    index = GalleryIndex.build(
-        gallery.vectors(),
-        gallery.ids,
-        geometry=gallery.retrieval_geometry,
-        curvature=gallery.curvature,
-        generation=plan.target,
-        compatible_generations=[plan.target],
-        config=index_config(plan.params),
-    )
+    index = index_gallery(plan.params, gallery, generation=plan.target, compatible=[plan.target])
     index.save(staging / "index")
     # verify before anyone can see it: count, finite vectors, manifest and checksum (load checks them)
     check = GalleryIndex.load(staging / "index")

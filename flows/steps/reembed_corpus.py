@@ -60,10 +60,7 @@ def corpus_selection(plan: BackfillPlan) -> np.ndarray | None:
                 f"the live gallery does not serve the corpus {p.gallery.path} (yet, or it changed); run a full "
                 "backfill (--fraction 1) to embed it"
             )
-        uncertainty = None
-        if plan.order == "uncertainty":
-            norms = current.column("norms")
-            uncertainty = 1.0 - np.tanh(np.sqrt(next(current.parts()).gallery.curvature) * norms)
+        uncertainty = current.column("uncertainty") if plan.order == "uncertainty" else None
         stamps = current.column("stamps") if plan.order == "oldest" else None
         ordered = order_items(len(current), plan.order, plan.seed, uncertainty=uncertainty, stamps=stamps)
         chosen_ids = current.column("ids")[ordered[: round(plan.fraction * len(current))]]

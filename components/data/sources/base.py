@@ -30,6 +30,7 @@ __all__ = [
     "epoch_seed",
     "passthrough",
     "positions_of_ids",
+    "worker_context",
 ]
 
 
@@ -72,6 +73,13 @@ def check_unique_ids(ids: np.ndarray, where: str, fix: str) -> None:
         raise DataError(
             f"{where} has {len(dup)} duplicated ids, e.g. {dup[:5].tolist()}; every id must be unique: {fix}"
         )
+
+
+def worker_context(workers: int) -> str | None:
+    """The DataLoader ``multiprocessing_context`` of every source: ``forkserver`` workers, started from a fresh
+    process, when there are any. A plain fork of a process that runs Prefect (its threads and handlers) died on
+    start with exit code 1 (seen in the flows and the test suite)."""
+    return "forkserver" if workers > 0 else None
 
 
 def passthrough(batch: T) -> T:

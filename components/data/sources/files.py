@@ -18,7 +18,13 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from components.data.sources.base import BatchIndexSampler, ImageSource, check_unique_ids, passthrough
+from components.data.sources.base import (
+    BatchIndexSampler,
+    ImageSource,
+    check_unique_ids,
+    passthrough,
+    worker_context,
+)
 from components.data.sources.decode import check_channels, decode_image, fit_image, image_info
 from components.errors import DataError
 
@@ -207,6 +213,5 @@ class FileSource(ImageSource):
             collate_fn=passthrough,
             num_workers=workers,
             pin_memory=pin_memory,
-            # fresh worker processes: a fork of a process that runs Prefect / threads can die on start
-            multiprocessing_context="forkserver" if workers else None,
+            multiprocessing_context=worker_context(workers),
         )

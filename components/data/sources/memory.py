@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from components.data.base import ArrayDataset, array_fingerprint
-from components.data.sources.base import BatchIndexSampler, ImageSource, passthrough
+from components.data.sources.base import BatchIndexSampler, ImageSource, passthrough, worker_context
 from components.data.sources.decode import resize_uint8
 
 __all__ = ["ArraySource", "InlineLoader", "TensorBatches"]
@@ -150,6 +150,5 @@ class ArraySource(ImageSource):
             collate_fn=passthrough,
             num_workers=workers,
             pin_memory=pin_memory,
-            # fresh worker processes: a fork of a process that runs Prefect / threads can die on start
-            multiprocessing_context="forkserver" if workers else None,
+            multiprocessing_context=worker_context(workers),
         )

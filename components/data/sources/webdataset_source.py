@@ -28,7 +28,7 @@ import webdataset as wds
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from components.data.sources.base import ImageSource, check_unique_ids, epoch_seed
+from components.data.sources.base import ImageSource, check_unique_ids, epoch_seed, worker_context
 from components.data.sources.decode import check_channels, decode_image, fit_image
 from components.data.sources.shard_index import IMAGE_KEYS, load_or_build_index
 from components.errors import DataError
@@ -244,14 +244,14 @@ class WebDatasetSource(ImageSource):
             seed=seed,
             epoch=epoch,
         )
+        n_workers = min(int(workers), len(urls))
         return DataLoader(
             stream,
             batch_size=batch_size,
             collate_fn=collate_items,
-            num_workers=min(int(workers), len(urls)),
+            num_workers=n_workers,
             pin_memory=pin_memory,
-            # fresh worker processes: a fork of a process that runs Prefect / threads can die on start
-            multiprocessing_context="forkserver" if workers else None,
+            multiprocessing_context=worker_context(n_workers),
             drop_last=drop_last,
         )
 

@@ -206,6 +206,9 @@ def bench_scale(
     ),
     chunk_size: int = typer.Option(8192, "--chunk-size", help="items per persisted embedding part"),
     epochs: int = typer.Option(2, "--epochs", help="training epochs of the two generations (speed, not quality)"),
+    workers: int | None = typer.Option(
+        None, "--workers", help="DataLoader worker processes for the corpus (default: params gallery.workers)"
+    ),
 ) -> None:
     """The production-gallery path at N items: embed, index, search, backfill (killed and resumed), evaluate."""
     from benchmarks.scale import run_scale
@@ -219,6 +222,7 @@ def bench_scale(
             corpus_dir=work / f"corpus-{items}",
             chunk_size=chunk_size,
             epochs=epochs,
+            workers=workers,
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:

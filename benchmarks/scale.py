@@ -7,7 +7,9 @@
 3. embedding speed of the project's path against a bare no-grad forward loop over the same
    DataLoader batches, in this process, one after the other (``embed_vs_bare``);
 4. the index: build seconds and recall@10 from its manifest, queries/s against an exact flat index
-   over the same vectors, on the same queries, in this process;
+   over the same vectors, on the same queries, in this process; then the same index type over the
+   cosine space of the same corpus (each item's spatial coordinates, unit-normalised), so both
+   geometries are measured at N;
 5. a full backfill killed with SIGKILL half-way through the corpus, then resumed: the resumed
    run's re-embedded item count against the items left in unfinished parts;
 6. a 10% uncertainty-ordered partial backfill;
@@ -45,7 +47,7 @@ from components.indexing.live import CORPUS_DIR
 from components.indexing.store import GalleryStore
 from components.models import load_model
 from flows.params import params_from_dict
-from flows.steps.corpus import embed_corpus
+from flows.steps.corpus import embed_corpus, index_config
 from flows.workspace import Workspace
 
 __all__ = ["run_scale"]
@@ -121,11 +123,17 @@ def _embed_vs_bare(ckpt: Path, raw: dict[str, Any], home: Path, source: WebDatas
     return {"embed_items_per_s": pr, "bare_items_per_s": b, "embed_vs_bare": pr / b}
 
 
+def _qps(index: GalleryIndex, q: np.ndarray) -> float:
+    index.search(q[:10], 10)  # warm-up
+    t0 = time.perf_counter()
+    index.search(q, 10)
+    return len(q) / (time.perf_counter() - t0)
+
+
 def _search_speed(index_dir: Path, store: GalleryStore, queries: int = 2000) -> dict[str, float]:
     """Queries/s of the built index and of an exact flat index over the same vectors, on the same queries."""
     index = GalleryIndex.load(index_dir)
     part = next(store.parts()).gallery
-    q = part.vectors()[:queries]
     flat = GalleryIndex.build_streaming(
         store.index_chunks(),
         geometry=part.retrieval_geometry,
@@ -133,20 +141,46 @@ def _search_speed(index_dir: Path, store: GalleryStore, queries: int = 2000) -> 
         generation=index.manifest.generation,
         config=IndexConfig(type="flat"),
     )
-    out = {}
-    for name, idx in (("search_qps", index), ("flat_search_qps", flat)):
-        idx.search(q[:10], 10)  # warm-up
-        t0 = time.perf_counter()
-        idx.search(q, 10)
-        out[name] = len(q) / (time.perf_counter() - t0)
-    return out
+    q = part.vectors()[:queries]
+    return {"search_qps": _qps(index, q), "flat_search_qps": _qps(flat, q)}
 
 
-def _params(profile: str, corpus: Path, index_type: str, chunk: int, epochs: int) -> dict[str, Any]:
+def _unit_space(vectors: np.ndarray) -> np.ndarray:
+    """(n, D) retrieval vectors → (n, D - 1) unit spatial coordinates (Lorentz) or the unit vectors themselves."""
+    space = vectors[:, 1:] if vectors.shape[1] % 2 else vectors  # hyperboloid points carry a time coordinate
+    return space / np.linalg.norm(space, axis=1, keepdims=True)
+
+
+def _cosine_index(store: GalleryStore, config: IndexConfig, queries: int = 2000) -> dict[str, float]:
+    """The same index type over the corpus's cosine space: recall@10 (its manifest) and queries/s vs flat."""
+    lorentz = next(store.parts()).gallery.retrieval_geometry == "lorentz"
+
+    def chunks():
+        for vecs, ids in store.index_chunks()():
+            yield (_unit_space(vecs) if lorentz else vecs), ids
+
+    built = {
+        kind: GalleryIndex.build_streaming(chunks, geometry="euclidean", curvature=1.0, generation=0, config=cfg)
+        for kind, cfg in (("index", config), ("flat", IndexConfig(type="flat")))
+    }
+    q = next(chunks())[0][:queries]
+    return {
+        "cosine_recall_at_10": built["index"].manifest.recall_at_10,
+        "cosine_index_build_s": built["index"].manifest.build_seconds,
+        "cosine_search_qps": _qps(built["index"], q),
+        "cosine_flat_search_qps": _qps(built["flat"], q),
+    }
+
+
+def _params(
+    profile: str, corpus: Path, index_type: str, chunk: int, epochs: int, workers: int | None
+) -> dict[str, Any]:
     _, base = load_profile(profile)
     raw = base.as_dict()
     raw["train"]["epochs"] = epochs
-    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus), "workers": 0}
+    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus)}
+    if workers is not None:
+        raw["gallery"]["workers"] = workers
     raw["index"] = {**raw["index"], "type": index_type}
     raw["backfill"] = {**raw["backfill"], "chunk_size": chunk}
     raw["generations"] = [
@@ -167,6 +201,7 @@ def run_scale(
     profile: str = "cpu",
     chunk_size: int = 8192,
     epochs: int = 2,
+    workers: int | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the scale path at ``items`` items; write ``out/scale.json`` and ``out/report.md``. Returns the md."""
@@ -177,14 +212,21 @@ def run_scale(
     corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")
-    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs)
+    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs, workers)
     home = work / "ws"
     subprocess.run(["rm", "-rf", str(home)], check=True)
     home.mkdir(parents=True)
     params_path = work / "params.yaml"
     params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     common = ["--home", str(home), "--params", str(params_path)]
-    res: dict[str, Any] = {"items": items, "index_type": index_type, "chunk_size": chunk_size, "profile": profile}
+    res: dict[str, Any] = {
+        "items": items,
+        "index_type": index_type,
+        "chunk_size": chunk_size,
+        "profile": profile,
+        "workers": raw["gallery"]["workers"],
+        "epochs": epochs,
+    }
     g0 = _bctflow(["run", *common, "--generation", "g0"], log)
     res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
     gen0 = home / "generations" / "gen_000"
@@ -196,6 +238,8 @@ def run_scale(
     store = GalleryStore(gen0 / CORPUS_DIR / "gallery")
     res.update(_search_speed(gen0 / CORPUS_DIR / "index", store))
     res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
+    res.update(_cosine_index(store, index_config(params_from_dict(raw, "scale benchmark params"))))
+    res["cosine_qps_vs_flat"] = res["cosine_search_qps"] / res["cosine_flat_search_qps"]
     res.update(_embed_vs_bare(gen0 / "model.pt", raw, home, corpus))
     g1 = _bctflow(["run", *common, "--generation", "g1"], log)
     res["run_g1_s"] = g1["seconds"]
@@ -210,20 +254,17 @@ def run_scale(
     done = sum(len(np.load(p)["ids"]) for p in work_corpus.glob("part-*.npz"))
     resumed = _bctflow(["backfill", *common, "--generation", "1"], log)
     res["resume_done_before_kill"] = done
-    res["resume_reembedded"] = _reembedded(resumed["out"])
+    res["resume_reembedded"], resumed_rate = _reembedded(resumed["out"])
     res["resume_expected"] = items - done
     res["resume_lost_at_most"] = chunk_size
     res["backfill_killed"] = killed["killed"]
-    bf = sorted((home / "backfills").glob("bf_*"))[-1]
-    res["backfill_items_per_s"] = _parts_rate(bf / CORPUS_DIR)
+    res["backfill_items_per_s"] = resumed_rate
     res["peak_rss_mb"] = max(killed["peak_rss_mb"], resumed["peak_rss_mb"])
     res["backfill_resumed_s"] = resumed["seconds"]
     partial = _bctflow(["backfill", *common, "--generation", "1", "--fraction", "0.1", "--order", "uncertainty"], log)
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
-    res["partial_reembedded"] = _reembedded(partial["out"])
-    bf = sorted((home / "backfills").glob("bf_*"))[-1]
-    res["partial_backfill_items_per_s"] = _parts_rate(bf / CORPUS_DIR)
+    res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
     ev = measure_exact_eval(10_000, 128)
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s
@@ -234,12 +275,14 @@ def run_scale(
     return md
 
 
-def _reembedded(output: str) -> int:
-    """Items a backfill run embedded itself, from its log line ``gallery corpus: N of M selected items …``."""
+def _reembedded(output: str) -> tuple[int, float]:
+    """(items a backfill run embedded itself, their items/s), from its log line
+    ``gallery corpus: N of M selected items embedded now (… at R items/s)``."""
     for line in output.splitlines():
         if "gallery corpus:" in line and "embedded now" in line:
-            return int(line.split("gallery corpus:")[1].split()[0])
-    return -1
+            rate = line.rsplit(" at ", 1)[1].split()[0] if " at " in line else "nan"
+            return int(line.split("gallery corpus:")[1].split()[0]), float(rate)
+    raise RuntimeError("the backfill printed no 'gallery corpus: … embedded now' line:\n" + output[-2000:])
 
 
 def _report(r: dict[str, Any]) -> str:
@@ -247,6 +290,7 @@ def _report(r: dict[str, Any]) -> str:
     body = "\n".join(f"| `{k}` | {v} |" for k, v in rows)
     return (
         f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}\n\n"
-        f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']}`\n\n"
+        f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --chunk-size {r['chunk_size']} "
+        f"--epochs {r['epochs']} --workers {r['workers']} --out DIR`\n\n"
         "| key | value |\n|---|---|\n" + body + "\n"
     )

@@ -10,6 +10,7 @@ index until the final, atomic switch.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,17 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
         log.info("resumed: %d of %d chunks were already embedded by an earlier run", before, total)
     selected = reembed_corpus.corpus_selection(plan)
     if selected is not None:
+        t0 = time.perf_counter()
         with progress_bar(f"backfill with g{plan.target}: gallery corpus (items)", len(selected)) as advance:
             now, n = reembed_corpus.embed_corpus_chunks(plan, advance)
-        log.info("gallery corpus: %d of %d selected items embedded now (%d by an earlier run)", now, n, n - now)
+        rate = now / max(time.perf_counter() - t0, 1e-9)
+        log.info(
+            "gallery corpus: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s",
+            now,
+            n,
+            n - now,
+            rate,
+        )
     return before, total
 
 

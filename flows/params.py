@@ -52,7 +52,9 @@ class AugmentParams(_Strict):
 class DataParams(_Strict):
     dataset: str = "digits"
     root: str | None = None  # dataset cache; default <home>/datasets
-    path: str | None = None  # image_folder: the class-per-directory tree
+    path: str | None = None  # image_folder: the class-per-directory tree; webdataset / manifest: train + test
+    #: DataLoader worker processes decoding a training split streamed from disk (webdataset / manifest)
+    workers: int = Field(2, ge=0)
     download: bool = True
     test_fraction: float = Field(0.3, gt=0.0, lt=1.0)
     split_seed: int = 0
@@ -204,6 +206,8 @@ class IndexParams(_Strict):
     train_size: int = Field(100_000, gt=0)  # training sample of ivf / ivfpq
     recall_queries: int = Field(1000, gt=0)  # held-out sample on which the build measures recall@10 against exact
     shards: int = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes
+    #: ivf / hnsw: the build picks the cheapest nprobe / ef_search reaching this recall@10 (null: fixed values)
+    target_recall: float | None = Field(0.95, gt=0.0, le=1.0)
     #: publishing a live index (generation 0, a backfill) whose measured recall@10 is below this fails (null: any)
     min_recall: float | None = Field(None, gt=0.0, le=1.0)
 

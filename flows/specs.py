@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 
 from components.data.base import ArrayDataset
+from components.data.sources.split import SourceDataset
+from components.errors import DataError
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["model_spec_from_params", "normalization_stats", "train_config_from_params"]
+__all__ = ["model_spec_from_params", "normalization_stats", "split_normalization_stats", "train_config_from_params"]
 
 
 def normalization_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -21,9 +23,32 @@ def normalization_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[fl
     return tuple(float(v) for v in x.mean(0)), tuple(float(max(v, 1e-3)) for v in x.std(0))
 
 
+def split_normalization_stats(
+    split: ArrayDataset | SourceDataset, sample: int = 10_000, seed: int = 0
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """:func:`normalization_stats` of a split: of all its images in memory; of a seeded random sample of at most
+    ``sample`` images streamed from disk (accumulated per batch in float64: sum and sum of squares per channel)."""
+    if isinstance(split, ArrayDataset):
+        return normalization_stats(split.images)
+    n = len(split)
+    rows = np.sort(np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False))
+    s1 = s2 = None
+    count = 0
+    for images, _, _ in split.subset(rows).loader(batch_size=1024):
+        x = images.double().div_(255.0).transpose(0, 1).reshape(images.shape[1], -1)  # (C, B·H·W)
+        s1 = x.sum(1) if s1 is None else s1 + x.sum(1)
+        s2 = (x * x).sum(1) if s2 is None else s2 + (x * x).sum(1)
+        count += x.shape[1]
+    if s1 is None or s2 is None:
+        raise DataError("the training split is empty: select at least one image")
+    mean = (s1 / count).numpy()
+    std = np.sqrt(np.maximum((s2 / count).numpy() - mean**2, 0.0))
+    return tuple(float(v) for v in mean), tuple(float(max(v, 1e-3)) for v in std)
+
+
 def model_spec_from_params(
     p: Params,
-    train: ArrayDataset,
+    train: ArrayDataset | SourceDataset,
     class_order: Sequence[int],
     class_names: Sequence[str],
     *,
@@ -34,7 +59,7 @@ def model_spec_from_params(
     overrides: dict[str, Any] | None = None,
 ) -> ModelSpec:
     """params.model / params.geometry + the data's shape and statistics + method overrides."""
-    mean, std = normalization_stats(train.images)
+    mean, std = split_normalization_stats(train)
     h, _, c = train.image_shape
     fields: dict[str, Any] = dict(
         backbone=backbone or p.model.backbone,

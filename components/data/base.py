@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["ArrayDataset", "DatasetSplits", "array_fingerprint"]
+__all__ = ["ArrayDataset", "DatasetSplits", "Split", "array_fingerprint"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,40 @@ class ArrayDataset:
         return found
 
 
+class Split(Protocol):
+    """What the lifecycle reads from a split without its pixels: an :class:`ArrayDataset` in memory, or a
+    :class:`~components.data.sources.split.SourceDataset` on disk. labels, ids: (N,) int64."""
+
+    @property
+    def labels(self) -> np.ndarray: ...
+
+    @property
+    def ids(self) -> np.ndarray: ...
+
+    @property
+    def class_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]: ...
+
+    def __len__(self) -> int: ...
+
+    def subset(self, index: np.ndarray) -> Split: ...
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class DatasetSplits:
-    """A dataset's fixed train/test split. ``fingerprint`` identifies the exact content."""
+    """A dataset's fixed train/test split. ``fingerprint`` identifies the exact content.
+
+    ``train`` is decoded in memory, or — for datasets on disk (``webdataset``, ``manifest``) — a
+    :class:`~components.data.sources.split.SourceDataset` streamed while training; ``test`` (the labelled
+    evaluation split) is always in memory.
+    """
 
     name: str
-    train: ArrayDataset
+    train: Split
     test: ArrayDataset
     fingerprint: str
     meta: dict = field(default_factory=dict)

@@ -11,12 +11,15 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
-from components.data.base import ArrayDataset
+from components.data.base import Split
 from components.errors import DataError
+
+#: a training split: decoded in memory, or on disk (streamed)
+S = TypeVar("S", bound=Split)
 
 __all__ = ["MANIFEST_VERSION", "DataManifest", "label_positions", "resolve_class_order", "select_training_data"]
 
@@ -126,8 +129,8 @@ class DataManifest:
             )
         return m
 
-    def take(self, data: ArrayDataset) -> ArrayDataset:
-        """The manifest's rows of ``data`` (checks that labels agree)."""
+    def take(self, data: S) -> S:
+        """The manifest's rows of ``data`` (checks that labels agree): an in-memory split or one on disk."""
         try:
             pos = data.positions_of(self.ids)
         except KeyError as err:
@@ -144,7 +147,7 @@ class DataManifest:
 
 
 def select_training_data(
-    train: ArrayDataset,
+    train: Split,
     *,
     dataset: str,
     fingerprint: str,

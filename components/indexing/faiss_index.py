@@ -1,31 +1,26 @@
 """FAISS gallery index for Euclidean (cosine) or Lorentz embeddings: exact or approximate.
 
-* Euclidean (docs/design.md §6): vectors (N, d) are L2-normalised to float32 and
-  searched by inner product, i.e. cosine similarity.
-* Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first. The geodesic
-  distance acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone decreasing in the
-  Lorentz product <q, g>_L (HBCT Eq. (1)), so geodesic kNN is maximum-Lorentz-product
-  search. The exact ``flat`` index stores the points as-is and negates each query's
-  time coordinate (exact MIPS, ``IDMap2,Flat``). The approximate types (``ivf``,
-  ``hnsw``, ``ivfpq``) search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k candidates and
-  re-rank them by exact geodesic distance (or, optionally, the exact MIPS→L2
-  reduction [g, sqrt(M² − ‖g‖²)]); inner product over raw points recalls badly. See
-  :mod:`components.indexing.index_types` for the measurements behind the choice.
+* Euclidean (docs/design.md §6): L2-normalised float32 vectors (N, d), inner product = cosine.
+* Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first. The geodesic distance
+  acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone decreasing in <q, g>_L (HBCT Eq. (1)):
+  ``flat`` stores the points as-is and negates each query's time coordinate (exact MIPS,
+  ``IDMap2,Flat``); ``ivf`` / ``hnsw`` / ``ivfpq`` search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k
+  candidates re-ranked by exact geodesic distance (or the MIPS→L2 reduction; see
+  :mod:`components.indexing.index_types` for the measurements behind the choice).
 
-The index type and its parameters are an :class:`~components.indexing.index_config.IndexConfig`.
-Galleries are built chunk by chunk (:meth:`GalleryIndex.build_streaming`; memory: the
-index, one chunk and the training/recall sample) and every build measures recall@10
-against exact search on held-out gallery items, and the queries/s of :meth:`GalleryIndex.search`
-on them, into the manifest (docs/design.md §8.3).
+The type and its parameters are an :class:`~components.indexing.index_config.IndexConfig`.
+Galleries are built chunk by chunk (:meth:`GalleryIndex.build_streaming`; memory: the index,
+one chunk and the training/recall sample); every build measures recall@10 against exact
+search on held-out gallery items and the queries/s of :meth:`GalleryIndex.search`, optionally
+choosing nprobe / ef_search for a target recall first (:mod:`components.indexing.tuning`), and
+records them in the manifest (docs/design.md §8.3).
 
-FAISS ranks in float32; the neighbours it returns are then re-scored in float64
-(docs/design.md §2 "Numerics": reported distances must be float64) and re-sorted.
-For flat, ivf and hnsw the re-scored vectors are the stored ones, exactly; for ivfpq
-they are decoded from PQ codes — approximate (Lorentz: the decoded space part,
-lifted back onto the hyperboloid) — so ivfpq scores are approximate too. Every index
-carries an :class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7.8)
-that is checked on load and before every search, since FAISS itself notices neither
-a same-dimension model swap, a truncated file, nor NaNs.
+FAISS ranks in float32; the neighbours it returns are re-scored in float64 (docs/design.md §2
+"Numerics") and re-sorted — from the stored vectors for flat, ivf and hnsw, from decoded PQ
+codes (approximate) for ivfpq. Every index carries an
+:class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7.8), checked on load and
+before every search: FAISS itself notices neither a same-dimension model swap, a truncated
+file, nor NaNs.
 """
 
 from __future__ import annotations
@@ -45,6 +40,7 @@ from components.indexing import index_types as it
 from components.indexing.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
 from components.indexing.index_config import IndexConfig, check_build_args
 from components.indexing.manifest import IndexManifest, shards_digest
+from components.indexing.tuning import tune
 from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries, flip_time
 from components.io import atomic_path, atomic_write_bytes
 
@@ -103,8 +99,14 @@ class GalleryIndex:
         self._manifest = manifest
         self._search_index: faiss.Index | None = None
         self._gpu: list[faiss.Index] = []
+        self._use_params(manifest.params)
+
+    def _use_params(self, params: dict) -> None:
+        """Search every shard with ``params``' nprobe / ef_search from now on (recorded in the manifest)."""
+        self._manifest = replace(self._manifest, params=params)
         for s in self._shards:
-            it.set_search_params(s, manifest.params)
+            it.set_search_params(s, params)
+        self._search_index = None
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -232,13 +234,23 @@ class GalleryIndex:
         )  # fmt: skip
         index = cls(shards, manifest)
         qx = q_rows.astype(np.float64) if geometry == "euclidean" else flip_time(q_rows.astype(np.float64))
+        k, truth = min(_RECALL_K, ledger.count), None if exact is None else exact.result()
+        if cfg.target_recall is not None and truth is not None and len(q_ids) >= 2:  # tune on one half (§8.3)
+            h = len(q_ids) // 2
+
+            def recall_with(p: dict) -> float | None:
+                index._use_params(p)
+                return it.recall_at_k(index._search(qx[:h], k)[1], truth[:h], q_ids[:h], _RECALL_K - 1)
+
+            index._use_params(tune(params, cfg.target_recall, recall_with))
+            qx, truth, q_ids = qx[h:], truth[h:], q_ids[h:]
         index._searcher()  # a GPU copy is made outside the timing
         t = time.perf_counter()
-        _, found = index._search(qx, min(_RECALL_K, ledger.count))
+        _, found = index._search(qx, k)
         qps = len(qx) / max(time.perf_counter() - t, 1e-9)
-        recall = 1.0 if exact is None else it.recall_at_k(found, exact.result(), q_ids, _RECALL_K - 1)
+        recall = 1.0 if truth is None else it.recall_at_k(found, truth, q_ids, _RECALL_K - 1)
         index._manifest = replace(
-            manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps,
+            index._manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps,
             build_seconds=time.perf_counter() - t0,
         )  # fmt: skip
         return index
@@ -330,13 +342,10 @@ class GalleryIndex:
     def save(self, directory: str | Path) -> Path:
         """Write the index file(s) then ``manifest.json`` (last) into ``directory``.
 
-        One ``index.faiss``, or ``index-III-of-SSS.faiss`` per shard. Each file is
-        replaced atomically (temp file + fsync + rename) and the manifest records the
-        sha256 of each file's exact bytes. A failure while writing an index file
-        leaves a previous save intact; a crash before the manifest's rename leaves
-        new index bytes beside the old manifest, which :meth:`load` reports as a
-        checksum mismatch. Index files of an earlier save that the new manifest does
-        not name are removed afterwards. Returns ``directory``.
+        One ``index.faiss``, or ``index-III-of-SSS.faiss`` per shard, each replaced atomically (temp file + fsync +
+        rename); the manifest records each file's sha256. A crash before the manifest's rename leaves new index bytes
+        beside the old manifest: :meth:`load` reports a checksum mismatch. Index files of an earlier save that the
+        new manifest does not name are removed afterwards. Returns ``directory``.
         """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -357,16 +366,12 @@ class GalleryIndex:
     def load(cls, directory: str | Path, *, geometry: str | None = None) -> GalleryIndex:
         """Open an index saved by :meth:`save`, verifying it against its manifest.
 
-        Checks: manifest present and valid (version 1 or 2), every index file
-        present with the sha256 its manifest records (checked before FAISS reads
-        it), structure as the manifest's index_type / factory / params say,
-        ntotal == count, width, ids unique, stored vectors finite and of the
-        manifest's geometry (every vector for flat, a sample otherwise; see
-        :func:`~components.indexing.index_types.verify_shards`). Any failure raises
-        :class:`~components.errors.IndexIntegrityError`. If ``geometry`` is
-        given and differs from the manifest's, raises
-        :class:`~components.errors.IncompatibleQueryError`. Search parameters
-        (nprobe, efSearch) are set from the manifest.
+        Checks: manifest valid (version 1 or 2), every index file present with its recorded sha256 (before FAISS
+        reads it), structure as the manifest's index_type / factory / params say, ntotal == count, width, ids
+        unique, stored vectors finite and of the manifest's geometry (all for flat, a sample otherwise; see
+        :func:`~components.indexing.index_types.verify_shards`): else :class:`~components.errors.IndexIntegrityError`.
+        A ``geometry`` other than the manifest's raises :class:`~components.errors.IncompatibleQueryError`. Search
+        parameters (nprobe, efSearch) are set from the manifest.
         """
         d = Path(directory)
         mpath = d / MANIFEST_FILE

@@ -68,6 +68,9 @@ class IndexConfig:
     * ``shards``: > 1 splits the gallery (by a hash of the id) over that many
       sub-indexes searched in parallel (``faiss.IndexShards``), one file each.
     * ``seed``: seeds the training and recall samples.
+    * ``target_recall``: None keeps ``nprobe`` / ``ef_search`` as given; a value in (0, 1]
+      lets the build choose the cheapest one whose recall@10 on half the held-out queries
+      reaches it, and report recall on the other half (:mod:`components.indexing.tuning`).
 
     Invalid values raise :class:`~components.errors.ConfigError` naming the field and the fix.
     """
@@ -86,6 +89,7 @@ class IndexConfig:
     rerank: int = 3
     shards: int = 1
     seed: int = 0
+    target_recall: float | None = None
 
     def __post_init__(self) -> None:
         if self.type not in INDEX_TYPES:
@@ -116,6 +120,9 @@ class IndexConfig:
             raise _bad("lorentz_form", self.lorentz_form, f"one of {LORENTZ_FORMS}", "use 'proxy' (default)")
         if not _is_int(self.seed) or self.seed < 0:
             raise _bad("seed", self.seed, "an int >= 0", "use any non-negative int")
+        t = self.target_recall
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0):
+            raise _bad("target_recall", t, "a number in (0, 1] or None", "use e.g. 0.95, or None for fixed effort")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> IndexConfig:

@@ -10,7 +10,9 @@ cross-entropy on the model's classifier logits — Lorentz MLR or linear).
 * resume from the last checkpoint in ``checkpoint_dir`` — refused if it was
   written for another model or another run (``run_key``);
 * shuffling and augmentation are seeded per (seed, epoch), so a resumed run
-  sees the same batches as an uninterrupted one.
+  sees the same batches as an uninterrupted one;
+* the data is a :class:`~components.training.data.TrainData`: held in memory, or
+  streamed from disk through a DataLoader (docs/design.md §7.11).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from components.data.batches import ImageTensor, augment_batch, iterate_batches
+from components.data.batches import ImageTensor, augment_batch
 from components.data.selection import label_positions
 from components.errors import BctflowError, CheckpointMismatchError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
@@ -36,6 +38,7 @@ from components.models.checkpoint import (
     save_torch_atomic,
 )
 from components.models.encoder import EmbeddingModel
+from components.training.data import TrainData, as_train_data
 from components.training.device import (
     autocast,
     prepare_module,
@@ -139,7 +142,7 @@ def _frozen(
 
 def _setup(
     model: EmbeddingModel,
-    data: ImageTensor,
+    data: TrainData,
     cfg: TrainConfig,
     method: AlignmentLoss,
     old_model: EmbeddingModel | None,
@@ -173,7 +176,9 @@ def _setup(
     )
 
     def clean_batches():
-        return iterate_batches(data, max(cfg.batch_size, 256), device, shuffle=False)
+        return data.batches(
+            max(cfg.batch_size, 256), device, shuffle=False, seed=cfg.seed, epoch=0, generator=None, drop_last=False
+        )
 
     method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
     method.to(device)
@@ -206,7 +211,7 @@ def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[di
     return int(state["epoch"]), list(state["history"])
 
 
-def _train_epoch(run: _Run, data: ImageTensor, cfg: TrainConfig, epoch: int) -> dict[str, float]:
+def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> dict[str, float]:
     """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy."""
     model, method, device = run.model, run.method, run.device
     model.train()
@@ -214,7 +219,10 @@ def _train_epoch(run: _Run, data: ImageTensor, cfg: TrainConfig, epoch: int) -> 
     sums: dict[str, float] = {}
     stats_acc: dict[str, float] = {}
     n_batches = correct = seen = 0
-    for x, y in iterate_batches(data, cfg.batch_size, device, shuffle=True, generator=gen, drop_last=run.drop_last):
+    batches = data.batches(
+        cfg.batch_size, device, shuffle=True, seed=cfg.seed, epoch=epoch, generator=gen, drop_last=run.drop_last
+    )
+    for x, y in batches:
         x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
         x = to_memory_format(x, device)
         with autocast(device):
@@ -280,7 +288,7 @@ def _save_epoch(run: _Run, checkpoint_dir: Path, run_key: str, epoch: int, histo
 
 def train_model(
     model: EmbeddingModel,
-    data: ImageTensor,
+    data: TrainData | ImageTensor,
     cfg: TrainConfig,
     method: AlignmentLoss,
     checkpoint_dir: Path,
@@ -290,7 +298,9 @@ def train_model(
     run_key: str = "",
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
-    """Train ``model`` on ``data`` (labels = positions in the model's class order).
+    """Train ``model`` on ``data`` (labels = positions in the model's class order): in memory
+    (:class:`~components.training.data.TensorData`, or a bare :class:`ImageTensor`) or streamed from disk
+    (:class:`~components.training.data.StreamData`).
 
     ``old_model``: the frozen parent (its class order maps new labels to old ones).
     ``reference_model``: frozen independently trained new model, for methods that
@@ -298,6 +308,7 @@ def train_model(
     refused. Returns the trained model in eval mode on the training device.
     """
     t0 = time.perf_counter()
+    data = as_train_data(data)
     run = _setup(model, data, cfg, method, old_model, reference_model)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     start_epoch, history = _resume(run, checkpoint_dir, run_key)

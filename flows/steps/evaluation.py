@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from components.data.base import ArrayDataset
 from components.data.selection import DataManifest
+from components.data.sources.split import SourceDataset
 from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
 from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
@@ -27,7 +29,9 @@ from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.models import load_model
-from components.training import embed_images
+from components.models.encoder import EmbeddingModel
+from components.training import embed_images, embed_stream
+from components.training.device import cuda_available
 from flows.artifacts import fmt
 from flows.backfill_rules import BackfillEvidence, decide_backfill
 from flows.params import Params
@@ -249,6 +253,19 @@ def _write_summary(plan: GenerationPlan, summary: dict) -> str:
     return str(path)
 
 
+def _clipped(p: Params, model: EmbeddingModel, split: ArrayDataset | SourceDataset, sample: int = 10_000) -> np.ndarray:
+    """(N,) bool: which training images ``model`` clips at ζ — all of a split in memory; of a split on disk, a seeded
+    sample of at most ``sample`` images streamed through its DataLoader."""
+    if isinstance(split, ArrayDataset):
+        return embed_images(model, split.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
+    n = len(split)
+    rows = np.sort(np.random.default_rng(0).choice(n, size=min(sample, n), replace=False))
+    loader = split.subset(rows).loader(
+        batch_size=p.train.eval_batch_size, workers=p.data.workers, pin_memory=cuda_available()
+    )
+    return np.concatenate([emb.clipped for emb, _, _ in embed_stream(model, loader, p.train.device)])
+
+
 def _lorentz_diagnostics(
     plan: GenerationPlan, snap: Snapshot, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None
 ) -> dict[str, float | None]:
@@ -256,18 +273,14 @@ def _lorentz_diagnostics(
     d: dict[str, float | None] = {"clip_fraction_gallery": clip_fraction(new.clipped)}
     train = DataManifest.from_json(Path(snap.manifest).read_text()).take(load_splits(p, plan.workspace).train)
     model = load_model(Path(trained.checkpoint))
-    d["clip_fraction_train"] = clip_fraction(
-        embed_images(model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
-    )
+    d["clip_fraction_train"] = clip_fraction(_clipped(p, model, train))
     d["uncertainty_gallery_seen"], d["uncertainty_gallery_unseen"] = uncertainty_seen_unseen(
         new.z, new.labels, list(snap.class_order), new.curvature
     )
     parent = plan.parent
     if live is not None and parent is not None and live.geometry == "lorentz" and live.z.shape == new.z.shape:
         parent_model = load_model(Path(parent.checkpoint))
-        d["clip_fraction_train_parent"] = clip_fraction(
-            embed_images(parent_model, train.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
-        )
+        d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
         d["in_cone_fraction"] = in_cone_fraction(
             live.z, new.z, live.curvature, plan.alignment_options.get("epsilon", 0.1)

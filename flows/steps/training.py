@@ -11,18 +11,21 @@ import torch
 from components.data.base import ArrayDataset
 from components.data.batches import to_image_tensor
 from components.data.selection import DataManifest
+from components.data.sources.split import SourceDataset
 from components.losses import AlignmentChoice, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
+from components.training.data import StreamData, TensorData, TrainData
 from components.training.device import cuda_available
 from components.training.loop import TrainResult
+from flows.params import Params
 from flows.plan import GenerationPlan
 from flows.specs import model_spec_from_params
 from flows.steps.context import load_splits
 from flows.steps.results import Snapshot, Trained
 
-__all__ = ["train_role"]
+__all__ = ["train_role", "training_data"]
 
 
 def _finished(plan: GenerationPlan, role: str) -> Trained | None:
@@ -97,6 +100,15 @@ def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec)
     )
 
 
+def training_data(p: Params, manifest: DataManifest, split: ArrayDataset | SourceDataset) -> TrainData:
+    """The manifest's rows of the training split as the loop reads them: one tensor in memory, or streamed from
+    disk through the source's DataLoader (``data.workers`` worker processes) when the split stays on disk."""
+    train = manifest.take(split)
+    if isinstance(train, SourceDataset):
+        return StreamData(train, manifest.class_order, workers=p.data.workers)
+    return TensorData(to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available()))
+
+
 def train_role(
     plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None
 ) -> Trained:
@@ -124,10 +136,9 @@ def train_role(
     reference = (
         load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
     )
-    train = manifest.take(split)
     result = train_model(
         model,
-        to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available()),
+        training_data(p, manifest, split),
         cfg,
         loss,
         plan.role_dir(role) / "checkpoints",

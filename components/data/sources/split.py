@@ -1,0 +1,94 @@
+"""A dataset split that stays on disk: an :class:`ImageSource` seen through the split interface.
+
+:class:`SourceDataset` has what the lifecycle reads from an in-memory
+:class:`~components.data.base.ArrayDataset` — ``labels``, ``ids``, ``class_names``,
+``image_shape``, ``subset``, ``positions_of`` — except ``images``: its pixels are only
+ever streamed, batch by batch, through :meth:`SourceDataset.loader`. A selection
+(per-class subsample, a generation's manifest) is a set of positions into the source,
+so selecting never reads an image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from components.data.sources.base import ImageSource, positions_of_ids
+
+__all__ = ["SourceDataset"]
+
+
+@dataclass(frozen=True, eq=False)
+class SourceDataset:
+    """The items of ``source`` at ``positions`` (all when None), yielded as ``image_size`` × ``image_size`` images.
+
+    labels: (N,) int64 class indices into ``class_names``; ids: (N,) int64 unique.
+    """
+
+    source: ImageSource
+    image_size: int
+    positions: np.ndarray | None = None
+    _rows: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rows = np.arange(len(self.source)) if self.positions is None else np.asarray(self.positions, np.int64)
+        object.__setattr__(self, "_rows", rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.source.labels[self._rows]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.source.ids[self._rows]
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.source.class_names
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(H, W, C) of the yielded images."""
+        return (self.image_size, self.image_size, self.source.channels)
+
+    def subset(self, index: np.ndarray) -> SourceDataset:
+        """Rows ``index`` (positions in this split, not ids), in that order."""
+        return SourceDataset(self.source, self.image_size, self._rows[np.asarray(index, dtype=np.int64)])
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of ``ids`` in this split (UnknownIdError, a KeyError, on ids it does not hold)."""
+        own = self.ids
+        return positions_of_ids(own, np.argsort(own, kind="stable"), ids, f"this split of {self.source.name!r}")
+
+    def loader(
+        self,
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        workers: int = 0,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+    ) -> DataLoader:
+        """The source's DataLoader over this split: ``(images uint8 (B, C, H, W), labels (B,), ids (B,))``."""
+        return self.source.loader(
+            self._rows,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            workers=workers,
+            pin_memory=pin_memory,
+            image_size=self.image_size,
+            drop_last=drop_last,
+        )

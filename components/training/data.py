@@ -1,0 +1,129 @@
+"""What the training loop reads: batches of (images, model labels), from memory or streamed from disk.
+
+Both kinds implement :class:`TrainData`. ``batches(...)`` yields ``(x float32 (B, C, H, W) in
+[0, 1] on device, y int64 (B,) model labels on device)``:
+
+* :class:`TensorData` — the selection held as one uint8 tensor (small registered datasets):
+  batches gathered by index from a permutation drawn from the epoch's generator, exactly as
+  :func:`~components.data.batches.iterate_batches` always did (same numbers as before);
+* :class:`StreamData` — a split on disk (:class:`~components.data.sources.split.SourceDataset`)
+  read through its source's torch DataLoader (worker processes, pinned memory on CUDA,
+  decoding on the fly); shuffling is seeded by (seed, epoch) inside the source, so a
+  resumed run sees the same epochs; memory does not grow with the split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from components.data.batches import ImageTensor, iterate_batches
+from components.data.sources.split import SourceDataset
+from components.errors import DataError
+
+__all__ = ["StreamData", "TensorData", "TrainData", "as_train_data"]
+
+
+class TrainData(Protocol):
+    """A training selection the loop can iterate epoch by epoch."""
+
+    def __len__(self) -> int: ...
+
+    def batches(
+        self,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        generator: torch.Generator | None,
+        drop_last: bool,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """(x float (B, C, H, W) in [0, 1], y int64 (B,)) on ``device``; ``generator`` is the epoch's (memory)."""
+        ...
+
+
+@dataclass
+class TensorData:
+    """A selection held in memory as one :class:`ImageTensor` (labels already model labels)."""
+
+    data: ImageTensor
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def batches(
+        self,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        generator: torch.Generator | None,
+        drop_last: bool,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        return iterate_batches(self.data, batch_size, device, shuffle=shuffle, generator=generator, drop_last=drop_last)
+
+
+@dataclass
+class StreamData:
+    """A split on disk; its source labels become model labels through ``class_order``.
+
+    ``class_order``: original class indices in model-label order (every label of the split must be among them).
+    ``workers``: DataLoader worker processes decoding images (0: in this process).
+    """
+
+    split: SourceDataset
+    class_order: Sequence[int]
+    workers: int = 0
+
+    def __post_init__(self) -> None:
+        lut = np.full(max(self.split.num_classes, max(self.class_order, default=-1) + 1), -1, dtype=np.int64)
+        lut[np.asarray(self.class_order, dtype=np.int64)] = np.arange(len(self.class_order))
+        missing = np.setdiff1d(np.unique(self.split.labels), np.flatnonzero(lut >= 0))
+        if missing.size:
+            raise DataError(
+                f"the training split holds classes {missing[:5].tolist()} that are not in the model's class order; "
+                "select the split with the generation's classes (DataManifest.take)"
+            )
+        self._lut = torch.from_numpy(lut)
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def batches(
+        self,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        generator: torch.Generator | None,
+        drop_last: bool,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        cuda = device.type == "cuda"
+        loader = self.split.loader(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            workers=self.workers,
+            pin_memory=cuda,
+            drop_last=drop_last,
+        )
+        for images, labels, _ in loader:
+            x = images.to(device, non_blocking=cuda).float().div_(255.0)
+            yield x, self._lut.index_select(0, labels).to(device, non_blocking=cuda)
+
+
+def as_train_data(data: TrainData | ImageTensor) -> TrainData:
+    """An :class:`ImageTensor` wrapped as :class:`TensorData`; any other :class:`TrainData` as is."""
+    return TensorData(data) if isinstance(data, ImageTensor) else data

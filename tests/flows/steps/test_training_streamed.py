@@ -1,0 +1,68 @@
+"""Training from data on disk (flows/steps/training.py + components/data/sets/streamed.py): a generation trains from
+WebDataset shards and from a Parquet manifest of image files through the streaming layer, with the normalisation
+statistics and the evaluation split of the same images held in memory; an aligned generation follows it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.data.sources import write_manifest, write_webdataset
+from components.data.sources.split import SourceDataset
+from components.models import load_model
+from flows.params import load_params
+from flows.specs import normalization_stats
+from flows.steps.context import load_splits
+from flows.workspace import Workspace
+from registry.lineage import LineageStore
+from tests.components.data.sources.source_files import save_png
+from tests.helpers import run_generation, write_params
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return load_splits(
+        write_params(tmp_path_factory.mktemp("d") / "params.yaml"), Workspace(tmp_path_factory.mktemp("w"))
+    )
+
+
+def _write(kind: str, top: Path, splits) -> None:
+    for name in ("train", "test"):
+        ds = getattr(splits, name)
+        if kind == "webdataset":
+            write_webdataset(top / name, [(ds.images, ds.labels, ds.ids)], shard_size=300, class_names=ds.class_names)
+        else:
+            paths = [save_png(top / "png" / name / f"{i}.png", img) for img, i in zip(ds.images, ds.ids)]
+            write_manifest(top / f"{name}.parquet", paths, ids=ds.ids, labels=ds.labels)
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "manifest"])
+def test_a_generation_trains_from_data_on_disk(kind, digits, tmp_path, prefect_harness):
+    _write(kind, tmp_path / "data", digits)
+    params = tmp_path / "params.yaml"
+    write_params(
+        params, [f"data.dataset={kind}", f"data.path={tmp_path / 'data'}", "data.image_size=8", "data.workers=1"]
+    )
+    home = tmp_path / "ws"
+    p = load_params(params)
+    splits = load_splits(p, Workspace(home))
+    assert isinstance(splits.train, SourceDataset) and len(splits.train) == len(digits.train)
+    np.testing.assert_array_equal(splits.test.images, digits.test.images)  # the evaluation split: same images
+
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    if kind == "webdataset":  # an aligned generation reads the parent's classes through the same stream
+        run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
+    doc = LineageStore(f"sqlite:///{home / 'lineage.db'}").to_json()
+    assert [g["name"] for g in doc] == (["g0", "g1"] if kind == "webdataset" else ["g0"])
+    g0 = doc[0]
+    assert g0["dataset"] == kind and 0.0 < g0["metrics"]["self"]["map"] <= 1.0
+    model = load_model(home / "generations" / "gen_000" / "model.pt")
+    mean, std = normalization_stats(digits.train.images)  # streamed statistics of all 1257 images = in-memory ones
+    np.testing.assert_allclose(model.spec.norm_mean, mean, rtol=1e-9)
+    np.testing.assert_allclose(model.spec.norm_std, std, rtol=1e-9)
+    if kind == "webdataset":
+        g1 = doc[1]
+        assert g1["parent"] == 0 and g1["metrics"]["cross"] is not None
+        assert g1["diagnostics"]["clip_fraction_train"] is not None

@@ -15,7 +15,22 @@
 6. a 10% uncertainty-ordered partial backfill;
 7. exact evaluation of 10k × 10k against a float32 matmul (:func:`benchmarks.eval_speed.measure_exact_eval`).
 
-Writes ``DIR/scale.json`` and ``DIR/report.md``.
+Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes ``_mb``):
+
+* ``run_g0_s`` / ``run_g0_peak_rss_mb``: the generation-0 ``bctflow run`` (train, embed and index the corpus);
+  ``gen0_corpus_items_per_s``: its corpus embedding rate, from the part files' times (first part excluded);
+* ``index_build_s``, ``recall_at_10``, ``index_factory``: from the live corpus index's manifest (recall on the
+  held-out half the search-effort tuning never saw); ``search_qps`` / ``flat_search_qps`` / ``qps_vs_flat``: 2000
+  corpus queries, k = 10, against an exact flat index over the same vectors; ``cosine_*``: the same for the
+  unit-normalised spatial coordinates (a cosine gallery of the same corpus);
+* ``embed_items_per_s`` / ``bare_items_per_s`` / ``embed_vs_bare``: the project's corpus embedding (loader, model,
+  parts written to disk) against a bare no-grad forward loop over the same DataLoader batches, best of two each;
+* ``resume_*``: items in finished parts when the backfill was killed, items the rerun embedded, the items outside
+  finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
+  (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
+* ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
+* ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
+  against the float32 matmul of the same scores, in this process.
 """
 
 from __future__ import annotations
@@ -146,8 +161,8 @@ def _search_speed(index_dir: Path, store: GalleryStore, queries: int = 2000) -> 
 
 
 def _unit_space(vectors: np.ndarray) -> np.ndarray:
-    """(n, D) retrieval vectors → (n, D - 1) unit spatial coordinates (Lorentz) or the unit vectors themselves."""
-    space = vectors[:, 1:] if vectors.shape[1] % 2 else vectors  # hyperboloid points carry a time coordinate
+    """(n, d+1) hyperboloid points, time first → (n, d) unit spatial coordinates: the corpus as a cosine gallery."""
+    space = vectors[:, 1:]
     return space / np.linalg.norm(space, axis=1, keepdims=True)
 
 
@@ -157,7 +172,7 @@ def _cosine_index(store: GalleryStore, config: IndexConfig, queries: int = 2000)
 
     def chunks():
         for vecs, ids in store.index_chunks()():
-            yield (_unit_space(vecs) if lorentz else vecs), ids
+            yield (_unit_space(vecs) if lorentz else vecs), ids  # a cosine corpus is measured as it is
 
     built = {
         kind: GalleryIndex.build_streaming(chunks, geometry="euclidean", curvature=1.0, generation=0, config=cfg)

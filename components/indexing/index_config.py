@@ -6,13 +6,11 @@ search it. It resolves data-dependent defaults (``nlist``, ``pq_m``) once the ga
 size and stored width are known and names the ``faiss.index_factory`` string that is
 actually built (:meth:`IndexConfig.factory_string`), which the manifest records.
 
-Defaults (nprobe 16, ef_search 96, hnsw_m 32, rerank 3, nlist ≈ 4·sqrt(N)) were tuned
-towards recall@10 ≥ 0.95 at ≥ 10× the flat index's queries/s at 1M items, measured at
-200k on synthetic clustered galleries (``benchmarks/index_speed.py``, d=128, 2 threads):
-recall@10 0.998 (ivf) / 0.985–0.9999 (hnsw) at 5–8× the flat index's queries/s. Flat
-search cost grows 5× from 200k to 1M, IVF's ≈ 2.5× (nlist + nprobe·N/nlist rows) and
-HNSW's ≈ log N, which is the margin for 10× at 1M (not measured here). Every build
-measures its own recall against exact search and records it (docs/design.md §8.3).
+Defaults: nlist ≈ 4·sqrt(N), hnsw_m 32, rerank 3; nprobe 16 / ef_search 96 are the search
+effort when ``target_recall`` is None — with it (params default 0.95) the build picks the
+cheapest effort that reaches it (:mod:`components.indexing.tuning`). Measured on the scale
+corpora (``bctflow bench scale``, benchmarks/results/scale/): see the reports there. Every
+build measures its own recall against exact search and records it (docs/design.md §8.3).
 """
 
 from __future__ import annotations

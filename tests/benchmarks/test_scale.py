@@ -1,0 +1,29 @@
+"""Pieces of ``bctflow bench scale`` (benchmarks/scale.py) that run without the Fashion-MNIST corpus: reading the
+backfill's own log line, and the cosine view of a Lorentz corpus."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.scale import _reembedded, _unit_space
+from components.geometry import expmap0
+
+
+def test_the_backfill_log_line_gives_items_and_rate():
+    line = "gallery corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s"
+    out = f"noise\n12:00:01 | INFO | Task run 'embed-chunks' - {line}\n"
+    assert _reembedded(out) == (500288, 2664.0)
+    with pytest.raises(RuntimeError, match="no 'gallery corpus"):
+        _reembedded("the run printed something else")
+
+
+def test_the_cosine_view_is_the_unit_spatial_part_of_lorentz_points():
+    import torch
+
+    z = np.random.default_rng(0).normal(size=(20, 6))
+    points = expmap0(torch.from_numpy(z), 1.0).numpy()  # (20, 7): time first
+    unit = _unit_space(points)
+    assert unit.shape == (20, 6)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0)
+    np.testing.assert_allclose(unit, z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-12)

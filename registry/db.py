@@ -11,9 +11,11 @@ Tables
 * ``promotions``         which generation the `production` alias pointed to, when, by whom, forced or not
 * ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
 
-Schema changes are additive; :func:`upgrade_schema` adds new nullable columns to
-an existing database. Only an explicit upgrade runs it (``bctflow db-upgrade``):
-opening a store never alters its schema.
+Schema changes are Alembic revisions in ``registry/migrations/versions/`` (:mod:`registry.schema`
+runs them); a new database is built by the migrations. :func:`upgrade_schema` is only the bridge
+for databases written before Alembic (``schema_info`` v1–v3): it adds missing tables and nullable
+columns before the baseline revision is stamped. Only ``bctflow db-upgrade`` migrates: opening a
+store never alters its schema.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ __all__ = [
     "utcnow",
 ]
 
-#: v2: pointers carry model, ζ, accepted query generations, backfill; v3: generations.compatible_with_live
+#: the last pre-Alembic ``schema_info`` version (v2: pointers carry model, ζ, accepted query generations, backfill;
+#: v3: generations.compatible_with_live) — the Alembic baseline revision is this schema
 SCHEMA_VERSION = 3
 
 

@@ -20,26 +20,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, inspect, select
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.errors import LineageError
+from registry import schema
 from registry.db import (
-    SCHEMA_VERSION,
     BackfillDecision,
     BackfillEvent,
-    Base,
     CompatSummary,
     Evaluation,
     GalleryPointer,
     Generation,
     GenerationMetric,
     Promotion,
-    SchemaInfo,
     ZetaStep,
-    upgrade_schema,
 )
 from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 
@@ -88,54 +85,37 @@ class LineageStore:
             ) from None
         _sqlite_pragmas(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        version = self.schema_version()
-        if version is None:
+        state = self._state()
+        if state.kind == "empty":
             if readonly:
                 self.engine.dispose()
                 raise NoLineageError(f"lineage database {url} holds no bctflow lineage; run `bctflow run` first")
-            Base.metadata.create_all(self.engine)
-            with self._sessions.begin() as s:
-                s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
-        elif version > SCHEMA_VERSION:
+            schema.create(self.engine)
+        elif state.kind == "ahead":
             raise LineageError(
-                f"lineage database {url} has schema v{version}, newer than this bctflow (v{SCHEMA_VERSION}); upgrade "
-                "bctflow"
+                f"lineage database {url} has schema {state.revision}, newer than this bctflow's "
+                f"{schema.head_revision()}; upgrade bctflow"
             )
-        elif version < SCHEMA_VERSION and upgrade and not readonly:
-            self.upgraded = self._upgrade()
-        elif version < SCHEMA_VERSION:
+        elif state.kind == "behind" and upgrade and not readonly:
+            self.upgraded = schema.upgrade(self.engine)
+        elif state.kind == "behind":
             raise LineageError(
-                f"lineage database {url} has schema v{version}, older than this bctflow's v{SCHEMA_VERSION}; "
-                "back it up, then run `bctflow db-upgrade` to migrate it"
+                f"lineage database {url} has schema {state.revision}, older than this bctflow's "
+                f"{schema.head_revision()}; back it up, then run `bctflow db-upgrade` to migrate it"
             )
 
-    def schema_version(self) -> int | None:
-        """The stored schema version; None when the database holds no bctflow tables yet."""
+    def _state(self) -> schema.SchemaState:
         try:
-            tables = set(inspect(self.engine).get_table_names())
+            return schema.schema_state(self.engine)
         except SQLAlchemyError as err:
             raise LineageError(
                 f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the "
                 "server"
             ) from None
-        if "generations" not in tables:
-            return None
-        if "schema_info" not in tables:
-            return 1
-        with self._sessions() as s:
-            info = s.get(SchemaInfo, 1)
-        return 1 if info is None else int(info.version)
 
-    def _upgrade(self) -> list[str]:
-        """Migrate an older schema to this bctflow's (additive: new tables, nullable columns); returns the additions."""
-        added = upgrade_schema(self.engine)
-        with self._sessions.begin() as s:
-            info = s.get(SchemaInfo, 1)
-            if info is None:
-                s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
-            else:
-                info.version = SCHEMA_VERSION
-        return added
+    def schema_version(self) -> str | None:
+        """The stored schema revision (``legacy vN`` before Alembic); None when the database holds no lineage yet."""
+        return self._state().revision
 
     def close(self) -> None:
         self.engine.dispose()

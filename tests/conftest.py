@@ -39,3 +39,23 @@ def tiny_params_file(tmp_path: Path) -> Path:
     path = tmp_path / "params.yaml"
     write_params(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A real PostgreSQL 15 cluster for the whole session (the Debian package's initdb + pg_ctl)."""
+    from tests.pg import BIN, PostgresCluster, available
+
+    if not available():
+        pytest.skip(f"PostgreSQL server binaries not found in {BIN} (apt install postgresql, or set BCTFLOW_PG_BIN)")
+    cluster = PostgresCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """A fresh, empty lineage database URL: a SQLite file, and a database on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'lineage.db'}"
+    return request.getfixturevalue("pg_cluster").new_database()

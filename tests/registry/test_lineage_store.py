@@ -69,8 +69,8 @@ def two_generations(store: LineageStore) -> None:
     )
 
 
-def test_json_export_has_the_documented_schema(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+def test_json_export_has_the_documented_schema(db_url: str):
+    store = LineageStore(db_url)
     two_generations(store)
     doc = store.to_json()
     assert [g["id"] for g in doc] == [0, 1]
@@ -108,8 +108,8 @@ def test_json_export_has_the_documented_schema(tmp_path: Path):
     assert store.live_pointer().generation_id == 0 and store.next_generation_id() == 2
 
 
-def test_failure_before_commit_writes_nothing(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+def test_failure_before_commit_writes_nothing(db_url: str):
+    store = LineageStore(db_url)
     bundle = GenerationBundle(
         record(0, None, 1.0),
         evaluations=evals(0, 0, {"map": 0.5}),
@@ -127,9 +127,9 @@ def test_failure_before_commit_writes_nothing(tmp_path: Path):
     assert store.count() == 1
 
 
-def test_database_error_rolls_back_everything(tmp_path: Path):
+def test_database_error_rolls_back_everything(db_url: str):
     """A real constraint failure inside the transaction (duplicate evaluation row) leaves no trace."""
-    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+    store = LineageStore(db_url)
     dup = evals(0, 0, {"map": 0.5}) * 2
     with pytest.raises(LineageError, match="rolled back"):
         store.commit_generation(
@@ -144,15 +144,15 @@ def test_database_error_rolls_back_everything(tmp_path: Path):
         assert s.execute(text("select count(*) from gallery_pointers")).scalar() == 0
 
 
-def test_existing_generation_id_is_refused(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+def test_existing_generation_id_is_refused(db_url: str):
+    store = LineageStore(db_url)
     two_generations(store)
     with pytest.raises(LineageError, match="already exists"):
         store.commit_generation(GenerationBundle(record(1, 0, 1.2)))
 
 
-def test_unknown_generation_lookup_names_the_fix(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'l.db'}")
+def test_unknown_generation_lookup_names_the_fix(db_url: str):
+    store = LineageStore(db_url)
     with pytest.raises(LineageError, match="bctflow lineage"):
         store.generation(7)
 

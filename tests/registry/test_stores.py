@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import LineageError
-from registry.db import SCHEMA_VERSION
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord
+from registry.schema import head_revision
 from registry.stores import lineage_url, open_lineage, tracking_uri
 from tests.helpers import generation_record
 
@@ -25,7 +25,7 @@ def _record() -> GenerationRecord:
 
 
 def _older_schema(home: Path) -> Path:
-    """A lineage database as the previous schema (v2) left it: no generations.compatible_with_live."""
+    """A lineage database as schema v2 (before Alembic) left it: no generations.compatible_with_live."""
     store = open_lineage(None, home)
     store.commit_generation(GenerationBundle(_record()))
     store.close()
@@ -33,6 +33,7 @@ def _older_schema(home: Path) -> Path:
     con = sqlite3.connect(db)
     con.execute("ALTER TABLE generations DROP COLUMN compatible_with_live")
     con.execute("UPDATE schema_info SET version = 2")
+    con.execute("DROP TABLE alembic_version")
     con.commit()
     con.close()
     return db
@@ -82,7 +83,8 @@ def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
     db = _older_schema(tmp_path)
     for readonly in (True, False):
         with pytest.raises(
-            LineageError, match=r"schema v2, older than this bctflow's v3; back it up, then run `bctflow db-upgrade`"
+            LineageError,
+            match=r"schema legacy v2, older than this bctflow.s 0001_baseline; back it up, then run `bctflow db-upgrade`",  # noqa: E501
         ):
             open_lineage(None, tmp_path, readonly=readonly)
     assert "compatible_with_live" not in _columns(db)  # nothing was migrated behind the user's back
@@ -92,7 +94,7 @@ def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
     assert "compatible_with_live" in _columns(db)
     store = open_lineage(None, tmp_path, readonly=True)
     assert [g.name for g in store.generations()] == ["g0"] and store.generations()[0].compatible_with_live is None
-    assert store.schema_version() == SCHEMA_VERSION
+    assert store.schema_version() == head_revision()
     store.close()
     again = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
     assert "already at this bctflow's schema" in again.output
@@ -101,7 +103,7 @@ def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
 def test_a_newer_schema_is_refused(tmp_path: Path):
     open_lineage(None, tmp_path).close()
     con = sqlite3.connect(tmp_path / "lineage.db")
-    con.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
+    con.execute("UPDATE alembic_version SET version_num = 'ffff_newer'")
     con.commit()
     con.close()
     with pytest.raises(LineageError, match="newer than this bctflow"):

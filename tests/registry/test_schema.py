@@ -1,0 +1,74 @@
+"""The lineage schema under Alembic (registry/schema.py, registry/migrations/), on SQLite and a real PostgreSQL:
+migrations build exactly the ORM models, are reversible, and a database written before Alembic is refused until
+`bctflow db-upgrade`, which stamps it and keeps its rows."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from components.errors import LineageError
+from registry import schema
+from registry.db import Base
+from registry.lineage import LineageStore
+from registry.records import GenerationBundle
+from tests.helpers import generation_record
+
+
+def test_a_new_database_is_built_by_the_migrations_and_matches_the_models(db_url):
+    LineageStore(db_url).close()
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        assert MigrationContext.configure(conn).get_current_revision() == schema.head_revision()
+    assert schema.schema_state(engine).kind == "current"
+    engine.dispose()
+
+
+def test_the_migrations_are_reversible(db_url):
+    engine = create_engine(db_url)
+    schema.create(engine)
+    schema._run(engine, "downgrade", "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    assert schema.schema_state(engine).kind == "empty"
+    schema.create(engine)
+    assert schema.schema_state(engine).kind == "current"
+    engine.dispose()
+
+
+def _pre_alembic(url: str, version: int = 3) -> None:
+    """The database as bctflow wrote it before Alembic: the same tables, schema_info vN, no alembic_version."""
+    store = LineageStore(url)
+    store.commit_generation(GenerationBundle(generation_record(0)))
+    store.close()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
+        conn.execute(text("UPDATE schema_info SET version = :v"), {"v": version})
+    engine.dispose()
+
+
+def test_a_pre_alembic_database_is_refused_then_stamped_by_db_upgrade(db_url):
+    _pre_alembic(db_url)
+    for readonly in (True, False):
+        with pytest.raises(LineageError, match=r"schema legacy v3, older than .*run `bctflow db-upgrade`"):
+            LineageStore(db_url, readonly=readonly)
+    assert "alembic_version" not in inspect(create_engine(db_url)).get_table_names()  # nothing migrated unasked
+    store = LineageStore(db_url, upgrade=True)
+    assert store.upgraded == [f"stamped {schema.BASELINE} (legacy v3 → v3)"]
+    assert [g.name for g in store.generations()] == ["g0"]
+    assert store.schema_version() == schema.head_revision()
+    store.close()
+    assert LineageStore(db_url, upgrade=True).upgraded is None  # current: nothing to do
+
+
+def test_a_database_from_a_newer_bctflow_is_refused(db_url):
+    LineageStore(db_url).close()
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff_from_the_future'"))
+    engine.dispose()
+    with pytest.raises(LineageError, match="schema ffff_from_the_future, newer than this bctflow"):
+        LineageStore(db_url, readonly=True)

@@ -9,13 +9,14 @@ Temp files are named ``.<name>.<random>.tmp`` in the target's directory
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "file_sha256"]
 
 
 def _fsync_file(path: Path) -> None:
@@ -87,3 +88,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Atomically replace ``path`` with UTF-8 ``text``."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError, LineageError
 from components.indexing.gallery import gallery_beside
+from components.io import file_sha256
 from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
@@ -60,6 +61,8 @@ class ParentRef(_Frozen):
     class_order: tuple[int, ...]
     mlflow_version: str | None
     pointer_id: int
+    #: sha256 the lineage recorded for ``checkpoint`` (None: recorded before lineage revision 0002)
+    checkpoint_sha256: str | None = None
 
 
 class GenerationPlan(_Frozen):
@@ -150,6 +153,7 @@ def _parent_ref(store: LineageStore) -> ParentRef | None:
         embed_dim=g.embed_dim,
         class_order=tuple(g.class_order),
         mlflow_version=g.mlflow_version,
+        checkpoint_sha256=ptr.model_sha256 if ptr.model_checkpoint else g.checkpoint_sha256,
     )
 
 
@@ -172,8 +176,16 @@ def _zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
 
 
 def _check_parent_checkpoint(parent: ParentRef) -> None:
-    """The parent's checkpoint must be the model its lineage record describes."""
-    obj = load_torch_safe(Path(parent.checkpoint))
+    """The parent's checkpoint must be the model its lineage record describes: its bytes (sha256, when recorded),
+    then its spec."""
+    path = Path(parent.checkpoint)
+    if parent.checkpoint_sha256 is not None and path.is_file() and file_sha256(path) != parent.checkpoint_sha256:
+        raise CheckpointMismatchError(
+            f"parent generation {parent.id}'s checkpoint {path} is not the file the lineage recorded (sha256 "
+            f"{parent.checkpoint_sha256[:12]}…, the file has another content); restore the original checkpoint of "
+            "that generation from a backup"
+        )
+    obj = load_torch_safe(path)
     spec = read_spec(obj, parent.checkpoint)
     expected = {
         "geometry": parent.geometry,

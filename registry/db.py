@@ -94,6 +94,8 @@ class Generation(Base):
     train_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     #: the empirical compatibility criterion against the live gallery, measured whatever the rules (docs/design.md §7.3)
     compatible_with_live: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    #: sha256 of the final model.pt (revision 0002; None for rows written before it)
+    checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     parent: Mapped[Generation | None] = relationship(remote_side=[id])
@@ -172,6 +174,8 @@ class GalleryPointer(Base):
     zeta: Mapped[float | None] = mapped_column(Float, nullable=True)
     compatible_generations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     backfill_id: Mapped[int | None] = mapped_column(ForeignKey("backfill_events.id"), nullable=True)
+    #: sha256 of model_checkpoint (revision 0002; None for rows written before it)
+    model_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class BackfillEvent(Base):
@@ -226,15 +230,17 @@ class SchemaInfo(Base):
     version: Mapped[int] = mapped_column(Integer)
 
 
-def upgrade_schema(engine: Any) -> list[str]:
-    """Create missing tables and add missing *nullable* columns to existing ones. Returns what was added."""
+def upgrade_schema(engine: Any, metadata: Any = None) -> list[str]:
+    """Create missing tables and add missing *nullable* columns of ``metadata`` (default: these models). Returns
+    what was added. The pre-Alembic bridge passes the baseline revision's tables (:mod:`registry.schema`)."""
     from sqlalchemy import inspect, text
 
-    Base.metadata.create_all(engine)
+    metadata = Base.metadata if metadata is None else metadata
+    metadata.create_all(engine)
     added = []
     insp = inspect(engine)
     with engine.begin() as conn:
-        for table in Base.metadata.sorted_tables:
+        for table in metadata.sorted_tables:
             have = {c["name"] for c in insp.get_columns(table.name)}
             for col in table.columns:
                 if col.name not in have and col.nullable:

@@ -170,6 +170,7 @@ def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
                 "architecture": g.architecture,
                 "hyperparameters": g.hyperparameters,
                 "checkpoint": g.checkpoint_path,
+                "checkpoint_sha256": g.checkpoint_sha256,
                 "index": g.index_path,
                 "mlflow_model": g.mlflow_model,
                 "mlflow_version": g.mlflow_version,

@@ -45,6 +45,8 @@ class GenerationRecord:
     mlflow_run_id: str | None = None
     #: the measured fact: cross(new, live) > self(live) on the decision metric (None: recorded before schema v3)
     compatible_with_live: bool | None = None
+    #: sha256 of the checkpoint file (None: recorded before lineage revision 0002)
+    checkpoint_sha256: str | None = None
 
 
 @dataclass
@@ -84,6 +86,8 @@ class PointerRecord:
     zeta: float | None = None
     compatible_generations: list[int] = field(default_factory=list)
     backfill_id: int | None = None
+    #: sha256 of model_checkpoint (None: recorded before lineage revision 0002)
+    model_sha256: str | None = None
 
 
 @dataclass

@@ -22,7 +22,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, MetaData, create_engine, inspect, text
 
 from registry.db import upgrade_schema
 
@@ -83,6 +83,17 @@ def _run(engine: Engine, action: str, target: str) -> None:
         getattr(command, action)(cfg, target)
 
 
+def _baseline_metadata() -> MetaData:
+    """The tables of the baseline revision, as the migration builds them (in a scratch in-memory SQLite)."""
+    scratch = create_engine("sqlite://")
+    _run(scratch, "upgrade", BASELINE)
+    meta = MetaData()
+    meta.reflect(scratch)
+    meta.remove(meta.tables["alembic_version"])
+    scratch.dispose()
+    return meta
+
+
 def create(engine: Engine) -> None:
     """Build the schema in an empty database by running every migration."""
     _run(engine, "upgrade", "head")
@@ -93,7 +104,7 @@ def upgrade(engine: Engine) -> list[str]:
     done: list[str] = []
     state = schema_state(engine)
     if state.revision is not None and state.revision.startswith("legacy"):
-        added = upgrade_schema(engine)  # additive: v1/v2 -> v3 tables and nullable columns
+        added = upgrade_schema(engine, _baseline_metadata())  # additive: v1/v2 -> v3 tables and nullable columns
         with engine.begin() as conn:
             conn.execute(text("DELETE FROM schema_info"))
             conn.execute(text("INSERT INTO schema_info (id, version) VALUES (1, :v)"), {"v": _LEGACY_FINAL})

@@ -46,6 +46,7 @@ from components.indexing.vectors import (
     lorentz_l2_rows,
     lorentz_proxy_rows,
 )
+from components.io import file_sha256
 
 __all__ = [
     "SHARD_SALT",
@@ -228,15 +229,6 @@ def index_sha256(index: faiss.Index) -> str:
         return len(b)
 
     faiss.write_index(index, faiss.PyCallbackIOWriter(take))
-    return h.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
     return h.hexdigest()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from components.errors import LineageError
 from components.indexing.live import LiveGallery
+from components.io import file_sha256
 from flows.plan import GenerationPlan
 from flows.steps.registration import promoted
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
@@ -67,6 +68,7 @@ def _record(
         curvature=trained.curvature,
         embed_dim=trained.output_dim,
         checkpoint_path=_final(plan, trained.checkpoint),
+        checkpoint_sha256=file_sha256(trained.checkpoint),  # staged bytes = final bytes (moved by rename)
         params_digest=plan.params_digest,
         data_fingerprint=snap.data_fingerprint,
         train_seconds=trained.seconds,
@@ -89,6 +91,7 @@ def _pointer(
             record.checkpoint_path,
             plan.zeta,
             [plan.gen_id],
+            model_sha256=record.checkpoint_sha256,
         )
     if not compatible:
         return None
@@ -103,6 +106,7 @@ def _pointer(
         cur.zeta,
         allowed,
         cur.backfill_id,
+        cur.model_sha256,
     )
 
 

@@ -24,7 +24,7 @@ from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import mix_galleries
-from components.io import atomic_path, atomic_write_text
+from components.io import atomic_path, atomic_write_text, file_sha256
 from flows.steps.commit import PRODUCTION_ALIAS
 from flows.steps.corpus import check_index_recall, index_gallery
 from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
@@ -155,6 +155,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             model_ckpt,
             plan.zeta,
             [plan.target],
+            model_sha256=file_sha256(model_ckpt),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]

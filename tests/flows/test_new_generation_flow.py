@@ -20,6 +20,7 @@ import yaml
 
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
+from components.io import file_sha256
 from flows.transient import is_transient
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
@@ -51,6 +52,9 @@ def test_lineage_records_the_chain(lineage_run):
     assert g0["alignment"] == "independent" and g1["alignment"] == "hbct" and g1["parent"] == 0
     assert g0["zeta"] == pytest.approx(1.0) and g1["zeta"] == pytest.approx(g0["zeta"] + 0.2)
     assert g0["live"] and not g1["live"]
+    for g in doc:  # every committed model is pinned by its bytes
+        assert g["checkpoint_sha256"] == file_sha256(g["checkpoint"])
+    assert store.live_pointer().model_sha256 == g0["checkpoint_sha256"]
     assert g1["class_order"][:5] == [0, 1, 2, 3, 4] and sorted(g1["class_order"]) == list(range(10))
     m = g1["metrics"]
     for block in ("self", "cross", "parent_self"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
+from components.io import file_sha256
 from registry.lineage import LineageStore
 from tests.helpers import run_backfill, run_generation, write_params
 
@@ -29,7 +30,9 @@ def test_the_chain_and_the_backfill_live_in_postgresql(pg_run):
     store = LineageStore(lineage, readonly=True)
     doc = store.to_json()
     assert [g["name"] for g in doc] == ["g0", "g1"] and doc[1]["parent"] == 0
-    assert store.live_pointer().generation_id == 1  # the full backfill re-embedded the gallery with g1
+    ptr = store.live_pointer()
+    assert ptr.generation_id == 1  # the full backfill re-embedded the gallery with g1
+    assert ptr.model_sha256 == file_sha256(ptr.model_checkpoint)  # the gallery's model, pinned by its bytes
     assert [(b.from_generation_id, b.to_generation_id, b.kind) for b in store.backfills()] == [(0, 1, "full")]
     store.close()
     client = MlflowClient(tracking_uri=tracking)

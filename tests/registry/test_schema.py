@@ -39,11 +39,13 @@ def test_the_migrations_are_reversible(db_url):
 
 
 def _pre_alembic(url: str, version: int = 3) -> None:
-    """The database as bctflow wrote it before Alembic: the same tables, schema_info vN, no alembic_version."""
+    """The database as bctflow wrote it before Alembic: the baseline tables (the later revisions undone, rows
+    kept), schema_info vN, no alembic_version."""
     store = LineageStore(url)
     store.commit_generation(GenerationBundle(generation_record(0)))
     store.close()
     engine = create_engine(url)
+    schema._run(engine, "downgrade", schema.BASELINE)
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE alembic_version"))
         conn.execute(text("UPDATE schema_info SET version = :v"), {"v": version})
@@ -57,8 +59,12 @@ def test_a_pre_alembic_database_is_refused_then_stamped_by_db_upgrade(db_url):
             LineageStore(db_url, readonly=readonly)
     assert "alembic_version" not in inspect(create_engine(db_url)).get_table_names()  # nothing migrated unasked
     store = LineageStore(db_url, upgrade=True)
-    assert store.upgraded == [f"stamped {schema.BASELINE} (legacy v3 → v3)"]
-    assert [g.name for g in store.generations()] == ["g0"]
+    assert store.upgraded == [
+        f"stamped {schema.BASELINE} (legacy v3 → v3)",
+        f"migrated {schema.BASELINE} → {schema.head_revision()}",
+    ]
+    g0 = store.generations()[0]
+    assert g0.name == "g0" and g0.checkpoint_sha256 is None  # kept, and the new column is empty for old rows
     assert store.schema_version() == schema.head_revision()
     store.close()
     assert LineageStore(db_url, upgrade=True).upgraded is None  # current: nothing to do

@@ -7,10 +7,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import CheckpointMismatchError, ConfigError, DataError
+from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
 from flows.params import GenerationSpec, apply_overrides, load_params
@@ -67,8 +69,11 @@ def test_cli_reports_the_error_and_writes_nothing(tiny_params_file: Path, tmp_pa
     assert not home.exists()
 
 
-def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: float) -> tuple[Path, LineageStore]:
-    """A lineage whose generation 0 record says ζ=1.0, with a checkpoint claiming ``checkpoint_zeta``."""
+def _workspace_with_parent(
+    tmp_path: Path, params_file: Path, checkpoint_zeta: float, pin: bool = False
+) -> tuple[Path, LineageStore]:
+    """A lineage whose generation 0 record says ζ=1.0, with a checkpoint claiming ``checkpoint_zeta`` (``pin``: the
+    record carries the checkpoint's sha256, as every generation committed since lineage revision 0002 does)."""
     home = tmp_path / "ws"
     p = load_params(params_file)
     ws = Workspace(home)
@@ -76,7 +81,11 @@ def _workspace_with_parent(tmp_path: Path, params_file: Path, checkpoint_zeta: f
     save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=checkpoint_zeta)), ckpt)
     store = ws.lineage(p)
     rec = generation_record(
-        0, class_order=[0, 1, 2, 3, 4], checkpoint_path=str(ckpt), index_path=str(ws.generation_dir(0) / "index")
+        0,
+        class_order=[0, 1, 2, 3, 4],
+        checkpoint_path=str(ckpt),
+        index_path=str(ws.generation_dir(0) / "index"),
+        checkpoint_sha256=file_sha256(ckpt) if pin else None,
     )
     store.commit_generation(
         GenerationBundle(
@@ -94,6 +103,20 @@ def test_parent_checkpoint_that_does_not_match_its_lineage_record_is_refused(tin
     with pytest.raises(CheckpointMismatchError, match=r"zeta: checkpoint has 2.0, lineage has 1.0"):
         preflight(tiny_params_file, [], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
     assert files_under(home) == before
+    assert store.count() == 1
+
+
+def test_a_parent_checkpoint_swapped_for_other_weights_of_the_same_shape_is_refused(
+    tiny_params_file: Path, tmp_path: Path
+):
+    home, store = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0, pin=True)
+    spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
+    assert preflight(tiny_params_file, [], home, spec).parent.checkpoint_sha256 is not None  # the recorded file: fine
+    ckpt = Workspace(home).generation_dir(0) / "model.pt"
+    torch.manual_seed(99)  # same geometry, width, ζ and classes; other weights
+    save_model(build_model(tiny_spec(num_classes=5, class_order=(0, 1, 2, 3, 4), zeta=1.0)), ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"is not the file the lineage recorded .* restore the original"):
+        preflight(tiny_params_file, [], home, spec)
     assert store.count() == 1
 
 

@@ -9,12 +9,15 @@ and writes nothing. The commands live in :mod:`bctflow.generations` and
 from __future__ import annotations
 
 from bctflow import generations, operations  # noqa: F401 (registers the commands)
+from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app
 
 __all__ = ["app", "main"]
 
 
-def main() -> None:  # pragma: no cover - entry point
+def main() -> None:
+    """The ``bctflow`` console script: Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`), then the app."""
+    install_interrupt_handlers()
     app()
 
 

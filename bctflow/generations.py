@@ -76,7 +76,7 @@ def demo(
                 raise ConfigError(
                     f"workspace {h} is not empty; pass --reset to wipe it or --home to use another directory"
                 )
-            ws.reset()
+            ws.reset(p)
     except BctflowError as err:
         fail(err)
     t0 = time.perf_counter()

@@ -175,6 +175,21 @@ def _zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
     return newest.zeta, False
 
 
+def _check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
+    """An empty lineage beside committed generation folders or a live gallery means the lineage was lost (a deleted
+    or zero-byte database, a wrong lineage.db_url): training generation 0 again would re-register it in MLflow and
+    take over its aliases. Refuse instead."""
+    gens = sorted(p.name for p in ws.generations_dir.glob("gen_*")) if ws.generations_dir.is_dir() else []
+    live = (ws.live_dir / "CURRENT").exists()
+    if gens or live:
+        found = ", ".join(gens[:3]) + ("…" if len(gens) > 3 else "") + (" and a live gallery" if live else "")
+        raise LineageError(
+            f"the lineage database {store.url} records no generation, but {ws.home} holds {found.lstrip(', ')}: the "
+            "lineage is missing or was emptied. Restore it from a backup (or fix lineage.db_url); to start a new "
+            "chain, use another --home"
+        )
+
+
 def _check_parent_checkpoint(parent: ParentRef) -> None:
     """The parent's checkpoint must be the model its lineage record describes: its bytes (sha256, when recorded),
     then its spec."""
@@ -284,6 +299,8 @@ def make_plan(
     """
     get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
+    if gen_id == 0:
+        _check_no_orphaned_workspace(ws, store)
     parent = _parent_ref(store)
     spec = _named_spec(store, spec, gen_id)
     notes: list[str] = []

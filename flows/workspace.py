@@ -106,10 +106,24 @@ class Workspace:
     def is_empty(self) -> bool:
         return not self.home.exists() or not any(self.home.iterdir())
 
-    def reset(self) -> None:
-        """Delete the workspace, refusing when it holds anything that is not bctflow's."""
+    def reset(self, params: Params) -> None:
+        """Delete the workspace, refusing when it holds anything that is not bctflow's, or when a lineage database
+        outside it (params ``lineage.db_url``) still records generations whose files it holds: deleting them would
+        leave that lineage pointing at nothing. The rows are not deleted for the user: that is their database."""
         if self.is_empty():
             return
+        if params.lineage.db_url is not None:
+            store = self.lineage(params, readonly=True)
+            try:
+                n = store.count()
+            finally:
+                store.close()
+            if n:
+                raise ConfigError(
+                    f"the lineage database {params.lineage.db_url} (outside {self.home}) records {n} generation(s) "
+                    f"whose checkpoints and indexes live in {self.home}; --reset would orphan them. Point "
+                    "lineage.db_url at an empty database, or delete that lineage's rows yourself, then reset"
+                )
         foreign = sorted(p.name for p in self.home.iterdir() if p.name not in WORKSPACE_ENTRIES)
         if foreign:
             raise ConfigError(

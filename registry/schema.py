@@ -26,7 +26,16 @@ from sqlalchemy import Engine, MetaData, create_engine, inspect, text
 
 from registry.db import upgrade_schema
 
-__all__ = ["BASELINE", "MIGRATIONS", "SchemaState", "create", "head_revision", "schema_state", "upgrade"]
+__all__ = [
+    "BASELINE",
+    "MIGRATIONS",
+    "SchemaState",
+    "create",
+    "downgrade",
+    "head_revision",
+    "schema_state",
+    "upgrade",
+]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: the revision that is the schema as bctflow wrote it before Alembic (``schema_info`` v3)
@@ -97,6 +106,12 @@ def _baseline_metadata() -> MetaData:
 def create(engine: Engine) -> None:
     """Build the schema in an empty database by running every migration."""
     _run(engine, "upgrade", "head")
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Undo every revision after ``revision`` (``"base"``: all of them). For maintainers and tests: bctflow never
+    downgrades a database on its own."""
+    _run(engine, "downgrade", revision)
 
 
 def upgrade(engine: Engine) -> list[str]:

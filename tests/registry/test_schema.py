@@ -30,7 +30,7 @@ def test_a_new_database_is_built_by_the_migrations_and_matches_the_models(db_url
 def test_the_migrations_are_reversible(db_url):
     engine = create_engine(db_url)
     schema.create(engine)
-    schema._run(engine, "downgrade", "base")
+    schema.downgrade(engine, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     assert schema.schema_state(engine).kind == "empty"
     schema.create(engine)
@@ -45,7 +45,7 @@ def _pre_alembic(url: str, version: int = 3) -> None:
     store.commit_generation(GenerationBundle(generation_record(0)))
     store.close()
     engine = create_engine(url)
-    schema._run(engine, "downgrade", schema.BASELINE)
+    schema.downgrade(engine, schema.BASELINE)
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE alembic_version"))
         conn.execute(text("UPDATE schema_info SET version = :v"), {"v": version})

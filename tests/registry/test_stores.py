@@ -32,7 +32,7 @@ def _older_schema(home: Path) -> Path:
     store.close()
     db = home / "lineage.db"
     engine = create_engine(f"sqlite:///{db}")
-    schema._run(engine, "downgrade", schema.BASELINE)  # the Alembic revisions undone, rows kept
+    schema.downgrade(engine, schema.BASELINE)  # the Alembic revisions undone, rows kept
     engine.dispose()
     con = sqlite3.connect(db)
     con.execute("ALTER TABLE generations DROP COLUMN compatible_with_live")

@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from components.errors import CheckpointMismatchError, ConfigError, DataError
+from components.errors import CheckpointMismatchError, ConfigError, DataError, LineageError
 from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
@@ -169,3 +169,18 @@ def test_overrides_parse_yaml_values(tiny_params_file: Path):
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         apply_overrides(p, ["train.epochs"])
     assert dataclasses.is_dataclass(Workspace(Path("x")))
+
+
+@pytest.mark.parametrize("lost", ["deleted", "zero bytes"])
+def test_a_lost_lineage_beside_committed_generations_is_refused(tiny_params_file: Path, tmp_path: Path, lost):
+    home = tmp_path / "ws"
+    (home / "generations" / "gen_000").mkdir(parents=True)
+    (home / "generations" / "gen_001").mkdir()
+    (home / "live").mkdir()
+    (home / "live" / "CURRENT").write_text("index-v000\n")
+    if lost == "zero bytes":
+        (home / "lineage.db").write_bytes(b"")
+    before = files_under(home)
+    with pytest.raises(LineageError, match=r"records no generation, but .* holds gen_000, gen_001 and a live gallery"):
+        preflight(tiny_params_file, [], home, {"name": "g0", "classes": "all"})
+    assert files_under(home) == before  # nothing trained, nothing registered, nothing written

@@ -1,0 +1,73 @@
+"""Ctrl-C and SIGTERM end a command at once, with one line, and take its child processes with them.
+
+Without this, a SIGINT to the process group also killed Prefect's temporary API server, and the
+flow then retried the dead API for over a minute, printing hundreds of traceback lines; a SIGTERM
+to the command alone left that server running as an orphan. Here the first SIGINT / SIGTERM:
+
+1. ignores further signals (a second Ctrl-C cannot interrupt the cleanup);
+2. prints one line saying what happens to the work (staged training resumes on the same command);
+3. terminates every descendant process (Prefect's server, DataLoader workers), waits up to 3 s,
+   kills what is left;
+4. exits with 128 + the signal number, skipping Python's shutdown (whose atexit hooks would talk
+   to the dead server).
+
+Prefect's flow engine swaps in its own SIGTERM bridge while a flow runs (it turns SIGTERM into a
+crash report sent to the API — which a group signal has just killed, hence the hang); that bridge
+serves runner-driven cancellation of deployed runs, which a `bctflow` command is not, so the
+console script disables it (``prefect.flow_engine.capture_sigterm``; a test catches a Prefect
+release that moves it).
+
+A kill at any moment is what the lifecycle is built to survive (training and backfills resume,
+commits are transactional), so stopping mid-step loses at most that step's progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from types import FrameType
+
+import psutil
+
+__all__ = ["install_interrupt_handlers"]
+
+_GRACE_S = 3.0
+
+
+def _stop_children() -> None:
+    me = psutil.Process()
+    children = me.children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=_GRACE_S)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def _handler(signum: int, _frame: FrameType | None) -> None:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    name = signal.Signals(signum).name
+    sys.stderr.write(f"bctflow: stopped by {name}; staged work is kept — run the same command again to resume it\n")
+    sys.stderr.flush()
+    _stop_children()
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def _keep_our_sigterm() -> Iterator[None]:
+    yield
+
+
+def install_interrupt_handlers() -> None:
+    """Route SIGINT and SIGTERM of this (main) process to the handler above, for the whole command."""
+    import prefect.flow_engine
+
+    prefect.flow_engine.capture_sigterm = _keep_our_sigterm  # see the module docstring
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _handler)

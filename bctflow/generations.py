@@ -10,10 +10,22 @@ from typing import Any
 
 import typer
 
-from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, lineage_of, parse_params
+from bctflow.shell import (
+    HomeOpt,
+    ParamsOpt,
+    SetOpt,
+    app,
+    console,
+    fail,
+    finish,
+    lineage_of,
+    parse_params,
+    report_finished,
+)
 from components.errors import BctflowError, ConfigError
 from flows.env import configure_environment
-from flows.params import GenerationSpec, Params
+from flows.params import GenerationSpec, Params, params_digest
+from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace, resolve_home
 
 DEMO_CHAIN = [
@@ -22,11 +34,31 @@ DEMO_CHAIN = [
 ]
 
 
+def _already_committed(params: Params, home: Path, spec: GenerationSpec | None) -> int | None:
+    """The asked-for generation when the newest in the lineage already is it, made from the same model-shaping
+    parameters: the same command, run again after its commit (e.g. once killed after the commit point)."""
+    if spec is None:
+        return None
+    store = Workspace(home).lineage(params, readonly=True)
+    try:
+        gens = store.generations()
+    finally:
+        store.close()
+    newest = gens[-1] if gens else None
+    same = newest is not None and newest.name == spec.name and newest.params_digest == params_digest(params)
+    return newest.id if same else None
+
+
 def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
     """Plan (the run's only plan; refuses bad input before any server starts), then run the flow."""
     from flows.steps.preflight import plan_generation
 
     try:
+        report_finished(finish_interrupted(params, home))
+        done = _already_committed(params, home, spec)
+        if done is not None:
+            console.print(f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do")
+            return {"generation": done}
         plan = plan_generation(params, home, spec)
     except BctflowError as err:
         fail(err)

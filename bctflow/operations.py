@@ -7,10 +7,12 @@ from pathlib import Path
 
 import typer
 
-from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params
+from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params, report_finished
 from components.errors import BctflowError
 from flows.env import configure_environment
+from flows.lock import workspace_lock
 from flows.params import Params
+from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace, resolve_home
 
 
@@ -41,6 +43,7 @@ def backfill(
     h = resolve_home(home)
     p = parse_params(params, set_)
     try:
+        report_finished(finish_interrupted(p, h))
         plan = plan_backfill(p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force)
     except BctflowError as err:
         fail(err)
@@ -108,6 +111,32 @@ def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
         console.print("the lineage database is already at this bctflow's schema; nothing to do")
     else:
         console.print(f"lineage database upgraded ({', '.join(added) or 'version stamp only'})")
+
+
+@app.command()
+def doctor(
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    repair: bool = typer.Option(False, "--repair", help="repair what can be repaired (back the workspace up first)"),
+) -> None:
+    """Check that lineage, files, live pointer and MLflow registry agree (docs/commit-protocol.md)."""
+    p = parse_params(params, None) if params.exists() else Params()
+    h = resolve_home(home)
+    try:
+        if repair:
+            with workspace_lock(h, "bctflow doctor --repair"):
+                found = inspect_workspace(Workspace(h), p, repair=True)
+        else:
+            found = inspect_workspace(Workspace(h), p)
+    except BctflowError as err:
+        fail(err)
+    for f in found:
+        state = "[green]repaired[/]" if f.repaired else f"[yellow]not repaired[/] — {f.fix}"
+        console.print(f"{f.what}: {state}", highlight=False)
+    left = [f for f in found if not f.repaired]
+    console.print("workspace consistent" if not found else f"{len(found) - len(left)} repaired, {len(left)} left")
+    if left:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -41,6 +41,12 @@ ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to u
 SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
 
 
+def report_finished(findings: list) -> None:
+    """One line per step of an interrupted commit that was finished now (flows.steps.reconcile.Finding)."""
+    for f in findings:
+        console.print(f"finished an interrupted commit: {f.what}", highlight=False)
+
+
 def fail(err: Exception) -> None:
     err_console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
     raise typer.Exit(2)

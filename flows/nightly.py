@@ -18,6 +18,7 @@ from flows.new_generation import new_generation
 from flows.params import GenerationSpec, Params, load_params
 from flows.steps.changes import ChangeReport, detect_changes
 from flows.steps.preflight import plan_generation
+from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace
 
 
@@ -46,6 +47,8 @@ def nightly_generation(
         log.info("nightly retraining skipped: %s", report.reason)
         return {"skipped": True, "reason": report.reason, "last_generation": report.last_generation}
     log.info("nightly retraining: %s", report.reason)
+    for f in finish_interrupted(params, Path(home)):
+        log.info("finished an interrupted commit: %s", f.what)
     plan = plan_generation(
         params,
         home,

@@ -55,6 +55,8 @@ class RegistrationRequest:
     backfill_reasons: list[str] = field(default_factory=list)
     extra_tags: dict[str, str] = field(default_factory=dict)
     aliases: list[str] = field(default_factory=list)
+    #: the run's identity (flows/plan.py): one registered version per run key
+    run_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,10 +186,33 @@ class MlflowStore:
         except MlflowException:
             return False
 
+    def version_of_run_key(self, run_key: str) -> tuple[str, str] | None:
+        """(version, run id) of the registered version tagged with ``run_key`` (None if there is none)."""
+        from mlflow.exceptions import MlflowException
+
+        with _quiet_mlflow():
+            try:
+                found = self._client().search_model_versions(
+                    f"name='{self.model_name}' and tags.`bctflow.run_key` = '{run_key}'"
+                )
+            except MlflowException:
+                return None
+        return (str(found[0].version), str(found[0].run_id)) if found else None
+
     def register(self, req: RegistrationRequest) -> RegistrationResult:
-        """Create the run, log everything, register the version, tag it. All or nothing."""
+        """Create the run, log everything, register the version, tag it. All or nothing.
+
+        Idempotent per ``req.run_key``: a version already registered for it (by an attempt that was killed before
+        its lineage commit) is reused, its aliases set again, instead of registering a second one.
+        """
         import mlflow
 
+        if req.run_key and (found := self.version_of_run_key(req.run_key)) is not None:
+            version, run_id = found
+            self.set_tags(version, self._tags(req))  # this attempt's evaluation and gate decision
+            for alias in req.aliases:
+                self._set_alias(alias, version)
+            return RegistrationResult(self.model_name, version, run_id, False)
         with _quiet_mlflow():
             client = self._client()
             exp_id = self._experiment_id(client)
@@ -256,6 +281,29 @@ class MlflowStore:
             except MlflowException:
                 return None
 
+    def generation_versions(self) -> list[tuple[str, str]]:
+        """(version, its ``bctflow.generation`` tag) of every registered version bctflow created."""
+        from mlflow.exceptions import MlflowException
+
+        with _quiet_mlflow():
+            try:
+                found = self._client().search_model_versions(f"name='{self.model_name}'")
+            except MlflowException:
+                return []
+        return [(str(v.version), v.tags["bctflow.generation"]) for v in found if "bctflow.generation" in v.tags]
+
+    def delete_version(self, version: str) -> None:
+        """Delete a registered version and its run (an orphan no lineage row refers to)."""
+        from mlflow.exceptions import MlflowException
+
+        with _quiet_mlflow():
+            client = self._client()
+            with contextlib.suppress(MlflowException):
+                run_id = client.get_model_version(self.model_name, version).run_id
+                client.delete_model_version(self.model_name, version)
+                if run_id:
+                    client.delete_run(run_id)
+
     def rollback(self, result: RegistrationResult) -> None:
         """Undo a registration (the lineage commit after it failed)."""
         with _quiet_mlflow():
@@ -290,6 +338,7 @@ class MlflowStore:
             if req.backfill_required is None
             else str(req.backfill_required).lower(),
             "bctflow.backfill_reasons": "; ".join(req.backfill_reasons) or "none",
+            "bctflow.run_key": req.run_key or "none",
         }
         tags.update(req.extra_tags)
         return {k: v[:5000] for k, v in tags.items()}

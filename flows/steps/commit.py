@@ -1,26 +1,24 @@
-"""Step 6: commit the generation — lineage, live pointer, promotion — all or nothing.
+"""Step 6: commit the generation — one lineage transaction, then what it implies (docs/commit-protocol.md).
 
-Inside one lineage transaction (before its COMMIT):
-* staging moves into ``generations/gen_NNN``;
-* the live pointer (``live/CURRENT``) is created for generation 0, or extended with
-  the new generation's id when it is compatible with the live gallery (the measured
-  fact, docs/design.md §7), so the live index accepts its queries;
-* the promotion gate: the MLflow alias ``production`` moves to the new version.
-If anything fails, each of these is undone (in reverse order), and the flow rolls
-back the MLflow registration.
+The lineage transaction is the commit point: the generation's rows, its live-pointer row
+(generation 0 creates the live gallery; a generation compatible with it — the measured fact,
+docs/design.md §7 — joins the generations it accepts) and its promotion. If it fails nothing
+is written and the flow deletes the MLflow registration. After it, :func:`roll_forward`
+makes the files and the registry follow the rows: staging moves into ``generations/gen_NNN``,
+``live/CURRENT`` is rewritten, the ``production`` / ``gallery`` aliases move. Each of those
+is idempotent and re-done from the rows by the next command if this process dies among them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
 from components.errors import LineageError
-from components.indexing.live import LiveGallery
+from components.faults import crash_point
 from components.io import file_sha256
 from flows.plan import GenerationPlan
+from flows.steps.reconcile import roll_forward
 from flows.steps.registration import promoted
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import LineageStore
@@ -131,33 +129,6 @@ def _bundle(plan: GenerationPlan, store: LineageStore, record: GenerationRecord,
     )
 
 
-def _move_into_place(
-    plan: GenerationPlan, bundle: GenerationBundle, reg: RegistrationResult, undo: contextlib.ExitStack
-) -> None:
-    """Inside the transaction: staging → generations/, the live pointer, the production alias (each undo recorded)."""
-    ws, final = plan.workspace, plan.final_dir
-    if final.exists():
-        raise LineageError(
-            f"{final} already exists although generation {plan.gen_id} is not in the lineage; move it away and rerun"
-        )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(plan.staging_dir, final)
-    undo.callback(lambda: final.exists() and os.replace(final, plan.staging_dir))
-    pointer = bundle.pointer
-    if pointer is not None:
-        live = LiveGallery(ws.live_dir)
-        undo.callback(live.restore, live.pointer())
-        live.switch(
-            Path(pointer.index_path),
-            generation=pointer.generation_id,
-            compatible_generations=pointer.compatible_generations,
-            model_checkpoint=pointer.model_checkpoint,
-            zeta=pointer.zeta,
-        )
-    if bundle.generation.promoted:
-        undo.callback(ws.tracking(plan.params).move_alias(PRODUCTION_ALIAS, reg.version))
-
-
 def commit(
     plan: GenerationPlan,
     snap: Snapshot,
@@ -167,12 +138,14 @@ def commit(
     reg: RegistrationResult,
     ref: Trained | None = None,
 ) -> None:
-    """Write the lineage in one transaction; staging, the live pointer and the alias move inside it."""
+    """Write the lineage in one transaction (the commit point), then move staging, the live pointer and the aliases
+    into line with it — steps that are re-done from the committed rows if this process dies among them."""
     store = plan.workspace.lineage(plan.params)
     try:
         existing = store.generation_by_name(plan.name)
         if existing is not None and existing.mlflow_run_id == reg.run_id:
-            return  # an earlier attempt committed (retry after a lost acknowledgement)
+            roll_forward(plan.workspace, plan.params, store)  # an earlier attempt committed: finish what follows
+            return
         record = _record(
             plan,
             snap,
@@ -184,9 +157,15 @@ def commit(
             compatible_with_live=ev.compatible,
         )
         bundle = _bundle(plan, store, record, ev)
-        with contextlib.ExitStack() as undo:  # on failure the side effects are undone in reverse order
-            store.commit_generation(bundle, before_commit=lambda: _move_into_place(plan, bundle, reg, undo))
-            undo.pop_all()
+        if plan.final_dir.exists():
+            raise LineageError(
+                f"{plan.final_dir} already exists although generation {plan.gen_id} is not in the lineage; move it "
+                "away and rerun (`bctflow doctor` lists such leftovers)"
+            )
+        crash_point("commit.before_sql")
+        store.commit_generation(bundle)  # the commit point (docs/commit-protocol.md)
+        crash_point("commit.after_sql")
+        roll_forward(plan.workspace, plan.params, store)  # staging → generations/, live pointer, aliases
     finally:
         store.close()
 

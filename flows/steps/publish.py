@@ -9,7 +9,6 @@ atomic rename of ``live/CURRENT``; the old index serves until then and is kept u
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shutil
@@ -20,13 +19,14 @@ import numpy as np
 
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
+from components.faults import crash_point
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import mix_galleries
 from components.io import atomic_path, atomic_write_text, file_sha256
-from flows.steps.commit import PRODUCTION_ALIAS
 from flows.steps.corpus import check_index_recall, index_gallery
+from flows.steps.reconcile import PUBLISHING, roll_forward
 from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
 from flows.steps.reembed_corpus import corpus_selection, publish_corpus
 from registry.records import BackfillRecord, PointerRecord
@@ -165,24 +165,11 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         version = store.generation(plan.target).mlflow_version
         # after a full backfill the live gallery answers the target's queries only: it becomes production
         promote = plan.kind == "full" and store.production_generation_id() != plan.target
-        with contextlib.ExitStack() as undo:
-
-            def flip() -> None:
-                undo.callback(live.restore, live.pointer())
-                live.switch(
-                    index_dir,
-                    generation=plan.target,
-                    compatible_generations=pointer.compatible_generations,
-                    model_checkpoint=model_ckpt,
-                    zeta=plan.zeta,
-                )
-                if version is not None:
-                    undo.callback(tracking.move_alias("gallery", version))
-                    if promote:
-                        undo.callback(tracking.move_alias(PRODUCTION_ALIAS, version))
-
-            event_id = store.record_backfill(event, pointer, retire, before_commit=flip, promote=promote)
-            undo.pop_all()
+        atomic_write_text(plan.work_dir / PUBLISHING, str(index_dir))  # lets a rerun recognise a committed event
+        crash_point("backfill.before_sql")
+        event_id = store.record_backfill(event, pointer, retire, promote=promote)  # the commit point
+        crash_point("backfill.after_sql")
+        roll_forward(ws, p, store)  # live/CURRENT, the gallery / production aliases, this backfill's folder
         if version is not None:
             tracking.set_tags(
                 version,
@@ -191,5 +178,4 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
     finally:
         store.close()
     live.prune(p.backfill.retain_versions)
-    plan.work_dir.rename(ws.backfills_dir / f"bf_{event_id:03d}")
     return event_id

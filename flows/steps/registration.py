@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from components.faults import crash_point
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
@@ -160,5 +161,9 @@ def register(
             "bctflow.live_gallery_generation": "none" if plan.parent is None else str(plan.parent.id),
         },
         aliases=[f"gen-{plan.gen_id}"] + (["gallery"] if plan.parent is None else []),
+        run_key=plan.run_key,
     )
-    return ws.tracking(p).register(req)
+    crash_point("generation.before_register")
+    reg = ws.tracking(p).register(req)
+    crash_point("generation.after_register")
+    return reg

@@ -72,7 +72,8 @@ def test_with_require_compatibility_off_a_promoted_generation_is_served_by_the_l
     store.close()
 
 
-def test_a_failed_commit_undoes_the_move_the_pointer_and_the_alias(g0_workspace, monkeypatch):
+def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0_workspace, monkeypatch):
+    """The SQL COMMIT comes first (docs/commit-protocol.md): when it fails, nothing else has moved yet."""
     home, params_file = g0_workspace
     params = write_params(params_file)
     plan = plan_generation(params, home, GenerationSpec(name="g1", alignment="hbct", reference=False))
@@ -84,8 +85,7 @@ def test_a_failed_commit_undoes_the_move_the_pointer_and_the_alias(g0_workspace,
     store = plan.workspace.lineage(params)
 
     def fail_at_commit(self, bundle, before_commit=None):
-        before_commit()  # every side effect happens ...
-        raise RuntimeError("connection lost at COMMIT")  # ... then the transaction fails
+        raise RuntimeError("connection lost at COMMIT")
 
     monkeypatch.setattr(type(store), "commit_generation", fail_at_commit)
     with pytest.raises(RuntimeError, match="connection lost"):

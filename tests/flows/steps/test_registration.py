@@ -180,6 +180,7 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
 
 def test_a_compatible_generation_is_tagged_as_promoted(staged):
     plan, snap = staged
+    plan = plan.model_copy(update={"run_key": plan.run_key + "-compatible"})  # another run: its own version
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
     gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
@@ -213,3 +214,19 @@ def test_the_run_keeps_both_the_data_and_the_index_manifest(staged, tmp_path: Pa
         logged.append(Path(client.download_artifacts(reg.run_id, path, str(tmp_path / str(i)))).read_bytes())
     assert Path(snap.manifest).read_bytes() in logged  # the generation's data, as DVC snapshotted it
     assert (plan.staging_dir / "index" / "manifest.json").read_bytes() in logged  # and its index
+
+
+def test_a_second_registration_of_the_same_run_reuses_its_version(staged):
+    """A run killed after registering and before its lineage commit registers nothing new when rerun."""
+    plan, snap = staged
+    plan = plan.model_copy(update={"run_key": plan.run_key + "-rerun"})
+    trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
+    gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
+    ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
+    first = register(plan, snap, trained, gallery, ev)
+    again = register(plan, snap, trained, gallery, ev)
+    assert (again.version, again.run_id) == (first.version, first.run_id) and not again.created_model
+    uri = plan.workspace.tracking_uri(plan.params)
+    versions = MlflowClient(uri, uri).search_model_versions(f"name='{first.model_name}'")
+    assert sum(v.tags.get("bctflow.run_key") == plan.run_key for v in versions) == 1
+

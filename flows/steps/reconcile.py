@@ -1,0 +1,206 @@
+"""Bring the files and the registry in line with the lineage (docs/commit-protocol.md).
+
+The lineage's SQL COMMIT is the one commit point of a generation or a backfill; everything
+after it is re-doable from the committed rows, so a process killed there is finished by the
+next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``demo``) or by
+``bctflow doctor --repair``:
+
+* a committed generation whose folder is still in staging is moved into ``generations/``
+  (when the staged ``model.pt`` is the file the lineage pinned by sha256);
+* the live pointer ``live/CURRENT`` is rewritten from the lineage's newest pointer row;
+* MLflow aliases follow the lineage: ``production`` → the generation of the newest promotion,
+  ``gallery`` → the generation whose embeddings the live gallery holds, ``gen-N`` → N's version.
+
+:func:`inspect_workspace` (``bctflow doctor``) also reports what it does not repair on its own:
+registered versions tagged with a generation the lineage does not hold (a run killed before its
+commit; the same command reuses the version, ``doctor --repair`` deletes it), folders without
+a lineage row, checkpoints whose bytes differ from the lineage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.faults import crash_point
+from components.indexing.live import LiveGallery
+from components.io import file_sha256
+from flows.lock import workspace_lock
+from flows.params import Params
+from flows.steps.reembed import IN_PROGRESS
+from flows.workspace import Workspace
+from registry.lineage import LineageStore
+from registry.tracking import MlflowStore
+
+__all__ = ["PUBLISHING", "Finding", "finish_interrupted", "inspect_workspace", "roll_forward"]
+
+#: written into ``backfills/in_progress/`` just before a backfill's commit: the index it publishes
+PUBLISHING = "PUBLISHING"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One inconsistency: what is wrong, whether it was repaired, and the fix when it was not."""
+
+    what: str
+    repaired: bool = False
+    fix: str = ""
+
+
+def _pointer_fields(store: LineageStore) -> dict | None:
+    ptr = store.live_pointer()
+    if ptr is None:
+        return None
+    return {
+        "index": str(Path(ptr.index_path).resolve()),
+        "generation": ptr.generation_id,
+        "compatible_generations": list(ptr.compatible_generations or [ptr.generation_id]),
+        "model_checkpoint": ptr.model_checkpoint,
+        "zeta": ptr.zeta,
+    }
+
+
+def _folders(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
+    out = []
+    for g in store.generations():
+        final = Path(g.checkpoint_path).parent
+        if final.is_dir():
+            continue
+        staged = ws.staging(g.id)
+        pinned = g.checkpoint_sha256 is None or (
+            (staged / "model.pt").is_file() and file_sha256(staged / "model.pt") == g.checkpoint_sha256
+        )
+        if staged.is_dir() and pinned:
+            if repair:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, final)
+            out.append(Finding(f"generation {g.id} was committed but its files were still in {staged}", repair))
+        else:
+            out.append(Finding(f"generation {g.id}'s folder {final} is missing", fix="restore it from a backup"))
+    return out
+
+
+def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
+    want = _pointer_fields(store)
+    live = LiveGallery(ws.live_dir)
+    have = live.pointer()
+    if want is None or (have is not None and {k: have.get(k) for k in want} == want):
+        return []
+    if repair:
+        live.switch(Path(want.pop("index")), **want)
+    return [Finding("live/CURRENT does not match the lineage's live pointer", repair)]
+
+
+def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
+    versions = {g.id: g.mlflow_version for g in store.generations() if g.mlflow_version}
+    want: dict[str, str] = {f"gen-{gid}": v for gid, v in versions.items()}
+    prod = store.production_generation_id()
+    if prod is not None and prod in versions:
+        want["production"] = versions[prod]
+    ptr = store.live_pointer()
+    if ptr is not None and ptr.generation_id in versions:
+        want["gallery"] = versions[ptr.generation_id]
+    out = []
+    for alias, version in want.items():
+        if tracking.alias_version(alias) != version:
+            if repair:
+                tracking.move_alias(alias, version)
+            out.append(Finding(f"MLflow alias {alias} is not on version {version} as the lineage says", repair))
+    return out
+
+
+def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
+    """A backfill killed after its commit left ``in_progress``: give it its event's name, as the backfill would."""
+    work = ws.backfills_dir / IN_PROGRESS
+    marker = work / PUBLISHING
+    if not marker.is_file():
+        return []
+    published = marker.read_text().strip()
+    event = next((e for e in store.backfills() if e.index_path == published), None)
+    if event is None:
+        return []  # not committed: the same command resumes it
+    if repair:
+        work.rename(ws.backfills_dir / f"bf_{event.id:03d}")
+    return [Finding(f"backfill {event.id} was committed but its work folder was still {work}", repair)]
+
+
+def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = None) -> list[Finding]:
+    """Finish what committed lineage rows imply (staging moves, live pointer, aliases); returns what it did."""
+    own = store is None
+    store = store or ws.lineage(params)
+    try:
+        done = _folders(ws, store, True)
+        crash_point("commit.after_move")
+        done += _live(ws, store, True)
+        crash_point("commit.after_pointer")
+        if store.count():
+            done += _aliases(ws.tracking(params), store, True)
+        done += _backfill_folder(ws, store, True)
+        return [f for f in done if f.repaired]
+    finally:
+        if own:
+            store.close()
+
+
+def _orphan_versions(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
+    known = {g.mlflow_version for g in store.generations()}
+    out = []
+    for version, generation in tracking.generation_versions():
+        if version in known:
+            continue
+        if repair:
+            tracking.delete_version(version)
+        out.append(
+            Finding(
+                f"MLflow version {version} (generation {generation}) has no lineage row",
+                repair,
+                "rerun the same command to reuse it, or `bctflow doctor --repair` to delete it",
+            )
+        )
+    return out
+
+
+def finish_interrupted(params: Params, home: Path) -> list[Finding]:
+    """Before a command plans: finish a commit an earlier process was killed in (under the workspace lock).
+
+    Reads only, and writes nothing, when the workspace is consistent (or has no lineage yet)."""
+    ws = Workspace(home)
+    store = ws.lineage(params, readonly=True)
+    try:
+        if not store.count():
+            return []
+        pending = (
+            _folders(ws, store, False)
+            + _live(ws, store, False)
+            + _aliases(ws.tracking(params), store, False)
+            + _backfill_folder(ws, store, False)
+        )
+    finally:
+        store.close()
+    if not pending:
+        return []
+    with workspace_lock(home, "finishing an interrupted commit"):
+        return roll_forward(ws, params)
+
+
+def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) -> list[Finding]:
+    """Every inconsistency between lineage, files, live pointer and registry (repaired where ``repair``)."""
+    store = ws.lineage(params, readonly=not repair)
+    try:
+        found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
+        tracking = ws.tracking(params)
+        if store.count() or repair:
+            found += _aliases(tracking, store, repair) + _orphan_versions(tracking, store, repair)
+        ids = {g.id for g in store.generations()}
+        if ws.generations_dir.is_dir():
+            for d in sorted(ws.generations_dir.glob("gen_*")):
+                if int(d.name.removeprefix("gen_")) not in ids:
+                    found.append(Finding(f"{d} has no lineage row", fix="move it away (a run killed before commit)"))
+        for g in store.generations():
+            ckpt = Path(g.checkpoint_path)
+            if g.checkpoint_sha256 and ckpt.is_file() and file_sha256(ckpt) != g.checkpoint_sha256:
+                found.append(Finding(f"{ckpt} differs from the file the lineage pinned", fix="restore it from backup"))
+        return found
+    finally:
+        store.close()

@@ -1,0 +1,105 @@
+"""Crash consistency (docs/commit-protocol.md): a real `bctflow` child process SIGKILLs itself at each step boundary
+of the generation commit and of the backfill (components/faults.py), the same command is run again, and the
+workspace must then be consistent: lineage generations = MLflow versions, aliases = lineage, live/CURRENT loads and
+matches the lineage's pointer, no orphan folder, nothing left in staging or backfills/in_progress."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prefect.settings import PREFECT_API_URL
+
+from components.faults import KILL_ENV
+from components.indexing.live import LiveGallery
+from flows.params import load_params
+from flows.steps.reconcile import inspect_workspace
+from flows.workspace import Workspace
+from tests.helpers import run_generation, write_params
+
+GENERATION_POINTS = [
+    "generation.before_register",
+    "generation.after_register",
+    "commit.before_sql",
+    "commit.after_sql",
+    "commit.after_move",
+    "commit.after_pointer",
+]
+BACKFILL_POINTS = ["backfill.before_sql", "backfill.after_sql", "commit.after_pointer"]
+
+
+def _bctflow(args: list[str], home: Path, params: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}  # the test's Prefect server: no start-up
+    env.pop(KILL_ENV, None)
+    if kill_at:
+        env[KILL_ENV] = kill_at
+    cmd = [sys.executable, "-m", "bctflow.cli", *args, "--home", str(home), "--params", str(params)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None:
+    p = load_params(params)
+    ws = Workspace(home)
+    assert inspect_workspace(ws, p) == []  # `bctflow doctor` finds nothing
+    store = ws.lineage(p, readonly=True)
+    try:
+        gens = store.generations()
+        assert [g.name for g in gens] == generations
+        tracking = ws.tracking(p)
+        tagged = tracking.generation_versions()
+        assert sorted(v for v, _ in tagged) == sorted(g.mlflow_version for g in gens)  # one version per generation
+        versions = {g.id: g.mlflow_version for g in gens}
+        assert tracking.alias_version("production") == versions[store.production_generation_id()]
+        ptr = store.live_pointer()
+        assert tracking.alias_version("gallery") == versions[ptr.generation_id]
+        live = LiveGallery(ws.live_dir)
+        assert live.pointer()["generation"] == ptr.generation_id and live.index().ntotal > 0
+        assert sorted(d.name for d in ws.generations_dir.iterdir()) == [f"gen_{g.id:03d}" for g in gens]
+        assert not list(ws.staging_dir.glob("gen_*"))
+        assert not (ws.backfills_dir / "in_progress").exists()
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def g0(tmp_path: Path, prefect_harness) -> tuple[Path, Path]:
+    params = tmp_path / "params.yaml"
+    write_params(
+        params,
+        [
+            "generations=[{name: g0, classes: [0, 1, 2, 3, 4]},"
+            " {name: g1, classes: all, alignment: hbct, reference: false}]"
+        ],
+    )
+    home = tmp_path / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    return home, params
+
+
+@pytest.mark.parametrize("point", GENERATION_POINTS)
+def test_a_generation_killed_at_each_commit_step_is_finished_by_the_same_command(g0, point):
+    home, params = g0
+    killed = _bctflow(["run", "--generation", "g1"], home, params, kill_at=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    again = _bctflow(["run", "--generation", "g1"], home, params)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    _assert_consistent(home, params, ["g0", "g1"])
+
+
+@pytest.mark.parametrize("point", BACKFILL_POINTS)
+def test_a_backfill_killed_at_each_commit_step_is_finished_by_the_same_command(g0, point):
+    home, params = g0
+    assert _bctflow(["run", "--generation", "g1"], home, params).returncode == 0
+    killed = _bctflow(["backfill", "--generation", "1"], home, params, kill_at=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    again = _bctflow(["backfill", "--generation", "1"], home, params)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    _assert_consistent(home, params, ["g0", "g1"])
+    p = load_params(params)
+    store = Workspace(home).lineage(p, readonly=True)
+    assert store.live_pointer().generation_id == 1 and len(store.backfills()) >= 1
+    store.close()

@@ -124,7 +124,7 @@ def doctor(
     h = resolve_home(home)
     try:
         if repair:
-            with workspace_lock(h, "bctflow doctor --repair"):
+            with workspace_lock(h, "bctflow doctor --repair", p.lineage.db_url):
                 found = inspect_workspace(Workspace(h), p, repair=True)
         else:
             found = inspect_workspace(Workspace(h), p)

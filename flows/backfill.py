@@ -92,7 +92,7 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
 @flow(name="backfill", log_prints=True)
 def backfill(plan: BackfillPlan) -> dict[str, Any]:
     """Re-embed (a fraction of) the live gallery with the plan's target generation."""
-    with workspace_lock(plan.workspace.home, "a backfill is running"):
+    with workspace_lock(plan.workspace.home, "a backfill is running", plan.params.lineage.db_url):
         plan = start_task(plan)
         before, total = embed_task(plan)
         index_dir, metrics = publish_task(plan)

@@ -3,7 +3,10 @@
 Two runs on one workspace would plan the same generation id and race on the
 first initialisation of the MLflow store; the second one now stops at once
 with a message naming the holder. (Advisory ``flock``: works for processes on
-one host; for several hosts share a database server, not a folder.)
+one host.) Workspaces that share one PostgreSQL lineage database — on one host or
+several — also serialise through the database: the run holds a session-level
+advisory lock (``pg_try_advisory_lock``) on a connection of its own, which the
+server releases by itself if the process dies.
 """
 
 from __future__ import annotations
@@ -18,11 +21,47 @@ from pathlib import Path
 
 from components.errors import LineageError
 
-__all__ = ["workspace_lock"]
+__all__ = ["LINEAGE_LOCK_KEY", "database_lock", "workspace_lock"]
+
+
+#: the advisory-lock key of a bctflow lineage (any 64-bit constant shared by every bctflow)
+LINEAGE_LOCK_KEY = 0x6263_7466_6C6F_77  # "bctflow"
 
 
 @contextlib.contextmanager
-def workspace_lock(home: Path, what: str) -> Iterator[None]:
+def database_lock(db_url: str | None, what: str) -> Iterator[None]:
+    """Hold the lineage database's advisory lock (PostgreSQL) while the block runs; other databases: no-op."""
+    if not db_url or not db_url.startswith("postgresql"):
+        yield
+        return
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            held = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LINEAGE_LOCK_KEY}).scalar()
+            if not held:
+                raise LineageError(
+                    f"the lineage database {db_url} is busy: another bctflow run (another workspace sharing it) holds "
+                    f"its lock; wait for it to finish, then run again ({what})"
+                )
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LINEAGE_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def workspace_lock(home: Path, what: str, db_url: str | None = None) -> Iterator[None]:
+    """The workspace's lock file, then (``db_url``: a PostgreSQL lineage) the database's advisory lock."""
+    with _file_lock(home, what), database_lock(db_url, what):
+        yield
+
+
+@contextlib.contextmanager
+def _file_lock(home: Path, what: str) -> Iterator[None]:
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
     path = home / ".lock"

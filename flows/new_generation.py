@@ -142,7 +142,7 @@ def rollback_task(plan: GenerationPlan, reg: RegistrationResult) -> None:
 @flow(name="new-generation", log_prints=True)
 def new_generation(plan: GenerationPlan) -> dict[str, Any]:
     """Create the planned generation in its workspace and return its evaluation summary."""
-    with workspace_lock(plan.workspace.home, "a new generation is being created"):
+    with workspace_lock(plan.workspace.home, "a new generation is being created", plan.params.lineage.db_url):
         check_plan_task(plan)
         snap = snapshot_task(plan)
         # the reference first: some methods (BT²) learn from it

@@ -20,8 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.data.catalog import get_dataset_loader
-from components.errors import CheckpointMismatchError, ConfigError, LineageError
+from components.errors import CheckpointMismatchError, ConfigError, IndexIntegrityError, LineageError
 from components.indexing.gallery import gallery_beside
+from components.indexing.live import LiveGallery
 from components.io import file_sha256
 from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
@@ -190,6 +191,26 @@ def _check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
         )
 
 
+def _check_live_gallery(ws: Workspace, store: LineageStore) -> None:
+    """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, and
+    that index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py)."""
+    ptr, live = store.live_pointer(), LiveGallery(ws.live_dir)
+    try:
+        cur = live.pointer()
+        if ptr is not None and (
+            cur is None
+            or cur.get("generation") != ptr.generation_id
+            or Path(cur.get("index", "")).resolve() != Path(ptr.index_path).resolve()
+        ):
+            raise IndexIntegrityError(
+                f"{live.pointer_path} does not name the live index the lineage records ({ptr.index_path}, generation "
+                f"{ptr.generation_id}); run `bctflow doctor --repair` to rewrite it from the lineage"
+            )
+        live.index()
+    except IndexIntegrityError as err:
+        raise IndexIntegrityError(f"the live gallery cannot serve: {err}") from None
+
+
 def _check_parent_checkpoint(parent: ParentRef) -> None:
     """The parent's checkpoint must be the model its lineage record describes: its bytes (sha256, when recorded),
     then its spec."""
@@ -312,6 +333,7 @@ def make_plan(
     base_loss(params.train.base_loss, params.train.base_options)  # ConfigError: bad base-loss options
     if parent is not None:
         _check_parent_checkpoint(parent)
+        _check_live_gallery(ws, store)
     serving = store.serving_generation_ids()
     digest = digest or params_digest(params)
     plan = GenerationPlan(

@@ -180,7 +180,7 @@ def finish_interrupted(params: Params, home: Path) -> list[Finding]:
         store.close()
     if not pending:
         return []
-    with workspace_lock(home, "finishing an interrupted commit"):
+    with workspace_lock(home, "finishing an interrupted commit", params.lineage.db_url):
         return roll_forward(ws, params)
 
 

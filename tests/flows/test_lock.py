@@ -38,3 +38,28 @@ def test_the_lock_is_released_when_the_holder_fails(tmp_path: Path):
         workspace_lock(tmp_path, "inner"),
     ):
         pass
+
+
+def test_workspaces_sharing_a_postgresql_lineage_serialise_through_the_database(tmp_path: Path, pg_cluster):
+    url = pg_cluster.new_database()
+    with (
+        workspace_lock(tmp_path / "a", "a new generation is being created", url),
+        pytest.raises(LineageError, match=r"is busy: another bctflow run .* holds its lock"),
+        workspace_lock(tmp_path / "b", "a backfill is running", url),
+    ):
+        pass
+    with workspace_lock(tmp_path / "b", "next", url):  # released with the first holder
+        pass
+
+
+def test_a_killed_holder_releases_the_database_lock(tmp_path: Path, pg_cluster):
+    url = pg_cluster.new_database()
+    code = (
+        "import os, signal\nfrom pathlib import Path\nfrom flows.lock import workspace_lock\n"
+        f"with workspace_lock(Path({str(tmp_path / 'a')!r}), 'x', {url!r}):\n"
+        "    print('held', flush=True)\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == -9 and "held" in res.stdout
+    with workspace_lock(tmp_path / "b", "after the crash", url):  # the server dropped the dead session's lock
+        pass

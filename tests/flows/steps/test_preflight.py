@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from components.errors import CheckpointMismatchError, ConfigError, DataError, LineageError
+from components.errors import CheckpointMismatchError, ConfigError, DataError, IndexIntegrityError, LineageError
+from components.geometry import expmap0
+from components.indexing import GalleryIndex
+from components.indexing.live import LiveGallery
 from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
@@ -87,11 +91,17 @@ def _workspace_with_parent(
         index_path=str(ws.generation_dir(0) / "index"),
         checkpoint_sha256=file_sha256(ckpt) if pin else None,
     )
+    index_dir = ws.generation_dir(0) / "index"  # a real live gallery: planning verifies it
+    z = np.random.default_rng(0).normal(size=(40, 16))
+    GalleryIndex.build(
+        expmap0(torch.from_numpy(z), 1.0).numpy(), np.arange(40), geometry="lorentz", curvature=1.0, generation=0
+    ).save(index_dir)
+    LiveGallery(ws.live_dir).switch(index_dir, generation=0, compatible_generations=[0])
     store.commit_generation(
         GenerationBundle(
             rec,
             zeta=ZetaRecord(None, 0.0, 1.0),
-            pointer=PointerRecord(0, "/i/0/index", "generation 0 embedded the gallery", compatible_generations=[0]),
+            pointer=PointerRecord(0, str(index_dir), "generation 0 embedded the gallery", compatible_generations=[0]),
         )
     )
     return home, store
@@ -118,6 +128,23 @@ def test_a_parent_checkpoint_swapped_for_other_weights_of_the_same_shape_is_refu
     with pytest.raises(CheckpointMismatchError, match=r"is not the file the lineage recorded .* restore the original"):
         preflight(tiny_params_file, [], home, spec)
     assert store.count() == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated index", "CURRENT elsewhere"])
+def test_a_live_gallery_that_cannot_serve_is_refused_before_training(tiny_params_file: Path, tmp_path: Path, damage):
+    home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0)
+    ws = Workspace(home)
+    if damage == "truncated index":
+        f = ws.generation_dir(0) / "index" / "index.faiss"
+        f.write_bytes(f.read_bytes()[:100])
+        words = r"the live gallery cannot serve: .*sha256"
+    else:
+        LiveGallery(ws.live_dir).switch(tmp_path / "elsewhere", generation=0, compatible_generations=[0])
+        words = r"does not name the live index the lineage records .*bctflow doctor --repair"
+    before = files_under(home)
+    with pytest.raises(IndexIntegrityError, match=words):
+        preflight(tiny_params_file, [], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
+    assert files_under(home) == before
 
 
 def test_matching_parent_gives_a_plan_with_zeta_grown_by_delta(tiny_params_file: Path, tmp_path: Path):

@@ -229,4 +229,3 @@ def test_a_second_registration_of_the_same_run_reuses_its_version(staged):
     uri = plan.workspace.tracking_uri(plan.params)
     versions = MlflowClient(uri, uri).search_model_versions(f"name='{first.model_name}'")
     assert sum(v.tags.get("bctflow.run_key") == plan.run_key for v in versions) == 1
-

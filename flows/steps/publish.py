@@ -140,6 +140,10 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
     tracking = ws.tracking(p)
     live = LiveGallery(ws.live_dir)
     try:
+        done = next((e for e in store.backfills() if e.index_path == str(index_dir)), None)
+        if done is not None:  # a retry after the commit point: finish what follows it, record nothing twice
+            roll_forward(ws, p, store)
+            return int(done.id)
         cur = store.live_pointer()
         # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
         if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):

@@ -196,12 +196,7 @@ def _check_live_gallery(ws: Workspace, store: LineageStore) -> None:
     that index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py)."""
     ptr, live = store.live_pointer(), LiveGallery(ws.live_dir)
     try:
-        cur = live.pointer()
-        if ptr is not None and (
-            cur is None
-            or cur.get("generation") != ptr.generation_id
-            or Path(cur.get("index", "")).resolve() != Path(ptr.index_path).resolve()
-        ):
+        if ptr is not None and not live.matches(ptr.index_path, generation=ptr.generation_id):
             raise IndexIntegrityError(
                 f"{live.pointer_path} does not name the live index the lineage records ({ptr.index_path}, generation "
                 f"{ptr.generation_id}); run `bctflow doctor --repair` to rewrite it from the lineage"

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from components.data.base import ArrayDataset
-from components.data.sources.split import SourceDataset
+from components.data.sources.split import SAMPLE_SIZE, SourceDataset
 from components.errors import DataError
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
@@ -24,17 +24,15 @@ def normalization_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[fl
 
 
 def split_normalization_stats(
-    split: ArrayDataset | SourceDataset, sample: int = 10_000, seed: int = 0
+    split: ArrayDataset | SourceDataset, sample: int = SAMPLE_SIZE, seed: int = 0
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """:func:`normalization_stats` of a split: of all its images in memory; of a seeded random sample of at most
     ``sample`` images streamed from disk (accumulated per batch in float64: sum and sum of squares per channel)."""
     if isinstance(split, ArrayDataset):
         return normalization_stats(split.images)
-    n = len(split)
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False))
     s1 = s2 = None
     count = 0
-    for images, _, _ in split.subset(rows).loader(batch_size=1024):
+    for images, _, _ in split.sample(sample, seed).loader(batch_size=1024):
         x = images.double().div_(255.0).transpose(0, 1).reshape(images.shape[1], -1)  # (C, B·H·W)
         s1 = x.sum(1) if s1 is None else s1 + x.sum(1)
         s2 = (x * x).sum(1) if s2 is None else s2 + (x * x).sum(1)

@@ -24,7 +24,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, create_engine, inspect, text
 
-from registry.db import upgrade_schema
+from registry.db import SCHEMA_VERSION, upgrade_schema
 
 __all__ = [
     "BASELINE",
@@ -40,7 +40,6 @@ __all__ = [
 MIGRATIONS = Path(__file__).parent / "migrations"
 #: the revision that is the schema as bctflow wrote it before Alembic (``schema_info`` v3)
 BASELINE = "0001_baseline"
-_LEGACY_FINAL = 3
 
 
 def _config() -> Config:
@@ -75,7 +74,7 @@ def schema_state(engine: Engine) -> SchemaState:
             with engine.connect() as conn:
                 row = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).first()
             version = 1 if row is None else int(row[0])
-        return SchemaState("ahead" if version > _LEGACY_FINAL else "behind", f"legacy v{version}")
+        return SchemaState("ahead" if version > SCHEMA_VERSION else "behind", f"legacy v{version}")
     with engine.connect() as conn:
         rev = MigrationContext.configure(conn).get_current_revision()
     script = ScriptDirectory.from_config(_config())
@@ -122,8 +121,8 @@ def upgrade(engine: Engine) -> list[str]:
         added = upgrade_schema(engine, _baseline_metadata())  # additive: v1/v2 -> v3 tables and nullable columns
         with engine.begin() as conn:
             conn.execute(text("DELETE FROM schema_info"))
-            conn.execute(text("INSERT INTO schema_info (id, version) VALUES (1, :v)"), {"v": _LEGACY_FINAL})
-        done += [f"added {a}" for a in added] + [f"stamped {BASELINE} ({state.revision} → v{_LEGACY_FINAL})"]
+            conn.execute(text("INSERT INTO schema_info (id, version) VALUES (1, :v)"), {"v": SCHEMA_VERSION})
+        done += [f"added {a}" for a in added] + [f"stamped {BASELINE} ({state.revision} → v{SCHEMA_VERSION})"]
         _run(engine, "stamp", BASELINE)
     before = schema_state(engine).revision
     _run(engine, "upgrade", "head")

@@ -98,3 +98,26 @@ def train_config(**fields):
     from flows.specs import train_config_from_params
 
     return dataclasses.replace(train_config_from_params(Params()), **fields)
+
+
+def write_live_gallery(live_dir, index_dir, generation: int = 0) -> None:
+    """A real (tiny, random Lorentz) index saved at ``index_dir`` and named by ``live_dir/CURRENT``: what planning
+    verifies before training, for hand-made lineages."""
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    from components.geometry import expmap0
+    from components.indexing import GalleryIndex
+    from components.indexing.live import LiveGallery
+
+    z = np.random.default_rng(0).normal(size=(40, 16))
+    GalleryIndex.build(
+        expmap0(torch.from_numpy(z), 1.0).numpy(),
+        np.arange(40),
+        geometry="lorentz",
+        curvature=1.0,
+        generation=generation,
+    ).save(index_dir)
+    LiveGallery(Path(live_dir)).switch(Path(index_dir), generation=generation, compatible_generations=[generation])

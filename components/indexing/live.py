@@ -64,6 +64,13 @@ class LiveGallery:
         atomic_write_text(self.pointer_path, json.dumps(body, indent=1, default=str) + "\n")
         return body
 
+    def matches(self, index_dir: str | Path, **meta: Any) -> bool:
+        """True when CURRENT exists, names ``index_dir`` (resolved) and holds every ``meta`` value as given."""
+        cur = self.pointer()
+        if cur is None or Path(cur.get("index", "")).resolve() != Path(index_dir).resolve():
+            return False
+        return all(cur.get(k) == v for k, v in meta.items())
+
     def restore(self, pointer: dict[str, Any] | None) -> None:
         """Put a previous pointer back (undo of a switch whose lineage commit failed)."""
         if pointer is None:

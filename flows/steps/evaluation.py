@@ -21,7 +21,7 @@ import numpy as np
 
 from components.data.base import ArrayDataset
 from components.data.selection import DataManifest
-from components.data.sources.split import SourceDataset
+from components.data.sources.split import SAMPLE_SIZE, SourceDataset
 from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
 from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
@@ -253,14 +253,14 @@ def _write_summary(plan: GenerationPlan, summary: dict) -> str:
     return str(path)
 
 
-def _clipped(p: Params, model: EmbeddingModel, split: ArrayDataset | SourceDataset, sample: int = 10_000) -> np.ndarray:
+def _clipped(
+    p: Params, model: EmbeddingModel, split: ArrayDataset | SourceDataset, sample: int = SAMPLE_SIZE
+) -> np.ndarray:
     """(N,) bool: which training images ``model`` clips at ζ — all of a split in memory; of a split on disk, a seeded
     sample of at most ``sample`` images streamed through its DataLoader."""
     if isinstance(split, ArrayDataset):
         return embed_images(model, split.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
-    n = len(split)
-    rows = np.sort(np.random.default_rng(0).choice(n, size=min(sample, n), replace=False))
-    loader = split.subset(rows).loader(
+    loader = split.sample(sample).loader(
         batch_size=p.train.eval_batch_size, workers=p.data.workers, pin_memory=cuda_available()
     )
     return np.concatenate([emb.clipped for emb, _, _ in embed_stream(model, loader, p.train.device)])

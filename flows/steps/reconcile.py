@@ -49,11 +49,12 @@ class Finding:
 
 
 def _pointer_fields(store: LineageStore) -> dict | None:
+    """What ``live/CURRENT`` must hold by the lineage's newest pointer row (None: no live gallery yet)."""
     ptr = store.live_pointer()
     if ptr is None:
         return None
     return {
-        "index": str(Path(ptr.index_path).resolve()),
+        "index_dir": Path(ptr.index_path),
         "generation": ptr.generation_id,
         "compatible_generations": list(ptr.compatible_generations or [ptr.generation_id]),
         "model_checkpoint": ptr.model_checkpoint,
@@ -84,11 +85,10 @@ def _folders(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
 def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
     want = _pointer_fields(store)
     live = LiveGallery(ws.live_dir)
-    have = live.pointer()
-    if want is None or (have is not None and {k: have.get(k) for k in want} == want):
+    if want is None or live.matches(**want):
         return []
     if repair:
-        live.switch(Path(want.pop("index")), **want)
+        live.switch(**want)
     return [Finding("live/CURRENT does not match the lineage's live pointer", repair)]
 
 

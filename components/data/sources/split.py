@@ -17,7 +17,10 @@ from torch.utils.data import DataLoader
 
 from components.data.sources.base import ImageSource, positions_of_ids
 
-__all__ = ["SourceDataset"]
+__all__ = ["SAMPLE_SIZE", "SourceDataset"]
+
+#: images a statistic of a split on disk is estimated from (normalisation, clip fraction): a seeded sample
+SAMPLE_SIZE = 10_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +66,11 @@ class SourceDataset:
     def subset(self, index: np.ndarray) -> SourceDataset:
         """Rows ``index`` (positions in this split, not ids), in that order."""
         return SourceDataset(self.source, self.image_size, self._rows[np.asarray(index, dtype=np.int64)])
+
+    def sample(self, at_most: int = SAMPLE_SIZE, seed: int = 0) -> SourceDataset:
+        """A seeded random subset of at most ``at_most`` items, in split order (the whole split when smaller)."""
+        n = len(self)
+        return self.subset(np.sort(np.random.default_rng(seed).choice(n, size=min(at_most, n), replace=False)))
 
     def positions_of(self, ids: np.ndarray) -> np.ndarray:
         """Positions of ``ids`` in this split (UnknownIdError, a KeyError, on ids it does not hold)."""

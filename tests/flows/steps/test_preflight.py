@@ -6,15 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import CheckpointMismatchError, ConfigError, DataError, IndexIntegrityError, LineageError
-from components.geometry import expmap0
-from components.indexing import GalleryIndex
 from components.indexing.live import LiveGallery
 from components.io import file_sha256
 from components.models import build_model, save_model
@@ -25,7 +22,7 @@ from flows.steps.preflight import plan_generation
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, PointerRecord, ZetaRecord
-from tests.helpers import generation_record, tiny_spec
+from tests.helpers import generation_record, tiny_spec, write_live_gallery
 
 
 def preflight(params_file: Path, overrides: list[str], home: Path, spec: dict) -> GenerationPlan:
@@ -92,11 +89,7 @@ def _workspace_with_parent(
         checkpoint_sha256=file_sha256(ckpt) if pin else None,
     )
     index_dir = ws.generation_dir(0) / "index"  # a real live gallery: planning verifies it
-    z = np.random.default_rng(0).normal(size=(40, 16))
-    GalleryIndex.build(
-        expmap0(torch.from_numpy(z), 1.0).numpy(), np.arange(40), geometry="lorentz", curvature=1.0, generation=0
-    ).save(index_dir)
-    LiveGallery(ws.live_dir).switch(index_dir, generation=0, compatible_generations=[0])
+    write_live_gallery(ws.live_dir, index_dir)
     store.commit_generation(
         GenerationBundle(
             rec,

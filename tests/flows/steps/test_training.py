@@ -6,13 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from components.geometry import expmap0
-from components.indexing import GalleryIndex
-from components.indexing.live import LiveGallery
 from components.models import load_model
 from components.models.checkpoint import load_torch_safe
 from flows.params import GenerationSpec, Params
@@ -22,7 +18,7 @@ from flows.steps.results import Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from flows.steps.training import train_role
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord
-from tests.helpers import write_params
+from tests.helpers import write_live_gallery, write_params
 
 #: the loss terms HBCT adds to the base loss
 HBCT_TERMS = {"entail", "contrast"}
@@ -122,11 +118,7 @@ def g1(g0, params: Params) -> tuple[GenerationPlan, Snapshot]:
         params_digest=plan0.params_digest,
     )
     pointer = PointerRecord(0, record.index_path, "generation 0 embedded the gallery", compatible_generations=[0])
-    z = np.random.default_rng(0).normal(size=(40, 16))  # a real live index: planning verifies the live gallery
-    GalleryIndex.build(
-        expmap0(torch.from_numpy(z), 1.0).numpy(), np.arange(40), geometry="lorentz", curvature=1.0, generation=0
-    ).save(record.index_path)
-    LiveGallery(ws.live_dir).switch(Path(record.index_path), generation=0, compatible_generations=[0])
+    write_live_gallery(ws.live_dir, record.index_path)  # planning verifies the live gallery
     store.commit_generation(GenerationBundle(record, pointer=pointer))
     store.close()
     plan = plan_generation(params, ws.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))

@@ -38,6 +38,7 @@ from registry.db import (
     Promotion,
     ZetaStep,
 )
+from registry.paths import WorkspacePaths
 from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 
 __all__ = ["LineageStore", "NoLineageError", "sqlite_path"]
@@ -69,12 +70,14 @@ def _sqlite_pragmas(engine: Engine) -> None:
 class LineageStore:
     """Lineage database access. ``url``: any SQLAlchemy URL; ``readonly``: reads only, no schema changes."""
 
-    def __init__(self, url: str, *, readonly: bool = False, upgrade: bool = False) -> None:
-        """``upgrade``: migrate an older schema to this bctflow's (additive; only ``bctflow db-upgrade`` asks)."""
+    def __init__(self, url: str, *, readonly: bool = False, upgrade: bool = False, root: Path | None = None) -> None:
+        """``upgrade``: migrate an older schema to this bctflow's (only ``bctflow db-upgrade`` asks). ``root``: the
+        workspace that stored paths are relative to (default: the folder of a SQLite file; none for other URLs)."""
         self.url = url
         self.readonly = readonly
         self.upgraded: list[str] | None = None
         path = sqlite_path(url)
+        self.paths = WorkspacePaths(root if root is not None else (path.parent if path is not None else None))
         if path is not None and not readonly:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -97,7 +100,7 @@ class LineageStore:
                 f"{schema.head_revision()}; upgrade bctflow"
             )
         elif state.kind == "behind" and upgrade and not readonly:
-            self.upgraded = schema.upgrade(self.engine)
+            self.upgraded = schema.upgrade(self.engine, root=self.paths.root)
         elif state.kind == "behind":
             raise LineageError(
                 f"lineage database {url} has schema {state.revision}, older than this bctflow's "
@@ -147,23 +150,23 @@ class LineageStore:
                 raise LineageError(
                     f"generation {gen_id} is not in the lineage; `bctflow lineage` lists the existing ones"
                 )
-            return g
+            return self.paths.resolve_row(g)
 
     def generation_by_name(self, name: str) -> Generation | None:
         with self._sessions() as s:
-            return s.scalar(select(Generation).where(Generation.name == name))
+            return self.paths.resolve_row(s.scalar(select(Generation).where(Generation.name == name)))
 
     def generations(self) -> list[Generation]:
         with self._sessions() as s:
-            return list(s.scalars(select(Generation).order_by(Generation.id)))
+            return [self.paths.resolve_row(g) for g in s.scalars(select(Generation).order_by(Generation.id))]
 
     def live_pointer(self) -> GalleryPointer | None:
         with self._sessions() as s:
-            return s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1))
+            return self.paths.resolve_row(s.scalar(select(GalleryPointer).order_by(GalleryPointer.id.desc()).limit(1)))
 
     def live_pointers(self) -> list[GalleryPointer]:
         with self._sessions() as s:
-            return list(s.scalars(select(GalleryPointer).order_by(GalleryPointer.id)))
+            return [self.paths.resolve_row(p) for p in s.scalars(select(GalleryPointer).order_by(GalleryPointer.id))]
 
     def production_generation_id(self) -> int | None:
         """The generation the `production` alias points to (latest promotion)."""
@@ -172,7 +175,7 @@ class LineageStore:
 
     def backfills(self) -> list[BackfillEvent]:
         with self._sessions() as s:
-            return list(s.scalars(select(BackfillEvent).order_by(BackfillEvent.id)))
+            return [self.paths.resolve_row(e) for e in s.scalars(select(BackfillEvent).order_by(BackfillEvent.id))]
 
     def compat_summaries(self, as_of: int | None = None) -> list[CompatSummary]:
         with self._sessions() as s:
@@ -214,7 +217,7 @@ class LineageStore:
         """The ``bctflow lineage --json`` document (schema in README.md)."""
         from registry.lineage_json import lineage_document
 
-        return lineage_document(self._sessions)
+        return lineage_document(self._sessions, self.paths)
 
     # ---- writes --------------------------------------------------------------------------
     def record_promotion(
@@ -254,11 +257,11 @@ class LineageStore:
         prev = self.production_generation_id()
         try:
             with self._sessions.begin() as s:
-                ev = BackfillEvent(**asdict(event))
+                ev = BackfillEvent(**self.paths.store_fields(BackfillEvent.__tablename__, asdict(event)))
                 s.add(ev)
                 s.flush()
                 pointer.backfill_id = ev.id
-                s.add(GalleryPointer(**asdict(pointer)))
+                s.add(GalleryPointer(**self.paths.store_fields(GalleryPointer.__tablename__, asdict(pointer))))
                 if promote:
                     target = s.get(Generation, event.to_generation_id)
                     if target is not None:
@@ -300,7 +303,7 @@ class LineageStore:
                         f"generation {g.id} already exists in the lineage; another run committed it first, rerun to "
                         "create the next one"
                     )
-                s.add(Generation(**asdict(g)))
+                s.add(Generation(**self.paths.store_fields(Generation.__tablename__, asdict(g))))
                 s.flush()
                 for e in bundle.evaluations:
                     s.add(Evaluation(**asdict(e)))
@@ -313,7 +316,9 @@ class LineageStore:
                 if bundle.decision is not None:
                     s.add(BackfillDecision(generation_id=g.id, **asdict(bundle.decision)))
                 if bundle.pointer is not None:
-                    s.add(GalleryPointer(**asdict(bundle.pointer)))
+                    s.add(
+                        GalleryPointer(**self.paths.store_fields(GalleryPointer.__tablename__, asdict(bundle.pointer)))
+                    )
                 for c in bundle.compat:
                     s.add(CompatSummary(as_of_generation_id=g.id, **asdict(c)))
                 if bundle.promotion is not None:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from components.evaluation import COMPAT_METRICS, REPORTED_METRICS, DerivedMetrics
 from registry import db
 from registry.db import Generation
+from registry.paths import WorkspacePaths
 
 __all__ = ["lineage_document"]
 
@@ -143,9 +144,12 @@ def _decision(g: Generation, rows: _Rows) -> dict[str, Any]:
     }
 
 
-def lineage_document(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
-    """Every generation with its metrics, ζ, decision, roles, promotions and backfills, oldest first."""
+def lineage_document(sessions: sessionmaker[Session], paths: WorkspacePaths) -> list[dict[str, Any]]:
+    """Every generation with its metrics, ζ, decision, roles, promotions and backfills, oldest first; paths are
+    absolute (``paths`` joins the stored workspace-relative ones to the workspace)."""
     rows = _read(sessions)
+    for row in (*rows.gens, rows.live, *rows.backfills):
+        paths.resolve_row(row)
     out = []
     for g in rows.gens:
         z = rows.zetas.get(g.id)

@@ -84,10 +84,11 @@ def schema_state(engine: Engine) -> SchemaState:
     return SchemaState("behind" if rev in known else "ahead", rev)
 
 
-def _run(engine: Engine, action: str, target: str) -> None:
+def _run(engine: Engine, action: str, target: str, root: Path | None = None) -> None:
     cfg = _config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
+        cfg.attributes["workspace_root"] = root  # data migrations make paths under it relative (0003)
         getattr(command, action)(cfg, target)
 
 
@@ -107,14 +108,15 @@ def create(engine: Engine) -> None:
     _run(engine, "upgrade", "head")
 
 
-def downgrade(engine: Engine, revision: str) -> None:
+def downgrade(engine: Engine, revision: str, root: Path | None = None) -> None:
     """Undo every revision after ``revision`` (``"base"``: all of them). For maintainers and tests: bctflow never
-    downgrades a database on its own."""
-    _run(engine, "downgrade", revision)
+    downgrades a database on its own. ``root``: the workspace (needed to undo 0003's relative paths)."""
+    _run(engine, "downgrade", revision, root)
 
 
-def upgrade(engine: Engine) -> list[str]:
-    """Migrate a database that is ``behind`` to the head revision; returns what was done, in order."""
+def upgrade(engine: Engine, root: Path | None = None) -> list[str]:
+    """Migrate a database that is ``behind`` to the head revision; returns what was done, in order. ``root``: the
+    workspace whose paths become relative (revision 0003); None leaves them absolute."""
     done: list[str] = []
     state = schema_state(engine)
     if state.revision is not None and state.revision.startswith("legacy"):
@@ -125,7 +127,7 @@ def upgrade(engine: Engine) -> list[str]:
         done += [f"added {a}" for a in added] + [f"stamped {BASELINE} ({state.revision} → v{SCHEMA_VERSION})"]
         _run(engine, "stamp", BASELINE)
     before = schema_state(engine).revision
-    _run(engine, "upgrade", "head")
+    _run(engine, "upgrade", "head", root)
     after = schema_state(engine).revision
     if after != before:
         done.append(f"migrated {before} → {after}")

@@ -39,12 +39,12 @@ def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, 
     ``upgrade``: migrate an older schema first (see :class:`~registry.lineage.LineageStore`)."""
     url = lineage_url(configured, home)
     if not readonly:
-        return LineageStore(url, upgrade=upgrade)
+        return LineageStore(url, upgrade=upgrade, root=home)
     path = sqlite_path(url)
     if path is not None and (not path.is_file() or path.stat().st_size == 0):  # connecting would create the file
         return LineageStore(EMPTY_LINEAGE_URL)
     try:
-        return LineageStore(url, readonly=True)
+        return LineageStore(url, readonly=True, root=home)
     except NoLineageError:
         return LineageStore(EMPTY_LINEAGE_URL)
 

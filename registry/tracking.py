@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.relocation import owns_tracking_store, relocate_artifacts
+
 __all__ = ["MlflowStore", "RegistrationRequest", "RegistrationResult", "flatten", "metric_key"]
 
 _MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
@@ -162,13 +164,28 @@ class MlflowStore:
         self.experiment = experiment
         self.model_name = model_name
         self.artifact_root = Path(artifact_root)
+        self._located = False  # artifact URIs checked against the workspace's place (see _relocate)
 
     def _client(self) -> Any:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
         mlflow.set_registry_uri(self.tracking_uri)
-        return mlflow.MlflowClient(self.tracking_uri, self.tracking_uri)
+        client = mlflow.MlflowClient(self.tracking_uri, self.tracking_uri)
+        if not self._located:
+            self._relocate(client)
+        return client
+
+    def _relocate(self, client: Any) -> None:
+        """A workspace that owns its MLflow store and was copied or moved: its artifact URIs follow it first."""
+        self._located = True
+        if not owns_tracking_store(self.tracking_uri, self.artifact_root):
+            return
+        with _quiet_mlflow():
+            exp = client.get_experiment_by_name(self.experiment)
+        here = self.artifact_root.resolve().as_uri()
+        if exp is not None and exp.artifact_location != here:
+            relocate_artifacts(self.tracking_uri, exp.artifact_location, here)
 
     def _experiment_id(self, client: Any) -> str:
         exp = client.get_experiment_by_name(self.experiment)

@@ -4,12 +4,16 @@
 "version": n, "compatible_generations": [...], ...}`` replaced with an atomic
 rename, so a reader sees either the old or the new index, never a mixture. The
 old index directory keeps serving readers that already opened it and is only
-deleted by retention after the switch.
+deleted by retention after the switch. Its paths (``index``, ``model_checkpoint``)
+are written relative to the pointer's folder when they lie in the workspace
+around it (``../generations/gen_000/index``), so a copied workspace points at its
+own files; :meth:`LiveGallery.pointer` returns them absolute.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,9 @@ from components.indexing.faiss_index import GalleryIndex
 from components.io import atomic_write_text
 
 __all__ = ["CORPUS_DIR", "POINTER", "LiveGallery", "serving_index_dir"]
+
+#: the pointer's keys that hold paths
+PATH_KEYS = ("index", "model_checkpoint")
 
 POINTER = "CURRENT"
 #: beside an evaluation gallery's ``index/``: the gallery corpus's part store and index (docs/design.md §7.10)
@@ -49,19 +56,36 @@ class LiveGallery:
         if not self.pointer_path.exists():
             return None
         try:
-            return json.loads(self.pointer_path.read_text())
+            body = json.loads(self.pointer_path.read_text())
         except json.JSONDecodeError as err:
             raise IndexIntegrityError(
                 f"live pointer {self.pointer_path} is not valid JSON ({err}); "
                 "restore it from the lineage (bctflow lineage)"
             ) from None
+        if not isinstance(body, dict):
+            raise IndexIntegrityError(
+                f"live pointer {self.pointer_path} is not a JSON object; `bctflow doctor --repair` rewrites it"
+            )
+        for k in PATH_KEYS:
+            if isinstance(body.get(k), str) and body[k] and not Path(body[k]).is_absolute():
+                body[k] = str((self.root / body[k]).resolve())
+        return body
+
+    def _write(self, body: dict[str, Any]) -> None:
+        """Write ``body`` to CURRENT (atomic), its paths inside the workspace made relative to the pointer."""
+        workspace = self.root.resolve().parent
+        on_disk = dict(body)
+        for k in PATH_KEYS:
+            if on_disk.get(k) and Path(str(on_disk[k])).resolve().is_relative_to(workspace):
+                on_disk[k] = os.path.relpath(Path(str(on_disk[k])).resolve(), self.root.resolve())
+        atomic_write_text(self.pointer_path, json.dumps(on_disk, indent=1, default=str) + "\n")
 
     def switch(self, index_dir: Path, **meta: Any) -> dict[str, Any]:
         """Point the live gallery at ``index_dir`` (atomic). Returns the new pointer."""
         self.root.mkdir(parents=True, exist_ok=True)
         prev = self.pointer()
         body = {"index": str(Path(index_dir).resolve()), "version": (prev or {}).get("version", -1) + 1, **meta}
-        atomic_write_text(self.pointer_path, json.dumps(body, indent=1, default=str) + "\n")
+        self._write(body)
         return body
 
     def matches(self, index_dir: str | Path, **meta: Any) -> bool:
@@ -76,7 +100,7 @@ class LiveGallery:
         if pointer is None:
             self.pointer_path.unlink(missing_ok=True)
         else:
-            atomic_write_text(self.pointer_path, json.dumps(pointer, indent=1, default=str) + "\n")
+            self._write(pointer)
 
     def index(self) -> GalleryIndex:
         """The live index, with the query generations the pointer allows."""

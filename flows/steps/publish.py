@@ -76,8 +76,9 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     record = plan.work_dir / "published.json"
     if record.exists():
         done = json.loads(record.read_text())
-        GalleryIndex.load(Path(done["index"]))  # still intact?
-        return Path(done["index"]), done["metrics"]
+        index = plan.workspace.home / done["index"]  # stored relative to the workspace (absolute before)
+        GalleryIndex.load(index)  # still intact?
+        return index, done["metrics"]
     gallery, stamps = _assemble(plan)
     live = LiveGallery(ws.live_dir)
     version = live.next_version_dir()
@@ -111,7 +112,8 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     metrics = gallery_metrics(queries, gallery) if queries.incompatibility(gallery) is None else {}
     metrics["share_embedded_by_target"] = float((stamps == plan.target).mean())
     metrics.update(corpus)
-    atomic_write_text(record, json.dumps({"index": str(version / "index"), "metrics": metrics}))
+    rel = (version / "index").relative_to(plan.workspace.home).as_posix()
+    atomic_write_text(record, json.dumps({"index": rel, "metrics": metrics}))
     return version / "index", metrics
 
 
@@ -169,7 +171,8 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         version = store.generation(plan.target).mlflow_version
         # after a full backfill the live gallery answers the target's queries only: it becomes production
         promote = plan.kind == "full" and store.production_generation_id() != plan.target
-        atomic_write_text(plan.work_dir / PUBLISHING, str(index_dir))  # lets a rerun recognise a committed event
+        # lets a rerun recognise a committed event (the index, relative to the workspace)
+        atomic_write_text(plan.work_dir / PUBLISHING, index_dir.relative_to(plan.workspace.home).as_posix())
         crash_point("backfill.before_sql")
         event_id = store.record_backfill(event, pointer, retire, promote=promote)  # the commit point
         crash_point("backfill.after_sql")

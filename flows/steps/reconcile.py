@@ -116,7 +116,7 @@ def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[F
     marker = work / PUBLISHING
     if not marker.is_file():
         return []
-    published = marker.read_text().strip()
+    published = str(ws.home / marker.read_text().strip())  # relative to the workspace (absolute before)
     event = next((e for e in store.backfills() if e.index_path == published), None)
     if event is None:
         return []  # not committed: the same command resumes it

@@ -92,9 +92,15 @@ class BackfillPlan(BaseModel):
     def n_chunks(self) -> int:
         return (len(self.positions) + self.chunk_size - 1) // self.chunk_size
 
+    def source_in_workspace(self) -> str:
+        """``source_gallery`` relative to the workspace (where it lies in it): the same in a copied workspace."""
+        src, home = Path(self.source_gallery), Path(self.home)
+        return src.relative_to(home).as_posix() if src.is_relative_to(home) else str(src)
+
     def same_request(self, other: BackfillPlan) -> bool:
-        keys = ("target", "source_gallery", "kind", "fraction", "order", "seed", "chunk_size", "forced")
-        return all(getattr(self, k) == getattr(other, k) for k in keys)
+        keys = ("target", "kind", "fraction", "order", "seed", "chunk_size", "forced")
+        same_source = self.source_in_workspace() == other.source_in_workspace()
+        return same_source and all(getattr(self, k) == getattr(other, k) for k in keys)
 
 
 def _stamps_path(gallery: Path) -> Path:
@@ -212,7 +218,8 @@ def _plan(
 
 
 def start(plan: BackfillPlan) -> BackfillPlan:
-    """Save the plan, or resume the unfinished backfill that asked for the same thing (its selection and start time)."""
+    """Save the plan, or resume the unfinished backfill that asked for the same thing (its selection and start time;
+    the paths are this workspace's, so a backfill copied with its workspace resumes in the copy)."""
     saved = plan.work_dir / "plan.json"
     if saved.exists():
         prev = BackfillPlan.model_validate_json(saved.read_text())
@@ -222,7 +229,7 @@ def start(plan: BackfillPlan) -> BackfillPlan:
                 f"{prev.order}) is unfinished in "
                 f"{plan.work_dir}; rerun that command to finish it, or delete the folder to abandon it"
             )
-        return prev
+        return plan.model_copy(update={"positions": prev.positions, "started_at": prev.started_at})
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(saved, plan.model_dump_json())
     return plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -95,3 +96,31 @@ def test_rollback_of_a_first_registration_removes_the_model(tmp_path: Path, chec
     client = mlflow.MlflowClient(uri, uri)
     assert client.search_registered_models() == []
     assert client.get_run(r0.run_id).info.lifecycle_stage == "deleted"
+
+
+def test_a_copied_workspace_store_moves_its_artifact_uris_to_the_copy(tmp_path: Path, checkpoint: Path):
+    ws, copy = tmp_path / "ws", tmp_path / "copy"
+    MlflowStore(f"sqlite:///{ws / 'mlflow.db'}", "exp", "embedder", ws / "mlartifacts").register(request(checkpoint, 0))
+    shutil.copytree(ws, copy)
+    shutil.move(ws, tmp_path / "away")  # the original is gone: anything still pointing at it fails
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    reg = MlflowStore(uri, "exp", "embedder", copy / "mlartifacts")
+    r1 = reg.register(request(checkpoint, 1))
+    client = mlflow.MlflowClient(uri, uri)
+    root = (copy / "mlartifacts").resolve().as_uri()
+    assert client.get_experiment_by_name("exp").artifact_location == root
+    for v in ("1", "2"):
+        version = client.get_model_version("embedder", v)
+        assert client.get_run(version.run_id).info.artifact_uri.startswith(root + "/")
+    model = mlflow.pyfunc.load_model("models:/embedder@gen-0")  # the copy's artifacts of the version made before
+    assert model.predict(np.zeros((2, 8, 8, 1), dtype=np.uint8)).shape == (2, 9)
+    assert r1.version == "2" and not (tmp_path / "ws").exists()
+
+
+def test_a_shared_tracking_store_is_never_rewritten(tmp_path: Path, checkpoint: Path):
+    uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"  # not inside the workspace whose artifacts go elsewhere
+    (tmp_path / "shared").mkdir()
+    MlflowStore(uri, "exp", "embedder", tmp_path / "a" / "mlartifacts").register(request(checkpoint, 0))
+    MlflowStore(uri, "exp", "embedder", tmp_path / "b" / "mlartifacts").register(request(checkpoint, 1))
+    client = mlflow.MlflowClient(uri, uri)
+    assert client.get_experiment_by_name("exp").artifact_location == (tmp_path / "a" / "mlartifacts").resolve().as_uri()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +112,23 @@ def test_mix_takes_the_selected_items_from_the_new_gallery():
         mix_galleries(old, eu, pos)
     with pytest.raises(ValueError, match="not the selected gallery items"):
         mix_galleries(old, part, pos[::-1])
+
+
+def test_the_live_pointer_stores_workspace_paths_relative_and_a_copy_points_at_its_own_index(tmp_path: Path):
+    ws = tmp_path / "ws"
+    index_dir = ws / "generations" / "gen_000" / "index"
+    index_dir.mkdir(parents=True)
+    live = LiveGallery(ws / "live")
+    live.switch(index_dir, generation=0, model_checkpoint=str(ws / "generations" / "gen_000" / "model.pt"))
+    on_disk = json.loads((ws / "live" / "CURRENT").read_text())
+    assert on_disk["index"] == "../generations/gen_000/index"
+    assert on_disk["model_checkpoint"] == "../generations/gen_000/model.pt"
+    assert live.pointer()["index"] == str(index_dir.resolve()) and live.matches(index_dir, generation=0)
+    shutil.copytree(ws, tmp_path / "copy")
+    copy = LiveGallery(tmp_path / "copy" / "live")
+    assert copy.pointer()["index"] == str((tmp_path / "copy" / "generations" / "gen_000" / "index").resolve())
+    assert not copy.matches(index_dir)  # the original's index is not the copy's
+    outside = tmp_path / "volume" / "index"
+    outside.mkdir(parents=True)
+    live.switch(outside, generation=0)  # outside the workspace: kept absolute
+    assert json.loads((ws / "live" / "CURRENT").read_text())["index"] == str(outside.resolve())

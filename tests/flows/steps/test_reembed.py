@@ -170,6 +170,19 @@ def test_start_saves_the_plan_and_resumes_the_same_request(work):
     assert saved.read_text() == text
 
 
+def test_an_unfinished_backfill_copied_with_its_workspace_resumes_in_the_copy(work, tmp_path: Path):
+    params, ws = work
+    first = start(plan_backfill(params, ws, target=0, fraction=0.3, order="random", seed=1))
+    copy = Workspace(tmp_path / "copy")
+    shutil.copytree(ws.home, copy.home)
+    resumed = start(plan_backfill(params, copy, target=0, fraction=0.3, order="random", seed=1))
+    assert resumed.positions == first.positions and resumed.started_at == first.started_at  # the same backfill
+    assert resumed.work_dir == copy.backfills_dir / "in_progress"  # written in the copy, not the original
+    assert Path(resumed.source_gallery).is_relative_to(copy.home) and Path(resumed.target_checkpoint).is_relative_to(
+        copy.home
+    )
+
+
 class _Killed(Exception):
     pass
 

@@ -243,8 +243,8 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
         loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
-                f"loss became {loss.item()} at epoch {epoch + 1} (terms: base={base.item():.4g}, "
-                + ", ".join(f"{k}={v.item():.4g}" for k, v in align.terms.items())
+                f"loss became {loss.item()} at epoch {epoch + 1} (terms: "
+                + ", ".join(f"{k}={v.item():.4g}" for k, v in {"base": base, **align.terms}.items())
                 + "); lower train.lr or the alignment weight"
             )
         run.opt.zero_grad(set_to_none=True)

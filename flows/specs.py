@@ -55,9 +55,11 @@ def model_spec_from_params(
     backbone: str | None = None,
     backbone_kwargs: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> ModelSpec:
-    """params.model / params.geometry + the data's shape and statistics + method overrides."""
-    mean, std = split_normalization_stats(train)
+    """params.model / params.geometry + the data's shape and statistics (``stats``: (mean, std) given instead of
+    measured) + method overrides."""
+    mean, std = stats if stats is not None else split_normalization_stats(train)
     h, _, c = train.image_shape
     fields: dict[str, Any] = dict(
         backbone=backbone or p.model.backbone,

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from components.errors import ConfigError
 from registry.lineage import LineageStore, NoLineageError, sqlite_path
 from registry.tracking import MlflowStore
 
-__all__ = ["STORE_ENTRIES", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
+__all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
 
 LINEAGE_FILE = "lineage.db"
 TRACKING_FILE = "mlflow.db"
@@ -22,6 +26,8 @@ ARTIFACTS_DIR = "mlartifacts"
 STORE_ENTRIES = (LINEAGE_FILE, TRACKING_FILE, ARTIFACTS_DIR)
 #: an empty lineage: stands in for one that does not exist yet, so read-only callers see "no generations"
 EMPTY_LINEAGE_URL = "sqlite://"
+#: the SQLite file header (https://www.sqlite.org/fileformat.html)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def lineage_url(configured: str | None, home: Path) -> str:
@@ -52,3 +58,40 @@ def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, 
 def open_tracking(configured: str | None, home: Path, experiment: str, model_name: str) -> MlflowStore:
     """The MLflow tracking + model registry store; artifacts go to the workspace."""
     return MlflowStore(tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR)
+
+
+def _shown(url: str) -> str:
+    """``url`` with its password masked (for messages)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def check_tracking_store(configured: str | None, home: Path) -> None:
+    """The MLflow tracking store answers (a database URL) or is a SQLite file (the workspace's default); ConfigError
+    naming the store and the fix otherwise. Connects read-only: creates nothing."""
+    uri = tracking_uri(configured, home)
+    db = sqlite_path(uri)
+    if db is not None:
+        if db.is_file() and db.stat().st_size > 0:
+            with open(db, "rb") as fh:
+                head = fh.read(len(_SQLITE_MAGIC))
+            if head != _SQLITE_MAGIC:
+                raise ConfigError(
+                    f"the MLflow tracking store {db} is not a SQLite database (it is damaged or another file); "
+                    "restore it from a backup, or set tracking.mlflow_uri to the right store"
+                )
+        return
+    if "://" not in uri or uri.split("://", 1)[0].split("+")[0] in ("http", "https", "databricks", "file"):
+        return  # a tracking server or another MLflow scheme: MLflow itself reports it
+    try:
+        engine = create_engine(uri, connect_args={"connect_timeout": 10} if uri.startswith("postgres") else {})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except (SQLAlchemyError, ValueError, ImportError) as err:
+        raise ConfigError(
+            f"cannot reach the MLflow tracking store {_shown(uri)} ({type(err).__name__}: {str(err).splitlines()[0]}); "
+            "start the database or fix tracking.mlflow_uri"
+        ) from None

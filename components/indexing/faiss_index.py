@@ -182,7 +182,7 @@ class GalleryIndex:
         if cfg.approximate:  # pass 1: ids, samples, radius -> trained, empty shards
             scan = scan_gallery(passes(), cfg.recall_queries + cfg.train_size * cfg.trained, cfg.seed)
             ledger, n = scan.ledger, scan.ledger.count
-            width = scan.rows.shape[1] + (lorentz_approx and cfg.lorentz_form == "mips_l2")
+            width = cfg.stored_width(geometry, scan.rows.shape[1])
             params = {**cfg.params(width, n), "metric": metric, "stored_dim": width}
             if lorentz_approx and cfg.lorentz_form == "proxy":
                 params.update(lorentz_form="proxy", time_scale=LORENTZ_TIME_SCALE, rerank=cfg.rerank)

@@ -172,6 +172,16 @@ class IndexConfig:
             )
         return self.pq_m
 
+    def stored_width(self, geometry: str, dim: int) -> int:
+        """Width of the index's rows for gallery vectors of width ``dim``: one more for a Lorentz gallery in an
+        approximate index with ``lorentz_form: mips_l2`` (the MIPS→L2 coordinate), else ``dim``."""
+        return dim + int(geometry == "lorentz" and self.approximate and self.lorentz_form == "mips_l2")
+
+    def check_buildable(self, geometry: str, dim: int, n: int) -> None:
+        """ConfigError now when a gallery of ``n`` vectors of width ``dim`` could not be indexed with this config
+        (nlist, pq_m, pq_nbits against the gallery): what :meth:`factory_string` refuses at build time."""
+        self.factory_string(self.stored_width(geometry, dim), n)
+
     def factory_string(self, dim: int, n: int) -> str:
         """The ``faiss.index_factory`` string built for ``n`` vectors of stored width ``dim``.
 

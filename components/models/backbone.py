@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from components.errors import CheckpointMismatchError, ConfigError
+from components.errors import CheckpointMismatchError, ConfigError, refusal_reason
 
 __all__ = ["apply_small_stem", "create_backbone", "load_pretrained_weights"]
 
@@ -60,7 +60,8 @@ def load_pretrained_weights(model: nn.Module, path: str | Path) -> list[str]:
             state = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
             raise CheckpointMismatchError(
-                f"cannot read pretrained weights {p} as a plain state dict ({err}); convert it to .safetensors"
+                f"cannot read pretrained weights {p} as a plain state dict ({refusal_reason(err)}); convert it to "
+                ".safetensors where it was made"
             ) from None
         for key in ("state_dict", "model", "module"):
             if isinstance(state, dict) and key in state and isinstance(state[key], dict):

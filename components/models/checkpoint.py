@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from components.errors import CheckpointMismatchError
+from components.errors import CheckpointMismatchError, refusal_reason
 from components.io import atomic_write_bytes
 from components.models.encoder import EmbeddingModel, build_model
 from components.models.spec import IDENTITY_FIELDS, ModelSpec
@@ -50,8 +50,8 @@ def load_torch_safe(path: Path) -> dict[str, Any]:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointMismatchError(
-            f"checkpoint {p} cannot be read safely ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-            "it is truncated or not a bctflow checkpoint: restore it or retrain"
+            f"checkpoint {p} cannot be read safely ({refusal_reason(err)}); it is damaged or not a bctflow "
+            "checkpoint: restore it or retrain"
         ) from None
     if not isinstance(obj, dict) or "metadata" not in obj:
         raise CheckpointMismatchError(

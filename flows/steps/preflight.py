@@ -1,9 +1,10 @@
-"""Plan a generation before anything starts: params, dataset, alignment, lineage, checkpoints.
+"""Plan a generation before anything starts: params, dataset, alignment, lineage, checkpoints, then the inputs
+that need the data, the model and the disk (:mod:`flows.steps.checks`).
 
-Runs in the calling process (no Prefect server needed) and writes nothing: the
-lineage is opened read-only, and an empty lineage stands in for one that does
-not exist yet. The plan it returns is the run's only plan: the flow takes it as
-its parameter.
+Runs in the calling process (no Prefect server needed) and writes nothing but the dataset cache (a dataset that
+is not there yet is fetched now, when downloads are on): the lineage is opened read-only, and an empty lineage
+stands in for one that does not exist yet. The plan it returns is the run's only plan: the flow takes it as its
+parameter.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from flows.params import GenerationSpec, Params
 from flows.plan import GenerationPlan, make_plan
+from flows.steps.checks import check_generation_inputs
 from flows.workspace import Workspace
 
 __all__ = ["plan_generation"]
@@ -29,6 +31,8 @@ def plan_generation(
     ws = Workspace(Path(home))
     store = ws.lineage(params, readonly=True)
     try:
-        return make_plan(params, ws, store, spec, digest=digest, data_fingerprint=data_fingerprint)
+        plan = make_plan(params, ws, store, spec, digest=digest, data_fingerprint=data_fingerprint)
     finally:
         store.close()
+    check_generation_inputs(plan)
+    return plan

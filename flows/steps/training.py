@@ -25,7 +25,7 @@ from flows.specs import model_spec_from_params
 from flows.steps.context import load_splits
 from flows.steps.results import Snapshot, Trained
 
-__all__ = ["train_role", "training_data"]
+__all__ = ["role_spec", "train_role", "training_data"]
 
 
 def _finished(plan: GenerationPlan, role: str) -> Trained | None:
@@ -50,11 +50,16 @@ def _finished(plan: GenerationPlan, role: str) -> Trained | None:
     )
 
 
-def _role_spec(
-    plan: GenerationPlan, role: str, snap: Snapshot, split: ArrayDataset, parent_spec: ModelSpec | None
+def role_spec(
+    plan: GenerationPlan,
+    role: str,
+    manifest: DataManifest,
+    split: ArrayDataset | SourceDataset,
+    parent_spec: ModelSpec | None,
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> tuple[AlignmentChoice, ModelSpec]:
-    """The role's method and model spec: params, the training split's shape and statistics, and what the alignment
-    asks of the model."""
+    """The role's method and model spec: params, the training split's shape and statistics (``stats``: given, not
+    measured — planning only checks that the model builds), and what the alignment asks of the model."""
     aligned = choose_alignment(plan.alignment, plan.alignment_options)
     overrides = aligned.model_overrides(parent_spec)
     if role == "reference":  # an independent model in the same retrieval space
@@ -63,13 +68,14 @@ def _role_spec(
     spec = model_spec_from_params(
         plan.params,
         split,
-        snap.class_order,
-        snap.class_names,
+        manifest.class_order,
+        manifest.class_names,
         geometry=plan.geometry,
         zeta=plan.zeta,
         backbone=plan.backbone,
         backbone_kwargs=plan.backbone_kwargs,
         overrides=overrides,
+        stats=stats,
     )
     method.check_lineage(spec.class_order, parent_spec)
     return method, spec
@@ -125,7 +131,7 @@ def train_role(
     manifest = DataManifest.from_json(Path(snap.manifest).read_text())
     split = load_splits(p, plan.workspace).train
     parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
-    choice, spec = _role_spec(plan, role, snap, split, parent_spec)  # normalisation statistics of the whole split
+    choice, spec = role_spec(plan, role, manifest, split, parent_spec)  # normalisation statistics of the whole split
     loss = choice.build()  # once per training, before the seeded initialisation (a method may own random parts)
     cfg = plan.train_config(role)
     torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model

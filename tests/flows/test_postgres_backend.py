@@ -27,7 +27,7 @@ def pg_run(pg_cluster, tmp_path_factory, prefect_harness):
 def test_the_chain_and_the_backfill_live_in_postgresql(pg_run):
     home, lineage, tracking = pg_run
     assert not (home / "lineage.db").exists() and not (home / "mlflow.db").exists()  # nothing fell back to SQLite
-    store = LineageStore(lineage, readonly=True)
+    store = LineageStore(lineage, readonly=True, root=home)  # paths are stored relative to the workspace
     doc = store.to_json()
     assert [g["name"] for g in doc] == ["g0", "g1"] and doc[1]["parent"] == 0
     ptr = store.live_pointer()

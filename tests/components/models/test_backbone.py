@@ -109,8 +109,9 @@ def test_load_pretrained_weights_skips_wrong_shapes_and_refuses_foreign_files(tm
         load_pretrained_weights(dst, tmp_path / "missing.pt")
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a torch file at all")
-    with pytest.raises(CheckpointMismatchError, match="cannot read"):
+    with pytest.raises(CheckpointMismatchError, match="cannot read") as info:
         load_pretrained_weights(dst, garbage)
+    assert "weights_only" not in str(info.value)  # never advises the unsafe load torch's message recommends
 
 
 def test_create_backbone_with_pretrained_path_loads_the_blocks(tmp_path):

@@ -128,9 +128,17 @@ def test_pickle_payload_is_refused_and_not_executed(saved, tmp_path):
     assert not marker.exists()
     with pytest.raises(CheckpointMismatchError):
         load_model(evil)
-    with pytest.raises(CheckpointMismatchError):
+    with pytest.raises(CheckpointMismatchError) as info:
         load_torch_safe(evil)
     assert not marker.exists()
+    msg = str(info.value)  # says why, and never suggests the unsafe load torch's own message recommends
+    assert "refused unread: unpickling them could run code from the file" in msg
+    assert "weights_only" not in msg and "trust" not in msg
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"xyz" * 100)
+    with pytest.raises(CheckpointMismatchError, match=r"not a file of tensors and plain values") as info:
+        load_torch_safe(garbage)
+    assert "weights_only" not in str(info.value)
 
     # control: the payload is real — an unsafe load would have run it
     control_marker = tmp_path / "CONTROL"

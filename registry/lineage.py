@@ -20,9 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, make_url, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.errors import LineageError
@@ -41,7 +41,7 @@ from registry.db import (
 from registry.paths import WorkspacePaths
 from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 
-__all__ = ["LineageStore", "NoLineageError", "sqlite_path"]
+__all__ = ["LineageStore", "NoLineageError", "masked_url", "sqlite_path"]
 
 
 class NoLineageError(LineageError):
@@ -53,6 +53,14 @@ def sqlite_path(url: str) -> Path | None:
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         return Path(url.removeprefix("sqlite:///"))
     return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -73,7 +81,7 @@ class LineageStore:
     def __init__(self, url: str, *, readonly: bool = False, upgrade: bool = False, root: Path | None = None) -> None:
         """``upgrade``: migrate an older schema to this bctflow's (only ``bctflow db-upgrade`` asks). ``root``: the
         workspace that stored paths are relative to (default: the folder of a SQLite file; none for other URLs)."""
-        self.url = url
+        self.url = masked_url(url)  # for messages: the password never shows
         self.readonly = readonly
         self.upgraded: list[str] | None = None
         path = sqlite_path(url)
@@ -84,7 +92,7 @@ class LineageStore:
             self.engine = create_engine(url)
         except (SQLAlchemyError, ValueError) as err:
             raise LineageError(
-                f"cannot open lineage database {url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
+                f"cannot open lineage database {self.url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
             ) from None
         _sqlite_pragmas(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -92,18 +100,18 @@ class LineageStore:
         if state.kind == "empty":
             if readonly:
                 self.engine.dispose()
-                raise NoLineageError(f"lineage database {url} holds no bctflow lineage; run `bctflow run` first")
+                raise NoLineageError(f"lineage database {self.url} holds no bctflow lineage; run `bctflow run` first")
             schema.create(self.engine)
         elif state.kind == "ahead":
             raise LineageError(
-                f"lineage database {url} has schema {state.revision}, newer than this bctflow's "
+                f"lineage database {self.url} has schema {state.revision}, newer than this bctflow's "
                 f"{schema.head_revision()}; upgrade bctflow"
             )
         elif state.kind == "behind" and upgrade and not readonly:
             self.upgraded = schema.upgrade(self.engine, root=self.paths.root)
         elif state.kind == "behind":
             raise LineageError(
-                f"lineage database {url} has schema {state.revision}, older than this bctflow's "
+                f"lineage database {self.url} has schema {state.revision}, older than this bctflow's "
                 f"{schema.head_revision()}; back it up, then run `bctflow db-upgrade` to migrate it"
             )
 
@@ -112,8 +120,8 @@ class LineageStore:
             return schema.schema_state(self.engine)
         except SQLAlchemyError as err:
             raise LineageError(
-                f"cannot read lineage database {self.url} ({type(err).__name__}: {err}); check lineage.db_url and the "
-                "server"
+                f"cannot read lineage database {self.url} ({type(err).__name__}: {str(err).splitlines()[0]}); check "
+                "lineage.db_url and that the server runs, or restore a damaged file from a backup"
             ) from None
 
     def schema_version(self) -> str | None:

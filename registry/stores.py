@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import create_engine, make_url, text
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import ConfigError
-from registry.lineage import LineageStore, NoLineageError, sqlite_path
+from registry.lineage import LineageStore, NoLineageError, masked_url, sqlite_path
 from registry.tracking import MlflowStore
 
 __all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
@@ -60,14 +60,6 @@ def open_tracking(configured: str | None, home: Path, experiment: str, model_nam
     return MlflowStore(tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR)
 
 
-def _shown(url: str) -> str:
-    """``url`` with its password masked (for messages)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
 def check_tracking_store(configured: str | None, home: Path) -> None:
     """The MLflow tracking store answers (a database URL) or is a SQLite file (the workspace's default); ConfigError
     naming the store and the fix otherwise. Connects read-only: creates nothing."""
@@ -92,6 +84,6 @@ def check_tracking_store(configured: str | None, home: Path) -> None:
         engine.dispose()
     except (SQLAlchemyError, ValueError, ImportError) as err:
         raise ConfigError(
-            f"cannot reach the MLflow tracking store {_shown(uri)} ({type(err).__name__}: {str(err).splitlines()[0]}); "
-            "start the database or fix tracking.mlflow_uri"
+            f"cannot reach the MLflow tracking store {masked_url(uri)} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0]}); start the database or fix tracking.mlflow_uri"
         ) from None

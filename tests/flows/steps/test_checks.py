@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from components.errors import CheckpointMismatchError, ConfigError, DataError
+from components.errors import CheckpointMismatchError, ConfigError, DataError, LineageError
 from components.training.device import cuda_available
 from flows.params import GenerationSpec, load_params
 from flows.steps import checks
@@ -130,3 +130,17 @@ def test_the_disk_estimate_counts_checkpoints_and_galleries(tiny_params_file, tm
     est = disk_estimate(plan, n_params=1000, width=17, n_gallery=100, n_corpus=50)
     assert est == DiskEstimate(checkpoints=4 * 1000 * (3 * keep + 2), galleries=4 * 17 * (100 * 3 + 2 * 50))
     assert est.total == est.checkpoints + est.galleries
+
+
+def test_a_damaged_or_unreachable_lineage_database_is_refused(tiny_params_file, tmp_path):
+    home = tmp_path / "ws"
+    home.mkdir()
+    (home / "lineage.db").write_bytes(b"this is not a database" * 10)
+    with pytest.raises(LineageError, match=r"cannot read lineage database .*restore a damaged file from a backup"):
+        _plan(tiny_params_file, home)
+    url = "postgresql+psycopg://nobody:secret@127.0.0.1:1/lineage"
+    with pytest.raises(LineageError) as info:
+        _plan(tiny_params_file, tmp_path / "other", [f"lineage.db_url={url}"])
+    msg = str(info.value)
+    assert "cannot read lineage database postgresql+psycopg://nobody:***@127.0.0.1:1/lineage" in msg
+    assert "secret" not in msg and "\n" not in msg

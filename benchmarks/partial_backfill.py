@@ -65,14 +65,17 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
     old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
     new_sel = bench.selection("all")
     z0 = p.geometry.zeta0
-    old = bench.train_model("old/lorentz", old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs)
+    old = bench.train_model(
+        "old/lorentz/seed=0", old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs, generation=0
+    )
     ref = bench.train_model(
-        "reference/lorentz",
+        "reference/lorentz/seed=0",
         new_sel,
         geometry="lorentz",
         arch=sc.new_arch,
         zeta=z0 + p.geometry.delta_zeta,
         epochs=sc.epochs,
+        role="reference",
     )
     new = bench.train_model(
         f"{method}/λ={p.alignment.weight:g}/seed=0",

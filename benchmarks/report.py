@@ -211,6 +211,18 @@ def _table_notes(res: TableResult, first: dict[str, Row]) -> list[str]:
     return ["", "## Notes", "", *notes, "", "Base models: " + base]
 
 
+#: HBCT health diagnostics of a Lorentz row (empty for Euclidean rows), as results.csv columns
+DIAGNOSTIC_COLUMNS = (
+    "clip_fraction_new",
+    "clip_fraction_old",
+    "uncertainty_std_new",
+    "uncertainty_std_old",
+    "in_cone_fraction",
+    "uncertainty_new_seen",
+    "uncertainty_new_unseen",
+    "uncertainty_old_seen",
+    "uncertainty_old_unseen",
+)
 _CSV_COLUMNS = [
     "scenario",
     "method",
@@ -227,6 +239,7 @@ _CSV_COLUMNS = [
     "p_com",
     "p_com_denominator",
     "train_seconds",
+    *DIAGNOSTIC_COLUMNS,
 ]
 
 
@@ -254,6 +267,7 @@ def _write_table_csv(res: TableResult, path: Path) -> None:
                         r.p_com.get(k),
                         r.p_com_den.get(k),
                         r.seconds,
+                        *(r.diagnostics.get(d) for d in DIAGNOSTIC_COLUMNS),
                     ]
                 )
 

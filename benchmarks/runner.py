@@ -32,6 +32,7 @@ from components.losses import AlignmentChoice, AlignmentLoss, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import TrainConfig, TrainResult, embed_images, train_model
 from components.training.device import cuda_available
+from components.training.seeds import init_seed
 from flows.params import Params, apply_overrides
 from flows.specs import model_spec_from_params, train_config_from_params
 from flows.steps.context import dataset_splits
@@ -152,6 +153,8 @@ class Bench:
         options: dict[str, Any] | None = None,
         weight: float | None = None,
         seed: int = 0,
+        generation: int = 1,
+        role: str = "model",
         zeta: float | None = None,
         old: BenchModel | None = None,
         reference: BenchModel | None = None,
@@ -161,13 +164,16 @@ class Bench:
         """Train (or load from the cache) one model; embed the validation split and the test gallery.
 
         ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
+        ``generation`` / ``role``: what the model is in the lineage it stands for (the old model: generation 0;
+        a new model: 1; φ*: generation 1's "reference"); with ``seed`` they give its own initialisation, the one
+        the pipeline would give it (components/training/seeds.py).
         """
         p = apply_overrides(self.params, dict(params)) if params else self.params
         align = choose_alignment(method, options)
         loss = align.build()  # before the seeded initialisation below, as every cached result was made
         overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
         spec = self._model_spec(p, data, geometry=geometry, zeta=zeta, arch=arch, overrides=overrides)
-        cfg = train_config_from_params(p, epochs=epochs, seed=seed, align_weight=weight)
+        cfg = train_config_from_params(p, epochs=epochs, seed=init_seed(seed, generation, role), align_weight=weight)
         key = _cache_key(spec, method, options, cfg, data, arch, align, old, reference)
         folder = self.cache / key
         if (folder / "done.json").exists():
@@ -184,6 +190,7 @@ class Bench:
             "options": options or {},
             "weight": cfg.align_weight,
             "seed": seed,
+            "init_seed": cfg.seed,
             "geometry": geometry,
             "backbone": arch.backbone,
             "backbone_kwargs": arch.backbone_kwargs,

@@ -29,6 +29,7 @@ from components.evaluation.diagnostics import (
     clip_fraction,
     in_cone_fraction,
     uncertainty_seen_unseen,
+    uncertainty_std,
 )
 from components.losses import choose_alignment
 from flows.params import Params, apply_overrides
@@ -188,6 +189,8 @@ def _row(
         diag = {
             "clip_fraction_new": clip_fraction(new.test.clipped),
             "clip_fraction_old": clip_fraction(old.test.clipped),
+            "uncertainty_std_new": uncertainty_std(new.test.z, new.test.curvature),
+            "uncertainty_std_old": uncertainty_std(old.test.z, old.test.curvature),
             "in_cone_fraction": in_cone_fraction(
                 old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
             ),
@@ -255,7 +258,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     seeds = s.seeds
     old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
     new_sel = bench.selection("all")
-    bases = _base_models(bench, sc, old_sel, new_sel)
+    bases = _base_models(bench, sc, old_sel, new_sel, seeds[0])
     rows: list[Row] = []
     chosen: dict[str, tuple[float | None, BenchModel]] = {}
     val_cross: dict[str, float] = {}
@@ -271,22 +274,41 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds))
     baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_cross]
     best = max(baselines, key=lambda m: val_cross[m.name]).name if baselines else None
-    rows += _extra_seed_rows(bench, sc, new_sel, bases, chosen, best)
+    rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
     models = {g: {"old": b[0].meta, "reference": b[1].meta} for g, b in bases.items()}
     return TableResult(sc, rows, best, models)
 
 
 def _base_models(
-    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest
+    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int
 ) -> dict[str, tuple[BenchModel, BenchModel]]:
-    """The old model and the independent reference φ* of every geometry the methods use, by geometry."""
+    """The old model and the independent reference φ* of every geometry the methods use, by geometry, for ``seed``:
+    each seed trains its own old model and φ*, so the seed spread samples their variance too."""
     p = bench.params
     zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
     bases: dict[str, tuple[BenchModel, BenchModel]] = {}
     for g in sorted({m.geometry for m in bench.settings.methods}):
-        bench.log(f"[{sc.name}] base models, {g}")
-        old = bench.train_model(f"old/{g}", old_sel, geometry=g, arch=sc.old_arch, zeta=zeta0, epochs=sc.epochs)
-        ref = bench.train_model(f"reference/{g}", new_sel, geometry=g, arch=sc.new_arch, zeta=zeta_n, epochs=sc.epochs)
+        bench.log(f"[{sc.name}] base models, {g}, seed {seed}")
+        old = bench.train_model(
+            f"old/{g}/seed={seed}",
+            old_sel,
+            geometry=g,
+            arch=sc.old_arch,
+            zeta=zeta0,
+            epochs=sc.epochs,
+            seed=seed,
+            generation=0,
+        )
+        ref = bench.train_model(
+            f"reference/{g}/seed={seed}",
+            new_sel,
+            geometry=g,
+            arch=sc.new_arch,
+            zeta=zeta_n,
+            epochs=sc.epochs,
+            seed=seed,
+            role="reference",
+        )
         bases[g] = (old, ref)
     return bases
 
@@ -341,12 +363,13 @@ def _tuned_model(
 def _extra_seed_rows(
     bench: Bench,
     sc: Scenario,
+    old_sel: DataManifest,
     new_sel: DataManifest,
-    bases: dict[str, tuple[BenchModel, BenchModel]],
     chosen: dict[str, tuple[float | None, BenchModel]],
     best: str | None,
 ) -> list[Row]:
-    """Rows of the further seeds of ``extra_seed_methods`` (``best_baseline``: ``best``), at their seed-0 λ."""
+    """Rows of the further seeds of ``extra_seed_methods`` (``best_baseline``: ``best``), at their seed-0 λ; each
+    seed with its own old model and φ*."""
     s = bench.settings
     extra = {best if n == "best_baseline" else n for n in s.extra_seed_methods} - {None}
     rows: list[Row] = []
@@ -354,8 +377,8 @@ def _extra_seed_rows(
         if entry.name not in extra or entry.name not in chosen:
             continue
         w, _ = chosen[entry.name]
-        old, ref = bases[entry.geometry]
         for seed in s.seeds[1:]:
+            old, ref = _base_models(bench, sc, old_sel, new_sel, seed)[entry.geometry]
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
             m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref)
             rows.append(

@@ -52,6 +52,7 @@ def _method_chain(
                 options=e.options,
                 weight=e.weight,
                 seed=0,
+                generation=t,
                 zeta=st.zeta[t],
                 old=chain[t - 1],
                 reference=indep[e.geometry][t],
@@ -106,6 +107,8 @@ def run_sequential(bench: Bench) -> SequentialResult:
                 arch=st.archs[t],
                 zeta=st.zeta[t],
                 epochs=st.epochs,
+                generation=t,
+                role="reference" if t else "model",  # stage 0 is the old model; later ones are the stages' φ*
             )
             for t in range(t_stages)
         ]

@@ -84,6 +84,10 @@ class GeometryParams(_Strict):
     learn_curvature: bool = False
     zeta0: float = 1.0
     delta_zeta: float = 0.2
+    #: how the tangent radius is bounded at ζ: the hard clip, or the smooth tanh squash (docs/design.md §3)
+    radial: Literal["clip", "tanh"] = "clip"
+    #: a learned scale α ≤ 1 (initialised 1/√d) before the bound, in place of the fixed 1/√d
+    learn_scale: bool = False
 
     #: field → (smallest allowed value, whether it is allowed itself, what the field means, a good value)
     _BOUNDS: ClassVar[dict[str, tuple[float, bool, str, str]]] = {

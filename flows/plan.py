@@ -28,6 +28,7 @@ from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.loop import TrainConfig, latest_checkpoint
+from components.training.seeds import init_seed
 from flows.params import GenerationSpec, Params, params_digest
 from flows.specs import train_config_from_params
 from flows.workspace import Workspace
@@ -110,9 +111,10 @@ class GenerationPlan(_Frozen):
         return self.staging_dir if role == "model" else self.staging_dir / "reference"
 
     def train_config(self, role: str) -> TrainConfig:
-        # the reference gets its own seed: an independent twin, not a copy
+        """The role's training config; its seed is the role's own (components/training/seeds.py): the generation's
+        model does not start from its parent's weights, and the reference is an independent twin, not a copy."""
         return train_config_from_params(
-            self.params, epochs=self.epochs, seed=self.params.train.seed + (7919 if role == "reference" else 0)
+            self.params, epochs=self.epochs, seed=init_seed(self.params.train.seed, self.gen_id, role)
         )
 
     def role_alignment(self, role: str) -> str:

@@ -71,6 +71,8 @@ def model_spec_from_params(
         geometry=geometry,  # type: ignore[arg-type]
         curvature=p.geometry.curvature,
         learn_curvature=p.geometry.learn_curvature,
+        radial=p.geometry.radial,
+        learn_scale=p.geometry.learn_scale,
         zeta=zeta if geometry == "lorentz" else None,
         num_classes=len(class_order),
         class_order=tuple(int(c) for c in class_order),

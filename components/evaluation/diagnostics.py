@@ -19,7 +19,7 @@ from components.geometry import (
     uncertainty_from_tangent,
 )
 
-__all__ = ["clip_fraction", "in_cone_fraction", "uncertainty_seen_unseen"]
+__all__ = ["clip_fraction", "in_cone_fraction", "uncertainty_seen_unseen", "uncertainty_std"]
 
 
 def clip_fraction(clipped: np.ndarray) -> float:
@@ -48,3 +48,9 @@ def uncertainty_seen_unseen(
     s = float(u[seen].mean()) if seen.any() else None
     n = float(u[~seen].mean()) if (~seen).any() else None
     return s, n
+
+
+def uncertainty_std(z: np.ndarray, curvature: float) -> float:
+    """Standard deviation of the uncertainty u = 1 − tanh(√K‖z‖) (HBCT Eq. (10)) over a gallery, z: (N, d): near 0
+    when the radius is saturated (every point at ζ has the same u), larger when radius carries information."""
+    return float(uncertainty_from_tangent(torch.from_numpy(np.asarray(z)).double(), curvature).numpy().std())

@@ -64,7 +64,14 @@ class EmbeddingModel(nn.Module):
         elif spec.geometry == "lorentz":
             assert spec.zeta is not None
             self.head = LorentzHead(
-                feat_dim, spec.embed_dim, spec.zeta, spec.curvature, spec.learn_curvature, spec.tangent_scale
+                feat_dim,
+                spec.embed_dim,
+                spec.zeta,
+                spec.curvature,
+                spec.learn_curvature,
+                spec.tangent_scale,
+                spec.radial,
+                spec.learn_scale,
             )
             self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
         else:

@@ -1,4 +1,4 @@
-"""Embedding heads: Euclidean (L2-normalised) and Lorentz (rescale → clip at ζ → exp map)."""
+"""Embedding heads: Euclidean (L2-normalised) and Lorentz (rescale → bound at ζ → exp map)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from components.geometry import expmap0
+from components.models.radial import LearnableScale, RadialMap, bound_radius
 
 __all__ = ["BT2Head", "EuclideanHead", "HeadOutput", "LorentzHead", "orthonormal_from_skew", "rescale_and_clip"]
 
@@ -27,12 +28,10 @@ class HeadOutput:
     aux: dict[str, Tensor] = field(default_factory=dict)
 
 
-def rescale_and_clip(z: Tensor, zeta: float, scale: float = 1.0) -> tuple[Tensor, Tensor]:
-    """Design §3: z ← z/√d (·scale), then z ← z·min(1, ζ/‖z‖). ``z``: (B, d) → ((B, d), clipped (B,))."""
-    z = z * (scale / math.sqrt(z.shape[-1]))
-    norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
-    scale = (zeta / norm.clamp_min(torch.finfo(z.dtype).tiny)).clamp(max=1.0)
-    return z * scale, (norm.squeeze(-1) >= zeta)
+def rescale_and_clip(z: Tensor, zeta: float, scale: float = 1.0, radial: RadialMap = "clip") -> tuple[Tensor, Tensor]:
+    """Design §3: z ← z/√d (·scale), then bound the radius at ζ (:func:`~components.models.radial.bound_radius`:
+    the hard clip, or ``tanh``). ``z``: (B, d) → ((B, d), saturated (B,))."""
+    return bound_radius(z * (scale / math.sqrt(z.shape[-1])), zeta, radial)
 
 
 class EuclideanHead(nn.Module):
@@ -57,7 +56,8 @@ class EuclideanHead(nn.Module):
 
 
 class LorentzHead(nn.Module):
-    """features (B, F) → linear → z/√d → clip at ζ → exp map at the origin → (B, d+1).
+    """features (B, F) → linear → z·α (α = 1/√d, or learned with ``learn_scale``) → bound at ζ (``radial``: the
+    hard clip or the tanh squash, components/models/radial.py) → exp map at the origin → (B, d+1).
 
     The lift runs in float32 even under bf16 autocast (sinh/cosh and the
     clip are not safe in bf16). ``curvature`` K is fixed unless ``learn_curvature``.
@@ -73,11 +73,15 @@ class LorentzHead(nn.Module):
         curvature: float,
         learn_curvature: bool = False,
         tangent_scale: float = 1.0,
+        radial: RadialMap = "clip",
+        learn_scale: bool = False,
     ) -> None:
         super().__init__()
         self.proj = nn.Linear(in_features, embed_dim)
         self.zeta = float(zeta)
         self.tangent_scale = float(tangent_scale)
+        self.radial = radial
+        self.scale = LearnableScale(embed_dim) if learn_scale else None
         log_k = torch.tensor(math.log(curvature))
         if learn_curvature:
             self.log_k = nn.Parameter(log_k)
@@ -91,7 +95,10 @@ class LorentzHead(nn.Module):
     def forward(self, feats: Tensor) -> HeadOutput:
         z = self.proj(feats)
         with torch.autocast(device_type=z.device.type, enabled=False):
-            z, clipped = rescale_and_clip(z.float(), self.zeta, self.tangent_scale)
+            if self.scale is None:
+                z, clipped = rescale_and_clip(z.float(), self.zeta, self.tangent_scale, self.radial)
+            else:
+                z, clipped = bound_radius(self.scale(z.float()) * self.tangent_scale, self.zeta, self.radial)
             h = expmap0(z, self.curvature.float())
         return HeadOutput(z, h, clipped)
 

@@ -65,6 +65,10 @@ class ModelSpec:
     #: Lorentz: z ← (z/√d)·tangent_scale before the clip. A ζ-restarting backfill serves a generation
     #: rescaled into the ζ₀ ball: tangent_scale = ζ₀/ζ_g and zeta = ζ₀, i.e. exactly its embeddings × ζ₀/ζ_g
     tangent_scale: float = 1.0
+    #: Lorentz: how the tangent radius is bounded at ζ ("clip" or the smooth "tanh" squash, models/radial.py)
+    radial: Literal["clip", "tanh"] = "clip"
+    #: Lorentz: a learned scale α ≤ 1 (initialised 1/√d) in place of the fixed 1/√d before the bound
+    learn_scale: bool = False
     #: resize inputs to input_size × input_size inside the model (e.g. 224 for a ViT fed 32×32 images); None = as given
     input_size: int | None = None
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier output

@@ -96,6 +96,12 @@ def test_ext_class_table(tmp_path: Path):
     assert "| bct | euclidean/embedding |" in text and "P_com denominator" in text and "Seed-to-seed spread" in text
     rows = list(csv.DictReader((tmp_path / "report" / "results.csv").open()))
     assert {r["method"] for r in rows} == {"bct", "psp", "hbct"} and len(rows) == 5 * 3
+    hb_csv = [r for r in rows if r["method"] == "hbct"]  # a Lorentz row carries its diagnostics as columns
+    assert all(float(r["clip_fraction_new"]) >= 0 and float(r["uncertainty_std_new"]) >= 0 for r in hb_csv)
+    assert all(r["in_cone_fraction"] != "" for r in hb_csv) and all(r["clip_fraction_new"] == "" for r in rows[:3])
+    # each seed trains its own old model and φ*: their variance is part of the seed spread
+    by_seed = {r.seed: r for r in res.rows if r.name == "hbct"}
+    assert by_seed[0].old_self != by_seed[1].old_self and by_seed[0].ref_self != by_seed[1].ref_self
     # a second run is served from the cache: same numbers, nothing trained
     b2 = tiny_bench(tmp_path, methods)
     res2 = run_table(b2, make_scenario(b2, "ext_class"))
@@ -200,6 +206,6 @@ def test_method_params_override_only_that_methods_model(tmp_path: Path):
     assert zetas["hbct/λ=0.3/seed=0"] == (1.2, False)
     assert zetas["zeta_n_1.0/λ=0.3/seed=0"] == (1.0, False)
     assert zetas["learnable_K/λ=0.3/seed=0"] == (1.2, True)
-    assert zetas["old/lorentz"] == (1.0, False) and zetas["reference/lorentz"] == (1.2, False)
+    assert zetas["old/lorentz/seed=0"] == (1.0, False) and zetas["reference/lorentz/seed=0"] == (1.2, False)
     # all three share the old model and φ*: same old self and reference self
     assert len({r.old_self["map"] for r in res.rows}) == 1 and len({r.ref_self["map"] for r in res.rows}) == 1

@@ -143,3 +143,46 @@ def test_model_resizes_inputs_to_its_input_size():
     assert out.emb.shape == (2, 17)
     big = torch.nn.functional.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
     assert torch.allclose(model(big).emb, out.emb, atol=1e-6)  # identical to feeding pre-resized images
+
+
+def test_the_tanh_squash_keeps_a_radial_gradient_beyond_zeta_where_the_clip_has_none():
+    from components.models.radial import SATURATION_TOL, bound_radius
+
+    direction = torch.tensor([[0.6, 0.8]])
+    for r in (0.5, 1.0, 2.0, 5.0):  # inside, at and beyond ζ = 1
+        radius = torch.tensor(r, requires_grad=True)
+        out, sat = bound_radius(direction * radius, zeta=1.0, radial="tanh")
+        (g,) = torch.autograd.grad(out.norm(), radius)
+        assert out.norm().item() == pytest.approx(math.tanh(r))  # r ↦ ζ·tanh(r/ζ)
+        assert g.item() == pytest.approx(1.0 / math.cosh(r) ** 2, rel=1e-3) and g.item() > 0  # sech²(r/ζ), float32
+        assert bool(sat) == (math.tanh(r) >= 1 - SATURATION_TOL)
+        radius = torch.tensor(r, requires_grad=True)
+        out, sat = bound_radius(direction * radius, zeta=1.0, radial="clip")
+        (g,) = torch.autograd.grad(out.norm(), radius)
+        assert g.item() == pytest.approx(1.0 if r <= 1.0 else 0.0, abs=1e-6) and bool(sat) == (
+            r >= 1.0
+        )  # none beyond ζ
+
+
+def test_the_bound_commutes_with_rescaling_zeta():
+    from components.models.radial import bound_radius
+
+    z = torch.randn(64, 8) * 3
+    for radial in ("clip", "tanh"):
+        big, _ = bound_radius(z, 1.2, radial)
+        small, _ = bound_radius(z * (1.0 / 1.2), 1.0, radial)  # a ζ-restarting backfill's rescaled model
+        assert torch.allclose(small, big / 1.2, atol=1e-6)
+
+
+def test_a_learned_scale_starts_at_one_over_sqrt_d_and_stays_at_most_one():
+    from components.models.radial import LearnableScale
+
+    s = LearnableScale(16)
+    assert s.alpha.item() == pytest.approx(0.25)
+    with torch.no_grad():
+        s.u.fill_(-50.0)
+    assert 0 < s.alpha.item() <= 1.0
+    spec = replace(tiny_spec(embed_dim=8, num_classes=3, class_order=(0, 1, 2)), radial="tanh", learn_scale=True)
+    model = build_model(spec)
+    out = model(torch.zeros(4, 1, 8, 8, dtype=torch.uint8))
+    assert out.emb.shape == (4, 9) and not out.clipped.any()

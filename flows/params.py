@@ -123,6 +123,8 @@ class TrainParams(_Strict):
     eval_batch_size: int = Field(512, gt=0)
     base_loss: Literal["ce", "mixed", "ce+mixed"] = "ce"
     base_options: dict[str, float] = Field(default_factory=dict)
+    #: cross-entropy label smoothing ε (0: none); takes the reward for radius out of the Lorentz classifier
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
 
 
 class AlignmentParams(_Strict):

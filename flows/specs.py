@@ -110,4 +110,5 @@ def train_config_from_params(
         align_weight=p.alignment.weight if align_weight is None else align_weight,
         base_loss=t.base_loss,
         base_options=dict(t.base_options),
+        label_smoothing=t.label_smoothing,
     )

@@ -42,9 +42,16 @@ class MixedOptions:
 BaseLoss = Callable[[ModelOutput, Tensor, Tensor], Tensor]
 
 
-def _ce(out: ModelOutput, labels: Tensor, curvature: Tensor) -> Tensor:
+def _ce(out: ModelOutput, labels: Tensor, curvature: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy on the classifier logits (B, C); ``label_smoothing`` ε mixes the one-hot target with uniform.
+
+    Through the Lorentz MLR a correct logit grows with the radius (docs/design.md §3.4), so plain CE rewards every
+    correctly classified point for moving outward until it reaches ζ; with ε > 0 the optimum logit gap is finite
+    (log(1 + C(1 − ε)/ε), where the softmax equals the smoothed target), which stops that reward once a point is
+    confidently classified.
+    """
     assert out.logits is not None
-    return F.cross_entropy(out.logits.float(), labels)
+    return F.cross_entropy(out.logits.float(), labels, label_smoothing=label_smoothing)
 
 
 def mixed_geometry_loss(
@@ -77,16 +84,20 @@ def mixed_geometry_loss(
 BASE_LOSSES = ("ce", "mixed", "ce+mixed")
 
 
-def base_loss(name: str, options: dict | None = None) -> Callable[[ModelOutput, Tensor, Tensor], Tensor]:
-    """The base loss ``name`` as a function (out, labels, curvature) → scalar."""
+def base_loss(
+    name: str, options: dict | None = None, label_smoothing: float = 0.0
+) -> Callable[[ModelOutput, Tensor, Tensor], Tensor]:
+    """The base loss ``name`` as a function (out, labels, curvature) → scalar (``label_smoothing``: of its CE)."""
     if name not in BASE_LOSSES:
         raise ConfigError(f"unknown base loss {name!r}; use one of {', '.join(BASE_LOSSES)} (train.base_loss)")
     try:
         mo = MixedOptions(**(options or {}))
     except TypeError as err:
         raise ConfigError(f"train.base_options: {err}; valid keys: lam, tau, curvature, clip_radius") from None
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ConfigError(f"train.label_smoothing must be in [0, 1) (got {label_smoothing}); use e.g. 0.1, or 0")
     if name == "ce":
-        return _ce
+        return lambda out, y, k: _ce(out, y, k, label_smoothing)
     if name == "mixed":
         return lambda out, y, k: mixed_geometry_loss(out, y, k, mo)
-    return lambda out, y, k: _ce(out, y, k) + mixed_geometry_loss(out, y, k, mo)
+    return lambda out, y, k: _ce(out, y, k, label_smoothing) + mixed_geometry_loss(out, y, k, mo)

@@ -81,6 +81,8 @@ class TrainConfig:
     align_weight: float
     base_loss: str
     base_options: dict
+    #: cross-entropy label smoothing (0: none); lowers the reward for radius the Lorentz MLR logits give
+    label_smoothing: float = 0.0
 
 
 @dataclass
@@ -168,7 +170,7 @@ def _setup(
         old_spec and old_spec.geometry,
         old_spec and old_spec.embed_dim,
     )
-    base_fn = base_loss(cfg.base_loss, cfg.base_options)
+    base_fn = base_loss(cfg.base_loss, cfg.base_options, cfg.label_smoothing)
     label_map = (
         torch.from_numpy(label_positions(model.spec.class_order, old_spec.class_order))
         if old_spec is not None

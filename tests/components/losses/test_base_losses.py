@@ -166,6 +166,28 @@ def test_base_loss_lookup():
         base_loss("mixed", {"temperature": 0.1})
 
 
+def test_label_smoothing_mixes_the_target_with_uniform_and_caps_the_reward_for_a_larger_logit_gap():
+    y = torch.tensor([0])
+    k = torch.tensor(1.0)
+    eps, c = 0.1, 4
+
+    def smoothed(gap: float) -> float:
+        logits = torch.tensor([[gap, 0.0, 0.0, 0.0]])
+        out = ModelOutput(torch.zeros(1, 2), torch.zeros(1, 2), logits, torch.zeros(1, dtype=torch.bool))
+        return float(base_loss("ce", label_smoothing=eps)(out, y, k))
+
+    # by hand: (1 − ε)·CE(one-hot) + ε·mean over classes of −log p
+    logp = torch.log_softmax(torch.tensor([2.0, 0.0, 0.0, 0.0]), 0)
+    assert smoothed(2.0) == pytest.approx(float(-(1 - eps) * logp[0] - eps * logp.mean()), rel=1e-6)
+    best = math.log(1 + c * (1 - eps) / eps)  # the gap where softmax equals the smoothed target
+    gaps = [0.5 * i for i in range(1, 30)]
+    losses = [smoothed(g) for g in gaps]
+    assert losses[-1] > min(losses)  # a larger gap (a larger radius) stops paying: the optimum is finite...
+    assert abs(gaps[losses.index(min(losses))] - best) <= 0.25  # ...at log(1 + C(1 − ε)/ε) = log 37
+    with pytest.raises(ConfigError, match="label_smoothing must be in"):
+        base_loss("ce", label_smoothing=1.0)
+
+
 def test_poincare_and_lorentz_recipes_agree():
     """The code lifts 2v onto the Lorentz model; that is the paper's Poincaré point of v (λ₀ = 2)."""
     u, v, c = [0.3, -0.2, 0.5], [-0.4, 0.1, 0.2], 0.1

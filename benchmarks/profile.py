@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from components.errors import ConfigError
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
-__all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "MethodEntry", "Profile", "load_profile"]
+__all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "HeadEntry", "MethodEntry", "Profile", "load_profile"]
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -30,6 +30,14 @@ class MethodEntry(_Strict):
     tune: bool = False  # select λ on the validation split from BenchSettings.tune_weights
     weight: float | None = None  # fixed λ (default: params alignment.weight)
     #: params overrides for this method's new model only, e.g. {"geometry.delta_zeta": 0.1} (ablations)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class HeadEntry(_Strict):
+    """A Euclidean head the protocol may give the Euclidean lineage (old model, φ* and new model alike)."""
+
+    name: str
+    #: params overrides of the head, e.g. {"model.classifier": "linear", "model.bn_neck": false}
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -67,6 +75,9 @@ class BenchSettings(_Strict):
     sequential_stages: int = Field(5, ge=2)
     sequential_switch_at: int = Field(3, ge=1)
     sequential_methods: list[str] = Field(default_factory=list)
+    #: the Euclidean heads each tuned Euclidean method is tried with, the best chosen on the validation split
+    #: (default: the params' own head only)
+    euclidean_heads: list[HeadEntry] = Field(default_factory=lambda: [HeadEntry(name="params")])
 
 
 class Profile(_Strict):

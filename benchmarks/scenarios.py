@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchmarks.profile import Arch, MethodEntry
+from benchmarks.profile import HeadEntry, MethodEntry
 from benchmarks.runner import Bench, BenchModel
+from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
 from components.data import DataManifest
 from components.errors import ConfigError
 from components.evaluation import DerivedMetrics
@@ -36,68 +37,7 @@ from flows.params import Params, apply_overrides
 
 __all__ = ["SCENARIOS", "SIMPLEX", "Row", "Scenario", "TableResult", "make_scenario", "run_table"]
 
-SCENARIOS = ("ext_data", "ext_class", "new_arch", "both", "sequential")
 SIMPLEX = ("psp", "lsp")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    old_classes: list[int] | str
-    old_fraction: float
-    old_arch: Arch
-    new_arch: Arch
-    epochs: int | None
-
-
-def make_scenario(bench: Bench, name: str) -> Scenario:
-    s = bench.settings
-    c = bench.num_classes
-    first = list(range(max(1, round(c * s.old_class_fraction))))
-    epochs = s.scenario_epochs.get(name)
-    if name == "ext_data":
-        return Scenario(
-            name,
-            f"old: random {s.old_fraction:.0%} of the training data; new: all of it",
-            "all",
-            s.old_fraction,
-            s.old_arch,
-            s.old_arch,
-            epochs,
-        )
-    if name == "ext_class":
-        return Scenario(
-            name,
-            f"old: first {len(first)} of {c} classes; new: all classes",
-            first,
-            1.0,
-            s.old_arch,
-            s.old_arch,
-            epochs,
-        )
-    if name == "new_arch":
-        return Scenario(
-            name,
-            f"same data; old {s.old_arch.backbone}, new {s.new_arch.backbone} {s.new_arch.backbone_kwargs}",
-            "all",
-            1.0,
-            s.old_arch,
-            s.new_arch,
-            epochs,
-        )
-    if name == "both":
-        return Scenario(
-            name,
-            f"old: first {len(first)} of {c} classes on {s.old_arch.backbone}; "
-            f"new: all classes on {s.new_arch.backbone}",
-            first,
-            1.0,
-            s.old_arch,
-            s.new_arch,
-            epochs,
-        )
-    raise ConfigError(f"unknown scenario {name!r}; use one of {', '.join(SCENARIOS)}")
 
 
 @dataclass
@@ -145,10 +85,13 @@ def _train_entry(
     seed: int,
     old: BenchModel,
     ref: BenchModel,
+    head: HeadEntry | None = None,
 ) -> BenchModel:
-    """A method's new model in a scenario at alignment weight ``w`` and ``seed`` (trained, or from the cache)."""
+    """A method's new model in a scenario at alignment weight ``w`` and ``seed`` (trained, or from the cache), with
+    ``head`` (a Euclidean head of the protocol; None: the params' own)."""
+    extra = _head_params(head, entry.geometry)
     return bench.train_model(
-        f"{entry.name}/λ={w:g}/seed={seed}",
+        f"{entry.name}{_head_tag(head, entry.geometry)}/λ={w:g}/seed={seed}",
         sel,
         geometry=entry.geometry,
         arch=sc.new_arch,
@@ -160,8 +103,17 @@ def _train_entry(
         old=old,
         reference=ref,
         epochs=sc.epochs,
-        params=entry.params,
+        params={**extra, **entry.params} or None,
     )
+
+
+def _head_params(head: HeadEntry | None, geometry: str) -> dict[str, Any]:
+    """The params overrides ``head`` gives a model of ``geometry`` (Euclidean models only)."""
+    return dict(head.params) if head is not None and geometry == "euclidean" else {}
+
+
+def _head_tag(head: HeadEntry | None, geometry: str) -> str:
+    return f"/{head.name}" if _head_params(head, geometry) else ""
 
 
 def _row(
@@ -258,39 +210,55 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     seeds = s.seeds
     old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
     new_sel = bench.selection("all")
-    bases = _base_models(bench, sc, old_sel, new_sel, seeds[0])
+    by_head = {h.name: _base_models(bench, sc, old_sel, new_sel, seeds[0], h) for h in s.euclidean_heads}
+    bases = by_head[s.euclidean_heads[0].name]
     rows: list[Row] = []
-    chosen: dict[str, tuple[float | None, BenchModel]] = {}
-    val_cross: dict[str, float] = {}
+    chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]] = {}
+    val_p_com: dict[str, float] = {}
     for entry in s.methods:
         old, ref = bases[entry.geometry]
         bench.log(f"[{sc.name}] {entry.name}")
         if entry.method in SIMPLEX:
             rows.append(_simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        w, model, how = _tuned_model(bench, sc, entry, new_sel, old, ref)
-        chosen[entry.name] = (w, model)
-        val_cross[entry.name] = bench.metrics(model, old, "val")["map"]
+        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head)
+        old, ref = by_head[head.name][entry.geometry]
+        chosen[entry.name] = (w, model, head)
+        val_p_com[entry.name] = _val_p_com(bench, model, old, ref)
         rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds))
-    baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_cross]
-    best = max(baselines, key=lambda m: val_cross[m.name]).name if baselines else None
+    baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_p_com]
+    best = max(baselines, key=lambda m: val_p_com[m.name]).name if baselines else None
     rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
-    models = {g: {"old": b[0].meta, "reference": b[1].meta} for g, b in bases.items()}
+    models = {
+        g if i == 0 else f"{g}/{name}": {"old": b[0].meta, "reference": b[1].meta}
+        for i, (name, hb) in enumerate(by_head.items())
+        for g, b in hb.items()
+        if i == 0 or g == "euclidean"
+    }
     return TableResult(sc, rows, best, models)
 
 
+def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> float:
+    """mAP P_com on the validation split, against the model's own old model and φ* (−inf when undefined)."""
+    old_self, ref_self = bench.metrics(old, old, "val")["map"], bench.metrics(ref, ref, "val")["map"]
+    den = ref_self - old_self
+    return (bench.metrics(model, old, "val")["map"] - old_self) / den if den > 0 else float("-inf")
+
+
 def _base_models(
-    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int
+    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int, head: HeadEntry | None = None
 ) -> dict[str, tuple[BenchModel, BenchModel]]:
     """The old model and the independent reference φ* of every geometry the methods use, by geometry, for ``seed``:
-    each seed trains its own old model and φ*, so the seed spread samples their variance too."""
+    each seed trains its own old model and φ*, so the seed spread samples their variance too. ``head``: the
+    Euclidean head of this lineage (old model and φ* alike)."""
     p = bench.params
     zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
     bases: dict[str, tuple[BenchModel, BenchModel]] = {}
     for g in sorted({m.geometry for m in bench.settings.methods}):
-        bench.log(f"[{sc.name}] base models, {g}, seed {seed}")
+        bench.log(f"[{sc.name}] base models, {g}{_head_tag(head, g)}, seed {seed}")
+        extra = _head_params(head, g) or None
         old = bench.train_model(
-            f"old/{g}/seed={seed}",
+            f"old/{g}{_head_tag(head, g)}/seed={seed}",
             old_sel,
             geometry=g,
             arch=sc.old_arch,
@@ -298,9 +266,10 @@ def _base_models(
             epochs=sc.epochs,
             seed=seed,
             generation=0,
+            params=extra,
         )
         ref = bench.train_model(
-            f"reference/{g}/seed={seed}",
+            f"reference/{g}{_head_tag(head, g)}/seed={seed}",
             new_sel,
             geometry=g,
             arch=sc.new_arch,
@@ -308,6 +277,7 @@ def _base_models(
             epochs=sc.epochs,
             seed=seed,
             role="reference",
+            params=extra,
         )
         bases[g] = (old, ref)
     return bases
@@ -351,13 +321,34 @@ def _simplex_row(
 
 
 def _tuned_model(
-    bench: Bench, sc: Scenario, entry: MethodEntry, new_sel: DataManifest, old: BenchModel, ref: BenchModel
-) -> tuple[float, BenchModel, str]:
-    """A trained method's seed-0 model: ``(λ, model, how λ was chosen)`` over its candidate weights."""
+    bench: Bench,
+    sc: Scenario,
+    entry: MethodEntry,
+    new_sel: DataManifest,
+    by_head: dict[str, dict[str, tuple[BenchModel, BenchModel]]],
+) -> tuple[float, BenchModel, str, HeadEntry]:
+    """A trained method's seed-0 model: ``(λ, model, how λ and the head were chosen, head)``.
+
+    Per head (Euclidean methods try every head of ``euclidean_heads``, each with its own old model and φ*), λ is
+    chosen by :func:`_select`; across heads, the one with the best validation mAP P_com among those whose choice
+    kept validation self mAP (else the best validation self mAP)."""
     s, p = bench.settings, bench.params
     weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
-    cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref)) for w in weights]
-    return _select(bench, cands, old, ref)
+    heads = s.euclidean_heads if entry.geometry == "euclidean" else s.euclidean_heads[:1]
+    tried = []
+    for head in heads:
+        old, ref = by_head[head.name][entry.geometry]
+        cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref, head)) for w in weights]
+        w, m, how = _select(bench, cands, old, ref)
+        kept = bench.metrics(m, m, "val")["map"] >= s.tune_self_tolerance * bench.metrics(ref, ref, "val")["map"]
+        tried.append((head, w, m, how, kept, _val_p_com(bench, m, old, ref), bench.metrics(m, m, "val")["map"]))
+    if len(tried) == 1:
+        head, w, m, how = tried[0][:4]
+        return w, m, how, head
+    kept = [t for t in tried if t[4]]
+    best = max(kept, key=lambda t: t[5]) if kept else max(tried, key=lambda t: t[6])
+    scores = ", ".join(f"{t[0].name}: val mAP P_com {t[5]:.3f}{'' if t[4] else ' (hurts self)'}" for t in tried)
+    return best[1], best[2], f"head {best[0].name} ({scores}); {best[3]}", best[0]
 
 
 def _extra_seed_rows(
@@ -365,7 +356,7 @@ def _extra_seed_rows(
     sc: Scenario,
     old_sel: DataManifest,
     new_sel: DataManifest,
-    chosen: dict[str, tuple[float | None, BenchModel]],
+    chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]],
     best: str | None,
 ) -> list[Row]:
     """Rows of the further seeds of ``extra_seed_methods`` (``best_baseline``: ``best``), at their seed-0 λ; each
@@ -376,11 +367,11 @@ def _extra_seed_rows(
     for entry in s.methods:
         if entry.name not in extra or entry.name not in chosen:
             continue
-        w, _ = chosen[entry.name]
+        w, _, head = chosen[entry.name]
         for seed in s.seeds[1:]:
-            old, ref = _base_models(bench, sc, old_sel, new_sel, seed)[entry.geometry]
+            old, ref = _base_models(bench, sc, old_sel, new_sel, seed, head)[entry.geometry]
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
-            m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref)
+            m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref, head)
             rows.append(
                 _row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", seconds=m.seconds)
             )

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.profile import BenchSettings, Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
@@ -160,7 +161,7 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
     bad.write_text("bench: {methods: [], old_arch: {backbone: resnet18}, new_arch: {backbone: resnet18}, typo: 1}\n")
     with pytest.raises(ConfigError, match="typo"):
         load_profile(str(bad))
-    with pytest.raises(ConfigError, match="available: cpu, cpu_hbct_ablations, digits, gpu "):
+    with pytest.raises(ConfigError, match="available: cpu, cpu_hbct_ablations, cpu_hbct_radius, digits, gpu "):
         load_profile("no-such-profile")
 
 
@@ -209,3 +210,30 @@ def test_method_params_override_only_that_methods_model(tmp_path: Path):
     assert zetas["old/lorentz/seed=0"] == (1.0, False) and zetas["reference/lorentz/seed=0"] == (1.2, False)
     # all three share the old model and φ*: same old self and reference self
     assert len({r.old_self["map"] for r in res.rows}) == 1 and len({r.ref_self["map"] for r in res.rows}) == 1
+
+
+def test_euclidean_methods_get_the_head_chosen_on_validation_with_its_own_old_model_and_reference(tmp_path: Path):
+    heads = [
+        {"name": "bn_cosine", "params": {"model.classifier": "cosine", "model.bn_neck": True}},
+        {"name": "linear", "params": {"model.classifier": "linear", "model.bn_neck": False}},
+    ]
+    methods = [{"name": "bct", "method": "bct"}, {"name": "hbct", "method": "hbct", "geometry": "lorentz"}]
+    b = tiny_bench(tmp_path, methods, euclidean_heads=heads, extra_seed_methods=["bct"])
+    res = run_table(b, make_scenario(b, "ext_class"))
+    bct = [r for r in res.rows if r.name == "bct"]
+    assert len(bct) == 2 and bct[0].selection.startswith("head ")
+    assert "bn_cosine: val mAP P_com" in bct[0].selection and "linear: val mAP P_com" in bct[0].selection
+    chosen = bct[0].selection.split()[1]
+    assert chosen in ("bn_cosine", "linear")
+    specs = {}
+    for d in (tmp_path / "cache" / "cache").glob("*/done.json"):
+        label = json.loads(d.read_text())["label"]
+        spec = torch.load(d.parent / "model.pt", weights_only=True)["metadata"]
+        specs[label] = (spec["classifier"], spec["bn_neck"])
+    # each head trained its own Euclidean lineage: old model, φ* and the method's new models
+    assert specs["old/euclidean/bn_cosine/seed=0"] == ("cosine", True)
+    assert specs["old/euclidean/linear/seed=0"] == ("linear", False)
+    assert specs["reference/euclidean/linear/seed=0"] == ("linear", False)
+    assert specs["bct/linear/λ=0.3/seed=0"] == ("linear", False)
+    assert f"old/euclidean/{chosen}/seed=1" in specs  # the extra seed uses the chosen head's lineage
+    assert "old/lorentz/seed=0" in specs and not any(k.startswith("old/lorentz/") and "linear" in k for k in specs)

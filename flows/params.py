@@ -88,6 +88,10 @@ class GeometryParams(_Strict):
     radial: Literal["clip", "tanh"] = "clip"
     #: a learned scale α ≤ 1 (initialised 1/√d) before the bound, in place of the fixed 1/√d
     learn_scale: bool = False
+    #: ζ of an aligned generation: "fixed" (ζ_prev + Δζ) or "percentile": at least the parent's pre-bound radius
+    #: at ``zeta_percentile`` over this generation's training images, + Δζ (docs/design.md §3.3)
+    zeta_rule: Literal["fixed", "percentile"] = "fixed"
+    zeta_percentile: float = Field(95.0, gt=0.0, le=100.0)
 
     #: field → (smallest allowed value, whether it is allowed itself, what the field means, a good value)
     _BOUNDS: ClassVar[dict[str, tuple[float, bool, str, str]]] = {

@@ -84,6 +84,8 @@ class GenerationPlan(_Frozen):
     delta_zeta: float
     zeta_prev: float | None
     zeta_restarted: bool
+    #: why ζ is what it is, when data chose it (geometry.zeta_rule: percentile; flows/steps/zeta.py)
+    zeta_reason: str | None = None
     classes: tuple[int, ...] | str
     fraction: float
     backbone: str

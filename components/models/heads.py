@@ -95,12 +95,15 @@ class LorentzHead(nn.Module):
     def forward(self, feats: Tensor) -> HeadOutput:
         z = self.proj(feats)
         with torch.autocast(device_type=z.device.type, enabled=False):
-            if self.scale is None:
-                z, clipped = rescale_and_clip(z.float(), self.zeta, self.tangent_scale, self.radial)
-            else:
-                z, clipped = bound_radius(self.scale(z.float()) * self.tangent_scale, self.zeta, self.radial)
+            scaled = (
+                z.float() * (self.tangent_scale / math.sqrt(z.shape[-1]))
+                if self.scale is None
+                else self.scale(z.float()) * self.tangent_scale
+            )
+            radius = torch.linalg.vector_norm(scaled, dim=-1)  # before the bound: where the data wants to be
+            z, clipped = bound_radius(scaled, self.zeta, self.radial)
             h = expmap0(z, self.curvature.float())
-        return HeadOutput(z, h, clipped)
+        return HeadOutput(z, h, clipped, aux={"radius": radius})
 
 
 def orthonormal_from_skew(params: Tensor) -> Tensor:

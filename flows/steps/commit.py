@@ -61,6 +61,7 @@ def _record(
             "weight": p.alignment.weight,
             **plan.alignment_options,
             "train": {**p.train.model_dump(), "epochs": plan.epochs},
+            **({"zeta_reason": plan.zeta_reason} if plan.zeta_reason else {}),
         },
         zeta=plan.zeta,
         curvature=trained.curvature,

@@ -14,6 +14,7 @@ from pathlib import Path
 from flows.params import GenerationSpec, Params
 from flows.plan import GenerationPlan, make_plan
 from flows.steps.checks import check_generation_inputs
+from flows.steps.zeta import choose_zeta
 from flows.workspace import Workspace
 
 __all__ = ["plan_generation"]
@@ -35,4 +36,4 @@ def plan_generation(
     finally:
         store.close()
     check_generation_inputs(plan)
-    return plan
+    return choose_zeta(plan)

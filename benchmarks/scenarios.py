@@ -255,30 +255,11 @@ def _base_models(
     zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
     bases: dict[str, tuple[BenchModel, BenchModel]] = {}
     for g in sorted({m.geometry for m in bench.settings.methods}):
-        bench.log(f"[{sc.name}] base models, {g}{_head_tag(head, g)}, seed {seed}")
-        extra = _head_params(head, g) or None
-        old = bench.train_model(
-            f"old/{g}{_head_tag(head, g)}/seed={seed}",
-            old_sel,
-            geometry=g,
-            arch=sc.old_arch,
-            zeta=zeta0,
-            epochs=sc.epochs,
-            seed=seed,
-            generation=0,
-            params=extra,
-        )
-        ref = bench.train_model(
-            f"reference/{g}{_head_tag(head, g)}/seed={seed}",
-            new_sel,
-            geometry=g,
-            arch=sc.new_arch,
-            zeta=zeta_n,
-            epochs=sc.epochs,
-            seed=seed,
-            role="reference",
-            params=extra,
-        )
+        tag = f"{g}{_head_tag(head, g)}/seed={seed}"
+        bench.log(f"[{sc.name}] base models, {tag}")
+        common: dict[str, Any] = dict(geometry=g, epochs=sc.epochs, seed=seed, params=_head_params(head, g) or None)
+        old = bench.train_model(f"old/{tag}", old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common)
+        ref = bench.train_model(f"reference/{tag}", new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common)
         bases[g] = (old, ref)
     return bases
 

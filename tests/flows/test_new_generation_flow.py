@@ -115,11 +115,15 @@ def test_outputs_are_in_place_and_consistent(lineage_run):
     # the DVC snapshot's md5 is the data hash
     dvc_meta = yaml.safe_load((ws.data_dir / "snapshots" / "gen_001" / "manifest.json.dvc").read_text())
     assert dvc_meta["outs"][0]["md5"] == g1["data_hash"]
-    # the FAISS index serves the stored gallery: nearest neighbour of each item (excluding itself) is consistent
+    # the FAISS index serves the stored gallery: each item is its own nearest neighbour, up to an exact tie
+    # (two items whose embeddings coincide, e.g. both clipped to ζ along one direction, score the same)
     index = GalleryIndex.load(Path(g1["index"]))
     gal = GalleryEmbeddings.load(gdir / "gallery.npz")
-    _scores, ids = index.search(gal.vectors()[:20].astype(np.float32), 2, query_generation=1)
-    assert (ids[:, 0] == gal.ids[:20]).all()
+    scores, ids = index.search(gal.vectors()[:20].astype(np.float32), 2, query_generation=1)
+    own = gal.ids[:20]
+    first, tied = ids[:, 0] == own, (ids[:, 1] == own) & np.isclose(scores[:, 1], scores[:, 0], rtol=1e-5, atol=1e-6)
+    assert (first | tied).all(), (ids[:, :2].tolist(), scores.tolist())
+    assert first.mean() >= 0.9
     metrics = json.loads((gdir / "metrics.json").read_text())
     assert metrics["self"] == g1["metrics"]["self"]
 

@@ -152,6 +152,28 @@ def test_lorentz_proxy_reranks_candidates_exactly(data, flat):
     np.testing.assert_array_equal(stored[:, 0], gallery[:5, 0].astype(np.float32) * np.float32(2.0**-8))
 
 
+def test_lorentz_rescoring_is_exact_for_an_item_and_its_near_neighbours():
+    """An item is its own nearest neighbour (distance 0), ahead of a neighbour 4e-4 away, although both are stored
+    in float32 off the hyperboloid by ~1e-7 (design §2.5); far pairs keep HBCT Eq. (3)'s acosh value."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(200, D))
+    space = np.concatenate([base, base + 4e-4 * rng.normal(size=base.shape) / np.sqrt(D)])
+    x = np.concatenate([np.sqrt(1 / K + (space * space).sum(1, keepdims=True)), space], axis=1)
+    index = GalleryIndex.build_streaming(
+        lambda: iter([(x, np.arange(len(x)))]), geometry="lorentz", curvature=K, generation=1, config=IndexConfig()
+    )
+    stored = x.astype(np.float32).astype(np.float64)
+    scores, ids = index.search(stored[:200], 2)
+    assert (ids[:, 0] == np.arange(200)).all() and (scores[:, 0] == 0).all()
+    assert (ids[:, 1] == np.arange(200) + 200).all() and (scores[:, 1] < 0).all()
+    far_s, far_i = index.search(stored[:5], 50)
+    g = stored[far_i]
+    inner = -stored[:5, None, 0] * g[..., 0] + np.einsum("nd,nkd->nk", stored[:5, 1:], g[..., 1:])
+    acosh = np.arccosh(np.maximum(-K * inner, 1.0)) / np.sqrt(K)
+    far = acosh > 0.1
+    np.testing.assert_allclose(-far_s[far], acosh[far], rtol=1e-6)
+
+
 def test_sharded_index_searches_like_one(data, flat):
     _, queries, _ = data["euclidean"]
     sharded = _build(data, "euclidean", shards=3)

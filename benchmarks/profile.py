@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from components.errors import ConfigError
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
@@ -34,11 +34,14 @@ class MethodEntry(_Strict):
 
 
 class HeadEntry(_Strict):
-    """A Euclidean head the protocol may give the Euclidean lineage (old model, φ* and new model alike)."""
+    """A head the protocol may give a lineage of ``geometry`` (old model, φ* and new model alike): a Euclidean
+    classifier / neck, or a Lorentz head's radius handling (design §3.2)."""
 
     name: str
-    #: params overrides of the head, e.g. {"model.classifier": "linear", "model.bn_neck": false}
+    #: params overrides of the head, e.g. {"model.classifier": "linear", "model.bn_neck": false} or
+    #: {"geometry.radial": "tanh", "geometry.learn_scale": true}
     params: dict[str, Any] = Field(default_factory=dict)
+    geometry: Literal["euclidean", "lorentz"] = "euclidean"
 
 
 class Arch(_Strict):
@@ -78,6 +81,21 @@ class BenchSettings(_Strict):
     #: the Euclidean heads each tuned Euclidean method is tried with, the best chosen on the validation split
     #: (default: the params' own head only)
     euclidean_heads: list[HeadEntry] = Field(default_factory=lambda: [HeadEntry(name="params")])
+    #: the same for the Lorentz methods: each Lorentz head (radius handling) with its own old model and φ*
+    lorentz_heads: list[HeadEntry] = Field(default_factory=lambda: [HeadEntry(name="params", geometry="lorentz")])
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> BenchSettings:
+        for g, heads in (("euclidean", self.euclidean_heads), ("lorentz", self.lorentz_heads)):
+            if not heads or any(h.geometry != g for h in heads):
+                raise ValueError(f"{g}_heads must be a non-empty list of heads with geometry: {g}")
+            if len({h.name for h in heads}) != len(heads):
+                raise ValueError(f"{g}_heads: head names must be unique")
+        return self
+
+    def heads(self, geometry: str) -> list[HeadEntry]:
+        """The heads the protocol tries for methods of ``geometry``; the first is the lineage's default."""
+        return self.euclidean_heads if geometry == "euclidean" else self.lorentz_heads
 
 
 class Profile(_Strict):

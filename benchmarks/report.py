@@ -152,7 +152,7 @@ def _seed_spread(res: TableResult) -> list[str]:
         "",
         "## Seed-to-seed spread",
         "",
-        f"Best Euclidean baseline (chosen by validation cross mAP): **{res.best_baseline}**.",
+        f"Best Euclidean baseline (chosen by validation mAP P_com): **{res.best_baseline}**.",
         "",
         "| method | seeds | self mAP | cross mAP | P_com mAP | P_up mAP | cross CMC@1 | P_com CMC@1 |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
@@ -167,7 +167,8 @@ def _seed_spread(res: TableResult) -> list[str]:
     return [
         *lines,
         "",
-        "(mean ± population std over the seeds; the old model and φ* are the seed-0 models in every case)",
+        "(mean ± population std over the seeds; each seed trains its own old model, φ* and new model, with the head and λ "
+        "chosen at seed 0)",
     ]
 
 

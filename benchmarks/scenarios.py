@@ -88,7 +88,7 @@ def _train_entry(
     head: HeadEntry | None = None,
 ) -> BenchModel:
     """A method's new model in a scenario at alignment weight ``w`` and ``seed`` (trained, or from the cache), with
-    ``head`` (a Euclidean head of the protocol; None: the params' own)."""
+    ``head`` (a head of the protocol for the entry's geometry; None: the params' own)."""
     extra = _head_params(head, entry.geometry)
     return bench.train_model(
         f"{entry.name}{_head_tag(head, entry.geometry)}/λ={w:g}/seed={seed}",
@@ -108,8 +108,8 @@ def _train_entry(
 
 
 def _head_params(head: HeadEntry | None, geometry: str) -> dict[str, Any]:
-    """The params overrides ``head`` gives a model of ``geometry`` (Euclidean models only)."""
-    return dict(head.params) if head is not None and geometry == "euclidean" else {}
+    """The params overrides ``head`` gives a model of ``geometry`` (a head applies to its own geometry only)."""
+    return dict(head.params) if head is not None and head.geometry == geometry else {}
 
 
 def _head_tag(head: HeadEntry | None, geometry: str) -> str:
@@ -210,8 +210,11 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     seeds = s.seeds
     old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
     new_sel = bench.selection("all")
-    by_head = {h.name: _base_models(bench, sc, old_sel, new_sel, seeds[0], h) for h in s.euclidean_heads}
-    bases = by_head[s.euclidean_heads[0].name]
+    geometries = sorted({m.geometry for m in s.methods})
+    by_head = {
+        g: {h.name: _base_models(bench, sc, old_sel, new_sel, seeds[0], h) for h in s.heads(g)} for g in geometries
+    }
+    bases = {g: by_head[g][s.heads(g)[0].name] for g in geometries}
     rows: list[Row] = []
     chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]] = {}
     val_p_com: dict[str, float] = {}
@@ -221,8 +224,8 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         if entry.method in SIMPLEX:
             rows.append(_simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head)
-        old, ref = by_head[head.name][entry.geometry]
+        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry])
+        old, ref = by_head[entry.geometry][head.name]
         chosen[entry.name] = (w, model, head)
         val_p_com[entry.name] = _val_p_com(bench, model, old, ref)
         rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds))
@@ -231,9 +234,8 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
     models = {
         g if i == 0 else f"{g}/{name}": {"old": b[0].meta, "reference": b[1].meta}
-        for i, (name, hb) in enumerate(by_head.items())
-        for g, b in hb.items()
-        if i == 0 or g == "euclidean"
+        for g, heads in by_head.items()
+        for i, (name, b) in enumerate(heads.items())
     }
     return TableResult(sc, rows, best, models)
 
@@ -246,22 +248,18 @@ def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel
 
 
 def _base_models(
-    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int, head: HeadEntry | None = None
-) -> dict[str, tuple[BenchModel, BenchModel]]:
-    """The old model and the independent reference φ* of every geometry the methods use, by geometry, for ``seed``:
-    each seed trains its own old model and φ*, so the seed spread samples their variance too. ``head``: the
-    Euclidean head of this lineage (old model and φ* alike)."""
-    p = bench.params
+    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int, head: HeadEntry
+) -> tuple[BenchModel, BenchModel]:
+    """The old model and the independent reference φ* of ``head``'s geometry and head, for ``seed``: each seed trains
+    its own old model and φ*, so the seed spread samples their variance too."""
+    p, g = bench.params, head.geometry
     zeta0, zeta_n = p.geometry.zeta0, p.geometry.zeta0 + p.geometry.delta_zeta
-    bases: dict[str, tuple[BenchModel, BenchModel]] = {}
-    for g in sorted({m.geometry for m in bench.settings.methods}):
-        tag = f"{g}{_head_tag(head, g)}/seed={seed}"
-        bench.log(f"[{sc.name}] base models, {tag}")
-        common: dict[str, Any] = dict(geometry=g, epochs=sc.epochs, seed=seed, params=_head_params(head, g) or None)
-        old = bench.train_model(f"old/{tag}", old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common)
-        ref = bench.train_model(f"reference/{tag}", new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common)
-        bases[g] = (old, ref)
-    return bases
+    tag = f"{g}{_head_tag(head, g)}/seed={seed}"
+    bench.log(f"[{sc.name}] base models, {tag}")
+    common: dict[str, Any] = dict(geometry=g, epochs=sc.epochs, seed=seed, params=_head_params(head, g) or None)
+    old = bench.train_model(f"old/{tag}", old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common)
+    ref = bench.train_model(f"reference/{tag}", new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common)
+    return old, ref
 
 
 def _simplex_row(
@@ -306,19 +304,18 @@ def _tuned_model(
     sc: Scenario,
     entry: MethodEntry,
     new_sel: DataManifest,
-    by_head: dict[str, dict[str, tuple[BenchModel, BenchModel]]],
+    by_head: dict[str, tuple[BenchModel, BenchModel]],
 ) -> tuple[float, BenchModel, str, HeadEntry]:
     """A trained method's seed-0 model: ``(λ, model, how λ and the head were chosen, head)``.
 
-    Per head (Euclidean methods try every head of ``euclidean_heads``, each with its own old model and φ*), λ is
-    chosen by :func:`_select`; across heads, the one with the best validation mAP P_com among those whose choice
-    kept validation self mAP (else the best validation self mAP)."""
+    Per head of the entry's geometry (``euclidean_heads`` / ``lorentz_heads``, each with its own old model and φ*:
+    ``by_head``), λ is chosen by :func:`_select`; across heads, the one with the best validation mAP P_com among
+    those whose choice kept validation self mAP (else the best validation self mAP)."""
     s, p = bench.settings, bench.params
     weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
-    heads = s.euclidean_heads if entry.geometry == "euclidean" else s.euclidean_heads[:1]
     tried = []
-    for head in heads:
-        old, ref = by_head[head.name][entry.geometry]
+    for head in s.heads(entry.geometry):
+        old, ref = by_head[head.name]
         cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref, head)) for w in weights]
         w, m, how = _select(bench, cands, old, ref)
         kept = bench.metrics(m, m, "val")["map"] >= s.tune_self_tolerance * bench.metrics(ref, ref, "val")["map"]
@@ -350,7 +347,7 @@ def _extra_seed_rows(
             continue
         w, _, head = chosen[entry.name]
         for seed in s.seeds[1:]:
-            old, ref = _base_models(bench, sc, old_sel, new_sel, seed, head)[entry.geometry]
+            old, ref = _base_models(bench, sc, old_sel, new_sel, seed, head)
             bench.log(f"[{sc.name}] {entry.name} seed {seed}")
             m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref, head)
             rows.append(

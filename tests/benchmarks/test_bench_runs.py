@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from benchmarks.profile import BenchSettings, Profile, load_profile
 from benchmarks.report import write_sequential_report, write_table_report
@@ -212,14 +213,18 @@ def test_method_params_override_only_that_methods_model(tmp_path: Path):
     assert len({r.old_self["map"] for r in res.rows}) == 1 and len({r.ref_self["map"] for r in res.rows}) == 1
 
 
-def test_euclidean_methods_get_the_head_chosen_on_validation_with_its_own_old_model_and_reference(tmp_path: Path):
+def test_each_method_gets_the_head_chosen_on_validation_with_its_own_old_model_and_reference(tmp_path: Path):
     heads = [
         {"name": "bn_cosine", "params": {"model.classifier": "cosine", "model.bn_neck": True}},
         {"name": "linear", "params": {"model.classifier": "linear", "model.bn_neck": False}},
     ]
+    lorentz = [{"name": "clip", "geometry": "lorentz"}, {"name": "tanh", "geometry": "lorentz", "params": TANH}]
     methods = [{"name": "bct", "method": "bct"}, {"name": "hbct", "method": "hbct", "geometry": "lorentz"}]
-    b = tiny_bench(tmp_path, methods, euclidean_heads=heads, extra_seed_methods=["bct"])
+    b = tiny_bench(tmp_path, methods, euclidean_heads=heads, lorentz_heads=lorentz, extra_seed_methods=["bct"])
     res = run_table(b, make_scenario(b, "ext_class"))
+    hbct = next(r for r in res.rows if r.name == "hbct")
+    assert "clip: val mAP P_com" in hbct.selection and "tanh: val mAP P_com" in hbct.selection
+    assert hbct.diagnostics["clip_fraction_new"] is not None
     bct = [r for r in res.rows if r.name == "bct"]
     assert len(bct) == 2 and bct[0].selection.startswith("head ")
     assert "bn_cosine: val mAP P_com" in bct[0].selection and "linear: val mAP P_com" in bct[0].selection
@@ -236,4 +241,20 @@ def test_euclidean_methods_get_the_head_chosen_on_validation_with_its_own_old_mo
     assert specs["reference/euclidean/linear/seed=0"] == ("linear", False)
     assert specs["bct/linear/λ=0.3/seed=0"] == ("linear", False)
     assert f"old/euclidean/{chosen}/seed=1" in specs  # the extra seed uses the chosen head's lineage
-    assert "old/lorentz/seed=0" in specs and not any(k.startswith("old/lorentz/") and "linear" in k for k in specs)
+    assert not any(k.startswith("old/lorentz/") and "linear" in k for k in specs)
+    # the Lorentz lineage tried its own heads: the default (no overrides: no tag) and the tanh squash
+    cached = _cached(tmp_path)
+    radial = {k: torch.load(d.parent / "model.pt", weights_only=True)["metadata"]["radial"] for k, d in cached}
+    assert radial["old/lorentz/seed=0"] == "clip" and radial["reference/lorentz/seed=0"] == "clip"
+    assert radial["old/lorentz/tanh/seed=0"] == "tanh" and radial["reference/lorentz/tanh/seed=0"] == "tanh"
+    assert radial["hbct/tanh/λ=0.3/seed=0"] == "tanh" and radial["hbct/λ=0.3/seed=0"] == "clip"
+    with pytest.raises(ValidationError, match="lorentz_heads must be"):
+        tiny_bench(tmp_path, methods, lorentz_heads=[{"name": "x", "params": TANH}])
+
+
+TANH = {"geometry.radial": "tanh"}
+
+
+def _cached(tmp: Path) -> list[tuple[str, Path]]:
+    """(label, done.json path) of every model in a tiny bench's cache."""
+    return [(json.loads(d.read_text())["label"], d) for d in (tmp / "cache" / "cache").glob("*/done.json")]

@@ -1,4 +1,4 @@
-"""Benchmark reports: markdown + CSV + JSON (+ heatmaps for the sequential scenario)."""
+"""Benchmark reports: markdown + CSV + JSON of a method table (the sequential one: report_sequential)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.scenarios import Row, Scenario, TableResult
-from benchmarks.sequential import SequentialResult
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
 
-__all__ = ["write_sequential_report", "write_table_report"]
+__all__ = ["fmt", "report_header", "write_report_files", "write_table_report"]
 
 
-def _f(v: float | None, d: int = 4) -> str:
+def fmt(v: float | None, d: int = 4) -> str:
     return "—" if v is None else f"{v:.{d}f}"
 
 
@@ -64,6 +61,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     lines += _compat_tables(first, ctx)
     lines += _seed_spread(res)
     lines += _diagnostics_table(res.rows)
+    lines += _heads_table(res.heads)
     lines += _table_notes(res, first)
     return write_report_files(
         out_dir,
@@ -75,6 +73,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
             "best_baseline": res.best_baseline,
             "rows": [r.as_dict() for r in res.rows],
             "base_models": res.models,
+            "heads_tried": res.heads,
         },
     )
 
@@ -108,7 +107,7 @@ def _old_self_table(first: dict[str, Row]) -> list[str]:
     for r in first.values():
         spaces.setdefault(f"{r.geometry}/{r.space}", r.old_self)
     for sp, v in spaces.items():
-        lines.append(f"| {sp} | {_f(v['cmc@1'])} | {_f(v['cmc@5'])} | {_f(v['map'])} |")
+        lines.append(f"| {sp} | {fmt(v['cmc@1'])} | {fmt(v['cmc@5'])} | {fmt(v['map'])} |")
     return lines
 
 
@@ -125,11 +124,11 @@ def _compat_tables(first: dict[str, Row], ctx: dict[str, Any]) -> list[str]:
         ]
         for r in first.values():
             flag = " ⚠" if abs(r.p_com_den[k]) < ILL_CONDITIONED else ""
-            weight = _f(r.weight, 2) if r.weight is not None else "—"
+            weight = fmt(r.weight, 2) if r.weight is not None else "—"
             lines.append(
-                f"| {r.name} | {r.geometry}/{r.space} | {weight} | {_f(r.old_self[k])} | {_f(r.self_[k])} | "
-                f"{_f(r.cross[k])} | {_f(r.p_up[k])} | {_f(r.p_com[k], 3)}{flag} | {_f(r.p_com_den[k])} | "
-                f"{_f(r.seconds, 0)} |"
+                f"| {r.name} | {r.geometry}/{r.space} | {weight} | {fmt(r.old_self[k])} | {fmt(r.self_[k])} | "
+                f"{fmt(r.cross[k])} | {fmt(r.p_up[k])} | {fmt(r.p_com[k], 3)}{flag} | {fmt(r.p_com_den[k])} | "
+                f"{fmt(r.seconds, 0)} |"
             )
     return lines
 
@@ -167,8 +166,8 @@ def _seed_spread(res: TableResult) -> list[str]:
     return [
         *lines,
         "",
-        "(mean ± population std over the seeds; each seed trains its own old model, φ* and new model, with the head and λ "
-        "chosen at seed 0)",
+        "(mean ± population std over the seeds; each seed trains its own old model, φ* and new model, with the "
+        "head and λ chosen at seed 0)",
     ]
 
 
@@ -186,7 +185,29 @@ def _diagnostics_table(rows: list[Row]) -> list[str]:
         "|---|---|" + "---:|" * len(keys),
     ]
     for r in diag:
-        lines.append(f"| {r.name} | {r.seed} | " + " | ".join(_f(r.diagnostics[k], 3) for k in keys) + " |")
+        lines.append(f"| {r.name} | {r.seed} | " + " | ".join(fmt(r.diagnostics[k], 3) for k in keys) + " |")
+    return lines
+
+
+def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
+    """Report lines: every (method, head) tried at seed 0 with its validation mAP P_com and, for Lorentz heads, the
+    test-gallery clip fraction / uncertainty std of the new model, its old model and φ* (none if one head only)."""
+    if len({(h["method"], h["head"]) for h in heads}) == len({h["method"] for h in heads}):
+        return []
+    cols = ("clip_fraction_new", "clip_fraction_old", "clip_fraction_ref", "uncertainty_std_new", "uncertainty_std_ref")
+    lines = [
+        "",
+        "## Heads tried (seed 0; chosen on validation mAP P_com, diagnostics on the test gallery)",
+        "",
+        "| method | head | λ | val mAP P_com | keeps self | " + " | ".join(cols) + " |",
+        "|---|---|---:|---:|---|" + "---:|" * len(cols),
+    ]
+    for h in heads:
+        diag = " | ".join(fmt(h.get(c), 3) for c in cols)
+        lines.append(
+            f"| {h['method']} | {h['head']} | {fmt(h['weight'], 2)} | {fmt(h['val_p_com'], 3)} | "
+            f"{'yes' if h['kept'] else 'no'} | {diag} |"
+        )
     return lines
 
 
@@ -271,111 +292,3 @@ def _write_table_csv(res: TableResult, path: Path) -> None:
                         *(r.diagnostics.get(d) for d in DIAGNOSTIC_COLUMNS),
                     ]
                 )
-
-
-def _heatmaps(res: SequentialResult, metric: str, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(res.matrices)
-    cols = min(4, len(names))
-    rows = (len(names) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), dpi=110, squeeze=False)
-    for ax, name in zip(axes.flat, names):
-        m = np.array([[np.nan if v is None else v for v in row] for row in res.matrices[name][metric]], dtype=float)
-        ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
-        for (i, j), v in np.ndenumerate(m):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w" if v < 0.6 else "k")
-        s = res.summary[name][metric]
-        ax.set_title(f"{name}\nAC {_f(s['ac'], 2)} AA {_f(s['aa'], 2)} ACA {_f(s['aca'], 2)}", fontsize=8)
-        ax.set_xlabel("gallery model k", fontsize=7)
-        ax.set_ylabel("query model t", fontsize=7)
-        ax.tick_params(labelsize=6)
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def write_sequential_report(res: SequentialResult, ctx: dict[str, Any], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lines = report_header(f"sequential: classes in {len(res.stages)} stages", ctx)
-    lines += _sequential_summary(res)
-    lines += _sequential_matrices(res)
-    png = {k: _heatmaps(res, k, out_dir / f"compat_matrix_{k.replace('@', '')}.png") for k in COMPAT_METRICS}
-    lines += ["", f"Heatmaps: `{png['map'].name}`, `{png['cmc@1'].name}`."]
-    return write_report_files(
-        out_dir,
-        lines,
-        lambda path: _write_sequential_csv(res, path),
-        lambda: {
-            "context": ctx,
-            "stages": res.stages,
-            "archs": res.archs,
-            "matrices": res.matrices,
-            "summary": res.summary,
-            "train_seconds": res.seconds,
-        },
-    )
-
-
-def _sequential_summary(res: SequentialResult) -> list[str]:
-    """Report lines: the stages, how AC / AA / ACA are defined, and each method's AC / AA / ACA and training time."""
-    lines = [
-        "Stages (classes known to model t, backbone): "
-        + "; ".join(f"t{i}: {len(c)} classes, {a}" for i, (c, a) in enumerate(zip(res.stages, res.archs))),
-        "",
-        "Each model is aligned to its predecessor (t−1) with the profile's default λ "
-        "(no tuning in the sequential run); "
-        "C[t][k] = M(φ_t queries, φ_k gallery) on the whole test gallery. "
-        "AC = share of pairs k < t with C[t][k] > C[k][k]; "
-        "AA = mean of the lower triangle; ACA = Σ of the compatible cross entries / number of cross pairs "
-        "(the Simplex paper §4.1, docs/design.md §6.5). `independent` is the unaligned lower bound.",
-        "",
-        "| method | AC (mAP) | AA (mAP) | ACA (mAP) | AC (CMC@1) | AA (CMC@1) | ACA (CMC@1) | train s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, s in res.summary.items():
-        m, c = s["map"], s["cmc@1"]
-        lines.append(
-            f"| {name} | {_f(m['ac'], 3)} | {_f(m['aa'], 3)} | {_f(m['aca'], 3)} | "
-            f"{_f(c['ac'], 3)} | {_f(c['aa'], 3)} | {_f(c['aca'], 3)} | {res.seconds[name]:.0f} |"
-        )
-    return lines
-
-
-def _sequential_matrices(res: SequentialResult) -> list[str]:
-    """Report lines: each method's lower-triangular mAP matrix C[t][k] (T, T) as a table."""
-    t = len(res.stages)
-    lines: list[str] = []
-    for name, mats in res.matrices.items():
-        lines += [
-            "",
-            f"### {name} (mAP)",
-            "",
-            "| t \\ k | " + " | ".join(str(k) for k in range(t)) + " |",
-            "|---|" + "---:|" * t,
-        ]
-        for i, row in enumerate(mats["map"]):
-            lines.append(
-                f"| {i} | " + " | ".join("" if v is None or j > i else f"{v:.3f}" for j, v in enumerate(row)) + " |"
-            )
-    return lines
-
-
-def _write_sequential_csv(res: SequentialResult, path: Path) -> None:
-    """``results.csv``: one line per (method, metric, t, k) entry of the lower triangle, k <= t."""
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["method", "metric", "t", "k", "value"])
-        for name, mats in res.matrices.items():
-            for metric, mat in mats.items():
-                for i, row in enumerate(mat):
-                    for j, v in enumerate(row):
-                        if j <= i and v is not None:
-                            w.writerow([name, metric, i, j, v])

@@ -13,7 +13,8 @@ import yaml
 
 from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
 from benchmarks.profile import Profile, load_profile
-from benchmarks.report import write_sequential_report, write_table_report
+from benchmarks.report import write_table_report
+from benchmarks.report_sequential import write_sequential_report
 from benchmarks.runner import Bench
 from benchmarks.scenarios import SCENARIOS, make_scenario, run_table
 from benchmarks.sequential import run_sequential

@@ -174,6 +174,12 @@ def _row(
     )
 
 
+def _radius(m: BenchModel) -> list[tuple[str, float]]:
+    """A Lorentz model's test-gallery radius diagnostics: clip fraction and uncertainty std."""
+    t = m.test
+    return [("clip_fraction", clip_fraction(t.clipped)), ("uncertainty_std", uncertainty_std(t.z, t.curvature))]
+
+
 def _select(
     bench: Bench, candidates: list[tuple[float, BenchModel]], old: BenchModel, ref: BenchModel
 ) -> tuple[float, BenchModel, str]:
@@ -203,6 +209,9 @@ class TableResult:
     rows: list[Row]
     best_baseline: str | None
     models: dict[str, dict[str, Any]]
+    #: every (method, head) tried at seed 0: validation mAP P_com, whether it kept self, and for Lorentz models the
+    #: gallery clip fraction and uncertainty std of the new model, its old model and φ* (:func:`_radius`)
+    heads: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_table(bench: Bench, sc: Scenario) -> TableResult:
@@ -216,6 +225,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     }
     bases = {g: by_head[g][s.heads(g)[0].name] for g in geometries}
     rows: list[Row] = []
+    heads: list[dict[str, Any]] = []
     chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]] = {}
     val_p_com: dict[str, float] = {}
     for entry in s.methods:
@@ -224,7 +234,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         if entry.method in SIMPLEX:
             rows.append(_simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry])
+        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry], heads)
         old, ref = by_head[entry.geometry][head.name]
         chosen[entry.name] = (w, model, head)
         val_p_com[entry.name] = _val_p_com(bench, model, old, ref)
@@ -237,7 +247,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
         for g, heads in by_head.items()
         for i, (name, b) in enumerate(heads.items())
     }
-    return TableResult(sc, rows, best, models)
+    return TableResult(sc, rows, best, models, heads)
 
 
 def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> float:
@@ -305,12 +315,14 @@ def _tuned_model(
     entry: MethodEntry,
     new_sel: DataManifest,
     by_head: dict[str, tuple[BenchModel, BenchModel]],
+    record: list[dict[str, Any]],
 ) -> tuple[float, BenchModel, str, HeadEntry]:
     """A trained method's seed-0 model: ``(λ, model, how λ and the head were chosen, head)``.
 
     Per head of the entry's geometry (``euclidean_heads`` / ``lorentz_heads``, each with its own old model and φ*:
     ``by_head``), λ is chosen by :func:`_select`; across heads, the one with the best validation mAP P_com among
-    those whose choice kept validation self mAP (else the best validation self mAP)."""
+    those whose choice kept validation self mAP (else the best validation self mAP). Each head tried is appended
+    to ``record``."""
     s, p = bench.settings, bench.params
     weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
     tried = []
@@ -320,6 +332,9 @@ def _tuned_model(
         w, m, how = _select(bench, cands, old, ref)
         kept = bench.metrics(m, m, "val")["map"] >= s.tune_self_tolerance * bench.metrics(ref, ref, "val")["map"]
         tried.append((head, w, m, how, kept, _val_p_com(bench, m, old, ref), bench.metrics(m, m, "val")["map"]))
+        record.append({"method": entry.name, "head": head.name, "weight": w, "val_p_com": tried[-1][5], "kept": kept})
+        if entry.geometry == "lorentz":
+            record[-1] |= {f"{k}_{r}": v for r, x in (("new", m), ("old", old), ("ref", ref)) for k, v in _radius(x)}
     if len(tried) == 1:
         head, w, m, how = tried[0][:4]
         return w, m, how, head

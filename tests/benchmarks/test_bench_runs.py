@@ -10,8 +10,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from benchmarks.profile import BenchSettings, Profile, load_profile
-from benchmarks.report import write_sequential_report, write_table_report
+from benchmarks.profile import PROFILE_DIR, BenchSettings, Profile, load_profile
+from benchmarks.report import write_table_report
+from benchmarks.report_sequential import write_sequential_report
 from benchmarks.runner import Bench
 from benchmarks.scenarios import make_scenario, run_table
 from benchmarks.sequential import run_sequential
@@ -155,14 +156,16 @@ def test_sequential_matrix_and_summary(tmp_path: Path):
 
 
 def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
-    for name in ("cpu", "cpu_hbct_ablations", "digits", "gpu"):
+    names = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    assert {"cpu", "cpu_hbct_ablations", "cpu_hbct_radius", "digits", "gpu"} <= set(names)
+    for name in names:
         prof, params = load_profile(name, REPO / "params.yaml")
         assert prof.bench.methods and params.data.dataset in ("fashion_mnist", "cifar100", "digits")
     bad = tmp_path / "bad.yaml"
     bad.write_text("bench: {methods: [], old_arch: {backbone: resnet18}, new_arch: {backbone: resnet18}, typo: 1}\n")
     with pytest.raises(ConfigError, match="typo"):
         load_profile(str(bad))
-    with pytest.raises(ConfigError, match="available: cpu, cpu_hbct_ablations, cpu_hbct_radius, digits, gpu "):
+    with pytest.raises(ConfigError, match=f"available: {', '.join(names)} "):
         load_profile("no-such-profile")
 
 
@@ -225,6 +228,12 @@ def test_each_method_gets_the_head_chosen_on_validation_with_its_own_old_model_a
     hbct = next(r for r in res.rows if r.name == "hbct")
     assert "clip: val mAP P_com" in hbct.selection and "tanh: val mAP P_com" in hbct.selection
     assert hbct.diagnostics["clip_fraction_new"] is not None
+    # every head tried is reported, the Lorentz ones with the radius diagnostics of new model, old model and φ*
+    tried = {(h["method"], h["head"]): h for h in res.heads}
+    assert set(tried) == {("bct", "bn_cosine"), ("bct", "linear"), ("hbct", "clip"), ("hbct", "tanh")}
+    assert 0 <= tried["hbct", "tanh"]["clip_fraction_ref"] <= 1 and "clip_fraction_ref" not in tried["bct", "linear"]
+    md = write_table_report(res, CTX, tmp_path / "report").read_text()
+    assert "## Heads tried" in md and "| hbct | tanh |" in md
     bct = [r for r in res.rows if r.name == "bct"]
     assert len(bct) == 2 and bct[0].selection.startswith("head ")
     assert "bn_cosine: val mAP P_com" in bct[0].selection and "linear: val mAP P_com" in bct[0].selection

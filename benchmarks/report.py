@@ -177,16 +177,8 @@ def _diagnostics_table(rows: list[Row]) -> list[str]:
     if not diag:
         return []
     keys = list(diag[0].diagnostics)
-    lines = [
-        "",
-        "## HBCT diagnostics (test gallery)",
-        "",
-        "| method | seed | " + " | ".join(keys) + " |",
-        "|---|---|" + "---:|" * len(keys),
-    ]
-    for r in diag:
-        lines.append(f"| {r.name} | {r.seed} | " + " | ".join(fmt(r.diagnostics[k], 3) for k in keys) + " |")
-    return lines
+    body = [[r.name, str(r.seed), *(fmt(r.diagnostics[k], 3) for k in keys)] for r in diag]
+    return _section("HBCT diagnostics (test gallery)", ["method", "seed", *keys], "---|---", body)
 
 
 def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
@@ -195,20 +187,27 @@ def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
     if len({(h["method"], h["head"]) for h in heads}) == len({h["method"] for h in heads}):
         return []
     cols = ("clip_fraction_new", "clip_fraction_old", "clip_fraction_ref", "uncertainty_std_new", "uncertainty_std_ref")
-    lines = [
-        "",
-        "## Heads tried (seed 0; chosen on validation mAP P_com, diagnostics on the test gallery)",
-        "",
-        "| method | head | λ | val mAP P_com | keeps self | " + " | ".join(cols) + " |",
-        "|---|---|---:|---:|---|" + "---:|" * len(cols),
+    body = [
+        [h["method"], h["head"], fmt(h["weight"], 2), fmt(h["val_p_com"], 3), "yes" if h["kept"] else "no"]
+        + [fmt(h.get(c), 3) for c in cols]
+        for h in heads
     ]
-    for h in heads:
-        diag = " | ".join(fmt(h.get(c), 3) for c in cols)
-        lines.append(
-            f"| {h['method']} | {h['head']} | {fmt(h['weight'], 2)} | {fmt(h['val_p_com'], 3)} | "
-            f"{'yes' if h['kept'] else 'no'} | {diag} |"
-        )
-    return lines
+    title = "Heads tried (seed 0; chosen on validation mAP P_com, diagnostics on the test gallery)"
+    return _section(title, ["method", "head", "λ", "val mAP P_com", "keeps self", *cols], "---|---|---:|---:|---", body)
+
+
+def _section(title: str, header: list[str], text_align: str, body: list[list[str]]) -> list[str]:
+    """Report lines of a ``## title`` section holding one markdown table: ``text_align`` is the separator of the
+    leading columns (e.g. ``"---|---"``), every further column is right-aligned."""
+    n_right = len(header) - text_align.count("|") - 1
+    return [
+        "",
+        f"## {title}",
+        "",
+        "| " + " | ".join(header) + " |",
+        f"|{text_align}|" + "---:|" * n_right,
+        *("| " + " | ".join(cells) + " |" for cells in body),
+    ]
 
 
 def _table_notes(res: TableResult, first: dict[str, Row]) -> list[str]:

@@ -139,10 +139,7 @@ def _row(
     if entry.geometry == "lorentz" and space == "embedding":
         seen = list(old.spec.class_order)
         diag = {
-            "clip_fraction_new": clip_fraction(new.test.clipped),
-            "clip_fraction_old": clip_fraction(old.test.clipped),
-            "uncertainty_std_new": uncertainty_std(new.test.z, new.test.curvature),
-            "uncertainty_std_old": uncertainty_std(old.test.z, old.test.curvature),
+            **_radius({"new": new, "old": old}),
             "in_cone_fraction": in_cone_fraction(
                 old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
             ),
@@ -174,10 +171,11 @@ def _row(
     )
 
 
-def _radius(m: BenchModel) -> list[tuple[str, float]]:
-    """A Lorentz model's test-gallery radius diagnostics: clip fraction and uncertainty std."""
-    t = m.test
-    return [("clip_fraction", clip_fraction(t.clipped)), ("uncertainty_std", uncertainty_std(t.z, t.curvature))]
+def _radius(models: dict[str, BenchModel]) -> dict[str, float]:
+    """Test-gallery radius diagnostics of Lorentz ``models`` by role: ``clip_fraction_<role>`` for every role, then
+    ``uncertainty_std_<role>``."""
+    out = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in models.items()}
+    return out | {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in models.items()}
 
 
 def _select(
@@ -210,7 +208,8 @@ class TableResult:
     best_baseline: str | None
     models: dict[str, dict[str, Any]]
     #: every (method, head) tried at seed 0: validation mAP P_com, whether it kept self, and for Lorentz models the
-    #: gallery clip fraction and uncertainty std of the new model, its old model and φ* (:func:`_radius`)
+    #: gallery clip fraction and uncertainty std of the new model, its old model and φ* (:func:`_radius`, roles
+    #: new / old / ref)
     heads: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -244,8 +243,8 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
     models = {
         g if i == 0 else f"{g}/{name}": {"old": b[0].meta, "reference": b[1].meta}
-        for g, heads in by_head.items()
-        for i, (name, b) in enumerate(heads.items())
+        for g, hb in by_head.items()
+        for i, (name, b) in enumerate(hb.items())
     }
     return TableResult(sc, rows, best, models, heads)
 
@@ -334,7 +333,7 @@ def _tuned_model(
         tried.append((head, w, m, how, kept, _val_p_com(bench, m, old, ref), bench.metrics(m, m, "val")["map"]))
         record.append({"method": entry.name, "head": head.name, "weight": w, "val_p_com": tried[-1][5], "kept": kept})
         if entry.geometry == "lorentz":
-            record[-1] |= {f"{k}_{r}": v for r, x in (("new", m), ("old", old), ("ref", ref)) for k, v in _radius(x)}
+            record[-1] |= _radius({"new": m, "old": old, "ref": ref})
     if len(tried) == 1:
         head, w, m, how = tried[0][:4]
         return w, m, how, head

@@ -21,7 +21,8 @@ __all__ = ["ImageTensor", "augment_batch", "iterate_batches", "resize_images", "
 
 @dataclass
 class ImageTensor:
-    """images: (N, C, H, W) uint8 on CPU (pinned when ``pinned``); labels: (N,) int64."""
+    """images: (N, C, H, W) uint8 on CPU (pinned when ``pinned``) or resident on a GPU; labels: (N,) int64, on the
+    same device."""
 
     images: Tensor
     labels: Tensor
@@ -62,6 +63,12 @@ def iterate_batches(
     n = len(data)
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     stop = n - (n % batch_size) if drop_last and n >= batch_size else n
+    if data.images.device == device and device.type != "cpu":  # resident on the accelerator: gather there
+        order = order.to(device)
+        for start in range(0, stop, batch_size):
+            idx = order[start : start + batch_size]
+            yield data.images.index_select(0, idx).float().div_(255.0), data.labels.index_select(0, idx)
+        return
     non_blocking = data.pinned and device.type == "cuda"
     for start in range(0, stop, batch_size):
         idx = order[start : start + batch_size]

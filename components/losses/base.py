@@ -44,10 +44,11 @@ class AlignmentContext:
 
 @dataclass
 class LossOutput:
-    """terms: named scalar losses (summed and weighted by λ); stats: detached floats to log."""
+    """terms: named scalar losses (summed and weighted by λ); stats: detached scalars to log — 0-d tensors stay on
+    the device (the training loop sums them there and reads them once per epoch, docs/design.md §7.12)."""
 
     terms: dict[str, Tensor]
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Tensor | float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Both kinds implement :class:`TrainData`. ``batches(...)`` yields ``(x float32 (B
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -49,14 +49,28 @@ class TrainData(Protocol):
         ...
 
 
+#: on CUDA, a selection up to this many bytes is copied to the GPU once and its batches are gathered there: no
+#: host-to-device copy per step (docs/design.md §7.12)
+RESIDENT_MAX_BYTES = 2 << 30
+
+
 @dataclass
 class TensorData:
-    """A selection held in memory as one :class:`ImageTensor` (labels already model labels)."""
+    """A selection held in memory as one :class:`ImageTensor` (labels already model labels); on CUDA, when it is at
+    most :data:`RESIDENT_MAX_BYTES`, a copy is kept resident on the GPU."""
 
     data: ImageTensor
+    _resident: ImageTensor | None = field(default=None, init=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def _on(self, device: torch.device) -> ImageTensor:
+        if device.type != "cuda" or self.data.images.nbytes > RESIDENT_MAX_BYTES:
+            return self.data
+        if self._resident is None or self._resident.images.device != device:
+            self._resident = ImageTensor(self.data.images.to(device), self.data.labels.to(device))
+        return self._resident
 
     def batches(
         self,
@@ -69,7 +83,9 @@ class TensorData:
         generator: torch.Generator | None,
         drop_last: bool,
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        return iterate_batches(self.data, batch_size, device, shuffle=shuffle, generator=generator, drop_last=drop_last)
+        return iterate_batches(
+            self._on(device), batch_size, device, shuffle=shuffle, generator=generator, drop_last=drop_last
+        )
 
 
 @dataclass

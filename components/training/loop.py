@@ -213,14 +213,66 @@ def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[di
     return int(state["epoch"]), list(state["history"])
 
 
+#: the loop checks the loss for NaN/inf every this many steps (and at the end of each epoch), not at every step:
+#: a check reads a device flag on the host, which waits for the GPU (docs/design.md §7.12)
+FINITE_CHECK_EVERY = 32
+
+
+class _EpochMeter:
+    """Running sums of an epoch's scalars, kept where they are produced (on the device for tensors) and read on
+    the host once, by :meth:`means`; a sticky flag records a non-finite loss for :meth:`check_finite`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.sums: dict[str, Tensor | float] = {}
+        self.steps = 0
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+        self.first_bad: dict[str, Tensor] = {}
+
+    def add(self, values: dict[str, Tensor | float]) -> None:
+        for k, v in values.items():
+            v = v.detach().double() if isinstance(v, Tensor) else float(v)  # float64 sums, as Python floats were
+            self.sums[k] = self.sums[k] + v if k in self.sums else v
+
+    def step(self, loss: Tensor, terms: dict[str, Tensor]) -> None:
+        """Count a step; remember (on the device) whether its loss was finite and, for the first bad step, the terms."""
+        bad = ~torch.isfinite(loss.detach())
+        fresh = bad & ~self.nonfinite  # this step is the first bad one
+        for k, v in terms.items():
+            v = v.detach().float()
+            self.first_bad[k] = torch.where(fresh, v, self.first_bad[k]) if k in self.first_bad else v
+        self.nonfinite = self.nonfinite | bad
+        self.steps += 1
+
+    def check_finite(self, epoch: int) -> None:
+        """Raise :class:`TrainingDivergedError` if any step so far had a NaN/inf loss (one host sync)."""
+        if bool(self.nonfinite):
+            raise TrainingDivergedError(
+                f"loss became non-finite in epoch {epoch + 1} (terms of the first bad step: "
+                + ", ".join(f"{k}={float(v):.4g}" for k, v in self.first_bad.items())
+                + "); lower train.lr or the alignment weight"
+            )
+
+    def means(self) -> dict[str, float]:
+        """The per-step means, read from the device in one transfer."""
+        keys = [k for k, v in self.sums.items() if isinstance(v, Tensor)]
+        on_device = torch.stack([self.sums[k] for k in keys]).tolist() if keys else []
+        values = dict(zip(keys, on_device, strict=True))
+        values.update({k: float(v) for k, v in self.sums.items() if not isinstance(v, Tensor)})
+        return {k: values[k] / max(1, self.steps) for k in self.sums}
+
+
 def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> dict[str, float]:
-    """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy."""
+    """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy.
+
+    No step waits for the device: losses, stats and the accuracy count are summed on the device and read once at the
+    end of the epoch; the loss is checked for NaN/inf every :data:`FINITE_CHECK_EVERY` steps.
+    """
     model, method, device = run.model, run.method, run.device
     model.train()
     gen = _epoch_generator(cfg.seed, epoch)
-    sums: dict[str, float] = {}
-    stats_acc: dict[str, float] = {}
-    n_batches = correct = seen = 0
+    meter = _EpochMeter(device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
     batches = data.batches(
         cfg.batch_size, device, shuffle=True, seed=cfg.seed, epoch=epoch, generator=gen, drop_last=run.drop_last
     )
@@ -243,29 +295,20 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
         else:  # plugins that need no reference may keep the 3-argument forward
             align = method(out, old_out, y)
         loss = base + cfg.align_weight * sum(align.terms.values(), torch.zeros((), device=device))
-        if not torch.isfinite(loss):
-            raise TrainingDivergedError(
-                f"loss became {loss.item()} at epoch {epoch + 1} (terms: "
-                + ", ".join(f"{k}={v.item():.4g}" for k, v in {"base": base, **align.terms}.items())
-                + "); lower train.lr or the alignment weight"
-            )
         run.opt.zero_grad(set_to_none=True)
         loss.backward()
         run.opt.step()
         run.sched.step()
-        n_batches += 1
-        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
-        sums["base"] = sums.get("base", 0.0) + float(base.detach())
-        for k, v in align.terms.items():
-            sums[k] = sums.get(k, 0.0) + float(v.detach())
-        for k, v in align.stats.items():
-            stats_acc[k] = stats_acc.get(k, 0.0) + v
-        sums["clip_fraction"] = sums.get("clip_fraction", 0.0) + float(out.clipped.float().mean())
-        correct += int((out.logits.argmax(1) == y).sum())
+        meter.step(loss, {"base": base, **align.terms})
+        meter.add({"loss": loss, "base": base, **align.terms, **align.stats})
+        meter.add({"clip_fraction": out.clipped.float().mean()})
+        correct += (out.logits.detach().argmax(1) == y).sum()
         seen += len(y)
-    record = {k: v / max(1, n_batches) for k, v in sums.items()}
-    record.update({k: v / max(1, n_batches) for k, v in stats_acc.items()})
-    record["train_accuracy"] = correct / max(1, seen)
+        if meter.steps % FINITE_CHECK_EVERY == 0:
+            meter.check_finite(epoch)
+    meter.check_finite(epoch)
+    record = meter.means()
+    record["train_accuracy"] = int(correct) / max(1, seen)
     record["lr"] = float(run.sched.get_last_lr()[0])
     record["epoch"] = float(epoch + 1)
     return record

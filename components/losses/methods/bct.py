@@ -117,10 +117,10 @@ class BCT(AlignmentLoss):
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
         target = self.label_map[labels]
-        known = target >= 0
-        if not bool(known.any()):
-            zero = new.emb.sum() * 0.0
-            return LossOutput({"influence": zero}, {"bct_known_fraction": 0.0})
-        loss = F.cross_entropy(self._old_logits(new.emb[known]).float(), target[known])
+        known = (target >= 0).float()
+        # mean over the items the old classifier knows, 0 (with a zero gradient) when there are none; masked
+        # rather than indexed, so the step needs no host synchronisation (docs/design.md §7.12)
+        per_item = F.cross_entropy(self._old_logits(new.emb).float(), target.clamp_min(0), reduction="none")
+        loss = (per_item * known).sum() / known.sum().clamp_min(1.0)
         # share of samples whose class the old model really saw (synthesised rows do not count)
-        return LossOutput({"influence": loss}, {"bct_known_fraction": float(self.seen_class[labels].float().mean())})
+        return LossOutput({"influence": loss}, {"bct_known_fraction": self.seen_class[labels].float().mean().detach()})

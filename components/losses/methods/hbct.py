@@ -143,14 +143,14 @@ class HBCT(AlignmentLoss):
         h_n = expmap0(new.z.float(), k) if self._relift else new.emb.float()
         h_o = old.emb.float().detach()
         terms: dict[str, Tensor] = {}
-        stats: dict[str, float] = {}
+        stats: dict[str, Tensor | float] = {}
 
         if o.entailment:
             per_item, inside = entailment_loss(h_o, h_n, k, o.epsilon)
             terms["entail"] = o.entail_weight * per_item.mean()
-            stats["in_cone_fraction"] = float(inside.float().mean())
+            stats["in_cone_fraction"] = inside.float().mean().detach()
         q = uncertainty(h_o).clamp_min(o.q_min) if o.fixed_q is None else torch.full_like(h_o[:, 0], o.fixed_q)
-        stats["q_mean"] = float(q.mean())
+        stats["q_mean"] = q.mean().detach()
 
         if o.contrast in ("rince", "infonce"):
             s = -pairwise_distance(h_n, h_o, k, o.distance) / o.tau

@@ -279,9 +279,8 @@ class Bench:
         return val, test, embed_seconds
 
     def _embed(self, model: Any, data: ArrayDataset, curvature: float) -> GalleryEmbeddings:
-        emb = embed_images(
-            model, data.images, batch_size=self.params.train.eval_batch_size, device=self.params.train.device
-        )
+        t = self.params.train
+        emb = embed_images(model, data.images, batch_size=t.eval_batch_size, device=t.device, precision=t.precision)
         return GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, data.ids, data.labels)
 
     # ----------------------------------------------------------------------------- evaluation

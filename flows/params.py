@@ -123,6 +123,8 @@ class TrainParams(_Strict):
     warmup_epochs: int = Field(0, ge=0)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: bf16 autocast + channels_last for the backbone (losses and hyperbolic operations stay float32)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     keep_checkpoints: int = Field(2, ge=1)
     eval_batch_size: int = Field(512, gt=0)
     base_loss: Literal["ce", "mixed", "ce+mixed"] = "ce"

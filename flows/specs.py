@@ -111,4 +111,5 @@ def train_config_from_params(
         base_loss=t.base_loss,
         base_options=dict(t.base_options),
         label_smoothing=t.label_smoothing,
+        precision=t.precision,
     )

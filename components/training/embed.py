@@ -13,6 +13,7 @@ from components.geometry import expmap0
 from components.models.encoder import EmbeddingModel
 from components.models.features import simplex_features
 from components.training.device import (
+    Precision,
     autocast,
     prepare_module,
     select_device,
@@ -34,10 +35,10 @@ class Embeddings:
     logits: np.ndarray
 
 
-def _forward(model: EmbeddingModel, x: torch.Tensor, dev: torch.device) -> Embeddings:
+def _forward(model: EmbeddingModel, x: torch.Tensor, dev: torch.device, precision: Precision) -> Embeddings:
     """One batch (B, C, H, W) float in [0, 1] on ``dev`` → its :class:`Embeddings` on the host."""
-    with autocast(dev):
-        out = model(to_memory_format(x, dev))
+    with autocast(dev, precision):
+        out = model(to_memory_format(x, dev, precision))
     return Embeddings(
         out.z.float().cpu().numpy(),
         out.emb.float().cpu().numpy(),
@@ -57,14 +58,15 @@ def embed_images(
     batch_size: int = 512,
     device: str = "auto",
     on_batch: Callable[[int], None] | None = None,
+    precision: Precision = "auto",
 ) -> Embeddings:
     """Embed (N, H, W, C) uint8 images. The model is used in eval mode. ``on_batch(n)`` after each batch of n."""
     dev = select_device(device)  # type: ignore[arg-type]
-    model = prepare_module(model, dev).eval()
+    model = prepare_module(model, dev, precision).eval()
     data = to_image_tensor(images, np.zeros(len(images), dtype=np.int64), pin=dev.type == "cuda")
     parts = []
     for x, _ in iterate_batches(data, batch_size, dev, shuffle=False):
-        parts.append(_forward(model, x, dev))
+        parts.append(_forward(model, x, dev, precision))
         if on_batch is not None:
             on_batch(len(x))
     return _cat(parts)
@@ -72,7 +74,10 @@ def embed_images(
 
 @torch.no_grad()
 def embed_stream(
-    model: EmbeddingModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device: str = "auto"
+    model: EmbeddingModel,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    device: str = "auto",
+    precision: Precision = "auto",
 ) -> Iterator[tuple[Embeddings, np.ndarray, np.ndarray]]:
     """Embed batches as a DataLoader yields them, one at a time (memory does not grow with the corpus).
 
@@ -81,10 +86,10 @@ def embed_stream(
     with ``non_blocking``). Yields (:class:`Embeddings` of the B items, labels (B,), ids (B,)).
     """
     dev = select_device(device)  # type: ignore[arg-type]
-    model = prepare_module(model, dev).eval()
+    model = prepare_module(model, dev, precision).eval()
     for images, labels, ids in batches:
         x = images.to(dev, non_blocking=dev.type == "cuda").float().div_(255.0)
-        yield _forward(model, x, dev), labels.numpy(), ids.numpy()
+        yield _forward(model, x, dev, precision), labels.numpy(), ids.numpy()
 
 
 def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:

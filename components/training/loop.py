@@ -3,8 +3,8 @@
 L = L_base + λ · Σ terms(alignment)   (HBCT Eq. (13); the base loss is
 cross-entropy on the model's classifier logits — Lorentz MLR or linear).
 
-* device chosen automatically (CUDA: bf16 autocast + channels_last + pinned,
-  non-blocking copies; else CPU float32);
+* device chosen automatically; bf16 autocast + channels_last by ``precision`` (CUDA: pinned, non-blocking
+  copies, a small selection resident on the GPU);
 * the old model is frozen (eval, no grad) and sees the *same augmented view*;
 * a checkpoint per epoch (atomic), the last ``keep_checkpoints`` kept;
 * resume from the last checkpoint in ``checkpoint_dir`` — refused if it was
@@ -40,6 +40,7 @@ from components.models.checkpoint import (
 from components.models.encoder import EmbeddingModel
 from components.training.data import TrainData, as_train_data
 from components.training.device import (
+    Precision,
     autocast,
     prepare_module,
     select_device,
@@ -83,6 +84,8 @@ class TrainConfig:
     base_options: dict
     #: cross-entropy label smoothing (0: none); lowers the reward for radius the Lorentz MLR logits give
     label_smoothing: float = 0.0
+    #: bf16 autocast + channels_last for the backbone: auto | fp32 | bf16 (components/training/device.py)
+    precision: Precision = "auto"
 
 
 @dataclass
@@ -130,14 +133,19 @@ class _Run:
 
 
 def _frozen(
-    model: EmbeddingModel | None, device: torch.device, needed: bool, what: str, method: AlignmentLoss
+    model: EmbeddingModel | None,
+    device: torch.device,
+    needed: bool,
+    what: str,
+    method: AlignmentLoss,
+    precision: Precision = "auto",
 ) -> EmbeddingModel | None:
     """A frozen copy of ``model`` on ``device`` when the method needs it (eval mode, no gradients)."""
     if not needed:
         return None
     if model is None:
         raise CheckpointMismatchError(f"alignment {method.name!r} needs {what}, none was given")
-    model = prepare_module(model, device).eval()
+    model = prepare_module(model, device, precision).eval()
     model.requires_grad_(False)
     return model
 
@@ -153,14 +161,17 @@ def _setup(
     """Device, frozen old / reference models, the method's one-off preparation, optimiser and schedule."""
     device = select_device(cfg.device)  # type: ignore[arg-type]
     torch.manual_seed(cfg.seed)
-    model = prepare_module(model, device)
-    old_model = _frozen(old_model, device, method.trains and method.requires_old, "the parent model", method)
+    model = prepare_module(model, device, cfg.precision)
+    old_model = _frozen(
+        old_model, device, method.trains and method.requires_old, "the parent model", method, cfg.precision
+    )
     reference_model = _frozen(
         reference_model,
         device,
         method.trains and method.needs_reference(method.options),
         "an independently trained new model as its target",
         method,
+        cfg.precision,
     )
     old_spec = old_model.spec if old_model is not None else None
     method.check_models(
@@ -278,8 +289,8 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
     )
     for x, y in batches:
         x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
-        x = to_memory_format(x, device)
-        with autocast(device):
+        x = to_memory_format(x, device, cfg.precision)
+        with autocast(device, cfg.precision):
             out = model(x)
             old_out = ref_out = None
             with torch.no_grad():

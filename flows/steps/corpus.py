@@ -119,7 +119,7 @@ def embed_corpus(
             pin_memory=cuda_available(),
             image_size=_image_size(p, ws),
         )
-        for emb, labels, ids in embed_stream(model, loader, p.train.device):
+        for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
             part = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
             writer.add(StoredPart(part, np.full(len(ids), generation, dtype=np.int64)))
             embedded += len(ids)

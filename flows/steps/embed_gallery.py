@@ -26,7 +26,12 @@ def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[in
     splits = load_splits(p, plan.workspace)
     model = load_model(Path(trained.checkpoint))
     emb = embed_images(
-        model, splits.test.images, batch_size=p.train.eval_batch_size, device=p.train.device, on_batch=on_batch
+        model,
+        splits.test.images,
+        batch_size=p.train.eval_batch_size,
+        device=p.train.device,
+        on_batch=on_batch,
+        precision=p.train.precision,
     )
     gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
     out_dir = plan.role_dir(trained.role)

@@ -259,11 +259,13 @@ def _clipped(
     """(N,) bool: which training images ``model`` clips at ζ — all of a split in memory; of a split on disk, a seeded
     sample of at most ``sample`` images streamed through its DataLoader."""
     if isinstance(split, ArrayDataset):
-        return embed_images(model, split.images, batch_size=p.train.eval_batch_size, device=p.train.device).clipped
+        return embed_images(
+            model, split.images, batch_size=p.train.eval_batch_size, device=p.train.device, precision=p.train.precision
+        ).clipped
     loader = split.sample(sample).loader(
         batch_size=p.train.eval_batch_size, workers=p.data.workers, pin_memory=cuda_available()
     )
-    return np.concatenate([emb.clipped for emb, _, _ in embed_stream(model, loader, p.train.device)])
+    return np.concatenate([emb.clipped for emb, _, _ in embed_stream(model, loader, p.train.device, p.train.precision)])
 
 
 def _lorentz_diagnostics(

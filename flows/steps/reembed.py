@@ -267,7 +267,13 @@ def embed_chunks(plan: BackfillPlan, on_chunk: Callable[[int, int, bool], None] 
         if model is None:
             model = load_model(gallery_model_checkpoint(plan))
         pos = np.asarray(plan.positions[i * plan.chunk_size : (i + 1) * plan.chunk_size], dtype=np.int64)
-        emb = embed_images(model, test.images[pos], batch_size=p.train.eval_batch_size, device=p.train.device)
+        emb = embed_images(
+            model,
+            test.images[pos],
+            batch_size=p.train.eval_batch_size,
+            device=p.train.device,
+            precision=p.train.precision,
+        )
         part = GalleryEmbeddings.from_embeddings(
             emb, model.spec, float(model.curvature), test.ids[pos], test.labels[pos]
         )

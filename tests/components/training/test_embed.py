@@ -77,3 +77,23 @@ def test_retrieval_vectors_preserve_tangent_norm_for_curvature_half(images):
     k = 0.5
     dist_to_origin = np.arccosh(np.sqrt(k) * vec[:, 0]) / np.sqrt(k)  # -K<o, x>_L = sqrt(K) x_t
     assert np.allclose(dist_to_origin, np.linalg.norm(emb.z.astype(np.float64), axis=1), atol=1e-9)
+
+
+def test_precision_auto_is_bf16_on_cuda_only_and_unknown_values_are_refused():
+    from components.training.device import use_bf16
+
+    assert use_bf16(torch.device("cuda"), "auto") and not use_bf16(torch.device("cpu"), "auto")
+    assert use_bf16(torch.device("cpu"), "bf16") and not use_bf16(torch.device("cuda"), "fp32")
+    with pytest.raises(ConfigError, match="train.precision"):
+        use_bf16(torch.device("cpu"), "fp16")
+
+
+def test_cpu_bf16_embeddings_agree_with_fp32(images):
+    """bf16 autocast + channels_last on CPU (train.precision: bf16) changes the numbers only at bf16 resolution."""
+    torch.manual_seed(0)
+    model = build_model(tiny_spec(geometry="euclidean"))
+    fp32 = embed_images(model, images, batch_size=16, device="cpu", precision="fp32")
+    bf16 = embed_images(model, images, batch_size=16, device="cpu", precision="bf16")
+    assert fp32.emb.dtype == bf16.emb.dtype == np.float32
+    cos = (fp32.emb * bf16.emb).sum(1)  # unit vectors
+    assert cos.min() > 0.99 and not np.array_equal(fp32.emb, bf16.emb)

@@ -286,3 +286,15 @@ def test_sync_free_loop_reproduces_the_per_step_loop(tmp_path, data, method, one
     )
     for got, want in zip(result.history, _PER_STEP_LOOP[method], strict=True):
         assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-6, abs=1e-8)
+
+
+def test_bf16_training_on_cpu_runs_and_differs_only_slightly(tmp_path, data):
+    """train.precision: bf16 on CPU: the backbone under bf16 autocast, the losses in float32."""
+    runs = {
+        prec: train_model(
+            fresh_model(0), data, cfg(epochs=1, precision=prec), create_alignment("independent"), tmp_path / prec
+        )
+        for prec in ("fp32", "bf16")
+    }
+    a, b = (runs[p].history[0]["loss"] for p in ("fp32", "bf16"))
+    assert math.isfinite(b) and a != b and b == pytest.approx(a, rel=0.05)

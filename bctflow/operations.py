@@ -172,7 +172,7 @@ def schedule(
     )
 
 
-bench_app = typer.Typer(no_args_is_help=False, help="Benchmarks: the method table (default) and `scale`.")
+bench_app = typer.Typer(no_args_is_help=False, help="Benchmarks: the method table (default), `scale` and `perf`.")
 app.add_typer(bench_app, name="bench")
 
 
@@ -257,3 +257,45 @@ def bench_scale(
     except BctflowError as err:
         fail(err)
     console.print(f"report: {md}")
+
+
+def _demo_flows(params: Path) -> dict:
+    """Run the demo's generations in a fresh temporary workspace; the wall time against the recorded compute."""
+    import tempfile
+    import time
+
+    from bctflow.generations import DEMO_CHAIN, run_generation
+    from benchmarks.perf import flow_compute
+
+    p = parse_params(params, ["data.dataset=digits"])
+    with tempfile.TemporaryDirectory(prefix="bctflow-perf-") as d:
+        home = Path(d) / "home"
+        t0 = time.perf_counter()
+        for spec in DEMO_CHAIN:
+            run_generation(p, home, spec)
+        return flow_compute(home, time.perf_counter() - t0)
+
+
+@bench_app.command("perf")
+def bench_perf(
+    out: Path = typer.Option(..., "--out", help="folder for perf.json and report.md"),
+    params: Path = ParamsOpt,
+    batch: int = typer.Option(128, "--batch", help="training batch size"),
+    repeats: int = typer.Option(3, "--repeats", help="rounds per measurement (best of)"),
+    flow: bool = typer.Option(True, "--flow/--no-flow", help="also time the demo's flows against their compute"),
+) -> None:
+    """The system's speed against bare baselines, side by side in one run (train, embed, evaluate, kNN, flow)."""
+    from benchmarks.perf import run_perf
+
+    command = "bctflow bench perf " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "bctflow bench perf"
+    md = run_perf(
+        out,
+        device=parse_params(params, []).train.device,
+        batch=batch,
+        repeats=repeats,
+        flow=(lambda: _demo_flows(params)) if flow else None,
+        command=command.strip(),
+        log=lambda m: console.print(m, highlight=False, markup=False),
+    )
+    console.print(f"report: {md}")
+    console.print((md.parent / "report.md").read_text(), highlight=False, markup=False)

@@ -1,0 +1,337 @@
+"""``bctflow bench perf``: the system's speed against bare baselines, each pair measured side by side in one run.
+
+Every ratio compares two things on the same device, the same model and the same batches, timed alternately (best
+of ``repeats``) so that load on a noisy machine hits both alike (docs/design.md §7.12):
+
+* ``train_vs_bare``: the project's training loop (:func:`~components.training.train_model`, independent method, no
+  augmentation, one checkpoint per epoch) in images/s ÷ a bare loop (forward, cross-entropy, backward, SGD step) with
+  the same precision over the same images. ≥ 1 would mean the project loop is as fast as the bare one.
+* ``aligned_vs_independent``: HBCT's training time (old model's forward + the alignment terms) ÷ the independent one.
+* ``embed_vs_bare``: :func:`~components.training.embed_images` images/s ÷ a bare ``model(x)`` loop under no_grad.
+* ``eval_10k_vs_matmul``: exact leave-one-out CMC/mAP over 10k × 10k (Lorentz) ÷ one float32 matmul of the scores.
+* ``knn_lorentz_vs_cosine``: exact FAISS kNN (k = 10) over Lorentz points ÷ over unit vectors, same n and d.
+* ``flow_wall_vs_compute`` (``--flow``): the demo's wall time ÷ the compute it ran (training + embedding seconds
+  that the generations record).
+
+The model is the cpu profile's (narrow ResNet-18, small stem, 16×16 grey images, Lorentz head); images are random
+(speed, not quality). Writes ``OUT/perf.json`` and ``OUT/report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from benchmarks.eval_speed import measure_exact_eval
+from components.data.batches import ImageTensor
+from components.geometry import expmap0
+from components.indexing import GalleryIndex
+from components.io import atomic_write_text
+from components.losses import create_alignment
+from components.models import EmbeddingModel, ModelSpec, build_model
+from components.training import TrainConfig, embed_images, train_model
+from components.training.device import autocast, prepare_module, select_device, to_memory_format, use_bf16
+
+__all__ = ["run_perf"]
+
+Log = Callable[[str], None]
+
+
+def _spec(image_size: int = 16) -> ModelSpec:
+    return ModelSpec(
+        backbone="resnet18",
+        backbone_kwargs={"channels": [16, 32, 64, 128]},
+        embed_dim=128,
+        geometry="lorentz",
+        num_classes=10,
+        class_order=tuple(range(10)),
+        in_chans=1,
+        image_size=image_size,
+        small_stem=True,
+        curvature=1.0,
+        learn_curvature=False,
+        zeta=1.0,
+        classifier_scale=16.0,
+        classifier="cosine",
+        bn_neck=False,
+        norm_mean=(0.5,),
+        norm_std=(0.25,),
+        features="embedding",
+    )
+
+
+def _model(seed: int, spec: ModelSpec) -> EmbeddingModel:
+    torch.manual_seed(seed)
+    return build_model(spec)
+
+
+def _data(n: int, spec: ModelSpec) -> ImageTensor:
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, spec.in_chans, spec.image_size, spec.image_size), generator=g, dtype=torch.uint8)
+    return ImageTensor(images, torch.randint(0, spec.num_classes, (n,), generator=g))
+
+
+def _cfg(batch: int, epochs: int, device: str) -> TrainConfig:
+    return TrainConfig(
+        epochs=epochs,
+        batch_size=batch,
+        optimizer="sgd",
+        lr=0.01,
+        momentum=0.9,
+        weight_decay=5e-4,
+        schedule="constant",
+        warmup_epochs=0,
+        seed=0,
+        device=device,
+        keep_checkpoints=1,
+        crop_padding=0,
+        hflip=False,
+        align_weight=0.3,
+        base_loss="ce",
+        base_options={},
+    )
+
+
+def _bare_train(model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig) -> float:
+    """Seconds for ``cfg.epochs`` epochs of the plainest loop: gather, forward (autocast), CE, backward, step."""
+    dev = select_device(cfg.device)  # type: ignore[arg-type]
+    model = prepare_module(model, dev, cfg.precision).train()
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    images, labels = data.images.to(dev), data.labels.to(dev)
+    steps = len(data) // cfg.batch_size
+    t = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(epoch)).to(dev)
+        for s in range(steps):
+            idx = order[s * cfg.batch_size : (s + 1) * cfg.batch_size]
+            x = to_memory_format(images.index_select(0, idx).float().div_(255.0), dev, cfg.precision)
+            with autocast(dev, cfg.precision):
+                out = model(x)
+            loss = F.cross_entropy(out.logits.float(), labels.index_select(0, idx))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def _project_train(spec: ModelSpec, data: ImageTensor, cfg: TrainConfig, method: str) -> float:
+    old = _model(1, spec).eval() if method != "independent" else None
+    with tempfile.TemporaryDirectory() as d:
+        result = train_model(_model(0, spec), data, cfg, create_alignment(method), Path(d), old_model=old)
+    return result.seconds
+
+
+def measure_training(device: str, batch: int, n: int, epochs: int, repeats: int, log: Log) -> dict[str, Any]:
+    """train_vs_bare and aligned_vs_independent (images/s of each, best of ``repeats``, taking turns)."""
+    spec, cfg = _spec(), _cfg(batch, epochs, device)
+    data = _data(n, spec)
+    best = {"project": float("inf"), "bare": float("inf"), "hbct": float("inf")}
+    for r in range(repeats):
+        best["bare"] = min(best["bare"], _bare_train(_model(0, spec), data, cfg))
+        best["project"] = min(best["project"], _project_train(spec, data, cfg, "independent"))
+        best["hbct"] = min(best["hbct"], _project_train(spec, data, cfg, "hbct"))
+        log(f"  training round {r + 1}/{repeats}: " + ", ".join(f"{k} {v:.2f}s" for k, v in best.items()))
+    images = epochs * (n // batch) * batch
+    ips = {k: images / v for k, v in best.items()}
+    return {
+        "batch": batch,
+        "images": images,
+        "project_img_s": round(ips["project"], 1),
+        "bare_img_s": round(ips["bare"], 1),
+        "hbct_img_s": round(ips["hbct"], 1),
+        "train_vs_bare": round(ips["project"] / ips["bare"], 3),
+        "aligned_vs_independent": round(best["hbct"] / best["project"], 3),
+    }
+
+
+def measure_embedding(device: str, batch: int, n: int, repeats: int) -> dict[str, Any]:
+    """embed_vs_bare: :func:`embed_images` (uint8 host images → embeddings on the host) ÷ a bare no_grad loop."""
+    spec = _spec()
+    model = _model(0, spec).eval()
+    images_nhwc = _data(n, spec).images.permute(0, 2, 3, 1).contiguous().numpy()
+    dev = select_device(device)  # type: ignore[arg-type]
+    precision = "auto"
+    bare_model = prepare_module(_model(0, spec), dev, precision).eval()
+    x_all = torch.from_numpy(images_nhwc).permute(0, 3, 1, 2)
+
+    @torch.no_grad()
+    def bare() -> None:
+        for s in range(0, n, batch):
+            x = x_all[s : s + batch].to(dev).float().div_(255.0)
+            with autocast(dev, precision):
+                out = bare_model(to_memory_format(x, dev, precision), with_logits=True)
+            out.emb.float().cpu()
+
+    best_p = best_b = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        bare()
+        best_b = min(best_b, time.perf_counter() - t)
+        t = time.perf_counter()
+        embed_images(model, images_nhwc, batch_size=batch, device=device)
+        best_p = min(best_p, time.perf_counter() - t)
+    return {
+        "images": n,
+        "project_img_s": round(n / best_p, 1),
+        "bare_img_s": round(n / best_b, 1),
+        "embed_vs_bare": round(best_b / best_p, 3),
+    }
+
+
+def measure_knn(n: int, d: int, k: int, repeats: int) -> dict[str, Any]:
+    """knn_lorentz_vs_cosine: exact FAISS search of ``n`` queries over ``n`` items, Lorentz ÷ cosine (seconds)."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(n, d)) * (1.5 / np.sqrt(d))
+    q = z + 0.1 * rng.normal(size=(n, d)) / np.sqrt(d)
+    ids = np.arange(n, dtype=np.int64)
+    lor = GalleryIndex.build(expmap0(torch.from_numpy(z)).numpy(), ids, geometry="lorentz", curvature=1.0, generation=0)
+    unit = z / np.linalg.norm(z, axis=1, keepdims=True)
+    cos = GalleryIndex.build(unit, ids, geometry="euclidean", curvature=1.0, generation=0)
+    q_lor = expmap0(torch.from_numpy(q)).numpy()
+    q_cos = q / np.linalg.norm(q, axis=1, keepdims=True)
+    best = [float("inf"), float("inf")]
+    for _ in range(repeats):
+        for j, (index, queries) in enumerate(((lor, q_lor), (cos, q_cos))):
+            t = time.perf_counter()
+            index.search(queries, k)
+            best[j] = min(best[j], time.perf_counter() - t)
+    ratio = round(best[0] / best[1], 3)
+    return {
+        "n": n,
+        "d": d,
+        "k": k,
+        "lorentz_s": round(best[0], 4),
+        "cosine_s": round(best[1], 4),
+        "knn_lorentz_vs_cosine": ratio,
+    }
+
+
+def flow_compute(home: Path, wall_s: float) -> dict[str, Any]:
+    """flow_wall_vs_compute for flow runs that took ``wall_s`` in workspace ``home``: wall ÷ the training seconds
+    the generations recorded (model + reference, ``generations/*/metrics.json``); embedding, indexing, evaluation,
+    registration and the Prefect server all count as overhead."""
+    metrics = [json.loads(m.read_text()) for m in sorted(home.glob("generations/gen_*/metrics.json"))]
+    compute = sum(
+        float(m.get("train_seconds") or 0.0) + float(m.get("reference_train_seconds") or 0.0) for m in metrics
+    )
+    return {
+        "generations": len(metrics),
+        "wall_s": round(wall_s, 2),
+        "compute_s": round(compute, 2),
+        "flow_wall_vs_compute": round(wall_s / compute, 3) if compute > 0 else None,
+    }
+
+
+def _device_words(device: str) -> str:
+    dev = select_device(device)  # type: ignore[arg-type]
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    return (
+        f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+    )
+
+
+def _pair_rows(perf: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
+    """(ratio, value, project side, baseline side) per measured ratio."""
+    t, e, v, k, f = (perf.get(x) or {} for x in ("training", "embedding", "evaluation", "knn", "flow"))
+    rows = [
+        ("train_vs_bare", t.get("train_vs_bare"), f"{t.get('project_img_s')} img/s", f"{t.get('bare_img_s')} img/s"),
+        (
+            "aligned_vs_independent",
+            t.get("aligned_vs_independent"),
+            f"{t.get('hbct_img_s')} img/s (hbct)",
+            f"{t.get('project_img_s')} img/s (independent)",
+        ),
+        ("embed_vs_bare", e.get("embed_vs_bare"), f"{e.get('project_img_s')} img/s", f"{e.get('bare_img_s')} img/s"),
+        ("eval_10k_vs_matmul", v.get("eval_10k_vs_matmul"), f"{v.get('eval_s')} s", f"{v.get('matmul_s')} s"),
+        ("knn_lorentz_vs_cosine", k.get("knn_lorentz_vs_cosine"), f"{k.get('lorentz_s')} s", f"{k.get('cosine_s')} s"),
+    ]
+    if f:
+        rows.append(
+            (
+                "flow_wall_vs_compute",
+                f.get("flow_wall_vs_compute"),
+                f"{f.get('wall_s')} s wall",
+                f"{f.get('compute_s')} s training",
+            )
+        )
+    return rows
+
+
+def _report(perf: dict[str, Any]) -> str:
+    lines = [
+        "# bctflow bench perf",
+        "",
+        f"- command: `{perf['command']}`",
+        f"- device: {perf['device']}; precision {perf['precision']}; torch {perf['torch']}",
+        f"- date: {perf['date']}; total wall time {perf['seconds'] / 60:.1f} min",
+        "",
+        "Each ratio compares two measurements taken alternately in this one run (best of the repeats); "
+        "benchmarks/perf.py says what each side is.",
+        "",
+        "| ratio | value | project side | baseline side |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _pair_rows(perf)]
+    return "\n".join(lines) + "\n"
+
+
+def run_perf(
+    out: Path,
+    *,
+    device: str = "auto",
+    batch: int = 128,
+    train_images: int = 4096,
+    epochs: int = 2,
+    embed_images_n: int = 8192,
+    repeats: int = 3,
+    flow: Callable[[], dict[str, Any]] | None = None,
+    command: str = "bctflow bench perf",
+    log: Log = print,
+) -> Path:
+    """Measure every ratio, write ``out/perf.json`` and ``out/report.md``; returns the report's path. ``flow``: runs
+    the demo's flows and returns :func:`flow_compute`'s record (the CLI supplies it; None leaves the ratio out)."""
+    t0 = time.perf_counter()
+    dev = select_device(device)  # type: ignore[arg-type]
+    perf: dict[str, Any] = {
+        "command": command,
+        "device": _device_words(device),
+        "precision": "bf16" if use_bf16(dev) else "fp32",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    log("training: project loop vs bare loop, independent vs hbct")
+    perf["training"] = measure_training(device, batch, train_images, epochs, repeats, log)
+    log("embedding: embed_images vs bare")
+    perf["embedding"] = measure_embedding(device, 512, embed_images_n, repeats)
+    log("evaluation: exact 10k x 10k vs matmul")
+    ev = measure_exact_eval(n=10000, d=128, repeats=repeats, geometry="lorentz")
+    perf["evaluation"] = {
+        "n": ev["n"],
+        "d": ev["d"],
+        "eval_s": round(ev["eval_s"], 3),
+        "matmul_s": round(ev["matmul_s"], 4),
+        "eval_10k_vs_matmul": round(ev["ratio"], 2),
+    }
+    log("kNN: exact FAISS, Lorentz vs cosine")
+    perf["knn"] = measure_knn(10000, 128, 10, repeats)
+    if flow is not None:
+        log("flow: the demo's two generations")
+        perf["flow"] = flow()
+    perf["seconds"] = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "perf.json", json.dumps(perf, indent=1) + "\n")
+    atomic_write_text(out / "report.md", _report(perf))
+    return out / "report.md"

@@ -13,8 +13,8 @@ of ``repeats``) so that load on a noisy machine hits both alike (docs/design.md 
 * ``flow_wall_vs_compute`` (``--flow``): the demo's wall time ÷ the compute it ran (training + embedding seconds
   that the generations record).
 
-The model is the cpu profile's (narrow ResNet-18, small stem, 16×16 grey images, Lorentz head); images are random
-(speed, not quality). Writes ``OUT/perf.json`` and ``OUT/report.md``.
+The model is the cpu profile's (params.yaml's model with a narrow ResNet-18, 16×16 grey images, Lorentz head);
+images are random (speed, not quality). Writes ``OUT/perf.json`` and ``OUT/report.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.eval_speed import measure_exact_eval
-from components.data.batches import ImageTensor
+from components.data.base import ArrayDataset
+from components.data.batches import ImageTensor, to_image_tensor
 from components.geometry import expmap0
 from components.indexing import GalleryIndex
 from components.io import atomic_write_text
@@ -41,32 +42,40 @@ from components.losses import create_alignment
 from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model
 from components.training.device import autocast, prepare_module, select_device, to_memory_format, use_bf16
+from flows.params import Params
+from flows.specs import model_spec_from_params
 
 __all__ = ["run_perf"]
 
 Log = Callable[[str], None]
 
 
-def _spec(image_size: int = 16) -> ModelSpec:
-    return ModelSpec(
-        backbone="resnet18",
-        backbone_kwargs={"channels": [16, 32, 64, 128]},
-        embed_dim=128,
+#: the cpu profile's backbone width (benchmarks/profiles/cpu.yaml old_arch): a narrow ResNet-18
+CPU_PROFILE_CHANNELS = [16, 32, 64, 128]
+
+
+def _data(n: int, size: int = 16, classes: int = 10) -> ArrayDataset:
+    """``n`` random grey ``size``×``size`` images with random labels (speed, not quality)."""
+    rng = np.random.default_rng(0)
+    return ArrayDataset(
+        rng.integers(0, 256, (n, size, size, 1), dtype=np.uint8),
+        rng.integers(0, classes, n),
+        np.arange(n, dtype=np.int64),
+        tuple(str(c) for c in range(classes)),
+    )
+
+
+def _spec(data: ArrayDataset) -> ModelSpec:
+    """params.yaml's defaults with the cpu profile's backbone, a Lorentz head at ζ = 1."""
+    return model_spec_from_params(
+        Params(),
+        data,
+        range(data.num_classes),
+        data.class_names,
         geometry="lorentz",
-        num_classes=10,
-        class_order=tuple(range(10)),
-        in_chans=1,
-        image_size=image_size,
-        small_stem=True,
-        curvature=1.0,
-        learn_curvature=False,
         zeta=1.0,
-        classifier_scale=16.0,
-        classifier="cosine",
-        bn_neck=False,
-        norm_mean=(0.5,),
-        norm_std=(0.25,),
-        features="embedding",
+        backbone_kwargs={"channels": CPU_PROFILE_CHANNELS},
+        stats=((0.5,), (0.25,)),
     )
 
 
@@ -75,10 +84,8 @@ def _model(seed: int, spec: ModelSpec) -> EmbeddingModel:
     return build_model(spec)
 
 
-def _data(n: int, spec: ModelSpec) -> ImageTensor:
-    g = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (n, spec.in_chans, spec.image_size, spec.image_size), generator=g, dtype=torch.uint8)
-    return ImageTensor(images, torch.randint(0, spec.num_classes, (n,), generator=g))
+def _tensor(data: ArrayDataset) -> ImageTensor:
+    return to_image_tensor(data.images, data.labels)
 
 
 def _cfg(batch: int, epochs: int, device: str) -> TrainConfig:
@@ -135,8 +142,9 @@ def _project_train(spec: ModelSpec, data: ImageTensor, cfg: TrainConfig, method:
 
 def measure_training(device: str, batch: int, n: int, epochs: int, repeats: int, log: Log) -> dict[str, Any]:
     """train_vs_bare and aligned_vs_independent (images/s of each, best of ``repeats``, taking turns)."""
-    spec, cfg = _spec(), _cfg(batch, epochs, device)
-    data = _data(n, spec)
+    cfg = _cfg(batch, epochs, device)
+    arrays = _data(n)
+    spec, data = _spec(arrays), _tensor(arrays)
     best = {"project": float("inf"), "bare": float("inf"), "hbct": float("inf")}
     for r in range(repeats):
         best["bare"] = min(best["bare"], _bare_train(_model(0, spec), data, cfg))
@@ -158,9 +166,10 @@ def measure_training(device: str, batch: int, n: int, epochs: int, repeats: int,
 
 def measure_embedding(device: str, batch: int, n: int, repeats: int) -> dict[str, Any]:
     """embed_vs_bare: :func:`embed_images` (uint8 host images → embeddings on the host) ÷ a bare no_grad loop."""
-    spec = _spec()
+    arrays = _data(n)
+    spec = _spec(arrays)
     model = _model(0, spec).eval()
-    images_nhwc = _data(n, spec).images.permute(0, 2, 3, 1).contiguous().numpy()
+    images_nhwc = arrays.images
     dev = select_device(device)  # type: ignore[arg-type]
     precision = "auto"
     bare_model = prepare_module(_model(0, spec), dev, precision).eval()

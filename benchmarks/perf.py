@@ -25,6 +25,7 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model
 from components.training.device import autocast, prepare_module, select_device, to_memory_format, use_bf16
 from flows.params import Params
-from flows.specs import model_spec_from_params
+from flows.specs import model_spec_from_params, train_config_from_params
 
 __all__ = ["run_perf"]
 
@@ -89,23 +90,18 @@ def _tensor(data: ArrayDataset) -> ImageTensor:
 
 
 def _cfg(batch: int, epochs: int, device: str) -> TrainConfig:
-    return TrainConfig(
-        epochs=epochs,
+    """params.yaml's training settings, with no augmentation (the bare loop has none), a constant lr of 0.01 and one
+    checkpoint kept."""
+    base = train_config_from_params(Params(), epochs=epochs)
+    return replace(
+        base,
         batch_size=batch,
-        optimizer="sgd",
-        lr=0.01,
-        momentum=0.9,
-        weight_decay=5e-4,
-        schedule="constant",
-        warmup_epochs=0,
-        seed=0,
         device=device,
+        lr=0.01,
+        schedule="constant",
         keep_checkpoints=1,
         crop_padding=0,
         hflip=False,
-        align_weight=0.3,
-        base_loss="ce",
-        base_options={},
     )
 
 

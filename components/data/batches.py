@@ -59,26 +59,27 @@ def iterate_batches(
     generator: torch.Generator | None = None,
     drop_last: bool = False,
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Yield (images float32 in [0, 1] (B, C, H, W), labels (B,)) on ``device``."""
+    """Yield (images float32 in [0, 1] (B, C, H, W), labels (B,)) on ``device``.
+
+    Shuffled batches are gathered (a copy, pinned again when the source is pinned); in-order batches are slices,
+    views that keep the source's pinned memory. A source resident on the accelerator is gathered there.
+    """
     n = len(data)
-    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     stop = n - (n % batch_size) if drop_last and n >= batch_size else n
-    if data.images.device == device and device.type != "cpu":  # resident on the accelerator: gather there
-        order = order.to(device)
-        for start in range(0, stop, batch_size):
-            idx = order[start : start + batch_size]
-            yield data.images.index_select(0, idx).float().div_(255.0), data.labels.index_select(0, idx)
-        return
+    resident = data.images.device == device and device.type != "cpu"
     non_blocking = data.pinned and device.type == "cuda"
+    if shuffle:
+        order = torch.randperm(n, generator=generator)
+        order = order.to(device) if resident else order
     for start in range(0, stop, batch_size):
-        idx = order[start : start + batch_size]
-        x = data.images.index_select(0, idx)
-        y = data.labels.index_select(0, idx)
-        if non_blocking:
-            x = x.pin_memory()
-            y = y.pin_memory()
-        x = x.to(device, non_blocking=non_blocking).float().div_(255.0)
-        yield x, y.to(device, non_blocking=non_blocking)
+        if shuffle:
+            idx = order[start : start + batch_size]
+            x, y = data.images.index_select(0, idx), data.labels.index_select(0, idx)
+            if non_blocking:
+                x, y = x.pin_memory(), y.pin_memory()
+        else:
+            x, y = data.images[start : start + batch_size], data.labels[start : start + batch_size]
+        yield x.to(device, non_blocking=non_blocking).float().div_(255.0), y.to(device, non_blocking=non_blocking)
 
 
 def augment_batch(x: Tensor, *, crop_padding: int, hflip: bool, generator: torch.Generator | None = None) -> Tensor:

@@ -157,13 +157,16 @@ def run(
     reference: bool | None = typer.Option(
         None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
     ),
+    nproc: int | None = typer.Option(
+        None, "--nproc", min=1, help="train on N data-parallel processes (DDP; default train.nproc)"
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
     from bctflow.tables import compat_table, retrieval_table
 
     h = resolve_home(home)
-    p = parse_params(params, set_)
+    p = parse_params(params, [*(set_ or []), *([f"train.nproc={nproc}"] if nproc is not None else [])])
     try:
         base = p.generation(generation).model_dump() if generation else {}
         explicit = {

@@ -131,6 +131,8 @@ class TrainParams(_Strict):
     base_options: dict[str, float] = Field(default_factory=dict)
     #: cross-entropy label smoothing ε (0: none); takes the reward for radius out of the Lorentz classifier
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+    #: data-parallel processes (torchrun's launcher, DDP; gloo on CPU, NCCL on GPUs); batch_size stays the global batch
+    nproc: int = Field(1, ge=1)
 
 
 class AlignmentParams(_Strict):
@@ -387,6 +389,7 @@ NOT_SHAPING = {
     ("data", "root"),
     ("data", "download"),
     ("train", "device"),
+    ("train", "nproc"),  # the same model up to float rounding (docs/design.md §7.13)
     ("train", "keep_checkpoints"),
     ("train", "eval_batch_size"),
 }

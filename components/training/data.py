@@ -44,8 +44,13 @@ class TrainData(Protocol):
         epoch: int,
         generator: torch.Generator | None,
         drop_last: bool,
+        shard: tuple[int, int] = (0, 1),
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        """(x float (B, C, H, W) in [0, 1], y int64 (B,)) on ``device``; ``generator`` is the epoch's (memory)."""
+        """(x float (B, C, H, W) in [0, 1], y int64 (B,)) on ``device``; ``generator`` is the epoch's (memory).
+
+        ``shard = (rank, world)``: batches of ``batch_size`` are the global ones, the same on every rank; this rank
+        reads and yields only its contiguous part of each (:func:`~components.data.batches.shard_bounds`).
+        """
         ...
 
 
@@ -82,9 +87,16 @@ class TensorData:
         epoch: int,
         generator: torch.Generator | None,
         drop_last: bool,
+        shard: tuple[int, int] = (0, 1),
     ) -> Iterator[tuple[Tensor, Tensor]]:
         return iterate_batches(
-            self._on(device), batch_size, device, shuffle=shuffle, generator=generator, drop_last=drop_last
+            self._on(device),
+            batch_size,
+            device,
+            shuffle=shuffle,
+            generator=generator,
+            drop_last=drop_last,
+            shard=shard,
         )
 
 
@@ -124,6 +136,7 @@ class StreamData:
         epoch: int,
         generator: torch.Generator | None,
         drop_last: bool,
+        shard: tuple[int, int] = (0, 1),
     ) -> Iterator[tuple[Tensor, Tensor]]:
         cuda = device.type == "cuda"
         loader = self.split.loader(
@@ -134,6 +147,7 @@ class StreamData:
             workers=self.workers,
             pin_memory=cuda,
             drop_last=drop_last,
+            shard=shard,
         )
         for images, labels, _ in loader:
             x = images.to(device, non_blocking=cuda).float().div_(255.0)

@@ -12,7 +12,9 @@ cross-entropy on the model's classifier logits — Lorentz MLR or linear).
 * shuffling and augmentation are seeded per (seed, epoch), so a resumed run
   sees the same batches as an uninterrupted one;
 * the data is a :class:`~components.training.data.TrainData`: held in memory, or
-  streamed from disk through a DataLoader (docs/design.md §7.11).
+  streamed from disk through a DataLoader (docs/design.md §7.11);
+* inside an initialised ``torch.distributed`` group (components/training/launch.py) each rank trains on its part of
+  every global batch with DDP, and the losses see the whole batch (components/training/distributed.py, §7.13).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch import Tensor
 
 from components.data.batches import ImageTensor, augment_batch
 from components.data.selection import label_positions
-from components.errors import BctflowError, CheckpointMismatchError
+from components.errors import CheckpointMismatchError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import (
@@ -46,16 +48,21 @@ from components.training.device import (
     select_device,
     to_memory_format,
 )
+from components.training.distributed import (
+    Ranks,
+    current_ranks,
+    data_parallel,
+    gather_output,
+    gather_rows,
+    sync_batch_norm,
+)
+from components.training.meter import FINITE_CHECK_EVERY, EpochMeter, TrainingDivergedError
 from components.training.optim import build_optimizer, build_scheduler
 
 __all__ = ["TRAIN_FORMAT", "TrainConfig", "TrainResult", "TrainingDivergedError", "latest_checkpoint", "train_model"]
 
 TRAIN_FORMAT = "bctflow-train/1"
 _CKPT_RE = re.compile(r"^epoch_(\d{4,})\.pt$")
-
-
-class TrainingDivergedError(BctflowError):
-    """The loss became NaN/inf."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +137,9 @@ class _Run:
     base_fn: Callable[..., Tensor]
     device: torch.device
     drop_last: bool
+    #: the model as the step calls it: the model itself, or its DDP wrapper
+    forward: Callable[..., object]
+    ranks: Ranks
 
 
 def _frozen(
@@ -160,8 +170,9 @@ def _setup(
 ) -> _Run:
     """Device, frozen old / reference models, the method's one-off preparation, optimiser and schedule."""
     device = select_device(cfg.device)  # type: ignore[arg-type]
+    ranks = current_ranks()
     torch.manual_seed(cfg.seed)
-    model = prepare_module(model, device, cfg.precision)
+    model = prepare_module(sync_batch_norm(model) if ranks.distributed else model, device, cfg.precision)
     old_model = _frozen(
         old_model, device, method.trains and method.requires_old, "the parent model", method, cfg.precision
     )
@@ -201,7 +212,8 @@ def _setup(
     drop_last = len(data) > cfg.batch_size
     steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
     sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
-    return _Run(model, method, old_model, reference_model, opt, sched, base_fn, device, drop_last)
+    forward = data_parallel(model, device) if ranks.distributed else model
+    return _Run(model, method, old_model, reference_model, opt, sched, base_fn, device, drop_last, forward, ranks)
 
 
 def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[dict[str, float]]]:
@@ -224,80 +236,43 @@ def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[di
     return int(state["epoch"]), list(state["history"])
 
 
-#: the loop checks the loss for NaN/inf every this many steps (and at the end of each epoch), not at every step:
-#: a check reads a device flag on the host, which waits for the GPU (docs/design.md §7.12)
-FINITE_CHECK_EVERY = 32
-
-
-class _EpochMeter:
-    """Running sums of an epoch's scalars, kept where they are produced (on the device for tensors) and read on
-    the host once, by :meth:`means`; a sticky flag records a non-finite loss for :meth:`check_finite`."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.sums: dict[str, Tensor | float] = {}
-        self.steps = 0
-        self.nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-        self.first_bad: dict[str, Tensor] = {}
-
-    def add(self, values: dict[str, Tensor | float]) -> None:
-        for k, v in values.items():
-            v = v.detach().double() if isinstance(v, Tensor) else float(v)  # float64 sums, as Python floats were
-            self.sums[k] = self.sums[k] + v if k in self.sums else v
-
-    def step(self, loss: Tensor, terms: dict[str, Tensor]) -> None:
-        """Count a step; remember (on the device) whether its loss was finite and, for the first bad step, the terms."""
-        bad = ~torch.isfinite(loss.detach())
-        fresh = bad & ~self.nonfinite  # this step is the first bad one
-        for k, v in terms.items():
-            v = v.detach().float()
-            self.first_bad[k] = torch.where(fresh, v, self.first_bad[k]) if k in self.first_bad else v
-        self.nonfinite = self.nonfinite | bad
-        self.steps += 1
-
-    def check_finite(self, epoch: int) -> None:
-        """Raise :class:`TrainingDivergedError` if any step so far had a NaN/inf loss (one host sync)."""
-        if bool(self.nonfinite):
-            raise TrainingDivergedError(
-                f"loss became non-finite in epoch {epoch + 1} (terms of the first bad step: "
-                + ", ".join(f"{k}={float(v):.4g}" for k, v in self.first_bad.items())
-                + "); lower train.lr or the alignment weight"
-            )
-
-    def means(self) -> dict[str, float]:
-        """The per-step means, read from the device in one transfer."""
-        keys = [k for k, v in self.sums.items() if isinstance(v, Tensor)]
-        on_device = torch.stack([self.sums[k] for k in keys]).tolist() if keys else []
-        values = dict(zip(keys, on_device, strict=True))
-        values.update({k: float(v) for k, v in self.sums.items() if not isinstance(v, Tensor)})
-        return {k: values[k] / max(1, self.steps) for k in self.sums}
-
-
 def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> dict[str, float]:
     """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy.
 
     No step waits for the device: losses, stats and the accuracy count are summed on the device and read once at the
     end of the epoch; the loss is checked for NaN/inf every :data:`FINITE_CHECK_EVERY` steps.
     """
-    model, method, device = run.model, run.method, run.device
+    model, method, device, ranks = run.model, run.method, run.device, run.ranks
     model.train()
     gen = _epoch_generator(cfg.seed, epoch)
-    meter = _EpochMeter(device)
+    meter = EpochMeter(device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     seen = 0
     batches = data.batches(
-        cfg.batch_size, device, shuffle=True, seed=cfg.seed, epoch=epoch, generator=gen, drop_last=run.drop_last
+        cfg.batch_size,
+        device,
+        shuffle=True,
+        seed=cfg.seed,
+        epoch=epoch,
+        generator=gen,
+        drop_last=run.drop_last,
+        shard=ranks.shard,
     )
     for x, y in batches:
-        x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
+        n = min(cfg.batch_size, len(data) - seen)  # the global batch this rank holds a part of
+        x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen, rows=ranks.rows(n))
         x = to_memory_format(x, device, cfg.precision)
         with autocast(device, cfg.precision):
-            out = model(x)
+            out = run.forward(x)
             old_out = ref_out = None
             with torch.no_grad():
                 if run.old_model is not None:
                     old_out = run.old_model(x, with_logits=False)
                 if run.reference_model is not None:
                     ref_out = run.reference_model(x, with_logits=False)
+        if ranks.distributed:  # the losses see the global batch (components/training/distributed.py)
+            out, old_out, ref_out = (gather_output(o, n, ranks) for o in (out, old_out, ref_out))
+            y = gather_rows(y, n, ranks)
         base = run.base_fn(out, y, model.curvature.to(device))
         if not method.trains:
             align = LossOutput({})
@@ -314,7 +289,7 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
         meter.add({"loss": loss, "base": base, **align.terms, **align.stats})
         meter.add({"clip_fraction": out.clipped.float().mean()})
         correct += (out.logits.detach().argmax(1) == y).sum()
-        seen += len(y)
+        seen += n
         if meter.steps % FINITE_CHECK_EVERY == 0:
             meter.check_finite(epoch)
     meter.check_finite(epoch)
@@ -371,10 +346,13 @@ def train_model(
     for epoch in range(start_epoch, cfg.epochs):
         record = _train_epoch(run, data, cfg, epoch)
         history.append(record)
-        _save_epoch(run, checkpoint_dir, run_key, epoch + 1, history)
-        _prune(checkpoint_dir, cfg.keep_checkpoints)
-        if on_epoch is not None:
-            on_epoch(epoch + 1, record)
+        if run.ranks.leader:  # every rank holds the same weights; one writes them
+            _save_epoch(run, checkpoint_dir, run_key, epoch + 1, history)
+            _prune(checkpoint_dir, cfg.keep_checkpoints)
+            if on_epoch is not None:
+                on_epoch(epoch + 1, record)
+    if run.ranks.distributed:
+        sync_batch_norm(run.model, on=False)
     run.model.eval()
     final_stats = dict(history[-1]) if history else {}
     resumed_from = start_epoch if start_epoch else None

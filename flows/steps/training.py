@@ -18,6 +18,7 @@ from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
 from components.training.data import StreamData, TensorData, TrainData
 from components.training.device import cuda_available
+from components.training.launch import TrainJob, train_distributed
 from components.training.loop import TrainResult
 from flows.params import Params
 from flows.plan import GenerationPlan
@@ -122,7 +123,8 @@ def train_role(
 
     Resumes from the last epoch checkpoint in staging; if the final model of
     this run already exists there, returns it without training. The alignment
-    loss is built once, here.
+    loss is built once, here. ``train.nproc`` > 1 trains on that many ranks (per-epoch progress is then not
+    reported: the epochs run in the ranks' processes).
     """
     done = _finished(plan, role)
     if done is not None:
@@ -142,7 +144,7 @@ def train_role(
     reference = (
         load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
     )
-    result = train_model(
+    job = TrainJob(
         model,
         training_data(p, manifest, split),
         cfg,
@@ -151,6 +153,8 @@ def train_role(
         old_model=old_model,
         reference_model=reference,
         run_key=plan.role_run_key(role),
-        on_epoch=on_epoch,
     )
+    # train.nproc > 1: torchrun's launcher starts N ranks; rank 0 writes the epoch checkpoints (design §7.13)
+    nproc = p.train.nproc
+    result = train_distributed(job, nproc) if nproc > 1 else train_model(**vars(job), on_epoch=on_epoch)
     return _save(plan, role, result, spec)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from components.data.batches import shard_bounds
 from components.errors import DataError
 
 T = TypeVar("T")
@@ -95,17 +96,27 @@ class BatchIndexSampler(Sampler[torch.Tensor]):
     """Yields int64 index tensors of ``batch_size`` positions: the selection in order, or permuted.
 
     The permutation is drawn from a generator seeded by ``(seed, epoch)`` in the main process, so the batches
-    are the same for any number of workers.
+    are the same for any number of workers. ``shard = (rank, world)``: every rank draws the same permutation and
+    yields its contiguous part of each batch (the batches of ``batch_size`` are the global ones).
     """
 
     def __init__(
-        self, positions: np.ndarray, batch_size: int, *, shuffle: bool, seed: int, epoch: int, drop_last: bool
+        self,
+        positions: np.ndarray,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        drop_last: bool,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         if batch_size < 1:
             raise DataError(f"batch_size must be at least 1, got {batch_size}")
         self.positions = torch.from_numpy(np.array(positions, dtype=np.int64))
         self.batch_size = int(batch_size)
         self.shuffle, self.seed, self.epoch, self.drop_last = shuffle, seed, epoch, drop_last
+        self.shard = shard
         n = len(self.positions)  # the selection 0..n-1 itself: a permutation needs no gather
         self._everything = bool(
             n == 0 or (self.positions[0] == 0 and self.positions[-1] == n - 1 and _is_range(self.positions))
@@ -124,6 +135,9 @@ class BatchIndexSampler(Sampler[torch.Tensor]):
         chunks = order.split(self.batch_size) if len(order) else ()
         if self.drop_last and chunks and len(chunks[-1]) < self.batch_size:
             chunks = chunks[:-1]
+        rank, world = self.shard
+        if world > 1:
+            chunks = tuple(c[slice(*shard_bounds(len(c), world, rank))] for c in chunks)
         return iter(chunks)
 
 
@@ -181,13 +195,15 @@ class ImageSource(ABC):
         pin_memory: bool = False,
         image_size: int | None = None,
         drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
     ) -> DataLoader:
         """A DataLoader over the items at ``positions`` (all when None).
 
         Yields ``(images uint8 (B, C, H, W), labels int64 (B,), ids int64 (B,))``. Without ``shuffle`` every
         selected item comes exactly once (the order may differ from ``positions`` where a source says so);
         ``shuffle`` is seeded by ``(seed, epoch)``. ``image_size`` resizes every image to (size, size)
-        (bilinear, antialiased); None keeps the native size, which all images must share.
+        (bilinear, antialiased); None keeps the native size, which all images must share. ``shard = (rank, world)``:
+        this rank's part of each batch of ``batch_size`` (distributed training, :class:`BatchIndexSampler`).
         """
 
     @functools.cached_property

@@ -190,6 +190,7 @@ class FileSource(ImageSource):
         pin_memory: bool = False,
         image_size: int | None = None,
         drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
     ) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled),
         decoded in ``workers`` processes."""
@@ -205,7 +206,9 @@ class FileSource(ImageSource):
             native_hw=self.native_hw if image_size is None else None,
             hint=self.hint,
         )
-        sampler = BatchIndexSampler(selection, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last)
+        sampler = BatchIndexSampler(
+            selection, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, shard=shard
+        )
         return DataLoader(
             items,
             sampler=sampler,

@@ -138,10 +138,17 @@ class ArraySource(ImageSource):
         pin_memory: bool = False,
         image_size: int | None = None,
         drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
     ) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled)."""
         sampler = BatchIndexSampler(
-            self._selection(positions), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last
+            self._selection(positions),
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            drop_last=drop_last,
+            shard=shard,
         )
         return InlineLoader(
             TensorBatches(*self.tensors, image_size=image_size),

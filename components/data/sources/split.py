@@ -87,8 +87,10 @@ class SourceDataset:
         workers: int = 0,
         pin_memory: bool = False,
         drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
     ) -> DataLoader:
-        """The source's DataLoader over this split: ``(images uint8 (B, C, H, W), labels (B,), ids (B,))``."""
+        """The source's DataLoader over this split: ``(images uint8 (B, C, H, W), labels (B,), ids (B,))``;
+        ``shard = (rank, world)``: this rank's part of every batch."""
         return self.source.loader(
             self._rows,
             batch_size=batch_size,
@@ -99,4 +101,5 @@ class SourceDataset:
             pin_memory=pin_memory,
             image_size=self.image_size,
             drop_last=drop_last,
+            shard=shard,
         )

@@ -220,9 +220,15 @@ class WebDatasetSource(ImageSource):
         pin_memory: bool = False,
         image_size: int | None = None,
         drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
     ) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` of the selected items, read shard by
-        shard (order: see the module docstring)."""
+        shard (order: see the module docstring). A stream has no per-rank batches: ``shard`` must be ``(0, 1)``."""
+        if shard[1] > 1:
+            raise DataError(
+                f"source {self.name!r} is a WebDataset stream, which distributed training (train.nproc > 1) cannot "
+                "cut into per-rank batches yet; train it with train.nproc 1, or list its images in a manifest source"
+            )
         if batch_size < 1:
             raise DataError(f"batch_size must be at least 1, got {batch_size}")
         if image_size is not None and int(image_size) < 1:

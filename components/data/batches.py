@@ -85,14 +85,14 @@ def iterate_batches(
     rank, world = shard
     for first in range(0, stop, batch_size):
         lo, hi = shard_bounds(min(batch_size, n - first), world, rank)
-        start, batch_size_here = first + lo, hi - lo
+        start, stop_here = first + lo, first + hi
         if shuffle:
-            idx = order[start : start + batch_size_here]
+            idx = order[start:stop_here]
             x, y = data.images.index_select(0, idx), data.labels.index_select(0, idx)
             if non_blocking:
                 x, y = x.pin_memory(), y.pin_memory()
         else:
-            x, y = data.images[start : start + batch_size_here], data.labels[start : start + batch_size_here]
+            x, y = data.images[start:stop_here], data.labels[start:stop_here]
         yield x.to(device, non_blocking=non_blocking).float().div_(255.0), y.to(device, non_blocking=non_blocking)
 
 

@@ -103,10 +103,10 @@ def train_distributed(job: TrainJob, nproc: int) -> TrainResult:
 
     if nproc < 2:
         raise ConfigError(f"train.nproc {nproc}: distributed training needs at least 2 processes (1: train in-process)")
-    if job.cfg.batch_size < nproc:
+    if min(job.cfg.batch_size, len(job.data)) < nproc:
         raise ConfigError(
-            f"train.batch_size {job.cfg.batch_size} is the global batch and must hold one item per rank "
-            f"(train.nproc {nproc}); raise train.batch_size or lower train.nproc"
+            f"train.batch_size {job.cfg.batch_size} is the global batch and must hold at least one item per rank "
+            f"(train.nproc {nproc}; the training selection has {len(job.data)} items); lower train.nproc"
         )
     if select_device(job.cfg.device).type == "cuda" and torch.cuda.device_count() < nproc:  # type: ignore[arg-type]
         raise ConfigError(

@@ -158,7 +158,13 @@ def run(
         None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
     ),
     nproc: int | None = typer.Option(
-        None, "--nproc", min=1, help="train on N data-parallel processes (DDP; default train.nproc)"
+        None, "--nproc", min=1, help="train on N data-parallel processes per node (DDP; default train.nproc)"
+    ),
+    nnodes: int | None = typer.Option(
+        None, "--nnodes", min=1, help="nodes of a multi-node training (the others run `bctflow train-node`)"
+    ),
+    rdzv_endpoint: str | None = typer.Option(
+        None, "--rdzv-endpoint", help="host:port of the multi-node rendezvous on this node"
     ),
     set_: list[str] | None = SetOpt,
 ) -> None:
@@ -166,7 +172,8 @@ def run(
     from bctflow.tables import compat_table, retrieval_table
 
     h = resolve_home(home)
-    p = parse_params(params, [*(set_ or []), *([f"train.nproc={nproc}"] if nproc is not None else [])])
+    launch = {"train.nproc": nproc, "train.nnodes": nnodes, "train.rdzv_endpoint": rdzv_endpoint}
+    p = parse_params(params, [*(set_ or []), *(f"{k}={v}" for k, v in launch.items() if v is not None)])
     try:
         base = p.generation(generation).model_dump() if generation else {}
         explicit = {
@@ -187,6 +194,33 @@ def run(
     console.print(retrieval_table(gens))
     if gens and gens[0]["parent"] is not None:
         console.print(compat_table(gens))
+
+
+@app.command("train-node")
+def train_node(
+    home: Path | None = HomeOpt,
+    job_dir: Path | None = typer.Option(
+        None, "--job-dir", help="the leader's job folder (default <home>/jobs, the workspace on shared storage)"
+    ),
+    once: bool = typer.Option(False, "--once", help="return after one training job"),
+) -> None:
+    """Another node of a multi-node training: join every training job the leader (`bctflow run --nnodes N`)
+    publishes, with this node's ranks (the job says how many)."""
+    import logging
+    import os
+
+    # the leader hosts the rendezvous store and may close it before this node's agent says goodbye: that late
+    # goodbye fails harmlessly, with a C++ stack trace and a warning, on every job
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    logging.getLogger("torch.distributed.elastic.rendezvous.dynamic_rendezvous").setLevel(logging.ERROR)
+    from components.training.launch import serve_node
+
+    folder = job_dir or Workspace(resolve_home(home)).jobs_dir
+    console.print(f"waiting for training jobs in {folder} (Ctrl-C stops)")
+    try:
+        serve_node(folder, once=once, log=lambda m: console.print(m, highlight=False, markup=False))
+    except BctflowError as err:
+        fail(err)
 
 
 @app.command()

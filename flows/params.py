@@ -133,6 +133,20 @@ class TrainParams(_Strict):
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
     #: data-parallel processes (torchrun's launcher, DDP; gloo on CPU, NCCL on GPUs); batch_size stays the global batch
     nproc: int = Field(1, ge=1)
+    #: nodes of a multi-node training (the others run `bctflow train-node`), their c10d rendezvous host:port on this
+    #: node, and the job folder every node reads ("": <home>/jobs)
+    nnodes: int = Field(1, ge=1)
+    rdzv_endpoint: str = ""
+    job_dir: str = ""
+
+    @model_validator(mode="after")
+    def _rendezvous_given(self) -> TrainParams:
+        if self.nnodes > 1 and ":" not in self.rdzv_endpoint:
+            raise ValueError(
+                f"train.nnodes {self.nnodes} needs train.rdzv_endpoint, host:port on this node that the other nodes "
+                "reach (e.g. --rdzv-endpoint node0.example:29400)"
+            )
+        return self
 
 
 class AlignmentParams(_Strict):
@@ -390,6 +404,9 @@ NOT_SHAPING = {
     ("data", "download"),
     ("train", "device"),
     ("train", "nproc"),  # the same model up to float rounding (docs/design.md §7.13)
+    ("train", "nnodes"),
+    ("train", "rdzv_endpoint"),
+    ("train", "job_dir"),
     ("train", "keep_checkpoints"),
     ("train", "eval_batch_size"),
 }

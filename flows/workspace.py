@@ -8,6 +8,7 @@
   live/               CURRENT (the live-gallery pointer) and backfilled index versions index-vNNN/
   backfills/          work in progress of a backfill (chunks, resumable) and finished ones bf_NNN
   prefect/            PREFECT_HOME for the ephemeral Prefect server
+  jobs/               multi-node training jobs the other nodes read (train.job_dir; while a training runs)
   + the lineage database and the MLflow store, unless params point them elsewhere (registry/stores.py)
 """
 
@@ -38,6 +39,7 @@ WORKSPACE_ENTRIES = frozenset(
         "backfills",
         "live",
         "bench-cache",
+        "jobs",
         ".lock",
         *STORE_ENTRIES,
     }
@@ -68,6 +70,11 @@ class Workspace:
     @property
     def generations_dir(self) -> Path:
         return self.home / "generations"
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where a multi-node training publishes its job for the other nodes (docs/design.md §7.13)."""
+        return self.home / "jobs"
 
     @property
     def staging_dir(self) -> Path:

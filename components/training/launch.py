@@ -1,20 +1,22 @@
 """Training one model on N processes with torchrun's launcher (``torch.distributed.launcher``, the engine of the
-``torchrun`` command): its elastic agent starts the ranks, runs the rendezvous and gathers their results.
+``torchrun`` command): its elastic agent starts the ranks, runs the c10d rendezvous and gathers their results.
 
-``nproc`` ranks on this machine (gloo on CPU, NCCL on GPUs — one GPU per rank); each runs
-:func:`~components.training.loop.train_model` inside the process group (components/training/distributed.py says
-what a rank does differently). Rank 0 alone writes the epoch checkpoints; the trained weights come back to the
-calling process, which writes everything else (the final model, lineage, MLflow). docs/design.md §7.13.
+``nproc`` ranks on this machine (gloo on CPU, NCCL on GPUs — one GPU per rank), and as many on every other node of
+a :class:`~components.training.job.NodeGroup` (each running :func:`serve_node`, ``bctflow train-node``); each rank
+runs :func:`~components.training.loop.train_model` inside the process group (components/training/distributed.py
+says what a rank does differently). Global rank 0 alone writes the epoch checkpoints; the trained weights come back
+to the calling process, which writes everything else (the final model, lineage, MLflow). docs/design.md §7.13.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import shutil
 import socket
 import uuid
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +24,11 @@ import torch
 import torch.distributed as dist
 
 from components.errors import BctflowError, ConfigError
-from components.losses.base import AlignmentLoss
-from components.models.encoder import EmbeddingModel
-from components.training.data import TrainData
 from components.training.device import select_device
-from components.training.loop import TrainConfig, TrainResult, train_model
+from components.training.job import NodeGroup, PublishedJob, TrainJob, publish_job, wait_for_jobs
+from components.training.loop import TrainResult, train_model
 
-__all__ = ["TrainJob", "train_distributed"]
-
-
-@dataclass
-class TrainJob:
-    """The arguments of :func:`~components.training.loop.train_model`, sent to every rank (pickled by the launcher's
-    ``spawn``: tensors travel through shared memory)."""
-
-    model: EmbeddingModel
-    data: TrainData
-    cfg: TrainConfig
-    method: AlignmentLoss
-    checkpoint_dir: Path
-    old_model: EmbeddingModel | None = None
-    reference_model: EmbeddingModel | None = None
-    run_key: str = ""
+__all__ = ["NodeGroup", "TrainJob", "serve_node", "train_distributed"]
 
 
 def _free_port() -> int:
@@ -54,7 +39,8 @@ def _free_port() -> int:
 
 def _rank_main(job: TrainJob) -> dict[str, Any]:
     """One rank: join the group the launcher set up (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` … in the
-    environment), train, and return what rank 0 holds (every other rank returns only its errors)."""
+    environment), train, and return the weights from each node's first rank (every other rank returns only its
+    errors)."""
     device = select_device(job.cfg.device)  # type: ignore[arg-type]
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     if device.type == "cuda":
@@ -65,7 +51,7 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
     # DDP copies it and warns on every rank, though nothing is wrong
     warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     # the spawn pickler hands every rank the same shared-memory storage: each trains its own copy of the modules
     model, method, old, ref = copy.deepcopy((job.model, job.method, job.old_model, job.reference_model))
     try:
@@ -83,7 +69,7 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
         return {"error": err}
     finally:
         dist.destroy_process_group()
-    if rank != 0:
+    if int(os.environ["LOCAL_RANK"]) != 0:  # every rank holds the same weights; each node's first returns them
         return {}
     return {
         "model": {k: v.detach().cpu() for k, v in result.model.state_dict().items()},
@@ -95,39 +81,65 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
     }
 
 
-def train_distributed(job: TrainJob, nproc: int) -> TrainResult:
-    """Train ``job`` on ``nproc`` ranks on this machine; returns rank 0's result with the trained weights loaded into
-    ``job.model`` (in this process). A :class:`~components.errors.BctflowError` raised by the ranks (a diverged loss,
-    a refused checkpoint) is raised here; anything else fails the launch with the ranks' tracebacks."""
+def _launch(job: TrainJob, nproc: int, nodes: NodeGroup, run_id: str) -> dict[str, Any]:
+    """Start this node's ``nproc`` ranks and wait for them; what this node's first rank returns."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if nproc < 2:
+    config = LaunchConfig(
+        min_nodes=nodes.count,
+        max_nodes=nodes.count,
+        nproc_per_node=nproc,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=nodes.endpoint if nodes.count > 1 else f"127.0.0.1:{_free_port()}",
+        rdzv_configs={"join_timeout": nodes.join_timeout},
+        max_restarts=0,
+        start_method="spawn",
+    )
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    try:
+        outputs = elastic_launch(config, _rank_main)(job)  # global rank -> return value, for this node's ranks
+    except RendezvousTimeoutError:
+        raise ConfigError(
+            f"the {nodes.count} nodes did not all join the rendezvous at {nodes.endpoint} within "
+            f"{nodes.join_timeout} s; start `bctflow train-node --job-dir {nodes.job_dir}` on every other node "
+            "(its output says why one could not join)"
+        ) from None
+    for out in outputs.values():
+        if "error" in out:
+            raise out["error"]
+    return outputs[min(outputs)]
+
+
+def train_distributed(job: TrainJob, nproc: int, nodes: NodeGroup | None = None) -> TrainResult:
+    """Train ``job`` on ``nproc`` ranks on this machine (and as many on every other node of ``nodes``, each running
+    :func:`serve_node`); returns the result with the trained weights loaded into ``job.model`` (in this process).
+    A :class:`~components.errors.BctflowError` raised by the ranks (a diverged loss, a refused checkpoint) is raised
+    here; anything else fails the launch with the ranks' tracebacks."""
+    nodes = nodes or NodeGroup()
+    if nproc * nodes.count < 2:
         raise ConfigError(f"train.nproc {nproc}: distributed training needs at least 2 processes (1: train in-process)")
-    if min(job.cfg.batch_size, len(job.data)) < nproc:
+    world = nproc * nodes.count
+    if min(job.cfg.batch_size, len(job.data)) < world:
         raise ConfigError(
             f"train.batch_size {job.cfg.batch_size} is the global batch and must hold at least one item per rank "
-            f"(train.nproc {nproc}; the training selection has {len(job.data)} items); lower train.nproc"
+            f"({world} ranks; the training selection has {len(job.data)} items); lower train.nproc"
         )
     if select_device(job.cfg.device).type == "cuda" and torch.cuda.device_count() < nproc:  # type: ignore[arg-type]
         raise ConfigError(
             f"train.nproc {nproc} NCCL ranks need {nproc} GPUs, {torch.cuda.device_count()} are visible; "
             "lower train.nproc or set train.device: cpu"
         )
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nproc,
-        run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
-        max_restarts=0,
-        start_method="spawn",
-    )
-    outputs = elastic_launch(config, _rank_main)(job)
-    for out in outputs.values():
-        if "error" in out:
-            raise out["error"]
-    lead = outputs[0]
+    run_id = uuid.uuid4().hex
+    folder = (nodes.job_dir or Path(".")) / run_id
+    if nodes.count > 1:
+        publish_job(job, folder, run_id=run_id, nproc=nproc, nodes=nodes)
+    try:
+        lead = _launch(job, nproc, nodes, run_id)
+    finally:
+        if nodes.count > 1:
+            shutil.rmtree(folder, ignore_errors=True)
     job.model.load_state_dict(lead["model"])
     job.model.eval()
     history = lead["history"]
@@ -140,3 +152,17 @@ def train_distributed(job: TrainJob, nproc: int) -> TrainResult:
         lead["seconds"],
         dict(history[-1]) if history else {},
     )
+
+
+def serve_node(job_dir: Path, *, once: bool = False, log: Callable[[str], None] = print) -> None:
+    """Another node of a multi-node training: join every job the leader publishes in ``job_dir`` with this node's
+    ranks (``bctflow train-node``); ``once``: return after one job."""
+
+    def run(published: PublishedJob) -> None:
+        log(f"job {published.run_id}: {published.nproc_per_node} ranks here, {published.nodes} nodes")
+        nodes = NodeGroup(published.nodes, published.endpoint, job_dir, published.join_timeout)
+        _launch(published.job, published.nproc_per_node, nodes, published.run_id)
+        log(f"job {published.run_id}: done")
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    wait_for_jobs(job_dir, run, once=once)

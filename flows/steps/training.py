@@ -18,7 +18,8 @@ from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
 from components.training.data import StreamData, TensorData, TrainData
 from components.training.device import cuda_available
-from components.training.launch import TrainJob, train_distributed
+from components.training.job import NodeGroup, TrainJob
+from components.training.launch import train_distributed
 from components.training.loop import TrainResult
 from flows.params import Params
 from flows.plan import GenerationPlan
@@ -154,7 +155,11 @@ def train_role(
         reference_model=reference,
         run_key=plan.role_run_key(role),
     )
-    # train.nproc > 1: torchrun's launcher starts N ranks; rank 0 writes the epoch checkpoints (design §7.13)
-    nproc = p.train.nproc
-    result = train_distributed(job, nproc) if nproc > 1 else train_model(**vars(job), on_epoch=on_epoch)
+    # train.nproc x nnodes > 1: torchrun's launcher starts the ranks; rank 0 writes the epoch checkpoints (§7.13)
+    t = p.train
+    if t.nproc * t.nnodes > 1:
+        nodes = NodeGroup(t.nnodes, t.rdzv_endpoint, Path(t.job_dir) if t.job_dir else plan.workspace.jobs_dir)
+        result = train_distributed(job, t.nproc, nodes)
+    else:
+        result = train_model(**vars(job), on_epoch=on_epoch)
     return _save(plan, role, result, spec)

@@ -3,6 +3,11 @@ trains — same data, same seeds, equal within float tolerance — and the piece
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +19,9 @@ from components.errors import ConfigError
 from components.losses import create_alignment
 from components.models import build_model
 from components.training import train_model
-from components.training.launch import TrainJob, train_distributed
+from components.training.job import NodeGroup, TrainJob
+from components.training.launch import train_distributed
+from tests.conftest import REPO
 from tests.helpers import tiny_spec, train_config
 
 
@@ -99,3 +106,40 @@ def test_a_distributed_run_needs_a_rank_per_batch_item_and_two_ranks(tmp_path, d
         train_distributed(job, 3)
     with pytest.raises(ConfigError, match="at least 2 processes"):
         train_distributed(job, 1)
+
+
+def test_a_second_node_joins_through_the_job_folder(tmp_path, data):
+    """Two nodes of one rank each, on this machine: the leader publishes the job, `bctflow train-node` (its own
+    process, as on another machine) reads it, both meet at the c10d rendezvous and train the one-process model."""
+    cfg = train_config(epochs=1, batch_size=32, lr=0.05, device="cpu", crop_padding=1, hflip=True, seed=3)
+    old, jobs = fresh_model(7), tmp_path / "jobs"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "bctflow.cli", "train-node", "--job-dir", str(jobs), "--once"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        nodes = NodeGroup(2, f"127.0.0.1:{port}", jobs, join_timeout=180)
+        job = TrainJob(fresh_model(0), data, cfg, create_alignment("hbct"), tmp_path / "two", old_model=old)
+        two = train_distributed(job, 1, nodes)
+        out, _ = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, out
+    assert "done" in out and two.device == "cpu x2 (gloo)"
+    assert list(jobs.iterdir()) == []  # the leader removed its job once the ranks finished
+    one = train_model(fresh_model(0), data, cfg, create_alignment("hbct"), tmp_path / "one", old_model=old)
+    a, b = one.model.state_dict(), two.model.state_dict()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-4, msg=k)
+
+
+def test_more_nodes_need_a_rendezvous_endpoint(tmp_path):
+    with pytest.raises(ConfigError, match="rdzv_endpoint"):
+        NodeGroup(2, "", tmp_path)

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from components.errors import ConfigError
+from flows.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
@@ -308,31 +309,12 @@ class Params(_Strict):
         return self.model_dump(mode="json")
 
 
-def _format_validation_error(err: ValidationError, source: str) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (typo?); remove it or check the spelling against params.yaml"
-        elif e["type"] == "missing":
-            msg = "required key is missing; add it"
-        got = e.get("input")
-        shown = (
-            ""
-            if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) or "(got " in msg
-            else f" (got {got!r})"
-        )
-        parts.append(f"{loc}: {msg}{shown}" if loc else msg)
-    return f"invalid parameters in {source}: " + "; ".join(parts)
-
-
 def params_from_dict(raw: dict[str, Any] | None, source: str = "params") -> Params:
     """Validate a raw mapping into :class:`Params` (ConfigError on any problem)."""
     try:
         return Params.model_validate(raw or {})
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source)) from None
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | None = None) -> Params:
@@ -348,52 +330,15 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | N
         raise ConfigError(f"{p} must hold a mapping of sections (data:, model:, ...), not {type(raw).__name__}")
     raw = raw or {}
     if overrides:
-        _override(raw, _parse_overrides(overrides))
+        set_dotted(raw, parse_overrides(overrides))
     return params_from_dict(raw, str(p) + (" with --set overrides" if overrides else ""))
-
-
-def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
-    parsed = []
-    for o in overrides:
-        if "=" not in o:
-            raise ConfigError(f"override {o!r} is not KEY=VALUE; write e.g. train.epochs=5")
-        k, v = o.split("=", 1)
-        parsed.append((k.strip(), yaml.safe_load(v)))
-    return parsed
 
 
 def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Params:
     """Return params with dotted-key overrides applied (``train.epochs=5``)."""
     raw = copy.deepcopy(params.as_dict())
-    _override(raw, list(overrides.items()) if isinstance(overrides, dict) else _parse_overrides(overrides))
+    set_dotted(raw, list(overrides.items()) if isinstance(overrides, dict) else parse_overrides(overrides))
     return params_from_dict(raw, "overrides")
-
-
-def _override(raw: dict[str, Any], items: list[tuple[str, Any]]) -> None:
-    """Set dotted keys in a raw params mapping, in place."""
-    for key, value in items:
-        node = raw
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                if part in node and node[part] is not None:
-                    raise ConfigError(f"override {key!r}: {part!r} is not a section; check the key against params.yaml")
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = value
-
-
-def flatten_overrides(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train": {"epochs": 5}} → {"train.epochs": 5} (dict-valued leaves under known dict fields stay whole)."""
-    whole = {"backbone_kwargs", "options", "base_options"}
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and k not in whole:
-            out.update(flatten_overrides(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 #: the sections that shape a trained model; a change in any of them is a reason to retrain

@@ -50,3 +50,13 @@ def test_declared_generations_need_names(tmp_path: Path):
     with pytest.raises(ConfigError, match="declares no `generations:`; add the chain to reproduce"):
         Params().declared_chain()
     assert [g.name for g in load_params(REPO / "params.yaml").declared_chain()] == ["g0", "g1"]
+
+
+def test_multi_node_training_needs_a_rendezvous_endpoint(tmp_path: Path):
+    path = tmp_path / "params.yaml"
+    path.write_text("train:\n  nproc: 2\n")
+    assert load_params(path).train.nproc == 2
+    with pytest.raises(ConfigError, match=r"train.nnodes 2 needs train.rdzv_endpoint, host:port"):
+        load_params(path, ["train.nnodes=2"])
+    p = load_params(path, ["train.nnodes=2", "train.rdzv_endpoint=node0.example:29400"])
+    assert (p.train.nnodes, p.train.rdzv_endpoint) == (2, "node0.example:29400")

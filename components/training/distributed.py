@@ -82,11 +82,12 @@ def gather_rows(t: Tensor, n: int, ranks: Ranks) -> Tensor:
     """Every rank's part ``t`` (B_r, ...) of a global batch of ``n`` rows → the global batch (n, ...), in rank order.
 
     Other ranks' rows are detached; this rank's rows keep their graph, with the gradient scaled by the world size
-    (module docstring). Bool tensors travel as uint8 (gloo has no bool).
+    (module docstring). Bool tensors travel as uint8, half-precision ones as float32 (gloo moves neither).
     """
     sizes = [hi - lo for lo, hi in (shard_bounds(n, ranks.world, r) for r in range(ranks.world))]
     send = t.detach()
-    send = send.to(torch.uint8) if send.dtype == torch.bool else send
+    if send.dtype == torch.bool or send.dtype in (torch.bfloat16, torch.float16):  # gloo moves neither
+        send = send.to(torch.uint8 if send.dtype == torch.bool else torch.float32)
     if send.shape[0] < max(sizes):  # all_gather moves equal shapes: pad, then trim
         send = torch.cat([send, send.new_zeros((max(sizes) - send.shape[0], *send.shape[1:]))])
     parts = [torch.empty_like(send) for _ in sizes]

@@ -83,6 +83,7 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
 
 def _launch(job: TrainJob, nproc: int, nodes: NodeGroup, run_id: str) -> dict[str, Any]:
     """Start this node's ``nproc`` ranks and wait for them; what this node's first rank returns."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
@@ -96,8 +97,6 @@ def _launch(job: TrainJob, nproc: int, nodes: NodeGroup, run_id: str) -> dict[st
         max_restarts=0,
         start_method="spawn",
     )
-    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
-
     try:
         outputs = elastic_launch(config, _rank_main)(job)  # global rank -> return value, for this node's ranks
     except RendezvousTimeoutError:
@@ -132,13 +131,13 @@ def train_distributed(job: TrainJob, nproc: int, nodes: NodeGroup | None = None)
             "lower train.nproc or set train.device: cpu"
         )
     run_id = uuid.uuid4().hex
-    folder = (nodes.job_dir or Path(".")) / run_id
-    if nodes.count > 1:
+    folder = nodes.job_dir / run_id if nodes.count > 1 and nodes.job_dir is not None else None
+    if folder is not None:  # the other nodes read the job from there (components/training/job.py)
         publish_job(job, folder, run_id=run_id, nproc=nproc, nodes=nodes)
     try:
         lead = _launch(job, nproc, nodes, run_id)
     finally:
-        if nodes.count > 1:
+        if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
     job.model.load_state_dict(lead["model"])
     job.model.eval()
@@ -156,12 +155,19 @@ def train_distributed(job: TrainJob, nproc: int, nodes: NodeGroup | None = None)
 
 def serve_node(job_dir: Path, *, once: bool = False, log: Callable[[str], None] = print) -> None:
     """Another node of a multi-node training: join every job the leader publishes in ``job_dir`` with this node's
-    ranks (``bctflow train-node``); ``once``: return after one job."""
+    ranks (``bctflow train-node``); ``once``: return after one job (and raise its error). Without ``once`` a job
+    that fails is reported and the node waits for the next."""
 
     def run(published: PublishedJob) -> None:
         log(f"job {published.run_id}: {published.nproc_per_node} ranks here, {published.nodes} nodes")
         nodes = NodeGroup(published.nodes, published.endpoint, job_dir, published.join_timeout)
-        _launch(published.job, published.nproc_per_node, nodes, published.run_id)
+        try:
+            _launch(published.job, published.nproc_per_node, nodes, published.run_id)
+        except BctflowError as err:
+            if once:
+                raise
+            log(f"job {published.run_id}: failed: {err}")
+            return
         log(f"job {published.run_id}: done")
 
     job_dir.mkdir(parents=True, exist_ok=True)

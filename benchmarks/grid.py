@@ -41,6 +41,7 @@ from benchmarks.scenarios import (
     train_entry,
 )
 from components.data import DataManifest
+from components.errors import ConfigError
 from flows.params import Params
 
 __all__ = ["describe", "local_threads", "train_grid"]
@@ -135,6 +136,11 @@ class _Planner:
         self._log(f"[grid] {wave}: {len(pending)} models to train, {len(self.cached)} found in the cache so far")
         for fut in as_completed(pending):
             res = fut.result()
+            if f"bench-model-{res['key']}" != fut.key:
+                raise ConfigError(
+                    f"a worker trained {res['label']} under cache key {res['key']}, this process expected "
+                    f"{fut.key.removeprefix('bench-model-')}: the cluster's bctflow or params differ from this one's"
+                )
             self.done.add(res["key"])
             self._log(
                 f"[grid] {len(self.done)}/{len(self.futures)} trained {res['label']} in {res['seconds']:.0f} s "
@@ -194,13 +200,19 @@ def _client(workers: int, scheduler: str | None) -> Iterator[Any]:
             yield client
         return
     logging.getLogger("distributed.nanny").addFilter(_quiet_kill)
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
+    quiet = logging.getLogger("distributed")  # the scheduler's and nannies' INFO lines would bury the progress
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+    finally:
+        quiet.setLevel(level)
 
 
 def train_grid(

@@ -196,6 +196,16 @@ def bench(
         None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"
     ),
     methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
+    workers: int = typer.Option(
+        0,
+        "--workers",
+        min=0,
+        help="train the table's independent models on a local Dask cluster of N worker processes (0 or 1: one "
+        "process, one model after another)",
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="train them on the Dask cluster at this scheduler address (e.g. tcp://host:8786)"
+    ),
 ) -> None:
     """Run every method of a profile on one scenario and write a Table-1-style report (markdown + CSV + JSON)."""
     if ctx.invoked_subcommand is not None:
@@ -218,6 +228,8 @@ def bench(
             overrides=list(set_ or []),
             bench_set=list(bench_set or []),
             methods=methods,
+            workers=workers,
+            scheduler=scheduler,
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:

@@ -29,7 +29,9 @@ def report_header(title: str, ctx: dict[str, Any]) -> list[str]:
         f"- dataset: {ctx['dataset']}; train {ctx['n_train']} "
         f"(after carving a {ctx['val_fraction']:.0%} validation split of {ctx['n_val']}), "
         f"gallery = query set = test split of {ctx['n_test']} (leave-one-out)",
-        f"- machine: {ctx['machine']}; total wall time {ctx['wall_seconds'] / 60:.1f} min; seeds {ctx['seeds']}",
+        f"- machine: {ctx['machine']}; total wall time {ctx['wall_seconds'] / 60:.1f} min "
+        f"({ctx['wall_seconds']:.0f} s); seeds {ctx['seeds']}",
+        f"- models trained: {ctx.get('execution', 'sequential (one process)')}",
         f"- date: {ctx['date']}",
         "",
     ]

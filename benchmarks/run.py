@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.grid import describe, train_grid
 from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
 from benchmarks.profile import Profile, load_profile
 from benchmarks.report import write_table_report
@@ -81,9 +82,21 @@ def run_benchmark(
     overrides: list[str] | None = None,
     bench_set: list[str] | None = None,
     methods: str | None = None,
+    workers: int = 0,
+    scheduler: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[Path, float]:
-    """Run ``scenario`` under ``profile``; returns (the report's markdown file, wall seconds)."""
+    """Run ``scenario`` under ``profile``; returns (the report's markdown file, wall seconds).
+
+    ``workers`` > 1: the method table's models are trained on a Dask LocalCluster of that many worker processes first,
+    ``scheduler``: on the Dask cluster at that address (benchmarks/grid.py); then the table is made as in a sequential
+    run, from the model cache.
+    """
+    grid = workers > 1 or bool(scheduler)
+    if grid and scenario in ("sequential", "partial_backfill"):
+        raise ConfigError(f"--workers / --scheduler run the method-table scenarios; {scenario} runs sequentially")
+    if scheduler and workers > 1:
+        raise ConfigError("--workers sizes a local cluster; with --scheduler the cluster's own workers train")
     prof, p = load_profile(profile, params_path)
     if overrides:
         p = apply_overrides(p, overrides)
@@ -94,7 +107,7 @@ def run_benchmark(
     folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
     t0 = time.perf_counter()
     b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log)
-    ctx = _context(prof, p, b, command)
+    ctx = _context(prof, p, b, command) | {"execution": describe(workers, scheduler)}
     if scenario == "partial_backfill":
         curve = run_partial_backfill(b)
         ctx["wall_seconds"] = time.perf_counter() - t0
@@ -103,6 +116,13 @@ def run_benchmark(
         res = run_sequential(b)
         ctx["wall_seconds"] = time.perf_counter() - t0
         return write_sequential_report(res, ctx, folder), ctx["wall_seconds"]
-    result = run_table(b, make_scenario(b, scenario))
+    sc = make_scenario(b, scenario)
+    if grid:
+        counts = train_grid(b, sc, workers=workers, scheduler=scheduler, log=log)
+        ctx["execution"] += (
+            f"; the cluster trained {counts['trained']} models ({counts['cached']} more were in the cache), "
+            f"done {time.perf_counter() - t0:.0f} s into the run"
+        )
+    result = run_table(b, sc)
     ctx["wall_seconds"] = time.perf_counter() - t0
     return write_table_report(result, ctx, folder), ctx["wall_seconds"]

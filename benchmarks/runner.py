@@ -37,7 +37,7 @@ from flows.params import Params, apply_overrides
 from flows.specs import model_spec_from_params, train_config_from_params
 from flows.steps.context import dataset_splits
 
-__all__ = ["Bench", "BenchModel"]
+__all__ = ["Bench", "BenchModel", "ModelRef"]
 
 
 @dataclass
@@ -61,6 +61,16 @@ class BenchModel:
         )
 
 
+@dataclass(frozen=True)
+class ModelRef:
+    """A model of the cache by what training needs of a parent: its key, spec and checkpoint (no embeddings)."""
+
+    key: str
+    label: str
+    spec: ModelSpec
+    checkpoint: Path
+
+
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -73,8 +83,8 @@ def _cache_key(
     data: DataManifest,
     arch: Arch,
     align: AlignmentChoice,
-    old: BenchModel | None,
-    reference: BenchModel | None,
+    old: BenchModel | ModelRef | None,
+    reference: BenchModel | ModelRef | None,
 ) -> str:
     """The cache key of a model: a digest of everything that determines it (parents only where the method uses them)."""
     return _digest(
@@ -117,6 +127,7 @@ class Bench:
         self.settings = profile.bench
         self.params = params
         self.out_dir = Path(out_dir)
+        self.datasets_dir = Path(datasets_dir)
         self.cache = self.out_dir / "cache"
         self.log = log
         d = params.data
@@ -156,8 +167,8 @@ class Bench:
         generation: int = 1,
         role: str = "model",
         zeta: float | None = None,
-        old: BenchModel | None = None,
-        reference: BenchModel | None = None,
+        old: BenchModel | ModelRef | None = None,
+        reference: BenchModel | ModelRef | None = None,
         epochs: int | None = None,
         params: dict[str, Any] | None = None,
     ) -> BenchModel:
@@ -166,15 +177,26 @@ class Bench:
         ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
         ``generation`` / ``role``: what the model is in the lineage it stands for (the old model: generation 0;
         a new model: 1; φ*: generation 1's "reference"); with ``seed`` they give its own initialisation, the one
-        the pipeline would give it (components/training/seeds.py).
+        the pipeline would give it (components/training/seeds.py). ``old`` / ``reference``: a trained model or a
+        :class:`ModelRef` to one in the cache (what a grid worker gets, benchmarks/grid.py).
         """
-        p = apply_overrides(self.params, dict(params)) if params else self.params
-        align = choose_alignment(method, options)
-        loss = align.build()  # before the seeded initialisation below, as every cached result was made
-        overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
-        spec = self._model_spec(p, data, geometry=geometry, zeta=zeta, arch=arch, overrides=overrides)
-        cfg = train_config_from_params(p, epochs=epochs, seed=init_seed(seed, generation, role), align_weight=weight)
-        key = _cache_key(spec, method, options, cfg, data, arch, align, old, reference)
+        align, spec, cfg, key = self._resolve(
+            data,
+            geometry=geometry,
+            arch=arch,
+            method=method,
+            options=options,
+            weight=weight,
+            seed=seed,
+            generation=generation,
+            role=role,
+            zeta=zeta,
+            old=old,
+            reference=reference,
+            epochs=epochs,
+            params=params,
+        )
+        loss = align.build()  # before the seeded initialisation in _fit, as every cached result was made
         folder = self.cache / key
         if (folder / "done.json").exists():
             return _load_cached(folder, key, label, spec)
@@ -199,12 +221,48 @@ class Bench:
             "seconds": result.seconds,
             "embed_seconds": embed_seconds,
             "device": result.device,
+            "torch_threads": torch.get_num_threads(),  # CPU results depend on it in the last bits
             "history": result.history,
         }
         atomic_write_text(folder / "done.json", json.dumps(meta, indent=1, default=float))
         for ck in (folder / "checkpoints").glob("*.pt"):
             ck.unlink()
         return BenchModel(key, label, spec, folder / "model.pt", result.seconds, result.history, val, test, meta)
+
+    def model_ref(self, label: str, data: DataManifest, **kwargs: Any) -> ModelRef:
+        """What :meth:`train_model` with these arguments trains, without training it: its cache key and spec."""
+        _, spec, _, key = self._resolve(data, **kwargs)
+        return ModelRef(key, label, spec, self.cache / key / "model.pt")
+
+    def is_cached(self, key: str) -> bool:
+        """Whether the model with cache key ``key`` is finished (its ``done.json`` is written last, atomically)."""
+        return (self.cache / key / "done.json").exists()
+
+    def _resolve(
+        self,
+        data: DataManifest,
+        *,
+        geometry: str,
+        arch: Arch,
+        method: str = "independent",
+        options: dict[str, Any] | None = None,
+        weight: float | None = None,
+        seed: int = 0,
+        generation: int = 1,
+        role: str = "model",
+        zeta: float | None = None,
+        old: BenchModel | ModelRef | None = None,
+        reference: BenchModel | ModelRef | None = None,
+        epochs: int | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[AlignmentChoice, ModelSpec, TrainConfig, str]:
+        """The alignment, model spec, training config and cache key of a :meth:`train_model` call."""
+        p = apply_overrides(self.params, dict(params)) if params else self.params
+        align = choose_alignment(method, options)
+        overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
+        spec = self._model_spec(p, data, geometry=geometry, zeta=zeta, arch=arch, overrides=overrides)
+        cfg = train_config_from_params(p, epochs=epochs, seed=init_seed(seed, generation, role), align_weight=weight)
+        return align, spec, cfg, _cache_key(spec, method, options, cfg, data, arch, align, old, reference)
 
     def _model_spec(
         self,
@@ -243,8 +301,8 @@ class Bench:
         *,
         arch: Arch,
         align: AlignmentChoice,
-        old: BenchModel | None,
-        reference: BenchModel | None,
+        old: BenchModel | ModelRef | None,
+        reference: BenchModel | ModelRef | None,
     ) -> TrainResult:
         """Seed, build and train a model on ``data`` (resuming from the epoch checkpoints in ``folder``)."""
         torch.manual_seed(cfg.seed)

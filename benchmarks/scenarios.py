@@ -17,55 +17,22 @@ denominator (docs/design.md §6). λ is selected on the validation split for met
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.profile import HeadEntry, MethodEntry
+from benchmarks.profile import BenchSettings, HeadEntry, MethodEntry
+from benchmarks.rows import Row, radius_diagnostics, simplex_row, table_row
 from benchmarks.runner import Bench, BenchModel
 from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
 from components.data import DataManifest
-from components.errors import ConfigError
-from components.evaluation import DerivedMetrics
-from components.evaluation.diagnostics import (
-    clip_fraction,
-    in_cone_fraction,
-    uncertainty_seen_unseen,
-    uncertainty_std,
-)
-from components.losses import choose_alignment
 from flows.params import Params, apply_overrides
 
 __all__ = ["SCENARIOS", "SIMPLEX", "Row", "Scenario", "TableResult", "make_scenario", "run_table"]
 
 SIMPLEX = ("psp", "lsp")
 
-
-@dataclass
-class Row:
-    """One method's results in one scenario (one seed)."""
-
-    name: str
-    method: str
-    geometry: str
-    space: str
-    seed: int
-    weight: float | None
-    selection: str
-    self_: dict[str, float]
-    cross: dict[str, float]
-    old_self: dict[str, float]
-    ref_self: dict[str, float]
-    p_com: dict[str, float | None]
-    p_com_den: dict[str, float]
-    p_up: dict[str, float | None]
-    seconds: float | None
-    diagnostics: dict[str, float | None] = field(default_factory=dict)
-    note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["self"] = d.pop("self_")
-        return d
+#: a trained method's seed-0 choice: (λ, model, how λ and the head were chosen, head)
+Choice = tuple[float, BenchModel, str, HeadEntry]
 
 
 def _entry_zeta(p: Any, entry: MethodEntry) -> float:
@@ -75,7 +42,7 @@ def _entry_zeta(p: Any, entry: MethodEntry) -> float:
     return g.zeta0 + g.delta_zeta
 
 
-def _train_entry(
+def train_entry(
     bench: Bench,
     sc: Scenario,
     entry: MethodEntry,
@@ -116,68 +83,6 @@ def _head_tag(head: HeadEntry | None, geometry: str) -> str:
     return f"/{head.name}" if _head_params(head, geometry) else ""
 
 
-def _row(
-    bench: Bench,
-    entry: MethodEntry,
-    new: BenchModel,
-    old: BenchModel,
-    ref: BenchModel,
-    *,
-    seed: int,
-    weight: float | None,
-    selection: str,
-    space: str = "embedding",
-    seconds: float | None,
-    note: str = "",
-) -> Row:
-    self_m = bench.metrics(new, new)
-    cross = bench.metrics(new, old)
-    old_self = bench.metrics(old, old)
-    ref_self = bench.metrics(ref, ref)
-    d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
-    diag: dict[str, float | None] = {}
-    if entry.geometry == "lorentz" and space == "embedding":
-        seen = list(old.spec.class_order)
-        diag = {
-            **_radius({"new": new, "old": old}),
-            "in_cone_fraction": in_cone_fraction(
-                old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
-            ),
-        }
-        diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
-            old.test.z, old.test.labels, seen, old.test.curvature
-        )
-        diag["uncertainty_new_seen"], diag["uncertainty_new_unseen"] = uncertainty_seen_unseen(
-            new.test.z, new.test.labels, seen, new.test.curvature
-        )
-    return Row(
-        entry.name,
-        entry.method,
-        entry.geometry,
-        space,
-        seed,
-        weight,
-        selection,
-        self_m,
-        cross,
-        old_self,
-        ref_self,
-        d.p_com,
-        d.p_com_denominator,
-        d.p_up,
-        seconds,
-        diag,
-        note,
-    )
-
-
-def _radius(models: dict[str, BenchModel]) -> dict[str, float]:
-    """Test-gallery radius diagnostics of Lorentz ``models`` by role: ``clip_fraction_<role>`` for every role, then
-    ``uncertainty_std_<role>``."""
-    out = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in models.items()}
-    return out | {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in models.items()}
-
-
 def _select(
     bench: Bench, candidates: list[tuple[float, BenchModel]], old: BenchModel, ref: BenchModel
 ) -> tuple[float, BenchModel, str]:
@@ -214,39 +119,86 @@ class TableResult:
 
 
 def run_table(bench: Bench, sc: Scenario) -> TableResult:
-    s, p = bench.settings, bench.params
+    s = bench.settings
     seeds = s.seeds
-    old_sel = bench.selection(sc.old_classes, sc.old_fraction, seed=p.data.split_seed)
-    new_sel = bench.selection("all")
-    geometries = sorted({m.geometry for m in s.methods})
-    by_head = {
-        g: {h.name: _base_models(bench, sc, old_sel, new_sel, seeds[0], h) for h in s.heads(g)} for g in geometries
-    }
-    bases = {g: by_head[g][s.heads(g)[0].name] for g in geometries}
+    old_sel, new_sel = selections(bench, sc)
+    by_head = seed0_base_models(bench, sc, old_sel, new_sel)
+    bases = {g: hb[s.heads(g)[0].name] for g, hb in by_head.items()}
+    chosen, val_p_com, heads = seed0_choices(bench, sc, new_sel, by_head)
     rows: list[Row] = []
-    heads: list[dict[str, Any]] = []
-    chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]] = {}
-    val_p_com: dict[str, float] = {}
     for entry in s.methods:
         old, ref = bases[entry.geometry]
-        bench.log(f"[{sc.name}] {entry.name}")
         if entry.method in SIMPLEX:
-            rows.append(_simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
+            rows.append(simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        w, model, how, head = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry], heads)
+        w, model, how, head = chosen[entry.name]
         old, ref = by_head[entry.geometry][head.name]
-        chosen[entry.name] = (w, model, head)
-        val_p_com[entry.name] = _val_p_com(bench, model, old, ref)
-        rows.append(_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds))
-    baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_p_com]
-    best = max(baselines, key=lambda m: val_p_com[m.name]).name if baselines else None
-    rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
+        rows.append(
+            table_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds)
+        )
+    best = best_baseline(bench, val_p_com)
+    rows += _extra_seed_rows(bench, sc, old_sel, new_sel, {n: (c[0], c[3]) for n, c in chosen.items()}, best)
     models = {
         g if i == 0 else f"{g}/{name}": {"old": b[0].meta, "reference": b[1].meta}
         for g, hb in by_head.items()
         for i, (name, b) in enumerate(hb.items())
     }
     return TableResult(sc, rows, best, models, heads)
+
+
+def selections(bench: Bench, sc: Scenario) -> tuple[DataManifest, DataManifest]:
+    """The old model's training data in scenario ``sc`` and the new models' (all classes)."""
+    return bench.selection(sc.old_classes, sc.old_fraction, seed=bench.params.data.split_seed), bench.selection("all")
+
+
+def seed0_base_models(
+    bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest
+) -> dict[str, dict[str, tuple[BenchModel, BenchModel]]]:
+    """Seed 0's old model and φ* of every head of every geometry the methods use: ``{geometry: {head: (old, φ*)}}``."""
+    s = bench.settings
+    geometries = sorted({m.geometry for m in s.methods})
+    return {
+        g: {h.name: base_models(bench, sc, old_sel, new_sel, s.seeds[0], h) for h in s.heads(g)} for g in geometries
+    }
+
+
+def seed0_choices(
+    bench: Bench, sc: Scenario, new_sel: DataManifest, by_head: dict[str, dict[str, tuple[BenchModel, BenchModel]]]
+) -> tuple[dict[str, Choice], dict[str, float], list[dict[str, Any]]]:
+    """Every trained method's seed-0 model, λ and head (:func:`_tuned_model`), its validation mAP P_com, and the
+    heads tried: ``(chosen, val_p_com, heads)``."""
+    chosen: dict[str, Choice] = {}
+    val_p_com: dict[str, float] = {}
+    heads: list[dict[str, Any]] = []
+    for entry in bench.settings.methods:
+        if entry.method in SIMPLEX:
+            continue
+        bench.log(f"[{sc.name}] {entry.name}")
+        chosen[entry.name] = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry], heads)
+        _, model, _, head = chosen[entry.name]
+        val_p_com[entry.name] = _val_p_com(bench, model, *by_head[entry.geometry][head.name])
+    return chosen, val_p_com, heads
+
+
+def best_baseline(bench: Bench, val_p_com: dict[str, float]) -> str | None:
+    """The tuned Euclidean method with the best validation mAP P_com (the ``best_baseline`` of the extra seeds)."""
+    s = bench.settings
+    baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_p_com]
+    return max(baselines, key=lambda m: val_p_com[m.name]).name if baselines else None
+
+
+def extra_seed_plan(
+    settings: BenchSettings, chosen: dict[str, tuple[float, HeadEntry]], best: str | None
+) -> list[tuple[MethodEntry, float, HeadEntry, int]]:
+    """The further-seed models of ``extra_seed_methods`` (``best_baseline``: ``best``) as ``(entry, λ, head, seed)``,
+    at the λ and head ``chosen`` at seed 0 (an entry not in ``chosen`` has none)."""
+    extra = {best if n == "best_baseline" else n for n in settings.extra_seed_methods} - {None}
+    return [
+        (entry, *chosen[entry.name], seed)
+        for entry in settings.methods
+        if entry.name in extra and entry.name in chosen
+        for seed in settings.seeds[1:]
+    ]
 
 
 def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> float:
@@ -256,7 +208,7 @@ def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel
     return (bench.metrics(model, old, "val")["map"] - old_self) / den if den > 0 else float("-inf")
 
 
-def _base_models(
+def base_models(
     bench: Bench, sc: Scenario, old_sel: DataManifest, new_sel: DataManifest, seed: int, head: HeadEntry
 ) -> tuple[BenchModel, BenchModel]:
     """The old model and the independent reference φ* of ``head``'s geometry and head, for ``seed``: each seed trains
@@ -271,41 +223,10 @@ def _base_models(
     return old, ref
 
 
-def _simplex_row(
-    bench: Bench, entry: MethodEntry, new_sel: DataManifest, old: BenchModel, ref: BenchModel, seed: int
-) -> Row:
-    """A training-free PSP / LSP method's row: φ* in the simplex space, or "not applicable" with the reason."""
-    kind = entry.method
-    try:
-        choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
-    except ConfigError as err:
-        return _row(
-            bench,
-            entry,
-            ref,
-            old,
-            ref,
-            seed=seed,
-            weight=None,
-            selection="not applicable",
-            space=kind,
-            seconds=None,
-            note=str(err),
-        )
-    note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
-    return _row(
-        bench,
-        entry,
-        ref.view(kind),
-        old.view(kind),
-        ref.view(kind),
-        seed=seed,
-        weight=None,
-        selection="training-free",
-        space=kind,
-        seconds=0.0,
-        note=note,
-    )
+def entry_weights(bench: Bench, entry: MethodEntry) -> list[float]:
+    """The λ values a method is trained with at seed 0: the tuning grid, or its one fixed λ."""
+    fixed = entry.weight if entry.weight is not None else bench.params.alignment.weight
+    return list(bench.settings.tune_weights) if entry.tune else [fixed]
 
 
 def _tuned_model(
@@ -315,7 +236,7 @@ def _tuned_model(
     new_sel: DataManifest,
     by_head: dict[str, tuple[BenchModel, BenchModel]],
     record: list[dict[str, Any]],
-) -> tuple[float, BenchModel, str, HeadEntry]:
+) -> Choice:
     """A trained method's seed-0 model: ``(λ, model, how λ and the head were chosen, head)``.
 
     Per head of the entry's geometry (``euclidean_heads`` / ``lorentz_heads``, each with its own old model and φ*:
@@ -323,17 +244,17 @@ def _tuned_model(
     those whose choice kept validation self mAP (else the best validation self mAP). Each head tried is appended
     to ``record``."""
     s, p = bench.settings, bench.params
-    weights = s.tune_weights if entry.tune else [entry.weight if entry.weight is not None else p.alignment.weight]
+    weights = entry_weights(bench, entry)
     tried = []
     for head in s.heads(entry.geometry):
         old, ref = by_head[head.name]
-        cands = [(w, _train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref, head)) for w in weights]
+        cands = [(w, train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref, head)) for w in weights]
         w, m, how = _select(bench, cands, old, ref)
         kept = bench.metrics(m, m, "val")["map"] >= s.tune_self_tolerance * bench.metrics(ref, ref, "val")["map"]
         tried.append((head, w, m, how, kept, _val_p_com(bench, m, old, ref), bench.metrics(m, m, "val")["map"]))
         record.append({"method": entry.name, "head": head.name, "weight": w, "val_p_com": tried[-1][5], "kept": kept})
         if entry.geometry == "lorentz":
-            record[-1] |= _radius({"new": m, "old": old, "ref": ref})
+            record[-1] |= radius_diagnostics({"new": m, "old": old, "ref": ref})
     if len(tried) == 1:
         head, w, m, how = tried[0][:4]
         return w, m, how, head
@@ -348,23 +269,17 @@ def _extra_seed_rows(
     sc: Scenario,
     old_sel: DataManifest,
     new_sel: DataManifest,
-    chosen: dict[str, tuple[float | None, BenchModel, HeadEntry]],
+    chosen: dict[str, tuple[float, HeadEntry]],
     best: str | None,
 ) -> list[Row]:
-    """Rows of the further seeds of ``extra_seed_methods`` (``best_baseline``: ``best``), at their seed-0 λ; each
-    seed with its own old model and φ*."""
-    s = bench.settings
-    extra = {best if n == "best_baseline" else n for n in s.extra_seed_methods} - {None}
+    """Rows of the further seeds of ``extra_seed_methods`` (:func:`extra_seed_plan`); each seed with its own old
+    model and φ*."""
     rows: list[Row] = []
-    for entry in s.methods:
-        if entry.name not in extra or entry.name not in chosen:
-            continue
-        w, _, head = chosen[entry.name]
-        for seed in s.seeds[1:]:
-            old, ref = _base_models(bench, sc, old_sel, new_sel, seed, head)
-            bench.log(f"[{sc.name}] {entry.name} seed {seed}")
-            m = _train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref, head)
-            rows.append(
-                _row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", seconds=m.seconds)
-            )
+    for entry, w, head, seed in extra_seed_plan(bench.settings, chosen, best):
+        old, ref = base_models(bench, sc, old_sel, new_sel, seed, head)
+        bench.log(f"[{sc.name}] {entry.name} seed {seed}")
+        m = train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref, head)
+        rows.append(
+            table_row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", seconds=m.seconds)
+        )
     return rows

@@ -1,0 +1,229 @@
+"""The method table's models trained on a Dask cluster (docs/design.md §6.8), into the benchmark's model cache.
+
+:func:`train_grid` trains every model :func:`benchmarks.scenarios.run_table` needs and returns once they are all in
+the content-addressed cache; ``run_table`` then runs as it always does and finds each of them there, so the table is
+the sequential run's by construction. The cells come from the scenario's own functions, called with a
+:class:`_Planner` in place of the :class:`~benchmarks.runner.Bench`: each ``train_model`` call becomes a task keyed by
+the model's cache key (submitted once; a model already in the cache is not submitted), that starts after the tasks of
+the models it starts from (its old model and φ*).
+
+Two waves. The first holds every model known before anything is trained: seed 0's old models and φ* of every head,
+every trained method × head × λ at seed 0, and of the further seeds whatever does not wait on seed 0's results (the
+old models and φ* of a geometry with one head; a method's new model when it also has one λ). The second, after the
+first, holds the rest of the further seeds: their λ, head and ``best_baseline`` are chosen on the validation split
+from seed 0's models (:func:`~benchmarks.scenarios.seed0_choices`, the same code ``run_table`` runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.profile import Profile
+from benchmarks.runner import Bench, ModelRef
+from benchmarks.scenarios import (
+    SIMPLEX,
+    Scenario,
+    base_models,
+    best_baseline,
+    entry_weights,
+    extra_seed_plan,
+    seed0_base_models,
+    seed0_choices,
+    selections,
+    train_entry,
+)
+from components.data import DataManifest
+from components.errors import ConfigError
+from flows.params import Params
+
+__all__ = ["describe", "local_threads", "train_grid"]
+
+
+def local_threads(workers: int) -> int:
+    """torch threads of each of ``workers`` local worker processes: this machine's cores shared out."""
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def describe(workers: int, scheduler: str | None) -> str:
+    """How a benchmark runs, for its report's header."""
+    if scheduler:
+        return f"Dask cluster at {scheduler} (each model on one worker task, torch threads = its cores ÷ task slots)"
+    if workers > 1:
+        return f"Dask LocalCluster, {workers} worker processes × 1 task, {local_threads(workers)} torch thread(s) each"
+    import torch
+
+    return f"sequential (one process, {torch.get_num_threads()} torch threads)"
+
+
+@dataclass(frozen=True)
+class _BenchArgs:
+    """What a worker process builds its own Bench from (the cache and data paths must be visible to it)."""
+
+    profile: Profile
+    params: Params
+    out_dir: Path
+    datasets_dir: Path
+
+
+_WORKER_BENCH: list[tuple[_BenchArgs, Bench]] = []  # a worker process's Bench, built on its first task
+
+
+def _worker_bench(args: _BenchArgs) -> Bench:
+    if not _WORKER_BENCH or _WORKER_BENCH[0][0] != args:
+        _WORKER_BENCH[:] = [
+            (args, Bench(args.profile, args.params, args.out_dir, args.datasets_dir, log=lambda _m: None))
+        ]
+    return _WORKER_BENCH[0][1]
+
+
+def _train_task(
+    args: _BenchArgs, label: str, data: DataManifest, kwargs: dict[str, Any], after: list[Any], threads: int | None
+) -> dict[str, Any]:
+    """On a worker: train one model into the cache (``after``: the results of the tasks it waits for, unused)."""
+    import torch
+    from distributed import get_worker
+
+    worker = get_worker()
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // worker.state.nthreads))
+    t0 = time.perf_counter()
+    model = _worker_bench(args).train_model(label, data, **kwargs)
+    return {"key": model.key, "label": label, "seconds": time.perf_counter() - t0, "worker": worker.name}
+
+
+class _Planner:
+    """Stands in for a Bench in the scenario's functions (it has what they use: ``settings``, ``params``, ``log``,
+    ``train_model``): ``train_model`` submits the model's training to the cluster (once per cache key, after the
+    tasks of its old model and φ*) and returns its :class:`ModelRef`."""
+
+    def __init__(self, bench: Bench, client: Any, threads: int | None, log: Callable[[str], None]) -> None:
+        self.bench, self.settings, self.params = bench, bench.settings, bench.params
+        self.client, self.threads, self._log = client, threads, log
+        self.args = _BenchArgs(bench.profile, bench.params, bench.out_dir.resolve(), bench.datasets_dir.resolve())
+        self.futures: dict[str, Any] = {}
+        self.done: set[str] = set()
+        self.cached: set[str] = set()
+
+    def log(self, message: str) -> None:
+        """The scenario functions' progress lines: nothing is trained here, so they are dropped."""
+
+    def train_model(self, label: str, data: DataManifest, **kwargs: Any) -> ModelRef:
+        ref = self.bench.model_ref(label, data, **kwargs)
+        if ref.key in self.futures or ref.key in self.cached:
+            return ref
+        if self.bench.is_cached(ref.key):
+            self.cached.add(ref.key)
+            return ref
+        parents = (kwargs.get("old"), kwargs.get("reference"))
+        after = [self.futures[m.key] for m in parents if m is not None and m.key in self.futures]
+        self.futures[ref.key] = self.client.submit(
+            _train_task, self.args, label, data, kwargs, after, self.threads, key=f"bench-model-{ref.key}"
+        )
+        return ref
+
+    def wait(self, wave: str) -> None:
+        """Wait for every submitted model (the first failure is raised; the finished ones stay in the cache)."""
+        from distributed import as_completed
+
+        pending = [f for k, f in self.futures.items() if k not in self.done]
+        self._log(f"[grid] {wave}: {len(pending)} models to train, {len(self.cached)} found in the cache so far")
+        for fut in as_completed(pending):
+            res = fut.result()
+            if f"bench-model-{res['key']}" != fut.key:
+                raise ConfigError(
+                    f"a worker trained {res['label']} under cache key {res['key']}, this process expected "
+                    f"{fut.key.removeprefix('bench-model-')}: the cluster's bctflow or params differ from this one's"
+                )
+            self.done.add(res["key"])
+            self._log(
+                f"[grid] {len(self.done)}/{len(self.futures)} trained {res['label']} in {res['seconds']:.0f} s "
+                f"on worker {res['worker']}"
+            )
+
+
+def _first_wave(plan: _Planner, sc: Scenario) -> None:
+    """Submit every model that does not wait on seed 0's validation results."""
+    s = plan.settings
+    old_sel, new_sel = selections(plan.bench, sc)
+    by_head = seed0_base_models(plan, sc, old_sel, new_sel)
+    trained = [e for e in s.methods if e.method not in SIMPLEX]
+    for entry in trained:
+        for head in s.heads(entry.geometry):
+            old, ref = by_head[entry.geometry][head.name]
+            for w in entry_weights(plan, entry):
+                train_entry(plan, sc, entry, new_sel, plan.params, w, s.seeds[0], old, ref, head)
+    # further seeds: a method with one head has its lineage (old model, φ*) known now, and its new model too when it
+    # has one λ; a best_baseline among several is not known, but its Euclidean lineage is (all share the heads)
+    one_head = {
+        e.name: (entry_weights(plan, e)[0], s.heads(e.geometry)[0]) for e in trained if len(s.heads(e.geometry)) == 1
+    }
+    baselines = [e.name for e in trained if e.geometry == "euclidean"]
+    stand_in = baselines[0] if baselines else None
+    for entry, w, head, seed in extra_seed_plan(s, one_head, stand_in):
+        old, ref = base_models(plan, sc, old_sel, new_sel, seed, head)
+        known = entry.name in s.extra_seed_methods or len(baselines) == 1
+        if known and len(entry_weights(plan, entry)) == 1:
+            train_entry(plan, sc, entry, new_sel, plan.params, w, seed, old, ref, head)
+
+
+def _second_wave(plan: _Planner, sc: Scenario) -> None:
+    """Submit the further seeds' models at the λ and head chosen on seed 0's (cached) models."""
+    quiet = copy.copy(plan.bench)
+    quiet.log = lambda _m: None
+    old_sel, new_sel = selections(quiet, sc)
+    chosen, val_p_com, _ = seed0_choices(quiet, sc, new_sel, seed0_base_models(quiet, sc, old_sel, new_sel))
+    choices = {n: (c[0], c[3]) for n, c in chosen.items()}
+    for entry, w, head, seed in extra_seed_plan(plan.settings, choices, best_baseline(quiet, val_p_com)):
+        old, ref = base_models(plan, sc, old_sel, new_sel, seed, head)
+        train_entry(plan, sc, entry, new_sel, plan.params, w, seed, old, ref, head)
+
+
+def _quiet_kill(record: logging.LogRecord) -> bool:
+    """Drop the nanny's "Worker process still alive after 4.0 seconds, killing" at shutdown: a worker process that
+    loaded torch and the data can take longer than that to exit on a busy machine; all it trained is in the cache."""
+    return "still alive after" not in record.getMessage()
+
+
+@contextmanager
+def _client(workers: int, scheduler: str | None) -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        with Client(scheduler) as client:
+            yield client
+        return
+    logging.getLogger("distributed.nanny").addFilter(_quiet_kill)
+    quiet = logging.getLogger("distributed")  # the scheduler's and nannies' INFO lines would bury the progress
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+    finally:
+        quiet.setLevel(level)
+
+
+def train_grid(
+    bench: Bench, sc: Scenario, *, workers: int, scheduler: str | None = None, log: Callable[[str], None] = print
+) -> dict[str, int]:
+    """Train every model of ``sc``'s method table on a Dask cluster (a LocalCluster of ``workers`` processes, or the
+    one at ``scheduler``) into ``bench``'s cache. Returns how many models were trained and found cached."""
+    with _client(workers, scheduler) as client:
+        plan = _Planner(bench, client, None if scheduler else local_threads(workers), log)
+        _first_wave(plan, sc)
+        plan.wait("wave 1 (seed 0, and the further seeds' models known before training)")
+        _second_wave(plan, sc)
+        plan.wait("wave 2 (the further seeds at the λ / head chosen on seed 0)")
+    return {"trained": len(plan.done), "cached": len(plan.cached)}

@@ -1,0 +1,149 @@
+"""A method's row of a benchmark table: self / cross / P_up / P_com (docs/design.md §6.3) and, for Lorentz models,
+the radius and cone diagnostics (§4.5), all on the test gallery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from benchmarks.profile import MethodEntry
+from benchmarks.runner import Bench, BenchModel
+from components.data import DataManifest
+from components.errors import ConfigError
+from components.evaluation import DerivedMetrics
+from components.evaluation.diagnostics import (
+    clip_fraction,
+    in_cone_fraction,
+    uncertainty_seen_unseen,
+    uncertainty_std,
+)
+from components.losses import choose_alignment
+
+__all__ = ["Row", "radius_diagnostics", "simplex_row", "table_row"]
+
+
+@dataclass
+class Row:
+    """One method's results in one scenario (one seed)."""
+
+    name: str
+    method: str
+    geometry: str
+    space: str
+    seed: int
+    weight: float | None
+    selection: str
+    self_: dict[str, float]
+    cross: dict[str, float]
+    old_self: dict[str, float]
+    ref_self: dict[str, float]
+    p_com: dict[str, float | None]
+    p_com_den: dict[str, float]
+    p_up: dict[str, float | None]
+    seconds: float | None
+    diagnostics: dict[str, float | None] = field(default_factory=dict)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["self"] = d.pop("self_")
+        return d
+
+
+def table_row(
+    bench: Bench,
+    entry: MethodEntry,
+    new: BenchModel,
+    old: BenchModel,
+    ref: BenchModel,
+    *,
+    seed: int,
+    weight: float | None,
+    selection: str,
+    space: str = "embedding",
+    seconds: float | None,
+    note: str = "",
+) -> Row:
+    self_m = bench.metrics(new, new)
+    cross = bench.metrics(new, old)
+    old_self = bench.metrics(old, old)
+    ref_self = bench.metrics(ref, ref)
+    d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
+    diag: dict[str, float | None] = {}
+    if entry.geometry == "lorentz" and space == "embedding":
+        seen = list(old.spec.class_order)
+        diag = {
+            **radius_diagnostics({"new": new, "old": old}),
+            "in_cone_fraction": in_cone_fraction(
+                old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
+            ),
+        }
+        diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
+            old.test.z, old.test.labels, seen, old.test.curvature
+        )
+        diag["uncertainty_new_seen"], diag["uncertainty_new_unseen"] = uncertainty_seen_unseen(
+            new.test.z, new.test.labels, seen, new.test.curvature
+        )
+    return Row(
+        entry.name,
+        entry.method,
+        entry.geometry,
+        space,
+        seed,
+        weight,
+        selection,
+        self_m,
+        cross,
+        old_self,
+        ref_self,
+        d.p_com,
+        d.p_com_denominator,
+        d.p_up,
+        seconds,
+        diag,
+        note,
+    )
+
+
+def radius_diagnostics(models: dict[str, BenchModel]) -> dict[str, float]:
+    """Test-gallery radius diagnostics of Lorentz ``models`` by role: ``clip_fraction_<role>`` for every role, then
+    ``uncertainty_std_<role>``."""
+    out = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in models.items()}
+    return out | {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in models.items()}
+
+
+def simplex_row(
+    bench: Bench, entry: MethodEntry, new_sel: DataManifest, old: BenchModel, ref: BenchModel, seed: int
+) -> Row:
+    """A training-free PSP / LSP method's row: φ* in the simplex space, or "not applicable" with the reason."""
+    kind = entry.method
+    try:
+        choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
+    except ConfigError as err:
+        return table_row(
+            bench,
+            entry,
+            ref,
+            old,
+            ref,
+            seed=seed,
+            weight=None,
+            selection="not applicable",
+            space=kind,
+            seconds=None,
+            note=str(err),
+        )
+    note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
+    return table_row(
+        bench,
+        entry,
+        ref.view(kind),
+        old.view(kind),
+        ref.view(kind),
+        seed=seed,
+        weight=None,
+        selection="training-free",
+        space=kind,
+        seconds=0.0,
+        note=note,
+    )

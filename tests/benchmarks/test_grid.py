@@ -1,0 +1,85 @@
+"""The method table's models trained on a real Dask LocalCluster (benchmarks/grid.py): the same table and the same
+model cache as the sequential run, and a grid resumes from what the cache already holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from benchmarks.grid import describe, local_threads, train_grid
+from benchmarks.run import run_benchmark
+from benchmarks.scenarios import make_scenario, run_table
+from components.errors import ConfigError
+from tests.benchmarks.test_bench_runs import tiny_bench
+
+#: a tuned λ (its further seed waits on seed 0's validation results: the second wave), a training-free method
+METHODS = [{"name": "bct", "method": "bct", "tune": True}, {"name": "psp", "method": "psp"}]
+
+
+def _cache(root: Path) -> dict[str, Path]:
+    """label → done.json of every finished model in a tiny bench's cache."""
+    return {json.loads(d.read_text())["label"]: d for d in (root / "cache" / "cache").glob("*/done.json")}
+
+
+def _numbers(rows: list) -> list[dict]:
+    """The rows as the table reports them, less the wall time of each model."""
+    return [{k: v for k, v in r.as_dict().items() if k != "seconds"} for r in rows]
+
+
+def test_two_worker_processes_give_the_sequential_table_and_cache_and_resume_from_the_cache(tmp_path: Path):
+    threads = torch.get_num_threads()
+    # CPU kernels' results depend on the thread count in the last bits: run the sequential reference with the
+    # threads each of the two workers gets
+    torch.set_num_threads(local_threads(2))
+    try:
+        seq = tiny_bench(tmp_path / "seq", METHODS)
+        expected = run_table(seq, make_scenario(seq, "ext_class"))
+    finally:
+        torch.set_num_threads(threads)
+    trained = _cache(tmp_path / "seq")
+    assert len(trained) == 7  # old + φ* at seeds 0 and 1, bct at λ 0.3 and 1 (seed 0), bct at the chosen λ (seed 1)
+
+    # a grid killed after the seed-0 old model was written: its folder is already in the cache
+    kept = trained["old/euclidean/seed=0"]
+    (tmp_path / "par" / "cache" / "cache").mkdir(parents=True)
+    shutil.copytree(kept.parent, tmp_path / "par" / "cache" / "cache" / kept.parent.name)
+    before = (tmp_path / "par" / "cache" / "cache" / kept.parent.name / "done.json").stat().st_mtime_ns
+
+    par = tiny_bench(tmp_path / "par", METHODS)
+    lines: list[str] = []
+    counts = train_grid(par, make_scenario(par, "ext_class"), workers=2, log=lines.append)
+    assert counts == {"trained": 6, "cached": 1}
+    assert not any("old/euclidean/seed=0 " in m for m in lines)  # not retrained
+    assert any(m.startswith("[grid] wave 2") and ": 1 models to train" in m for m in lines)  # bct seed 1 waited
+    assert _cache(tmp_path / "par")["old/euclidean/seed=0"].stat().st_mtime_ns == before
+    assert {d.parent.name for d in _cache(tmp_path / "par").values()} == {d.parent.name for d in trained.values()}
+    threads_used = {json.loads(d.read_text())["torch_threads"] for d in _cache(tmp_path / "par").values()}
+    assert threads_used == {local_threads(2)}
+
+    got = run_table(par, make_scenario(par, "ext_class"))  # every model comes from the cache
+    assert not any(m.strip().startswith("training") for m in par.logs)  # type: ignore[attr-defined]
+    assert _numbers(got.rows) == _numbers(expected.rows) and got.best_baseline == expected.best_baseline == "bct"
+    assert [r.weight for r in got.rows] == [r.weight for r in expected.rows]
+
+
+def test_the_grid_runs_the_method_table_scenarios_only_and_says_how_it_ran(tmp_path: Path, monkeypatch):
+    kw = dict(out=tmp_path, home=tmp_path, params_path=tmp_path / "params.yaml", command="test")
+    with pytest.raises(ConfigError, match="sequential runs sequentially"):
+        run_benchmark("digits", "sequential", workers=2, **kw)
+    with pytest.raises(ConfigError, match="with --scheduler"):
+        run_benchmark("digits", "ext_class", workers=2, scheduler="tcp://127.0.0.1:8786", **kw)
+    assert describe(0, None).startswith("sequential") and describe(1, None).startswith("sequential")
+    assert describe(2, None).startswith("Dask LocalCluster, 2 worker processes")
+    assert "tcp://10.0.0.1:8786" in describe(0, "tcp://10.0.0.1:8786")
+    from bctflow.cli import app
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    args = ["bench", "--scenario", "partial_backfill", "--workers", "2", "--home", str(tmp_path)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "partial_backfill runs sequentially" in res.output

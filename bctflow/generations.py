@@ -23,8 +23,8 @@ from bctflow.shell import (
     report_finished,
 )
 from components.errors import BctflowError, ConfigError
-from flows.env import configure_environment
 from flows.params import GenerationSpec, Params, params_digest
+from flows.prefect_api import prefect_api
 from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace, resolve_home
 
@@ -60,10 +60,10 @@ def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> d
             console.print(f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do")
             return {"generation": done}
         plan = plan_generation(params, home, spec)
+        home.mkdir(parents=True, exist_ok=True)
+        prefect_api(home)  # the configured server, or this command's one temporary server (started once)
     except BctflowError as err:
         fail(err)
-    home.mkdir(parents=True, exist_ok=True)
-    configure_environment(home)
     from flows.new_generation import new_generation
 
     return finish(new_generation(plan, return_state=True), "generation")

@@ -12,6 +12,7 @@ from components.errors import BctflowError
 from flows.env import configure_environment
 from flows.lock import workspace_lock
 from flows.params import Params
+from flows.prefect_api import prefect_api
 from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace, resolve_home
 
@@ -45,9 +46,9 @@ def backfill(
     try:
         report_finished(finish_interrupted(p, h))
         plan = plan_backfill(p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force)
+        prefect_api(h)  # the configured server, or this command's temporary one
     except BctflowError as err:
         fail(err)
-    configure_environment(h)
     from flows.backfill import backfill as backfill_flow
 
     console.print(

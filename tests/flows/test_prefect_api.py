@@ -1,0 +1,123 @@
+"""The Prefect API of a command (flows/prefect_api.py, registry/prefect_db.py; docs/design.md §7.12): one temporary
+server for all the flows of a process, on a database seeded from a migrated template; a configured server is used
+and must answer. Real Prefect servers, in child processes where the test harness's server would stand in."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+
+#: a command's two flows in a fresh process: the API each flow run reported to, and the servers the process ran
+_TWO_FLOWS = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import psutil
+    from flows.prefect_api import prefect_api
+
+    home = Path(sys.argv[1])
+    url = prefect_api(home)
+    from prefect import flow
+    from prefect.context import get_run_context
+
+    @flow
+    def probe() -> dict:
+        servers = [p for p in psutil.Process().children(recursive=True) if "uvicorn" in " ".join(p.cmdline())]
+        return {"api": str(get_run_context().client.api_url), "servers": [p.pid for p in servers]}
+
+    first = probe()
+    again = prefect_api(home)  # the next generation of the same command
+    print("RESULT " + json.dumps({"url": url, "again": again, "runs": [first, probe()]}))
+    """
+)
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # no harness, no inherited home
+    return {**env, **extra}
+
+
+def _flow_runs(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM flow_run").fetchone()[0]
+
+
+def test_the_flows_of_a_command_share_one_temporary_server_on_a_seeded_database(tmp_path: Path):
+    from registry.prefect_db import prefect_database_file, seed_prefect_database, template_path
+
+    cache, home = tmp_path / "cache", tmp_path / "ws"
+    res = subprocess.run(
+        [sys.executable, "-c", _TWO_FLOWS, str(home)],
+        env=_child_env(BCTFLOW_CACHE_DIR=str(cache)),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    out = json.loads(res.stdout.split("RESULT ", 1)[1])
+    assert out["again"] == out["url"]
+    assert [r["api"].rstrip("/") for r in out["runs"]] == [out["url"]] * 2  # both flows reported to it...
+    assert len(out["runs"][0]["servers"]) == 1 and out["runs"][1]["servers"] == out["runs"][0]["servers"]  # ...once
+    template = template_path(cache)
+    assert template.is_file()  # built by the first command on this machine (this Prefect release)...
+    assert _flow_runs(home / "prefect" / "prefect.db") == 2  # ...the workspace's database started as its copy
+    assert _flow_runs(template) == 0  # the template stays empty
+
+    built = template.stat().st_mtime_ns
+    url = f"sqlite+aiosqlite:///{tmp_path / 'another' / 'prefect.db'}"
+    t0 = time.perf_counter()
+    assert seed_prefect_database(url, cache)  # another new workspace: a copy, no migration
+    assert time.perf_counter() - t0 < 5 and template.stat().st_mtime_ns == built
+    assert not seed_prefect_database(url, cache)  # an existing database is never replaced
+    with sqlite3.connect(template) as a, sqlite3.connect(prefect_database_file(url)) as b:
+        head = "SELECT version_num FROM alembic_version"
+        assert a.execute(head).fetchall() == b.execute(head).fetchall() != []
+    assert prefect_database_file("postgresql+asyncpg://u@h/db") is None
+    assert not seed_prefect_database("sqlite+aiosqlite:///:memory:", cache)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_configured_server_that_does_not_answer_is_one_error_line(tiny_params_file: Path, tmp_path: Path):
+    url = f"http://127.0.0.1:{_free_port()}/api"
+    home = tmp_path / "ws"
+    cmd = [sys.executable, "-m", "bctflow.cli", "run", "--home", str(home), "--params", str(tiny_params_file)]
+    env = _child_env(PREFECT_API_URL=url)
+    res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    err = res.stderr.strip()
+    assert err.startswith("error:") and url in err and "does not answer" in err and "PREFECT_API_URL" in err, err
+    assert "Traceback" not in res.stdout + res.stderr
+    assert not (home / "prefect").exists() and not (home / "staging").exists()  # no temporary server, nothing run
+
+
+def test_a_configured_server_is_used(prefect_harness, tmp_path: Path, monkeypatch):
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.env import QUIET
+    from flows.prefect_api import prefect_api
+
+    for key in ("PREFECT_HOME", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", *QUIET):  # restored after
+        if key in os.environ:
+            monkeypatch.setenv(key, os.environ[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+    harness = SubprocessASGIServer()  # the harness's server stands in for the process's temporary one
+    pid = harness.server_process.pid
+    assert prefect_api(tmp_path / "ws") == PREFECT_API_URL.value()
+    assert SubprocessASGIServer() is harness and harness.server_process.pid == pid  # nothing else started

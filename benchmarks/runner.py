@@ -198,7 +198,7 @@ class Bench:
         )
         loss = align.build()  # before the seeded initialisation in _fit, as every cached result was made
         folder = self.cache / key
-        if (folder / "done.json").exists():
+        if self.is_cached(key):
             return _load_cached(folder, key, label, spec)
         self.log(
             f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, "

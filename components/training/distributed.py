@@ -12,10 +12,10 @@ The semantics (docs/design.md §7.13) make a run on N ranks the single-process r
   couples the items of a batch — HBCT's RINCE and the InfoNCE baselines (batch negatives), HOC's negatives, BT²'s
   and the mixed-geometry contrastive terms — sees the same negatives as in one process, and per-item means are
   over the global batch. The old and reference models run on each rank's own part (no gradients, no traffic).
-* Gathered rows of other ranks carry no gradient; the rank's own rows are scaled by N in the backward pass
-  (:class:`_ScaleGrad`), so DDP's gradient average sums exactly the single-process gradient. Parameters used on the
-  global batch outside the model's forward (a learnt curvature in the loss, the loss's own parameters) get the same
-  full gradient on every rank.
+* Gathered rows of other ranks carry no gradient; the rank's own rows have their gradient scaled by N in the
+  backward pass (:func:`~components.autograd.scale_grad`), so DDP's gradient average sums exactly the
+  single-process gradient. Parameters used on the global batch outside the model's forward (a learnt curvature in
+  the loss, the loss's own parameters) get the same full gradient on every rank.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from components.autograd import scale_grad
 from components.data.batches import shard_bounds
 from components.models.encoder import ModelOutput
 
@@ -65,19 +66,6 @@ def current_ranks() -> Ranks:
     return Ranks()
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the gradient by ``factor`` (the world size: undoes DDP's average)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, factor: float) -> Tensor:  # type: ignore[override]
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return grad * ctx.factor, None
-
-
 def gather_rows(t: Tensor, n: int, ranks: Ranks) -> Tensor:
     """Every rank's part ``t`` (B_r, ...) of a global batch of ``n`` rows → the global batch (n, ...), in rank order.
 
@@ -93,7 +81,7 @@ def gather_rows(t: Tensor, n: int, ranks: Ranks) -> Tensor:
     parts = [torch.empty_like(send) for _ in sizes]
     dist.all_gather(parts, send.contiguous())
     out = [p[:s].to(t.dtype) for p, s in zip(parts, sizes, strict=True)]
-    out[ranks.rank] = _ScaleGrad.apply(t, float(ranks.world)) if t.requires_grad else t
+    out[ranks.rank] = scale_grad(t, float(ranks.world)) if t.requires_grad else t
     return torch.cat(out)
 
 

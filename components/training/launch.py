@@ -69,7 +69,7 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
         return {"error": err}
     finally:
         dist.destroy_process_group()
-    if int(os.environ["LOCAL_RANK"]) != 0:  # every rank holds the same weights; each node's first returns them
+    if local_rank != 0:  # every rank holds the same weights; each node's first returns them
         return {}
     return {
         "model": {k: v.detach().cpu() for k, v in result.model.state_dict().items()},

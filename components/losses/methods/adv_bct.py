@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from components.autograd import scale_grad
 from components.errors import ConfigError
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
@@ -31,20 +32,9 @@ class AdvBCTOptions:
     iqr_factor: float = 1.5
 
 
-class _GradReverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor, scale: float) -> Tensor:  # type: ignore[override]
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return -ctx.scale * grad, None
-
-
 def grad_reverse(x: Tensor, scale: float = 1.0) -> Tensor:
     """Identity forward, −scale × gradient backward."""
-    return _GradReverse.apply(x, scale)
+    return scale_grad(x, -scale)
 
 
 def class_balls(feats: Tensor, labels: Tensor, num_classes: int, iqr_factor: float) -> tuple[Tensor, Tensor]:

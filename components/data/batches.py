@@ -77,11 +77,11 @@ def iterate_batches(
     """
     n = len(data)
     stop = n - (n % batch_size) if drop_last and n >= batch_size else n
-    resident = data.images.device == device and device.type != "cpu"
+    resident = data.images.device.type != "cpu"  # gathered where it lives, whatever index ``device`` names
     non_blocking = data.pinned and device.type == "cuda"
     if shuffle:
         order = torch.randperm(n, generator=generator)
-        order = order.to(device) if resident else order
+        order = order.to(data.images.device) if resident else order
     rank, world = shard
     for first in range(0, stop, batch_size):
         lo, hi = shard_bounds(min(batch_size, n - first), world, rank)

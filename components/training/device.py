@@ -28,12 +28,13 @@ def cuda_available() -> bool:
 
 
 def select_device(preference: Literal["auto", "cpu", "cuda"] = "auto") -> torch.device:
-    """CUDA when present (or asked for), else CPU."""
+    """CUDA when present (or asked for), else CPU. The CUDA device carries its index (the current device, which a
+    DDP rank sets to its own), so that it compares equal to ``tensor.device`` (``cuda`` != ``cuda:0`` in torch)."""
     if preference == "cpu":
         return torch.device("cpu")
     if preference == "cuda" and not cuda_available():
         raise ConfigError("train.device is 'cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
-    return torch.device("cuda") if cuda_available() else torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device()) if cuda_available() else torch.device("cpu")
 
 
 Precision = Literal["auto", "fp32", "bf16"]

@@ -286,8 +286,9 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
         run.opt.step()
         run.sched.step()
         meter.step(loss, {"base": base, **align.terms})
-        meter.add({"loss": loss, "base": base, **align.terms, **align.stats})
-        meter.add({"clip_fraction": out.clipped.float().mean()})
+        meter.add(
+            {"loss": loss, "base": base, **align.terms, **align.stats, "clip_fraction": out.clipped.float().mean()}
+        )
         correct += (out.logits.detach().argmax(1) == y).sum()
         seen += n
         if meter.steps % FINITE_CHECK_EVERY == 0:

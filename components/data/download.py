@@ -114,7 +114,8 @@ def download(
     got: list[str] = []  # the digest of each attempt's temp file, for the error message
 
     def fetch(url: str, output_file: str, pup: pooch.Pooch) -> None:
-        http = pooch.HTTPDownloader(progressbar=sys.stderr.isatty(), chunk_size=_CHUNK, timeout=timeout, headers=_HEADERS)
+        bar = sys.stderr.isatty()
+        http = pooch.HTTPDownloader(progressbar=bar, chunk_size=_CHUNK, timeout=timeout, headers=_HEADERS)
         http(url, output_file, pup)
         if exp is not None:
             got.append(pooch.file_hash(output_file, alg=exp[0]))

@@ -1,4 +1,4 @@
-"""Optimiser (timm's factory) and per-step learning-rate schedule (linear warm-up, then cosine or constant).
+"""Optimiser (timm's factory) and per-step lr schedule: linear warm-up, then cosine or constant (docs/design.md §4.1).
 
 The schedule stays a :class:`torch.optim.lr_scheduler.LambdaLR` over :func:`lr_factor` rather than timm's
 ``CosineLRScheduler``: this warm-up reaches the base lr on its last step and the cosine starts from it on the next, so

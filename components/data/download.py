@@ -1,73 +1,56 @@
-"""Fetching dataset files safely: checksummed downloads, safe archive extraction, array caches.
+"""Fetching dataset files safely: checksummed downloads (pooch), safe archive extraction, array caches.
 
-Every file is written atomically (a temp file beside the target, renamed into
-place only when complete and verified), so an interrupted or failed run never
-leaves a half-written download, a half-extracted folder or a damaged cache
-where a later run would take it for a good one.
-
-- :func:`download` — urllib download verified against an MD5 / SHA-256; an
-  existing file is checked, never silently overwritten.
+- :func:`download` — pooch fetches ``url`` into ``dest``'s folder: requests streams it into a temp file
+  there, pooch checks it against the MD5 / SHA-256 and moves it onto ``dest`` only when it matches
+  (retried ``retries`` times, a tqdm progress bar on a terminal). Around pooch: an existing ``dest``
+  is verified and never overwritten (pooch would download over it), and pooch's / requests' errors
+  become one :class:`ChecksumError` / :class:`DataError` naming the file, the URL and the fix.
 - :func:`download_first` — the same over a list of mirrors.
-- :func:`extract` — ``.tar.gz`` / ``.tgz`` / ``.tar`` / ``.zip`` into a folder,
-  refusing path traversal, absolute paths, links and device files
-  (defined in :mod:`components.data.archives`).
-- :func:`load_or_build_cache` — a dict of arrays kept in an ``.npz``
-  (no pickle), rebuilt when missing, damaged or built from other inputs.
+- :func:`extract` — ``.tar.gz`` / ``.tgz`` / ``.tar`` / ``.zip`` into a folder, refusing path traversal,
+  absolute paths, links and device files, placed atomically (:mod:`components.data.archives`; pooch's
+  ``Untar`` / ``Unzip`` processors extract in place and, on Python < 3.12, without tarfile's ``data`` filter).
+- :func:`load_or_build_cache` — a dict of arrays kept in an ``.npz`` (no pickle), rebuilt when missing,
+  damaged or built from other inputs; written atomically.
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import logging
 import os
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import pooch
+import requests
 
 from components.data.archives import extract
 from components.errors import DataError
 from components.io import atomic_path
 
 __all__ = [
+    "RETRIES",
     "ChecksumError",
     "download",
     "download_first",
     "extract",
     "fetch_archive",
-    "file_digest",
     "load_or_build_cache",
-    "verify_file",
 ]
 
 log = logging.getLogger(__name__)
 
+#: Further attempts after a failed download of one URL (pooch waits 1 s, 2 s, … between them).
+RETRIES = 2
 _CHUNK = 1 << 20
-_USER_AGENT = "bctflow-dataset-loader (python urllib)"
-_ALGOS = ("md5", "sha256")
+#: ``identity``: the bytes as stored (a server must not gzip a ``.gz`` again on the way, the checksum is of the file).
+_HEADERS = {"User-Agent": "bctflow-dataset-loader (pooch)", "Accept-Encoding": "identity"}
 
 
 class ChecksumError(DataError):
     """A file's content does not match its published checksum."""
-
-
-def _hasher(algo: str):
-    if algo not in _ALGOS:
-        raise ValueError(f"unsupported checksum algorithm {algo!r}; use one of {', '.join(_ALGOS)}")
-    return hashlib.new(algo)
-
-
-def file_digest(path: str | os.PathLike[str], algo: str = "md5") -> str:
-    """Hex digest (``"md5"`` or ``"sha256"``) of a file, read in 1 MiB chunks."""
-    h = _hasher(algo)
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _expected(md5: str | None, sha256: str | None) -> tuple[str, str] | None:
@@ -78,26 +61,30 @@ def _expected(md5: str | None, sha256: str | None) -> tuple[str, str] | None:
     return None
 
 
-def verify_file(path: str | os.PathLike[str], *, md5: str | None = None, sha256: str | None = None) -> None:
-    """Raise :class:`ChecksumError` unless ``path`` matches the given checksum (sha256 preferred)."""
-    exp = _expected(md5, sha256)
-    if exp is None:
-        return
-    algo, want = exp
-    got = file_digest(path, algo)
-    if got != want:
-        raise ChecksumError(
-            f"{path} has {algo} {got}, expected {want}: the file is corrupted, incomplete or a different "
-            f"version; delete it and run again to download it afresh (or replace it with the correct file)"
-        )
-
-
 def _manual_hint(dest: Path, md5: str | None, sha256: str | None) -> str:
     exp = _expected(md5, sha256)
     check = f" ({exp[0]} {exp[1]})" if exp else ""
     return (
         f"if this machine has no network access, download the file elsewhere, place it at {dest}{check} and run again"
     )
+
+
+class _Forward(logging.Handler):
+    """Re-emits pooch's records (its own stand-alone logger) on this module's logger, so they reach our handlers."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.log(record.levelno, "pooch: %s", record.getMessage())
+
+
+@contextmanager
+def _pooch_logs_here() -> Iterator[None]:
+    logger = pooch.get_logger()
+    handlers = logger.handlers[:]
+    logger.handlers = [_Forward()]
+    try:
+        yield
+    finally:
+        logger.handlers = handlers
 
 
 def download(
@@ -107,17 +94,16 @@ def download(
     md5: str | None = None,
     sha256: str | None = None,
     timeout: float = 60,
+    retries: int = RETRIES,
 ) -> Path:
-    """Download ``url`` to ``dest`` and verify its checksum; returns ``dest``.
+    """Download ``url`` to ``dest`` and verify its checksum (sha256 preferred); returns ``dest``.
 
-    - ``dest`` already there with the right checksum (or no checksum given):
-      nothing is downloaded.
-    - ``dest`` already there with a wrong checksum: :class:`ChecksumError`; the
-      file is left untouched (it may be the user's), the message says to delete it.
-    - Otherwise the body is streamed to a temp file beside ``dest``, hashed
-      while written, and renamed onto ``dest`` only when complete and verified.
-      On any failure the temp file is removed: a network problem raises
-      :class:`DataError` (saying where to put the file by hand), a checksum
+    - ``dest`` already there with the right checksum (or no checksum given): nothing is downloaded.
+    - ``dest`` already there with a wrong checksum: :class:`ChecksumError`; the file is left
+      untouched (it may be the user's), the message says to delete it.
+    - Otherwise pooch streams the body to a temp file beside ``dest`` and moves it onto ``dest`` only
+      when complete and verified, trying ``1 + retries`` times; the temp file is removed on failure.
+      A network problem raises :class:`DataError` (saying where to put the file by hand), a checksum
       mismatch :class:`ChecksumError` (expected vs actual).
     """
     dest = Path(dest)
@@ -125,30 +111,32 @@ def download(
     if dest.exists():
         _check_existing(dest, url, exp)
         return dest
+    got: list[str] = []  # the digest of each attempt's temp file, for the error message
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s -> %s", url, dest)
-    h = _hasher(exp[0]) if exp else None
-    with atomic_path(dest) as tmp:
-        try:
-            received, length = _stream_to(url, tmp, timeout, h)
-            if length is not None and length.isdigit() and received != int(length):
-                raise DataError(
-                    f"the download of {url} was cut short ({received} of {length} bytes); "
-                    f"run again, or {_manual_hint(dest, md5, sha256)}"
-                )
-        except DataError:
+    def fetch(url: str, output_file: str, pup: pooch.Pooch) -> None:
+        bar = sys.stderr.isatty()
+        http = pooch.HTTPDownloader(progressbar=bar, chunk_size=_CHUNK, timeout=timeout, headers=_HEADERS)
+        http(url, output_file, pup)
+        if exp is not None:
+            got.append(pooch.file_hash(output_file, alg=exp[0]))
+
+    known = f"{exp[0]}:{exp[1]}" if exp else None
+    pup = pooch.create(
+        dest.parent, base_url="", registry={dest.name: known}, urls={dest.name: url}, retry_if_failed=retries
+    )
+    try:
+        with _pooch_logs_here():  # pooch logs "Downloading file ... from ... to ..." and each retry
+            pup.fetch(dest.name, downloader=fetch)
+    except (requests.RequestException, OSError) as e:
+        raise _network_error(e, url, dest, md5, sha256) from e
+    except ValueError as e:  # pooch's hash mismatch (the temp file is already deleted)
+        if exp is None or not got:
             raise
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-            raise _network_error(e, url, dest, md5, sha256) from e
-        if h is not None and exp is not None:
-            got = h.hexdigest()
-            if got != exp[1]:
-                raise ChecksumError(
-                    f"the file downloaded from {url} has {exp[0]} {got}, expected {exp[1]}; it was discarded "
-                    f"(nothing written to {dest}). The server sent a corrupted or different file: run again later, "
-                    f"or {_manual_hint(dest, md5, sha256)}"
-                )
+        raise ChecksumError(
+            f"the file downloaded from {url} has {exp[0]} {got[-1]}, expected {exp[1]}; it was discarded "
+            f"(nothing written to {dest}). The server sent a corrupted or different file: run again later, "
+            f"or {_manual_hint(dest, md5, sha256)}"
+        ) from e
     return dest
 
 
@@ -157,7 +145,7 @@ def _check_existing(dest: Path, url: str, exp: tuple[str, str] | None) -> None:
     if not dest.is_file():
         raise DataError(f"{dest} exists but is not a file; remove it so that {url} can be downloaded there")
     if exp is not None:
-        got = file_digest(dest, exp[0])
+        got = pooch.file_hash(str(dest), alg=exp[0])
         if got != exp[1]:
             raise ChecksumError(
                 f"{dest} already exists but its {exp[0]} is {got}, expected {exp[1]}; it was NOT overwritten. "
@@ -166,29 +154,13 @@ def _check_existing(dest: Path, url: str, exp: tuple[str, str] | None) -> None:
             )
 
 
-def _stream_to(url: str, tmp: Path, timeout: float, h: Any) -> tuple[int, str | None]:
-    """Stream the body of ``url`` into the new file ``tmp``, feeding ``h`` (a hashlib hash, or None) as it goes.
-
-    Returns ``(bytes received, the Content-Length header or None)``.
-    """
-    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
-    with urllib.request.urlopen(req, timeout=timeout) as resp, open(tmp, "xb") as out:
-        length = resp.headers.get("Content-Length")
-        received = 0
-        while chunk := resp.read(_CHUNK):
-            out.write(chunk)
-            received += len(chunk)
-            if h is not None:
-                h.update(chunk)
-    return received, length
-
-
 def _network_error(e: Exception, url: str, dest: Path, md5: str | None, sha256: str | None) -> DataError:
     """The :class:`DataError` for a download of ``url`` that failed with ``e`` (HTTP status or reason)."""
-    if isinstance(e, urllib.error.HTTPError):
-        reason = f"HTTP {e.code} {e.reason}"
+    response = getattr(e, "response", None)
+    if isinstance(e, requests.HTTPError) and response is not None:
+        reason = f"HTTP {response.status_code} {response.reason}"
     else:
-        reason = f"{type(e).__name__}: {getattr(e, 'reason', None) or e}"
+        reason = f"{type(e).__name__}: {e}"
     return DataError(
         f"could not download {url} to {dest} ({reason}); check the network connection "
         f"and run again, or {_manual_hint(dest, md5, sha256)}"
@@ -217,12 +189,14 @@ def download_first(
     md5: str | None = None,
     sha256: str | None = None,
     timeout: float = 60,
+    retries: int = 0,
 ) -> tuple[Path, str | None]:
     """:func:`download` from the first of ``urls`` (mirrors) that works; same guarantees.
 
     Returns ``(dest, url)``: the URL the file came from, or ``None`` when ``dest``
     was already there (it is then checked once; no mirror is tried if it is
     wrong). When every mirror fails, the :class:`DataError` lists each failure.
+    The next mirror is the retry: each is tried ``1 + retries`` times (once by default).
     """
     dest = Path(dest)
     if not urls:
@@ -232,7 +206,7 @@ def download_first(
     errors: list[DataError] = []
     for url in urls:
         try:
-            return download(url, dest, md5=md5, sha256=sha256, timeout=timeout), url
+            return download(url, dest, md5=md5, sha256=sha256, timeout=timeout, retries=retries), url
         except DataError as e:
             log.warning("%s", e)
             errors.append(e)

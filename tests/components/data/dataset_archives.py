@@ -24,8 +24,8 @@ def md5_of(path: Path) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Temp files / folders (``.<name>.<hex>.tmp``) left in ``folder``."""
-    return sorted(p.name for p in Path(folder).iterdir() if p.name.endswith(".tmp"))
+    """Temp files / folders left in ``folder``: ours (``.<name>.<hex>.tmp``) and pooch's downloads (``tmp<random>``)."""
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.endswith(".tmp") or p.name.startswith("tmp"))
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -37,13 +37,19 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve_dir(directory: Path) -> Iterator[tuple[str, list[str]]]:
-    """Serve ``directory`` on 127.0.0.1 (random port); yields (base URL ending in '/', list of requested paths)."""
+def serve_dir(directory: Path, fail_first: int = 0) -> Iterator[tuple[str, list[str]]]:
+    """Serve ``directory`` on 127.0.0.1 (random port); yields (base URL ending in '/', list of requested paths).
+
+    The first ``fail_first`` requests are answered ``503 Service Unavailable`` (a server having a bad moment).
+    """
     requests: list[str] = []
 
     class Handler(_Handler):
         def do_GET(self):
             requests.append(self.path)
+            if len(requests) <= fail_first:
+                self.send_error(503)
+                return
             super().do_GET()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(directory)))

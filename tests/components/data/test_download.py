@@ -1,4 +1,7 @@
-"""Checksummed downloads, safe extraction and the array cache (components/data/download.py), all offline."""
+"""Checksummed downloads (pooch), safe extraction and the array cache (components/data/download.py), all offline.
+
+Downloads come from a local HTTP server on 127.0.0.1; a closed port stands for a machine without network.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from components.data.download import (
     download,
     download_first,
     extract,
-    file_digest,
     load_or_build_cache,
 )
 from components.errors import DataError
@@ -38,15 +40,6 @@ def served(tmp_path):
         yield base, requests
 
 
-def test_file_digest_streams_md5_and_sha256(tmp_path):
-    p = tmp_path / "x.bin"
-    p.write_bytes(PAYLOAD)
-    assert file_digest(p) == hashlib.md5(PAYLOAD).hexdigest()
-    assert file_digest(p, "sha256") == hashlib.sha256(PAYLOAD).hexdigest()
-    with pytest.raises(ValueError):
-        file_digest(p, "crc32")
-
-
 def test_download_verifies_and_does_not_download_twice(tmp_path, served):
     base, requests = served
     dest = tmp_path / "cache" / "sub" / "blob.bin"
@@ -62,7 +55,7 @@ def test_checksum_mismatch_leaves_nothing(tmp_path, served):
     base, _ = served
     dest = tmp_path / "blob.bin"
     with pytest.raises(ChecksumError) as info:
-        download(base + "blob.bin", dest, md5="0" * 32)
+        download(base + "blob.bin", dest, md5="0" * 32, retries=0)
     msg = str(info.value)
     assert "0" * 32 in msg and hashlib.md5(PAYLOAD).hexdigest() in msg and str(dest) in msg
     assert not dest.exists() and leftovers(tmp_path) == []
@@ -82,7 +75,7 @@ def test_network_failure_says_how_to_place_the_file(tmp_path):
     url = closed_port_url("data.tar.gz")
     dest = tmp_path / "ds" / "data.tar.gz"
     with pytest.raises(DataError) as info:
-        download(url, dest, md5="ab" * 16, timeout=5)
+        download(url, dest, md5="ab" * 16, timeout=5, retries=0)
     msg = str(info.value)
     assert not isinstance(info.value, ChecksumError)
     assert url in msg and str(dest) in msg and "ab" * 16 in msg and "place it at" in msg
@@ -93,7 +86,7 @@ def test_http_error_and_mirror_fallback(tmp_path, served):
     base, _requests = served
     dest = tmp_path / "blob.bin"
     with pytest.raises(DataError, match="404"):
-        download(base + "missing.bin", dest)
+        download(base + "missing.bin", dest, retries=0)
     assert not dest.exists() and leftovers(tmp_path) == []
     md5 = hashlib.md5(PAYLOAD).hexdigest()
     got, url = download_first([closed_port_url(), base + "missing.bin", base + "blob.bin"], dest, md5=md5, timeout=5)
@@ -101,6 +94,19 @@ def test_http_error_and_mirror_fallback(tmp_path, served):
     assert download_first([base + "missing.bin"], dest, md5=md5) == (dest, None)  # already there
     with pytest.raises(DataError, match="any of 2 mirrors"):
         download_first([closed_port_url(), base + "missing.bin"], tmp_path / "other.bin", timeout=5)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_attempt_is_retried(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "blob.bin").write_bytes(PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    with serve_dir(site, fail_first=1) as (base, requests):
+        assert download(base + "blob.bin", dest, sha256=hashlib.sha256(PAYLOAD).hexdigest(), retries=1) == dest
+        assert len(requests) == 2 and dest.read_bytes() == PAYLOAD
+    with serve_dir(site, fail_first=1) as (base, requests), pytest.raises(DataError, match="HTTP 503"):
+        download(base + "blob.bin", tmp_path / "other.bin", retries=0)
     assert leftovers(tmp_path) == []
 
 

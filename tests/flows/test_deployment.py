@@ -51,6 +51,16 @@ def test_schedule_write_prefect_yaml_follows_params_yaml(tmp_path: Path, monkeyp
     assert (sched["cron"], sched["timezone"]) == ("30 4 * * 1-5", "Europe/Berlin")
 
 
+def test_schedule_serve_deploys_the_same_limit():
+    """`bctflow schedule --serve` hands serve_limit() to Flow.serve(global_limit=...), which makes this deployment."""
+    from flows.deployment import DEPLOYMENT, serve_limit
+    from flows.nightly import nightly_generation
+
+    deployment = nightly_generation.to_deployment(name=DEPLOYMENT, concurrency_limit=serve_limit())
+    assert deployment.concurrency_limit == 1
+    assert deployment.concurrency_options.collision_strategy.value == "ENQUEUE"
+
+
 @pytest.mark.parametrize(
     ("cron", "timezone", "why"),
     [("0 2 * *", "UTC", 'Invalid cron string: "0 2 \\* \\*"'), ("0 2 * * *", "Mars/Base", "Invalid timezone")],

@@ -155,8 +155,7 @@ def schedule(
 ) -> None:
     """Nightly retraining: show the schedule and how to run it, write prefect.yaml from it, or serve it (`--serve`).
 
-    params.yaml `schedule:` is the schedule's one home; prefect.yaml is generated from it. One nightly run at a
-    time: a run due while one runs waits for it (docs/design.md §7.14)."""
+    The schedule's one home is params.yaml `schedule:`; one nightly run at a time (docs/design.md §7.14)."""
     from flows.deployment import check_schedule, serve_limit
     from flows.deployment import write_prefect_yaml as write_yaml
 

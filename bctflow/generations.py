@@ -28,11 +28,6 @@ from flows.prefect_api import prefect_api
 from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace, resolve_home
 
-DEMO_CHAIN = [
-    GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4], alignment="independent"),
-    GenerationSpec(name="g1", classes="all", alignment="hbct", reference=True),
-]
-
 
 def _already_committed(params: Params, home: Path, spec: GenerationSpec | None) -> int | None:
     """The asked-for generation when the newest in the lineage already is it, made from the same model-shaping
@@ -96,13 +91,15 @@ def demo(
     reset: bool = typer.Option(False, "--reset", help="wipe an existing bctflow workspace first"),
     set_: list[str] | None = SetOpt,
 ) -> None:
-    """Fresh workspace: g0 on digits classes 0–4, then g1 on all classes with HBCT + an independent reference."""
+    """Fresh workspace, then every generation of params.yaml `generations:` on digits (the shipped params.yaml: g0 on
+    classes 0–4, then g1 on all classes with HBCT + an independent reference)."""
     from bctflow.tables import compat_table, retrieval_table
 
     h = resolve_home(home)
     ws = Workspace(h)
     p = parse_params(params, ["data.dataset=digits", *(set_ or [])])
     try:
+        chain = p.declared_chain()
         if not ws.is_empty():
             if not reset:
                 raise ConfigError(
@@ -112,17 +109,18 @@ def demo(
     except BctflowError as err:
         fail(err)
     t0 = time.perf_counter()
-    for spec in DEMO_CHAIN:
-        console.rule(f"[bold]generation {spec.name}: {spec.alignment} on classes {spec.classes}")
+    for i, spec in enumerate(chain):
+        method = "independent" if i == 0 else spec.alignment or p.alignment.method  # generation 0: base loss only
+        console.rule(f"[bold]generation {spec.name}: {method} on classes {spec.classes}")
         run_generation(p, h, spec)
     wall = time.perf_counter() - t0
     gens = lineage_of(p, h)
     console.print(retrieval_table(gens))
     console.print(compat_table(gens))
     g1 = gens[-1]
-    if g1["backfill_required"]:
+    if g1["parent"] is not None and g1["backfill_required"]:  # (a chain of one generation has no parent)
         console.print(f"[yellow]g{g1['id']}: backfill required[/] — " + "; ".join(g1["backfill_reasons"]))
-    else:
+    elif g1["parent"] is not None:
         console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
     diag = g1.get("diagnostics") or {}
     if diag:

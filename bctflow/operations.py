@@ -147,29 +147,54 @@ def schedule(
     serve: bool = typer.Option(
         False, "--serve", help="serve the nightly deployment from this process (blocks; no worker needed)"
     ),
+    write_prefect_yaml: bool = typer.Option(
+        False,
+        "--write-prefect-yaml",
+        help="write ./prefect.yaml (the deployment `prefect deploy` reads) from params.yaml `schedule:`",
+    ),
 ) -> None:
-    """Nightly retraining: show the schedule and how to run it, or serve it (`--serve`)."""
+    """Nightly retraining: show the schedule and how to run it, write prefect.yaml from it, or serve it (`--serve`).
+
+    The schedule's one home is params.yaml `schedule:`; one nightly run at a time (docs/design.md §7.14)."""
+    from flows.deployment import check_schedule, serve_limit
+    from flows.deployment import write_prefect_yaml as write_yaml
+
+    p = parse_params(params, None)
+    sch = p.schedule
+    try:
+        check_schedule(sch)
+        if write_prefect_yaml:
+            out = Path("prefect.yaml")
+            write_yaml(out, p, home=str(home) if home is not None else ".bctflow", params_path=str(params))
+            console.print(f"wrote {out.resolve()} (cron '{sch.cron}', {sch.timezone}); deploy it: prefect deploy --all")
+            return
+    except BctflowError as err:
+        fail(err)
     h = resolve_home(home)
-    sch = parse_params(params, None).schedule
     if not serve:
         console.print(
-            f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data or model parameters "
-            "changed."
+            f"nightly retraining: cron '{sch.cron}' ({sch.timezone}); it retrains only when data, model parameters "
+            "or the model-shaping code changed; one run at a time (a run due while one runs waits for it)."
         )
         console.print("  serve it from this process:      bctflow schedule --serve")
-        console.print("  or deploy it to a Prefect server: prefect server start  (another shell)")
-        console.print("                                   prefect work-pool create bctflow --type process")
-        console.print("                                   prefect deploy --all && prefect worker start --pool bctflow")
+        console.print('  or deploy it to a Prefect server (README "Nightly retraining"):')
+        console.print("    prefect server start                    # another shell")
+        console.print("    export PREFECT_API_URL=http://127.0.0.1:4200/api")
+        console.print("    bctflow schedule --write-prefect-yaml   # after changing params.yaml `schedule:`")
+        console.print("    prefect work-pool create bctflow --type process")
+        console.print("    prefect deploy --all && prefect worker start --pool bctflow")
         return
     configure_environment(h)
     from prefect.schedules import Cron
 
+    from flows.deployment import DEPLOYMENT
     from flows.nightly import nightly_generation
 
     nightly_generation.serve(
-        name="nightly",
+        name=DEPLOYMENT,
         schedule=Cron(sch.cron, timezone=sch.timezone),
         parameters={"home": str(h), "params_path": str(params)},
+        global_limit=serve_limit(),
     )
 
 
@@ -273,18 +298,23 @@ def bench_scale(
 
 
 def _demo_flows(params: Path) -> dict:
-    """Run the demo's generations in a fresh temporary workspace; the wall time against the recorded compute."""
+    """Run the demo's generations (params.yaml `generations:`) in a fresh temporary workspace; the wall time against
+    the recorded compute."""
     import tempfile
     import time
 
-    from bctflow.generations import DEMO_CHAIN, run_generation
+    from bctflow.generations import run_generation
     from benchmarks.perf import flow_compute
 
     p = parse_params(params, ["data.dataset=digits"])
+    try:
+        chain = p.declared_chain()
+    except BctflowError as err:
+        fail(err)
     with tempfile.TemporaryDirectory(prefix="bctflow-perf-") as d:
         home = Path(d) / "home"
         t0 = time.perf_counter()
-        for spec in DEMO_CHAIN:
+        for spec in chain:
             run_generation(p, home, spec)
         return flow_compute(home, time.perf_counter() - t0)
 

@@ -1,9 +1,9 @@
-"""The ``nightly-retrain`` flow: retrain only when data or parameters changed since the last generation.
+"""The ``nightly-retrain`` flow: retrain only when data, parameters or code changed since the last generation.
 
-Deployed by ``prefect.yaml`` (cron + timezone from params.yaml ``schedule:``) or
-served by ``bctflow schedule --serve``. It parses params once, and hands the
-digest and dataset fingerprint its change check computed to the plan of the
-generation it starts.
+Deployed by ``prefect.yaml`` (generated from params.yaml ``schedule:`` by ``bctflow schedule --write-prefect-yaml``;
+:mod:`flows.deployment`) or served by ``bctflow schedule --serve``; at most one run at a time, later ones queue
+(docs/design.md §7.14). It parses params once, and hands the digests and dataset fingerprint its change check
+computed to the plan of the generation it starts.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def nightly_generation(
     overrides: list[str] | None = None,
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Create a new generation if data or parameters changed since the newest one; otherwise exit early."""
+    """Create a new generation if data, parameters or code changed since the newest one; otherwise exit early."""
     params = load_params(params_path, overrides)
     report = detect_task(params, home)
     log = get_run_logger()
@@ -55,6 +55,7 @@ def nightly_generation(
         GenerationSpec(**spec) if spec else None,
         digest=report.params_digest,
         data_fingerprint=report.data_fingerprint,
+        code=report.code_digest,
     )
     summary = new_generation(plan)
     return {"skipped": False, "reason": report.reason, **summary}

@@ -215,7 +215,7 @@ class LineageParams(_Strict):
 
 
 class ScheduleParams(_Strict):
-    """Nightly retraining (prefect.yaml's deployment uses the same values; a test keeps them in sync)."""
+    """Nightly retraining: the schedule's one home (prefect.yaml is generated from it, flows/deployment.py)."""
 
     cron: str = "0 2 * * *"
     timezone: str = "UTC"

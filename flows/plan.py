@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from components.code_digest import code_digest
 from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError, IndexIntegrityError, LineageError
 from components.indexing.gallery import gallery_beside
@@ -73,6 +74,8 @@ class GenerationPlan(_Frozen):
     #: digest of the model-shaping params and the dataset's content fingerprint (the nightly check hands both over)
     params_digest: str
     data_fingerprint: str | None = None
+    #: digest of the model-shaping code (components/code_digest.py), recorded in the lineage
+    code_digest: str | None = None
     gen_id: int
     name: str
     parent: ParentRef | None
@@ -312,10 +315,11 @@ def make_plan(
     *,
     digest: str | None = None,
     data_fingerprint: str | None = None,
+    code: str | None = None,
 ) -> GenerationPlan:
     """Decide and validate the next generation. Writes nothing.
 
-    ``digest`` / ``data_fingerprint``: already computed by the caller (the nightly change check).
+    ``digest`` / ``data_fingerprint`` / ``code``: already computed by the caller (the nightly change check).
     """
     get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
@@ -340,6 +344,7 @@ def make_plan(
         params=params,
         params_digest=digest,
         data_fingerprint=data_fingerprint,
+        code_digest=code or code_digest(),
         gen_id=gen_id,
         name=spec.name,
         parent=parent,

@@ -96,6 +96,8 @@ class Generation(Base):
     compatible_with_live: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     #: sha256 of the final model.pt (revision 0002; None for rows written before it)
     checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: sha256 of the code that shapes a model (components/code_digest.py; revision 0004; None for rows written before)
+    code_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     parent: Mapped[Generation | None] = relationship(remote_side=[id])

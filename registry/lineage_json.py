@@ -175,6 +175,7 @@ def lineage_document(sessions: sessionmaker[Session], paths: WorkspacePaths) -> 
                 "hyperparameters": g.hyperparameters,
                 "checkpoint": g.checkpoint_path,
                 "checkpoint_sha256": g.checkpoint_sha256,
+                "code_digest": g.code_digest,
                 "index": g.index_path,
                 "mlflow_model": g.mlflow_model,
                 "mlflow_version": g.mlflow_version,

@@ -47,6 +47,8 @@ class GenerationRecord:
     compatible_with_live: bool | None = None
     #: sha256 of the checkpoint file (None: recorded before lineage revision 0002)
     checkpoint_sha256: str | None = None
+    #: digest of the code that shapes a model (None: recorded before lineage revision 0004)
+    code_digest: str | None = None
 
 
 @dataclass

@@ -70,6 +70,7 @@ def _record(
         checkpoint_sha256=file_sha256(trained.checkpoint),  # staged bytes = final bytes (moved by rename)
         params_digest=plan.params_digest,
         data_fingerprint=snap.data_fingerprint,
+        code_digest=plan.code_digest,
         train_seconds=trained.seconds,
         mlflow_model=reg.model_name,
         mlflow_version=reg.version,

@@ -27,12 +27,13 @@ def plan_generation(
     *,
     digest: str | None = None,
     data_fingerprint: str | None = None,
+    code: str | None = None,
 ) -> GenerationPlan:
     """The plan of the next generation in the workspace at ``home``, or the error the input deserves."""
     ws = Workspace(Path(home))
     store = ws.lineage(params, readonly=True)
     try:
-        plan = make_plan(params, ws, store, spec, digest=digest, data_fingerprint=data_fingerprint)
+        plan = make_plan(params, ws, store, spec, digest=digest, data_fingerprint=data_fingerprint, code=code)
     finally:
         store.close()
     check_generation_inputs(plan)

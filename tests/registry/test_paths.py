@@ -85,7 +85,7 @@ def test_db_upgrade_makes_old_absolute_paths_relative(db_url, tmp_path: Path):
     schema.downgrade(engine, "0002_checkpoint_sha256")
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True, root=home)
-    assert upgraded.upgraded == ["migrated 0002_checkpoint_sha256 → 0003_relative_paths"]
+    assert upgraded.upgraded == [f"migrated 0002_checkpoint_sha256 → {schema.head_revision()}"]
     assert _raw(db_url, "checkpoint_path") == "generations/gen_000/model.pt"
     assert _raw(db_url, "model_checkpoint", "gallery_pointers") is None
     assert _raw(db_url, "reference_checkpoint_path") == "/datasets/elsewhere/ref.pt"

@@ -70,6 +70,21 @@ def test_a_pre_alembic_database_is_refused_then_stamped_by_db_upgrade(db_url):
     assert LineageStore(db_url, upgrade=True).upgraded is None  # current: nothing to do
 
 
+def test_revision_0004_adds_the_code_digest_and_rows_before_it_read_none(db_url):
+    store = LineageStore(db_url)
+    store.commit_generation(GenerationBundle(generation_record(0, code_digest="c" * 64)))
+    assert store.generations()[0].code_digest == "c" * 64
+    store.close()
+    engine = create_engine(db_url)
+    schema.downgrade(engine, "0003_relative_paths")  # the lineage as the previous bctflow wrote it
+    assert "code_digest" not in {c["name"] for c in inspect(engine).get_columns("generations")}
+    engine.dispose()
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == ["migrated 0003_relative_paths → 0004_code_digest"]
+    assert upgraded.generations()[0].code_digest is None  # unknown: the nightly check does not retrain for that
+    upgraded.close()
+
+
 def test_a_database_from_a_newer_bctflow_is_refused(db_url):
     LineageStore(db_url).close()
     engine = create_engine(db_url)

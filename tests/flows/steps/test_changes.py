@@ -96,3 +96,23 @@ def test_a_changed_split_changes_both_the_params_and_the_data(lineage):
     params, ws, store = lineage
     report = detect_changes(apply_overrides(params, ["data.test_fraction=0.25"]), ws, store)
     assert report.changed and "parameters changed" in report.reason and "the data changed" in report.reason
+
+
+def test_a_code_change_is_a_change_and_old_rows_without_a_code_digest_are_not(tmp_path: Path):
+    params = write_params(tmp_path / "params.yaml")
+    ws = Workspace(tmp_path / "ws")
+    fingerprint = load_splits(params, ws).fingerprint
+    store = ws.lineage(params)
+    store.commit_generation(GenerationBundle(_record(0, params_digest(params), fingerprint)))  # before revision 0004
+    unknown = detect_changes(params, ws, store, code="b" * 64)
+    assert not unknown.changed and "code digest is unknown (recorded before lineage revision 0004)" in unknown.reason
+    record = _record(1, params_digest(params), fingerprint)
+    record.code_digest = "a" * 64
+    store.commit_generation(GenerationBundle(record))
+    assert store.generations()[-1].code_digest == "a" * 64  # recorded in the lineage
+    same = detect_changes(params, ws, store, code="a" * 64)
+    assert not same.changed and "same code" in same.reason
+    fixed = detect_changes(params, ws, store, code="b" * 64)
+    store.close()
+    assert fixed.changed and fixed.code_digest == "b" * 64
+    assert fixed.reason == f"code changed (digest {'a' * 12} → {'b' * 12}) since generation 1"

@@ -331,9 +331,12 @@ def bench_perf(
     from benchmarks.perf import run_perf
 
     command = "bctflow bench perf " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "bctflow bench perf"
+    train = parse_params(params, []).train
     md = run_perf(
         out,
-        device=parse_params(params, []).train.device,
+        device=train.device,
+        compile=train.compile,
+        compile_mode=train.compile_mode,
         batch=batch,
         repeats=repeats,
         flow=(lambda: _demo_flows(params)) if flow else None,

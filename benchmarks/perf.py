@@ -4,9 +4,14 @@ Every ratio compares two things on the same device, the same model and the same 
 of ``repeats``) so that load on a noisy machine hits both alike (docs/design.md §7.12):
 
 * ``train_vs_bare``: the project's training loop (:func:`~components.training.train_model`, independent method, no
-  augmentation, one checkpoint per epoch) in images/s ÷ a bare loop (forward, cross-entropy, backward, SGD step) with
-  the same precision over the same images. ≥ 1 would mean the project loop is as fast as the bare one.
+  augmentation, one checkpoint per epoch, ``train.compile`` as params say) in images/s ÷ a bare eager loop (forward,
+  cross-entropy, backward, SGD step) with the same precision over the same images. ≥ 1 would mean the project loop is
+  as fast as the bare one. Where the project loop compiles, its eager images/s are measured too
+  (``compiled_vs_eager``).
 * ``aligned_vs_independent``: HBCT's training time (old model's forward + the alignment terms) ÷ the independent one.
+
+Training speed is the steady state: with 2 or more epochs the first is a warm-up (compilation, cuDNN's algorithm
+search, the allocator) and only the later epochs are timed, on both sides; with 1 epoch the whole run is.
 * ``embed_vs_bare``: :func:`~components.training.embed_images` images/s ÷ a bare ``model(x)`` loop under no_grad.
 * ``eval_10k_vs_matmul``: exact leave-one-out CMC/mAP over 10k × 10k (Lorentz) ÷ one float32 matmul of the scores.
 * ``knn_lorentz_vs_cosine``: exact FAISS kNN (k = 10) over Lorentz points ÷ over unit vectors, same n and d.
@@ -42,6 +47,7 @@ from components.io import atomic_write_text
 from components.losses import create_alignment
 from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model
+from components.training.compile import Compile, CompileMode, use_compile
 from components.training.device import autocast, prepare_module, select_device, to_memory_format, use_bf16
 from flows.params import Params
 from flows.specs import model_spec_from_params, train_config_from_params
@@ -89,7 +95,7 @@ def _tensor(data: ArrayDataset) -> ImageTensor:
     return to_image_tensor(data.images, data.labels)
 
 
-def _cfg(batch: int, epochs: int, device: str) -> TrainConfig:
+def _cfg(batch: int, epochs: int, device: str, compile: Compile, compile_mode: CompileMode) -> TrainConfig:
     """params.yaml's training settings, with no augmentation (the bare loop has none), a constant lr of 0.01 and one
     checkpoint kept."""
     base = train_config_from_params(Params(), epochs=epochs)
@@ -102,7 +108,19 @@ def _cfg(batch: int, epochs: int, device: str) -> TrainConfig:
         keep_checkpoints=1,
         crop_padding=0,
         hflip=False,
+        compile=compile,
+        compile_mode=compile_mode,
     )
+
+
+def _timed(marks: list[float]) -> float:
+    """Seconds of the timed epochs from the clock read at the start and at the end of every epoch: all but the
+    first (the warm-up) when there are two or more."""
+    return marks[-1] - marks[1 if len(marks) > 2 else 0]
+
+
+def _timed_images(epochs: int, steps: int, batch: int) -> int:
+    return (epochs - 1 if epochs > 1 else 1) * steps * batch
 
 
 def _bare_train(model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig) -> float:
@@ -112,7 +130,7 @@ def _bare_train(model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig) -> f
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     images, labels = data.images.to(dev), data.labels.to(dev)
     steps = len(data) // cfg.batch_size
-    t = time.perf_counter()
+    marks = [time.perf_counter()]
     for epoch in range(cfg.epochs):
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(epoch)).to(dev)
         for s in range(steps):
@@ -124,40 +142,74 @@ def _bare_train(model: EmbeddingModel, data: ImageTensor, cfg: TrainConfig) -> f
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        marks.append(time.perf_counter())
+    return _timed(marks)
 
 
 def _project_train(spec: ModelSpec, data: ImageTensor, cfg: TrainConfig, method: str) -> float:
+    """Seconds of the timed epochs of :func:`train_model` (its end-of-epoch callback comes after the epoch's
+    metrics were read from the device, so the device has finished the epoch)."""
     old = _model(1, spec).eval() if method != "independent" else None
+    torch._dynamo.reset()  # each run compiles as a new process would (in its warm-up epoch), none reuses another's
     with tempfile.TemporaryDirectory() as d:
-        result = train_model(_model(0, spec), data, cfg, create_alignment(method), Path(d), old_model=old)
-    return result.seconds
+        marks = [time.perf_counter()]
+        train_model(
+            _model(0, spec),
+            data,
+            cfg,
+            create_alignment(method),
+            Path(d),
+            old_model=old,
+            on_epoch=lambda _e, _r: marks.append(time.perf_counter()),
+        )
+    return _timed(marks)
 
 
-def measure_training(device: str, batch: int, n: int, epochs: int, repeats: int, log: Log) -> dict[str, Any]:
-    """train_vs_bare and aligned_vs_independent (images/s of each, best of ``repeats``, taking turns)."""
-    cfg = _cfg(batch, epochs, device)
+def measure_training(
+    device: str,
+    batch: int,
+    n: int,
+    epochs: int,
+    repeats: int,
+    log: Log,
+    compile: Compile = "auto",
+    compile_mode: CompileMode = "reduce-overhead",
+) -> dict[str, Any]:
+    """train_vs_bare and aligned_vs_independent (images/s of each, best of ``repeats``, taking turns); where the
+    project loop compiles, also its eager speed (compiled_vs_eager)."""
+    cfg = _cfg(batch, epochs, device, compile, compile_mode)
+    compiles = use_compile(select_device(device), compile)  # type: ignore[arg-type]
     arrays = _data(n)
     spec, data = _spec(arrays), _tensor(arrays)
     best = {"project": float("inf"), "bare": float("inf"), "hbct": float("inf")}
+    if compiles:
+        best["project_eager"] = float("inf")
     for r in range(repeats):
         best["bare"] = min(best["bare"], _bare_train(_model(0, spec), data, cfg))
         best["project"] = min(best["project"], _project_train(spec, data, cfg, "independent"))
         best["hbct"] = min(best["hbct"], _project_train(spec, data, cfg, "hbct"))
+        if compiles:
+            eager = replace(cfg, compile="off")
+            best["project_eager"] = min(best["project_eager"], _project_train(spec, data, eager, "independent"))
         log(f"  training round {r + 1}/{repeats}: " + ", ".join(f"{k} {v:.2f}s" for k, v in best.items()))
-    images = epochs * (n // batch) * batch
+    images = _timed_images(epochs, n // batch, batch)
     ips = {k: images / v for k, v in best.items()}
-    return {
+    record = {
         "batch": batch,
         "images": images,
+        "compile": f"{compile_mode}" if compiles else "off",
         "project_img_s": round(ips["project"], 1),
         "bare_img_s": round(ips["bare"], 1),
         "hbct_img_s": round(ips["hbct"], 1),
         "train_vs_bare": round(ips["project"] / ips["bare"], 3),
         "aligned_vs_independent": round(best["hbct"] / best["project"], 3),
     }
+    if compiles:
+        record["project_eager_img_s"] = round(ips["project_eager"], 1)
+        record["compiled_vs_eager"] = round(ips["project"] / ips["project_eager"], 3)
+    return record
 
 
 def measure_embedding(device: str, batch: int, n: int, repeats: int) -> dict[str, Any]:
@@ -263,6 +315,15 @@ def _pair_rows(perf: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
         ("eval_10k_vs_matmul", v.get("eval_10k_vs_matmul"), f"{v.get('eval_s')} s", f"{v.get('matmul_s')} s"),
         ("knn_lorentz_vs_cosine", k.get("knn_lorentz_vs_cosine"), f"{k.get('lorentz_s')} s", f"{k.get('cosine_s')} s"),
     ]
+    if t.get("compiled_vs_eager") is not None:
+        rows.append(
+            (
+                "compiled_vs_eager",
+                t.get("compiled_vs_eager"),
+                f"{t.get('project_img_s')} img/s ({t.get('compile')})",
+                f"{t.get('project_eager_img_s')} img/s (eager)",
+            )
+        )
     if f:
         rows.append(
             (
@@ -280,7 +341,8 @@ def _report(perf: dict[str, Any]) -> str:
         "# bctflow bench perf",
         "",
         f"- command: `{perf['command']}`",
-        f"- device: {perf['device']}; precision {perf['precision']}; torch {perf['torch']}",
+        f"- device: {perf['device']}; precision {perf['precision']}; compile {perf['training'].get('compile', 'off')};"
+        f" torch {perf['torch']}",
         f"- date: {perf['date']}; total wall time {perf['seconds'] / 60:.1f} min",
         "",
         "Each ratio compares two measurements taken alternately in this one run (best of the repeats); "
@@ -299,9 +361,11 @@ def run_perf(
     device: str = "auto",
     batch: int = 128,
     train_images: int = 4096,
-    epochs: int = 2,
+    epochs: int = 3,
     embed_images_n: int = 8192,
     repeats: int = 3,
+    compile: Compile = "auto",
+    compile_mode: CompileMode = "reduce-overhead",
     flow: Callable[[], dict[str, Any]] | None = None,
     command: str = "bctflow bench perf",
     log: Log = print,
@@ -318,7 +382,7 @@ def run_perf(
         "date": time.strftime("%Y-%m-%d"),
     }
     log("training: project loop vs bare loop, independent vs hbct")
-    perf["training"] = measure_training(device, batch, train_images, epochs, repeats, log)
+    perf["training"] = measure_training(device, batch, train_images, epochs, repeats, log, compile, compile_mode)
     log("embedding: embed_images vs bare")
     perf["embedding"] = measure_embedding(device, 512, embed_images_n, repeats)
     log("evaluation: exact 10k x 10k vs matmul")

@@ -126,6 +126,9 @@ class TrainParams(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: bf16 autocast + channels_last for the backbone (losses and hyperbolic operations stay float32)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    #: torch.compile the training step's forward passes (auto: on CUDA), in compile_mode (docs/design.md §7.12)
+    compile: Literal["auto", "off", "on"] = "auto"
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "reduce-overhead"
     keep_checkpoints: int = Field(2, ge=1)
     eval_batch_size: int = Field(512, gt=0)
     base_loss: Literal["ce", "mixed", "ce+mixed"] = "ce"
@@ -139,6 +142,12 @@ class TrainParams(_Strict):
     nnodes: int = Field(1, ge=1)
     rdzv_endpoint: str = ""
     job_dir: str = ""
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _yaml_switch(cls, v: Any) -> Any:
+        """YAML reads ``off`` / ``on`` as booleans: take them as the words they were written as."""
+        return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _rendezvous_given(self) -> TrainParams:
@@ -348,6 +357,8 @@ NOT_SHAPING = {
     ("data", "root"),
     ("data", "download"),
     ("train", "device"),
+    ("train", "compile"),  # the same model up to float rounding (docs/design.md §7.12)
+    ("train", "compile_mode"),
     ("train", "nproc"),  # the same model up to float rounding (docs/design.md §7.13)
     ("train", "nnodes"),
     ("train", "rdzv_endpoint"),

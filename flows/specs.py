@@ -112,4 +112,6 @@ def train_config_from_params(
         base_options=dict(t.base_options),
         label_smoothing=t.label_smoothing,
         precision=t.precision,
+        compile=t.compile,
+        compile_mode=t.compile_mode,
     )

@@ -4,7 +4,7 @@ L = L_base + λ · Σ terms(alignment)   (HBCT Eq. (13); the base loss is
 cross-entropy on the model's classifier logits — Lorentz MLR or linear).
 
 * device chosen automatically; bf16 autocast + channels_last by ``precision`` (CUDA: pinned, non-blocking
-  copies, a small selection resident on the GPU);
+  copies, a small selection resident on the GPU); the forward passes compiled by ``compile`` (auto: on CUDA);
 * the old model is frozen (eval, no grad) and sees the *same augmented view*;
 * a checkpoint per epoch (atomic), the last ``keep_checkpoints`` kept;
 * resume from the last checkpoint in ``checkpoint_dir`` — refused if it was
@@ -40,6 +40,7 @@ from components.models.checkpoint import (
     save_torch_atomic,
 )
 from components.models.encoder import EmbeddingModel
+from components.training.compile import Compile, CompileMode, compiled
 from components.training.data import TrainData, as_train_data
 from components.training.device import (
     Precision,
@@ -93,6 +94,9 @@ class TrainConfig:
     label_smoothing: float = 0.0
     #: bf16 autocast + channels_last for the backbone: auto | fp32 | bf16 (components/training/device.py)
     precision: Precision = "auto"
+    #: torch.compile the step's forward passes: auto | off | on, in ``compile_mode`` (components/training/compile.py)
+    compile: Compile = "off"
+    compile_mode: CompileMode = "default"
 
 
 @dataclass
@@ -137,9 +141,12 @@ class _Run:
     base_fn: Callable[..., Tensor]
     device: torch.device
     drop_last: bool
-    #: the model as the step calls it: the model itself, or its DDP wrapper
+    #: the model as the step calls it: the model itself, or its DDP wrapper; compiled where ``train.compile`` says
     forward: Callable[..., object]
     ranks: Ranks
+    #: the frozen old / reference models as the step calls them (compiled like ``forward``)
+    old_forward: Callable[..., object] | None = None
+    ref_forward: Callable[..., object] | None = None
 
 
 def _frozen(
@@ -213,7 +220,25 @@ def _setup(
     steps_per_epoch = len(data) // cfg.batch_size if drop_last else 1
     sched = build_scheduler(opt, cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch, cfg.schedule)
     forward = data_parallel(model, device) if ranks.distributed else model
-    return _Run(model, method, old_model, reference_model, opt, sched, base_fn, device, drop_last, forward, ranks)
+
+    def step_call(m: Callable[..., object] | None) -> Callable[..., object] | None:
+        return None if m is None else compiled(m, device, cfg.compile, cfg.compile_mode, ranks.distributed)
+
+    return _Run(
+        model,
+        method,
+        old_model,
+        reference_model,
+        opt,
+        sched,
+        base_fn,
+        device,
+        drop_last,
+        step_call(forward),  # type: ignore[arg-type]
+        ranks,
+        step_call(old_model),
+        step_call(reference_model),
+    )
 
 
 def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[dict[str, float]]]:
@@ -266,10 +291,10 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
             out = run.forward(x)
             old_out = ref_out = None
             with torch.no_grad():
-                if run.old_model is not None:
-                    old_out = run.old_model(x, with_logits=False)
-                if run.reference_model is not None:
-                    ref_out = run.reference_model(x, with_logits=False)
+                if run.old_forward is not None:
+                    old_out = run.old_forward(x, with_logits=False)
+                if run.ref_forward is not None:
+                    ref_out = run.ref_forward(x, with_logits=False)
         if ranks.distributed:  # the losses see the global batch (components/training/distributed.py)
             out, old_out, ref_out = (gather_output(o, n, ranks) for o in (out, old_out, ref_out))
             y = gather_rows(y, n, ranks)

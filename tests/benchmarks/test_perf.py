@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from benchmarks.perf import flow_compute, run_perf
+from benchmarks.perf import _timed, _timed_images, flow_compute, run_perf
+
+
+def test_the_first_epoch_is_a_warm_up_when_there_are_several():
+    assert _timed([0.0, 5.0, 7.0, 9.5]) == 4.5  # epochs 2 and 3 (the first held compilation, cuDNN's search)
+    assert _timed_images(3, 10, 32) == 2 * 10 * 32
+    assert _timed([1.0, 4.0]) == 3.0 and _timed_images(1, 10, 32) == 320  # one epoch: the whole run
 
 
 def test_flow_compute_divides_wall_by_the_recorded_training_seconds(tmp_path):

@@ -221,6 +221,8 @@ def test_methods_needing_a_parent_are_refused_without_one(tmp_path, data):
 
 # The epoch records the per-step loop wrote before it stopped synchronising with the device at every step (one
 # host read per epoch now, float64 sums on the device): same seeds, same data, same numbers (within float noise).
+# Recorded under torch 2.14.1; torch 2.15's CPU kernels round differently (bct's loss moved by 2.8e-5 relative), so
+# the tolerance is 1e-4 relative: an epoch mean over a wrong count or a lost term moves them by far more.
 _PER_STEP_LOOP = {
     "hbct": [
         {
@@ -285,7 +287,7 @@ def test_sync_free_loop_reproduces_the_per_step_loop(tmp_path, data, method, one
         old_model=fresh_model(old_seed, geometry=geometry).eval(),
     )
     for got, want in zip(result.history, _PER_STEP_LOOP[method], strict=True):
-        assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-6, abs=1e-8)
+        assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-4, abs=1e-8)
 
 
 def test_bf16_training_on_cpu_runs_and_differs_only_slightly(tmp_path, data):

@@ -70,7 +70,17 @@ def test_a_model_shaping_change_is_a_change(lineage, override: str):
     assert "data changed" not in report.reason
 
 
-@pytest.mark.parametrize("override", ["train.device=cpu", "train.eval_batch_size=64", "data.download=false", "ROOT"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "train.device=cpu",
+        "train.eval_batch_size=64",
+        "data.download=false",
+        "ROOT",
+        "train.compile=off",
+        "train.compile_mode=default",
+    ],
+)
 def test_a_change_that_does_not_shape_the_model_is_no_change(lineage, tmp_path: Path, override: str):
     params, ws, store = lineage
     if override == "ROOT":  # another dataset cache holding the same data

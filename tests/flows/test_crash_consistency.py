@@ -132,3 +132,22 @@ def test_twenty_kills_at_random_instants_then_the_same_command_finishes(g0):
         assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
     assert kills >= 20, f"only {kills} attempts were killed"
     _assert_consistent(home, params, ["g0", "g1"])
+
+
+def test_doctor_reports_a_killed_commit_and_repair_makes_the_workspace_consistent(g0):
+    """`bctflow doctor` names what a kill between the MLflow registration and the SQL commit left behind and exits 1;
+    `--repair` finishes or undoes it; a second `doctor` finds nothing, and the run then completes."""
+    home, params = g0
+    killed = _bctflow(["run", "--generation", "g1"], home, params, kill_at="generation.after_register")
+    assert killed.returncode == -signal.SIGKILL
+    found = _bctflow(["doctor"], home, params)
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "not repaired" in found.stdout and "left" in found.stdout
+    repaired = _bctflow(["doctor", "--repair"], home, params)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "repaired" in repaired.stdout
+    clean = _bctflow(["doctor"], home, params)
+    assert clean.returncode == 0 and "workspace consistent" in clean.stdout, clean.stdout + clean.stderr
+    again = _bctflow(["run", "--generation", "g1"], home, params)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    _assert_consistent(home, params, ["g0", "g1"])

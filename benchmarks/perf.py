@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.eval_speed import measure_exact_eval
+from benchmarks.perf_report import perf_report
 from components.data.base import ArrayDataset
 from components.data.batches import ImageTensor, to_image_tensor
 from components.geometry import expmap0
@@ -300,61 +301,6 @@ def _device_words(device: str) -> str:
     )
 
 
-def _pair_rows(perf: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
-    """(ratio, value, project side, baseline side) per measured ratio."""
-    t, e, v, k, f = (perf.get(x) or {} for x in ("training", "embedding", "evaluation", "knn", "flow"))
-    rows = [
-        ("train_vs_bare", t.get("train_vs_bare"), f"{t.get('project_img_s')} img/s", f"{t.get('bare_img_s')} img/s"),
-        (
-            "aligned_vs_independent",
-            t.get("aligned_vs_independent"),
-            f"{t.get('hbct_img_s')} img/s (hbct)",
-            f"{t.get('project_img_s')} img/s (independent)",
-        ),
-        ("embed_vs_bare", e.get("embed_vs_bare"), f"{e.get('project_img_s')} img/s", f"{e.get('bare_img_s')} img/s"),
-        ("eval_10k_vs_matmul", v.get("eval_10k_vs_matmul"), f"{v.get('eval_s')} s", f"{v.get('matmul_s')} s"),
-        ("knn_lorentz_vs_cosine", k.get("knn_lorentz_vs_cosine"), f"{k.get('lorentz_s')} s", f"{k.get('cosine_s')} s"),
-    ]
-    if t.get("compiled_vs_eager") is not None:
-        rows.append(
-            (
-                "compiled_vs_eager",
-                t.get("compiled_vs_eager"),
-                f"{t.get('project_img_s')} img/s ({t.get('compile')})",
-                f"{t.get('project_eager_img_s')} img/s (eager)",
-            )
-        )
-    if f:
-        rows.append(
-            (
-                "flow_wall_vs_compute",
-                f.get("flow_wall_vs_compute"),
-                f"{f.get('wall_s')} s wall",
-                f"{f.get('compute_s')} s training",
-            )
-        )
-    return rows
-
-
-def _report(perf: dict[str, Any]) -> str:
-    lines = [
-        "# bctflow bench perf",
-        "",
-        f"- command: `{perf['command']}`",
-        f"- device: {perf['device']}; precision {perf['precision']}; compile {perf['training'].get('compile', 'off')};"
-        f" torch {perf['torch']}",
-        f"- date: {perf['date']}; total wall time {perf['seconds'] / 60:.1f} min",
-        "",
-        "Each ratio compares two measurements taken alternately in this one run (best of the repeats); "
-        "benchmarks/perf.py says what each side is.",
-        "",
-        "| ratio | value | project side | baseline side |",
-        "|---|---:|---:|---:|",
-    ]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _pair_rows(perf)]
-    return "\n".join(lines) + "\n"
-
-
 def run_perf(
     out: Path,
     *,
@@ -402,5 +348,5 @@ def run_perf(
     perf["seconds"] = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "perf.json", json.dumps(perf, indent=1) + "\n")
-    atomic_write_text(out / "report.md", _report(perf))
+    atomic_write_text(out / "report.md", perf_report(perf))
     return out / "report.md"

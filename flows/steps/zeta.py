@@ -42,7 +42,7 @@ def parent_radii(plan: GenerationPlan, sample: int = SAMPLE) -> np.ndarray:
     if isinstance(split, ArrayDataset):
         images = to_image_tensor(split.images[rows], np.zeros(len(rows), dtype=np.int64)).images
     else:
-        images = torch.cat([b[0] for b in split.sample(len(rows), plan.params.data.split_seed).loader(256)])
+        images = torch.cat([b[0] for b in split.sample(len(rows), plan.params.data.split_seed).loader(batch_size=256)])
     model = load_model(Path(plan.parent.checkpoint)).eval()
     out = []
     with torch.no_grad():

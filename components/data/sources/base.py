@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -26,6 +27,7 @@ T = TypeVar("T")
 __all__ = [
     "BatchIndexSampler",
     "ImageSource",
+    "LoaderOptions",
     "UnknownIdError",
     "check_unique_ids",
     "epoch_seed",
@@ -90,6 +92,54 @@ def passthrough(batch: T) -> T:
 
 def _is_range(t: torch.Tensor) -> bool:
     return bool(torch.equal(t, torch.arange(len(t), dtype=t.dtype)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderOptions:
+    """How :meth:`ImageSource.loader` batches, orders and decodes (its keywords, checked once)."""
+
+    batch_size: int
+    shuffle: bool = False
+    seed: int = 0
+    epoch: int = 0
+    workers: int = 0
+    pin_memory: bool = False
+    image_size: int | None = None
+    drop_last: bool = False
+    shard: tuple[int, int] = (0, 1)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise DataError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.image_size is not None and int(self.image_size) < 1:
+            raise DataError(f"image_size must be a positive number of pixels, got {self.image_size}")
+
+    @property
+    def size(self) -> int | None:
+        """``image_size`` as an int (None: native size)."""
+        return None if self.image_size is None else int(self.image_size)
+
+    def batched(self, dataset: object, selection: np.ndarray, loader: type[DataLoader] = DataLoader) -> DataLoader:
+        """``loader`` over a map-style ``dataset`` that returns whole batches for index tensors: the batches of
+        :class:`BatchIndexSampler` over ``selection``, decoded in ``workers`` processes."""
+        sampler = BatchIndexSampler(
+            selection,
+            self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            drop_last=self.drop_last,
+            shard=self.shard,
+        )
+        return loader(
+            dataset,  # type: ignore[arg-type]
+            sampler=sampler,
+            batch_size=None,
+            collate_fn=passthrough,
+            num_workers=self.workers,
+            pin_memory=self.pin_memory,
+            multiprocessing_context=worker_context(self.workers),
+        )
 
 
 class BatchIndexSampler(Sampler[torch.Tensor]):
@@ -182,7 +232,6 @@ class ImageSource(ABC):
     def fingerprint(self) -> str:
         """sha256 hex digest identifying the content, computed cheaply (index + file sizes, or array hash)."""
 
-    @abstractmethod
     def loader(
         self,
         positions: np.ndarray | None = None,
@@ -204,7 +253,24 @@ class ImageSource(ABC):
         ``shuffle`` is seeded by ``(seed, epoch)``. ``image_size`` resizes every image to (size, size)
         (bilinear, antialiased); None keeps the native size, which all images must share. ``shard = (rank, world)``:
         this rank's part of each batch of ``batch_size`` (distributed training, :class:`BatchIndexSampler`).
+        ``workers`` processes decode; ``pin_memory`` pins the batches (CUDA).
         """
+        opts = LoaderOptions(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            workers=workers,
+            pin_memory=pin_memory,
+            image_size=image_size,
+            drop_last=drop_last,
+            shard=shard,
+        )
+        return self._loader(self._selection(positions), opts)
+
+    @abstractmethod
+    def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
+        """The DataLoader of :meth:`loader` over the checked (K,) int64 positions ``selection``."""
 
     @functools.cached_property
     def _id_order(self) -> np.ndarray:

@@ -18,13 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from components.data.sources.base import (
-    BatchIndexSampler,
-    ImageSource,
-    check_unique_ids,
-    passthrough,
-    worker_context,
-)
+from components.data.sources.base import ImageSource, LoaderOptions, check_unique_ids
 from components.data.sources.decode import check_channels, decode_image, fit_image, image_info
 from components.errors import DataError
 
@@ -178,43 +172,16 @@ class FileSource(ImageSource):
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
-    def loader(
-        self,
-        positions: np.ndarray | None = None,
-        *,
-        batch_size: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-        workers: int = 0,
-        pin_memory: bool = False,
-        image_size: int | None = None,
-        drop_last: bool = False,
-        shard: tuple[int, int] = (0, 1),
-    ) -> DataLoader:
+    def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled),
         decoded in ``workers`` processes."""
-        selection = self._selection(positions)
-        if image_size is not None and int(image_size) < 1:
-            raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
         items = FileItems(
             self.paths,
             torch.from_numpy(self._labels),
             torch.from_numpy(self._ids),
             channels=self.channels,
-            image_size=None if image_size is None else int(image_size),
-            native_hw=self.native_hw if image_size is None else None,
+            image_size=opts.size,
+            native_hw=self.native_hw if opts.size is None else None,
             hint=self.hint,
         )
-        sampler = BatchIndexSampler(
-            selection, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, shard=shard
-        )
-        return DataLoader(
-            items,
-            sampler=sampler,
-            batch_size=None,
-            collate_fn=passthrough,
-            num_workers=workers,
-            pin_memory=pin_memory,
-            multiprocessing_context=worker_context(workers),
-        )
+        return opts.batched(items, selection)

@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from components.data.base import ArrayDataset, array_fingerprint
-from components.data.sources.base import BatchIndexSampler, ImageSource, passthrough, worker_context
+from components.data.sources.base import ImageSource, LoaderOptions
 from components.data.sources.decode import resize_uint8
 
 __all__ = ["ArraySource", "InlineLoader", "TensorBatches"]
@@ -126,36 +126,6 @@ class ArraySource(ImageSource):
             ids = torch.from_numpy(np.ascontiguousarray(self.ids))
         return images, labels, ids
 
-    def loader(
-        self,
-        positions: np.ndarray | None = None,
-        *,
-        batch_size: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-        workers: int = 0,
-        pin_memory: bool = False,
-        image_size: int | None = None,
-        drop_last: bool = False,
-        shard: tuple[int, int] = (0, 1),
-    ) -> DataLoader:
+    def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled)."""
-        sampler = BatchIndexSampler(
-            self._selection(positions),
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
-            drop_last=drop_last,
-            shard=shard,
-        )
-        return InlineLoader(
-            TensorBatches(*self.tensors, image_size=image_size),
-            sampler=sampler,
-            batch_size=None,
-            collate_fn=passthrough,
-            num_workers=workers,
-            pin_memory=pin_memory,
-            multiprocessing_context=worker_context(workers),
-        )
+        return opts.batched(TensorBatches(*self.tensors, image_size=opts.image_size), selection, InlineLoader)

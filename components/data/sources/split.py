@@ -11,6 +11,7 @@ so selecting never reads an image.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -77,29 +78,8 @@ class SourceDataset:
         own = self.ids
         return positions_of_ids(own, np.argsort(own, kind="stable"), ids, f"this split of {self.source.name!r}")
 
-    def loader(
-        self,
-        *,
-        batch_size: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-        workers: int = 0,
-        pin_memory: bool = False,
-        drop_last: bool = False,
-        shard: tuple[int, int] = (0, 1),
-    ) -> DataLoader:
-        """The source's DataLoader over this split: ``(images uint8 (B, C, H, W), labels (B,), ids (B,))``;
-        ``shard = (rank, world)``: this rank's part of every batch."""
-        return self.source.loader(
-            self._rows,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
-            workers=workers,
-            pin_memory=pin_memory,
-            image_size=self.image_size,
-            drop_last=drop_last,
-            shard=shard,
-        )
+    def loader(self, *, batch_size: int, **options: Any) -> DataLoader:
+        """The source's DataLoader over this split at the split's image size: ``(images uint8 (B, C, H, W),
+        labels (B,), ids (B,))``; ``options`` are :meth:`ImageSource.loader`'s (``shuffle``, ``seed``, ``epoch``,
+        ``workers``, ``pin_memory``, ``drop_last``, ``shard = (rank, world)``: this rank's part of every batch)."""
+        return self.source.loader(self._rows, batch_size=batch_size, image_size=self.image_size, **options)

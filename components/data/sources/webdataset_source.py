@@ -28,7 +28,7 @@ import webdataset as wds
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from components.data.sources.base import ImageSource, check_unique_ids, epoch_seed, worker_context
+from components.data.sources.base import ImageSource, LoaderOptions, check_unique_ids, epoch_seed, worker_context
 from components.data.sources.decode import check_channels, decode_image, fit_image
 from components.data.sources.shard_index import IMAGE_KEYS, load_or_build_index
 from components.errors import DataError
@@ -208,57 +208,39 @@ class WebDatasetSource(ImageSource):
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
-    def loader(
-        self,
-        positions: np.ndarray | None = None,
-        *,
-        batch_size: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-        workers: int = 0,
-        pin_memory: bool = False,
-        image_size: int | None = None,
-        drop_last: bool = False,
-        shard: tuple[int, int] = (0, 1),
-    ) -> DataLoader:
+    def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` of the selected items, read shard by
         shard (order: see the module docstring). A stream has no per-rank batches: ``shard`` must be ``(0, 1)``."""
-        if shard[1] > 1:
+        if opts.shard[1] > 1:
             raise DataError(
                 f"source {self.name!r} is a WebDataset stream, which distributed training (train.nproc > 1) cannot "
                 "cut into per-rank batches yet; train it with train.nproc 1, or list its images in a manifest source"
             )
-        if batch_size < 1:
-            raise DataError(f"batch_size must be at least 1, got {batch_size}")
-        if image_size is not None and int(image_size) < 1:
-            raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
-        selection = self._selection(positions)
         everything = len(selection) == len(self)
         shards = np.unique(self.index.shard[selection])  # sorted: shard order
-        if shuffle:
-            shards = np.random.default_rng(epoch_seed(seed, epoch)).permutation(shards)
+        if opts.shuffle:
+            shards = np.random.default_rng(epoch_seed(opts.seed, opts.epoch)).permutation(shards)
         urls = [str(self.path / self.index.shards[s]) for s in shards]
         stream = ShardStream(
             urls,
             None if everything else np.sort(self.index.ids[selection]),
             len(selection),
             channels=self.channels,
-            image_size=None if image_size is None else int(image_size),
-            native_hw=self.native_hw if image_size is None else None,
-            shuffle_buffer=self.shuffle_buffer if shuffle else 0,
-            seed=seed,
-            epoch=epoch,
+            image_size=opts.size,
+            native_hw=self.native_hw if opts.size is None else None,
+            shuffle_buffer=self.shuffle_buffer if opts.shuffle else 0,
+            seed=opts.seed,
+            epoch=opts.epoch,
         )
-        n_workers = min(int(workers), len(urls))
+        n_workers = min(int(opts.workers), len(urls))
         return DataLoader(
             stream,
-            batch_size=batch_size,
+            batch_size=opts.batch_size,
             collate_fn=collate_items,
             num_workers=n_workers,
-            pin_memory=pin_memory,
+            pin_memory=opts.pin_memory,
             multiprocessing_context=worker_context(n_workers),
-            drop_last=drop_last,
+            drop_last=opts.drop_last,
         )
 
     def __repr__(self) -> str:

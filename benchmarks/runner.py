@@ -75,6 +75,10 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+#: TrainConfig fields that choose how a step runs and leave the trained model the same up to float rounding
+_RUN_ONLY = ("compile", "compile_mode")
+
+
 def _cache_key(
     spec: ModelSpec,
     method: str,
@@ -92,7 +96,8 @@ def _cache_key(
             "spec": spec.to_dict(),
             "method": method,
             "options": options or {},
-            "cfg": cfg.__dict__,
+            # how the step runs, not what it trains (like device "auto"): keys stay those of models cached before
+            "cfg": {k: v for k, v in cfg.__dict__.items() if k not in _RUN_ONLY},
             "data": data.sha256,
             "old": old.key if old is not None and align.requires_old else None,
             "ref": reference.key if reference is not None and align.needs_reference else None,

@@ -15,6 +15,7 @@ from benchmarks.grid import describe, local_threads, train_grid
 from benchmarks.run import run_benchmark
 from benchmarks.scenarios import make_scenario, run_table
 from components.errors import ConfigError
+from flows.overrides import parse_overrides
 from tests.benchmarks.test_bench_runs import tiny_bench
 
 #: a tuned λ (its further seed waits on seed 0's validation results: the second wave), a training-free method
@@ -83,3 +84,19 @@ def test_the_grid_runs_the_method_table_scenarios_only_and_says_how_it_ran(tmp_p
     args = ["bench", "--scenario", "partial_backfill", "--workers", "2", "--home", str(tmp_path)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and "partial_backfill runs sequentially" in res.output
+
+
+def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
+    """train.compile chooses how the step runs (the same model up to float rounding): a model's cache key does not
+    change with it, so models cached before the setting existed are found again; what trains another model does."""
+    bench = tiny_bench(tmp_path, METHODS)
+    arch = make_scenario(bench, "ext_class").old_arch
+    data = bench.selection("all")
+
+    def key(*overrides: str) -> str:
+        params = dict(parse_overrides(list(overrides))) or None
+        return bench.model_ref("m", data, geometry="lorentz", arch=arch, zeta=1.0, params=params).key
+
+    plain = key()
+    assert key("train.compile=on") == key("train.compile_mode=default") == plain
+    assert key("train.lr=0.05") != plain

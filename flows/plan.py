@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from components.code_digest import code_digest
 from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError, IndexIntegrityError, LineageError
+from components.indexing import MANIFEST_FILE
 from components.indexing.gallery import gallery_beside
 from components.indexing.live import LiveGallery
 from components.io import file_sha256
@@ -199,8 +200,9 @@ def _check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
 
 
 def _check_live_gallery(ws: Workspace, store: LineageStore) -> None:
-    """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, and
-    that index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py)."""
+    """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, that
+    index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py), and its manifest is
+    the one the lineage pinned (revision 0005)."""
     ptr, live = store.live_pointer(), LiveGallery(ws.live_dir)
     try:
         if ptr is not None and not live.matches(ptr.index_path, generation=ptr.generation_id):
@@ -209,6 +211,13 @@ def _check_live_gallery(ws: Workspace, store: LineageStore) -> None:
                 f"{ptr.generation_id}); run `bctflow doctor --repair` to rewrite it from the lineage"
             )
         live.index()
+        manifest = Path(ptr.index_path) / MANIFEST_FILE if ptr is not None else None
+        if ptr is not None and ptr.index_sha256 and manifest and file_sha256(manifest) != ptr.index_sha256:
+            raise IndexIntegrityError(
+                f"{manifest} is not the manifest the lineage pinned when generation {ptr.generation_id}'s gallery went "
+                f"live (sha256 {ptr.index_sha256[:12]}…): the index was replaced or edited; restore that folder from a "
+                "backup, or rebuild the gallery with `bctflow backfill`"
+            )
     except IndexIntegrityError as err:
         raise IndexIntegrityError(f"the live gallery cannot serve: {err}") from None
 

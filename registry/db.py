@@ -178,6 +178,8 @@ class GalleryPointer(Base):
     backfill_id: Mapped[int | None] = mapped_column(ForeignKey("backfill_events.id"), nullable=True)
     #: sha256 of model_checkpoint (revision 0002; None for rows written before it)
     model_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: sha256 of the index's manifest.json, which holds every index file's sha256 (revision 0005; None before it)
+    index_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class BackfillEvent(Base):

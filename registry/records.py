@@ -90,6 +90,8 @@ class PointerRecord:
     backfill_id: int | None = None
     #: sha256 of model_checkpoint (None: recorded before lineage revision 0002)
     model_sha256: str | None = None
+    #: sha256 of the index's manifest.json (None: recorded before lineage revision 0005)
+    index_sha256: str | None = None
 
 
 @dataclass

@@ -100,9 +100,9 @@ def train_config(**fields):
     return dataclasses.replace(train_config_from_params(Params()), **fields)
 
 
-def write_live_gallery(live_dir, index_dir, generation: int = 0) -> None:
+def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) -> None:
     """A real (tiny, random Lorentz) index saved at ``index_dir`` and named by ``live_dir/CURRENT``: what planning
-    verifies before training, for hand-made lineages."""
+    verifies before training, for hand-made lineages (``seed``: its random points)."""
     from pathlib import Path
 
     import numpy as np
@@ -112,7 +112,7 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0) -> None:
     from components.indexing import GalleryIndex
     from components.indexing.live import LiveGallery
 
-    z = np.random.default_rng(0).normal(size=(40, 16))
+    z = np.random.default_rng(seed).normal(size=(40, 16))
     GalleryIndex.build(
         expmap0(torch.from_numpy(z), 1.0).numpy(),
         np.arange(40),

@@ -16,6 +16,7 @@ from typing import Any
 
 from components.errors import LineageError
 from components.faults import crash_point
+from components.indexing import MANIFEST_FILE
 from components.io import file_sha256
 from flows.plan import GenerationPlan
 from flows.steps.reconcile import roll_forward
@@ -80,9 +81,10 @@ def _record(
 
 
 def _pointer(
-    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool
+    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool, index_sha256: str
 ) -> PointerRecord | None:
-    """The new live pointer: generation 0 embeds the gallery; a compatible generation may query it; else unchanged."""
+    """The new live pointer: generation 0 embeds the gallery (its index pinned by ``index_sha256``, the sha256 of
+    its manifest); a compatible generation may query it; else unchanged."""
     if plan.parent is None:
         return PointerRecord(
             plan.gen_id,
@@ -92,6 +94,7 @@ def _pointer(
             plan.zeta,
             [plan.gen_id],
             model_sha256=record.checkpoint_sha256,
+            index_sha256=index_sha256,
         )
     if not compatible:
         return None
@@ -107,11 +110,14 @@ def _pointer(
         allowed,
         cur.backfill_id,
         cur.model_sha256,
+        cur.index_sha256,
     )
 
 
-def _bundle(plan: GenerationPlan, store: LineageStore, record: GenerationRecord, ev: Evaluation) -> GenerationBundle:
-    """Everything the lineage transaction writes for the generation."""
+def _bundle(
+    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, ev: Evaluation, index_sha256: str
+) -> GenerationBundle:
+    """Everything the lineage transaction writes for the generation (``index_sha256``: its index's manifest)."""
     zeta = None
     if plan.zeta is not None:
         zeta = ZetaRecord(
@@ -125,7 +131,7 @@ def _bundle(plan: GenerationPlan, store: LineageStore, record: GenerationRecord,
         diagnostics=ev.diagnostics,
         zeta=zeta,
         decision=ev.decision,
-        pointer=_pointer(plan, store, record, ev.compatible),
+        pointer=_pointer(plan, store, record, ev.compatible, index_sha256),
         compat=ev.compat,
         promotion=(store.production_generation_id(), reason) if record.promoted else None,
     )
@@ -158,7 +164,7 @@ def commit(
             reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
             compatible_with_live=ev.compatible,
         )
-        bundle = _bundle(plan, store, record, ev)
+        bundle = _bundle(plan, store, record, ev, file_sha256(Path(gallery.index_dir) / MANIFEST_FILE))
         if plan.final_dir.exists():
             raise LineageError(
                 f"{plan.final_dir} already exists although generation {plan.gen_id} is not in the lineage; move it "

@@ -20,7 +20,7 @@ import numpy as np
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.faults import crash_point
-from components.indexing import GalleryIndex
+from components.indexing import MANIFEST_FILE, GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.live import LiveGallery
 from components.indexing.mixed import mix_galleries
@@ -162,6 +162,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             plan.zeta,
             [plan.target],
             model_sha256=file_sha256(model_ckpt),
+            index_sha256=file_sha256(index_dir / MANIFEST_FILE),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]

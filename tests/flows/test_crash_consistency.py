@@ -16,7 +16,9 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from components.faults import KILL_ENV
+from components.indexing import MANIFEST_FILE
 from components.indexing.live import LiveGallery
+from components.io import file_sha256
 from flows.params import load_params
 from flows.steps.reconcile import inspect_workspace
 from flows.workspace import Workspace
@@ -59,6 +61,7 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         assert tracking.alias_version("gallery") == versions[ptr.generation_id]
         live = LiveGallery(ws.live_dir)
         assert live.pointer()["generation"] == ptr.generation_id and live.index().ntotal > 0
+        assert ptr.index_sha256 == file_sha256(Path(ptr.index_path) / MANIFEST_FILE)  # the serving index, pinned
         assert sorted(d.name for d in ws.generations_dir.iterdir()) == [f"gen_{g.id:03d}" for g in gens]
         assert not list(ws.staging_dir.glob("gen_*"))
         assert not (ws.backfills_dir / "in_progress").exists()

@@ -12,6 +12,7 @@ import pytest
 from mlflow import MlflowClient
 from prefect.settings import PREFECT_API_URL
 
+from components.indexing import MANIFEST_FILE
 from components.io import file_sha256
 from registry.lineage import LineageStore
 from tests.helpers import run_backfill, write_params
@@ -48,6 +49,7 @@ def test_the_chain_and_the_backfill_live_in_postgresql(pg_run):
     ptr = store.live_pointer()
     assert ptr.generation_id == 1  # the full backfill re-embedded the gallery with g1
     assert ptr.model_sha256 == file_sha256(ptr.model_checkpoint)  # the gallery's model, pinned by its bytes
+    assert ptr.index_sha256 == file_sha256(f"{ptr.index_path}/{MANIFEST_FILE}")  # and its index, by its manifest
     assert [(b.from_generation_id, b.to_generation_id, b.kind) for b in store.backfills()] == [(0, 1, "full")]
     store.close()
     client = MlflowClient(tracking_uri=tracking)

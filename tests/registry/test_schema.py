@@ -13,7 +13,7 @@ from components.errors import LineageError
 from registry import schema
 from registry.db import Base
 from registry.lineage import LineageStore
-from registry.records import GenerationBundle
+from registry.records import GenerationBundle, PointerRecord
 from tests.helpers import generation_record
 
 
@@ -80,7 +80,7 @@ def test_revision_0004_adds_the_code_digest_and_rows_before_it_read_none(db_url)
     assert "code_digest" not in {c["name"] for c in inspect(engine).get_columns("generations")}
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True)
-    assert upgraded.upgraded == ["migrated 0003_relative_paths → 0004_code_digest"]
+    assert upgraded.upgraded == ["migrated 0003_relative_paths → 0005_index_sha256"]  # through 0004
     assert upgraded.generations()[0].code_digest is None  # unknown: the nightly check does not retrain for that
     upgraded.close()
 
@@ -93,3 +93,19 @@ def test_a_database_from_a_newer_bctflow_is_refused(db_url):
     engine.dispose()
     with pytest.raises(LineageError, match="schema ffff_from_the_future, newer than this bctflow"):
         LineageStore(db_url, readonly=True)
+
+
+def test_revision_0005_pins_the_live_index_and_rows_before_it_read_none(db_url):
+    store = LineageStore(db_url)
+    pointer = PointerRecord(0, "/i/0/index", "g0", compatible_generations=[0], index_sha256="d" * 64)
+    store.commit_generation(GenerationBundle(generation_record(0), pointer=pointer))
+    assert store.live_pointer().index_sha256 == "d" * 64
+    store.close()
+    engine = create_engine(db_url)
+    schema.downgrade(engine, "0004_code_digest")  # the lineage as the previous bctflow wrote it
+    assert "index_sha256" not in {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
+    engine.dispose()
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == ["migrated 0004_code_digest → 0005_index_sha256"]
+    assert upgraded.live_pointer().index_sha256 is None  # unknown: the manifest's own checksums still apply
+    upgraded.close()

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import CheckpointMismatchError, ConfigError, DataError, IndexIntegrityError, LineageError
+from components.indexing import MANIFEST_FILE
 from components.indexing.live import LiveGallery
 from components.io import file_sha256
 from components.models import build_model, save_model
@@ -94,7 +95,13 @@ def _workspace_with_parent(
         GenerationBundle(
             rec,
             zeta=ZetaRecord(None, 0.0, 1.0),
-            pointer=PointerRecord(0, str(index_dir), "generation 0 embedded the gallery", compatible_generations=[0]),
+            pointer=PointerRecord(
+                0,
+                str(index_dir),
+                "generation 0 embedded the gallery",
+                compatible_generations=[0],
+                index_sha256=file_sha256(index_dir / MANIFEST_FILE) if pin else None,
+            ),
         )
     )
     return home, store
@@ -137,6 +144,20 @@ def test_a_live_gallery_that_cannot_serve_is_refused_before_training(tiny_params
     before = files_under(home)
     with pytest.raises(IndexIntegrityError, match=words):
         preflight(tiny_params_file, [], home, {"name": "g1", "classes": "all", "alignment": "hbct"})
+    assert files_under(home) == before
+
+
+def test_a_live_index_swapped_for_another_valid_one_is_refused_by_its_pin(tiny_params_file: Path, tmp_path: Path):
+    """An index folder replaced by another well-formed index (its own manifest and checksums agree) loads, but its
+    manifest is not the one the lineage pinned when the gallery went live (lineage revision 0005)."""
+    home, _ = _workspace_with_parent(tmp_path, tiny_params_file, checkpoint_zeta=1.0, pin=True)
+    spec = {"name": "g1", "classes": "all", "alignment": "hbct"}
+    preflight(tiny_params_file, [], home, spec)  # the pinned index: fine
+    ws = Workspace(home)
+    write_live_gallery(ws.live_dir, ws.generation_dir(0) / "index", seed=1)  # other points, same place
+    before = files_under(home)
+    with pytest.raises(IndexIntegrityError, match=r"is not the manifest the lineage pinned .*`bctflow backfill`"):
+        preflight(tiny_params_file, [], home, spec)
     assert files_under(home) == before
 
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import typer
 
+from bctflow.choices import BackfillOrder, IndexType, Scenario, complete_profile
 from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params, report_finished
 from components.errors import BctflowError
 from flows.env import configure_environment
 from flows.lock import workspace_lock
-from flows.params import Params
 from flows.prefect_api import prefect_api
-from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace, resolve_home
 
 
@@ -27,9 +26,7 @@ def backfill(
     fraction: float = typer.Option(
         1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"
     ),
-    order: str | None = typer.Option(
-        None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"
-    ),
+    order: BackfillOrder | None = typer.Option(None, "--order", help="partial backfill order (default backfill.order)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
     force: bool = typer.Option(
         False,
@@ -39,6 +36,7 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
+    from flows.steps.reconcile import finish_interrupted
     from flows.steps.reembed import plan_backfill
 
     h = resolve_home(home)
@@ -101,7 +99,7 @@ def promote(
 @app.command(name="db-upgrade")
 def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
     """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
-    p = parse_params(params, None) if params.exists() else Params()
+    p = parse_params(params, None)
     try:
         store = Workspace(resolve_home(home)).lineage(p, upgrade=True)
     except BctflowError as err:
@@ -121,7 +119,9 @@ def doctor(
     repair: bool = typer.Option(False, "--repair", help="repair what can be repaired (back the workspace up first)"),
 ) -> None:
     """Check that lineage, files, live pointer and MLflow registry agree (docs/commit-protocol.md)."""
-    p = parse_params(params, None) if params.exists() else Params()
+    from flows.steps.reconcile import inspect_workspace
+
+    p = parse_params(params, None)
     h = resolve_home(home)
     try:
         if repair:
@@ -206,11 +206,12 @@ app.add_typer(bench_app, name="bench")
 def bench(
     ctx: typer.Context,
     profile: str = typer.Option(
-        "cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"
+        "cpu",
+        "--profile",
+        autocompletion=complete_profile,
+        help="benchmark profile: a name of benchmarks/profiles/ (cpu, gpu, ...) or a YAML path",
     ),
-    scenario: str | None = typer.Option(
-        None, "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
-    ),
+    scenario: Scenario | None = typer.Option(None, "--scenario", help="the scenario of the method table"),
     out: Path = typer.Option(
         Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"
     ),
@@ -266,7 +267,7 @@ def bench(
 @bench_app.command("scale")
 def bench_scale(
     items: int = typer.Option(..., "--items", help="corpus size N (synthetic Fashion-MNIST WebDataset shards)"),
-    index: str = typer.Option("ivf", "--index", help="index type: flat | ivf | hnsw | ivfpq"),
+    index: IndexType = typer.Option("ivf", "--index", help="index type"),
     out: Path = typer.Option(..., "--out", help="folder for scale.json and report.md"),
     work: Path = typer.Option(
         Path(".bctflow/bench-scale"), "--work", help="scratch folder: the cached corpus and the benchmark workspace"

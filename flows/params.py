@@ -30,6 +30,7 @@ from flows.overrides import flatten_overrides, format_validation_error, parse_ov
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
+    "PACKAGED_PARAMS_PATH",
     "Params",
     "apply_overrides",
     "flatten_overrides",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
+#: the repository's params.yaml as the installed package ships it (a test keeps the copy equal to the source)
+PACKAGED_PARAMS_PATH = Path(__file__).with_name("default_params.yaml")
 
 
 class _Strict(BaseModel):

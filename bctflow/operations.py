@@ -8,10 +8,22 @@ from pathlib import Path
 import typer
 
 from bctflow.choices import BackfillOrder, IndexType, Scenario, complete_profile
-from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params, report_finished
+from bctflow.shell import (
+    HomeOpt,
+    ParamsOpt,
+    SetOpt,
+    announce_params,
+    app,
+    console,
+    fail,
+    finish,
+    parse_params,
+    report_finished,
+)
 from components.errors import BctflowError
 from flows.env import configure_environment
 from flows.lock import workspace_lock
+from flows.params import Params, apply_overrides
 from flows.prefect_api import prefect_api
 from flows.workspace import Workspace, resolve_home
 
@@ -241,6 +253,7 @@ def bench(
         fail(BctflowError("bctflow bench needs --scenario (the method table) or a subcommand: bctflow bench scale"))
     from benchmarks.run import run_benchmark
 
+    announce_params(params)
     h = resolve_home(home)
     configure_environment(h)
     try:
@@ -298,7 +311,7 @@ def bench_scale(
     console.print(f"report: {md}")
 
 
-def _demo_flows(params: Path) -> dict:
+def _demo_flows(params: Params) -> dict:
     """Run the demo's generations (params.yaml `generations:`) in a fresh temporary workspace; the wall time against
     the recorded compute."""
     import tempfile
@@ -307,8 +320,8 @@ def _demo_flows(params: Path) -> dict:
     from bctflow.generations import run_generation
     from benchmarks.perf import flow_compute
 
-    p = parse_params(params, ["data.dataset=digits"])
     try:
+        p = apply_overrides(params, ["data.dataset=digits"])
         chain = p.declared_chain()
     except BctflowError as err:
         fail(err)
@@ -332,7 +345,8 @@ def bench_perf(
     from benchmarks.perf import run_perf
 
     command = "bctflow bench perf " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "bctflow bench perf"
-    train = parse_params(params, []).train
+    p = parse_params(params, [])
+    train = p.train
     md = run_perf(
         out,
         device=train.device,
@@ -340,7 +354,7 @@ def bench_perf(
         compile_mode=train.compile_mode,
         batch=batch,
         repeats=repeats,
-        flow=(lambda: _demo_flows(params)) if flow else None,
+        flow=(lambda: _demo_flows(p)) if flow else None,
         command=command.strip(),
         log=lambda m: console.print(m, highlight=False, markup=False),
     )

@@ -24,6 +24,7 @@ __all__ = [
     "HomeOpt",
     "ParamsOpt",
     "SetOpt",
+    "announce_params",
     "app",
     "console",
     "err_console",
@@ -56,18 +57,22 @@ def _root(
 
 
 def params_file(ctx: typer.Context, value: Path | None) -> Path:
-    """The params file of a command: ``--params``, else ./params.yaml, else the defaults the package ships (one line
-    on stderr says so; stdout stays the command's, e.g. ``lineage --json``)."""
+    """The params file of a command: ``--params``, else ./params.yaml, else the defaults the package ships."""
     if value is not None:
         return value
-    if DEFAULT_PARAMS_PATH.exists() or ctx.resilient_parsing:  # (resilient: shell completion, which prints nothing)
-        return DEFAULT_PARAMS_PATH
+    return DEFAULT_PARAMS_PATH if DEFAULT_PARAMS_PATH.exists() or ctx.resilient_parsing else PACKAGED_PARAMS_PATH
+
+
+def announce_params(path: Path) -> None:
+    """One line on stderr when a command reads the packaged defaults (stdout stays the command's own, e.g.
+    ``lineage --json``)."""
+    if path != PACKAGED_PARAMS_PATH:
+        return
     err_console.print(
         f"no ./params.yaml here and no --params: using the defaults bctflow ships ({PACKAGED_PARAMS_PATH})",
         soft_wrap=True,
         highlight=False,
     )
-    return PACKAGED_PARAMS_PATH
 
 
 HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")
@@ -93,6 +98,7 @@ def fail(err: Exception) -> None:
 
 
 def parse_params(path: Path, overrides: list[str] | None) -> Params:
+    announce_params(path)
     try:
         return load_params(path, overrides)
     except BctflowError as err:

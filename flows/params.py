@@ -333,7 +333,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | N
     """Read params.yaml, apply ``KEY=VALUE`` overrides and validate, once (ConfigError on any problem)."""
     p = Path(path)
     if not p.exists():
-        raise ConfigError(f"params file {p} does not exist; pass --params PATH or run from the repository root")
+        raise ConfigError(
+            f"params file {p} does not exist; pass --params with an existing file, or leave --params out to use "
+            "./params.yaml (else the defaults bctflow ships)"
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:

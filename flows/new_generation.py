@@ -66,7 +66,7 @@ def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str) -> steps.T
         log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
 
     # per batch: the loop reports (steps done, steps in all) after each step; the total is known from its first step
-    with progress_bar(f"g{plan.gen_id} {role}: training (batches of {plan.epochs} epochs)", None) as bar:
+    with progress_bar(f"g{plan.gen_id} {role}: training, {plan.epochs} epochs (batches)", None) as bar:
         trained = steps.train_role(plan, snap, role, on_epoch, on_step=bar.update)
     log.info("[%s] trained on %s in %.1fs", role, trained.device, trained.seconds)
     return trained

@@ -11,6 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import typer._completion_shared
 import typer.completion
 from typer import rich_utils
 from typer.testing import CliRunner
@@ -75,6 +76,26 @@ def test_completion_offers_commands_and_the_choices_of_an_option():
     profiles = _complete("bctflow bench --profile ")
     assert {"cpu", "gpu", "digits"} <= set(profiles)
     assert profiles == sorted(p.stem for p in (REPO / "benchmarks" / "profiles").glob("*.yaml"))
+
+
+def test_installed_bash_completion_completes_through_the_console_script(monkeypatch, tmp_path: Path):
+    """`--install-completion` writes the script and sources it from ~/.bashrc; bash, running that script's function
+    as a TAB press does, gets the choices from the real `bctflow` console script."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(typer._completion_shared, "_get_shell_name", lambda: "bash")
+    res = _invoke(["--install-completion"])
+    script = tmp_path / ".bash_completions" / "bctflow.sh"
+    assert res.exit_code == 0 and f"bash completion installed in {script}" in res.output
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+    press_tab = (
+        f"source '{script}'; COMP_WORDS=(bctflow backfill --order ''); COMP_CWORD=3; "
+        '_bctflow_completion bctflow; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    console_script = Path(sys.executable).parent / "bctflow"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{console_script.parent}:{os.environ['PATH']}"}
+    out = subprocess.run(["bash", "-c", press_tab], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["uncertainty", "random", "oldest"]
 
 
 def test_help_lists_the_choices(monkeypatch):

@@ -11,12 +11,15 @@ from __future__ import annotations
 from bctflow import generations, operations  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app
+from flows.progress import use_rich_logging
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The ``bctflow`` console script: Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`), then the app."""
+    """The ``bctflow`` console script: on a terminal, log lines print above the progress bars (one rich console,
+    :mod:`flows.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the app."""
+    use_rich_logging()
     install_interrupt_handlers()
     app()
 

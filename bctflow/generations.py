@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from bctflow.choices import Alignment
 from bctflow.shell import (
     HomeOpt,
     ParamsOpt,
@@ -25,7 +26,6 @@ from bctflow.shell import (
 from components.errors import BctflowError, ConfigError
 from flows.params import GenerationSpec, Params, params_digest
 from flows.prefect_api import prefect_api
-from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace, resolve_home
 
 
@@ -47,6 +47,7 @@ def _already_committed(params: Params, home: Path, spec: GenerationSpec | None) 
 def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
     """Plan (the run's only plan; refuses bad input before any server starts), then run the flow."""
     from flows.steps.preflight import plan_generation
+    from flows.steps.reconcile import finish_interrupted
 
     try:
         report_finished(finish_interrupted(params, home))
@@ -150,7 +151,7 @@ def run(
     name: str | None = typer.Option(None, "--name", help="name of the new generation (default g<id>)"),
     classes: str | None = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
     fraction: float | None = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
-    alignment: str | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
+    alignment: Alignment | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
     epochs: int | None = typer.Option(None, "--epochs"),
     reference: bool | None = typer.Option(
         None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
@@ -298,7 +299,7 @@ def lineage(
     from bctflow.tables import compat_table, lineage_table
 
     h = resolve_home(home)
-    p = parse_params(params, None) if params.exists() else Params()
+    p = parse_params(params, None)
     try:
         gens = lineage_of(p, h)
     except BctflowError as err:

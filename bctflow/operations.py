@@ -7,13 +7,24 @@ from pathlib import Path
 
 import typer
 
-from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, finish, parse_params, report_finished
+from bctflow.choices import BackfillOrder, IndexType, Scenario, complete_profile
+from bctflow.shell import (
+    HomeOpt,
+    ParamsOpt,
+    SetOpt,
+    announce_params,
+    app,
+    console,
+    fail,
+    finish,
+    parse_params,
+    report_finished,
+)
 from components.errors import BctflowError
 from flows.env import configure_environment
 from flows.lock import workspace_lock
-from flows.params import Params
+from flows.params import Params, apply_overrides
 from flows.prefect_api import prefect_api
-from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace, resolve_home
 
 
@@ -27,9 +38,7 @@ def backfill(
     fraction: float = typer.Option(
         1.0, "--fraction", help="re-embed only this fraction of the gallery (partial backfill)"
     ),
-    order: str | None = typer.Option(
-        None, "--order", help="partial backfill order: uncertainty | random | oldest (default backfill.order)"
-    ),
+    order: BackfillOrder | None = typer.Option(None, "--order", help="partial backfill order (default backfill.order)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random order / tie-breaks"),
     force: bool = typer.Option(
         False,
@@ -39,6 +48,7 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
+    from flows.steps.reconcile import finish_interrupted
     from flows.steps.reembed import plan_backfill
 
     h = resolve_home(home)
@@ -101,7 +111,7 @@ def promote(
 @app.command(name="db-upgrade")
 def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
     """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
-    p = parse_params(params, None) if params.exists() else Params()
+    p = parse_params(params, None)
     try:
         store = Workspace(resolve_home(home)).lineage(p, upgrade=True)
     except BctflowError as err:
@@ -121,7 +131,9 @@ def doctor(
     repair: bool = typer.Option(False, "--repair", help="repair what can be repaired (back the workspace up first)"),
 ) -> None:
     """Check that lineage, files, live pointer and MLflow registry agree (docs/commit-protocol.md)."""
-    p = parse_params(params, None) if params.exists() else Params()
+    from flows.steps.reconcile import inspect_workspace
+
+    p = parse_params(params, None)
     h = resolve_home(home)
     try:
         if repair:
@@ -206,11 +218,12 @@ app.add_typer(bench_app, name="bench")
 def bench(
     ctx: typer.Context,
     profile: str = typer.Option(
-        "cpu", "--profile", help="benchmark profile: cpu | gpu | a YAML path (benchmarks/profiles/)"
+        "cpu",
+        "--profile",
+        autocompletion=complete_profile,
+        help="benchmark profile: a name of benchmarks/profiles/ (cpu, gpu, ...) or a YAML path",
     ),
-    scenario: str | None = typer.Option(
-        None, "--scenario", help="ext_data | ext_class | new_arch | both | sequential | partial_backfill"
-    ),
+    scenario: Scenario | None = typer.Option(None, "--scenario", help="the scenario of the method table"),
     out: Path = typer.Option(
         Path("benchmarks/results"), "--out", help="reports go to OUT/<profile>/<scenario>[-<tag>]/"
     ),
@@ -240,6 +253,7 @@ def bench(
         fail(BctflowError("bctflow bench needs --scenario (the method table) or a subcommand: bctflow bench scale"))
     from benchmarks.run import run_benchmark
 
+    announce_params(params)
     h = resolve_home(home)
     configure_environment(h)
     try:
@@ -266,7 +280,7 @@ def bench(
 @bench_app.command("scale")
 def bench_scale(
     items: int = typer.Option(..., "--items", help="corpus size N (synthetic Fashion-MNIST WebDataset shards)"),
-    index: str = typer.Option("ivf", "--index", help="index type: flat | ivf | hnsw | ivfpq"),
+    index: IndexType = typer.Option("ivf", "--index", help="index type"),
     out: Path = typer.Option(..., "--out", help="folder for scale.json and report.md"),
     work: Path = typer.Option(
         Path(".bctflow/bench-scale"), "--work", help="scratch folder: the cached corpus and the benchmark workspace"
@@ -297,7 +311,7 @@ def bench_scale(
     console.print(f"report: {md}")
 
 
-def _demo_flows(params: Path) -> dict:
+def _demo_flows(params: Params) -> dict:
     """Run the demo's generations (params.yaml `generations:`) in a fresh temporary workspace; the wall time against
     the recorded compute."""
     import tempfile
@@ -306,8 +320,8 @@ def _demo_flows(params: Path) -> dict:
     from bctflow.generations import run_generation
     from benchmarks.perf import flow_compute
 
-    p = parse_params(params, ["data.dataset=digits"])
     try:
+        p = apply_overrides(params, ["data.dataset=digits"])
         chain = p.declared_chain()
     except BctflowError as err:
         fail(err)
@@ -331,7 +345,8 @@ def bench_perf(
     from benchmarks.perf import run_perf
 
     command = "bctflow bench perf " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "bctflow bench perf"
-    train = parse_params(params, []).train
+    p = parse_params(params, [])
+    train = p.train
     md = run_perf(
         out,
         device=train.device,
@@ -339,7 +354,7 @@ def bench_perf(
         compile_mode=train.compile_mode,
         batch=batch,
         repeats=repeats,
-        flow=(lambda: _demo_flows(params)) if flow else None,
+        flow=(lambda: _demo_flows(p)) if flow else None,
         command=command.strip(),
         log=lambda m: console.print(m, highlight=False, markup=False),
     )

@@ -1,7 +1,8 @@
 """The command line's shell: the typer app, its consoles and shared options, and how a command fails.
 
 Every command parses params.yaml once (:func:`parse_params`) and reports bad input as one red line
-(:func:`fail`, exit code 2) before any Prefect server starts.
+(:func:`fail`, exit code 2) before any Prefect server starts. Without ``--params``, a command reads ./params.yaml,
+or, where there is none (outside a repository), the defaults the package ships (:func:`params_file`).
 """
 
 from __future__ import annotations
@@ -14,30 +15,74 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from bctflow import __version__
 from components.errors import BctflowError
-from flows.params import DEFAULT_PARAMS_PATH, Params, load_params
+from flows.params import DEFAULT_PARAMS_PATH, PACKAGED_PARAMS_PATH, Params, load_params
 from flows.workspace import Workspace
 
 __all__ = [
     "HomeOpt",
     "ParamsOpt",
     "SetOpt",
+    "announce_params",
     "app",
     "console",
     "err_console",
     "fail",
     "finish",
     "lineage_of",
+    "params_file",
     "parse_params",
 ]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Backward-compatible embedding lifecycle.")
+app = typer.Typer(no_args_is_help=True, help="Backward-compatible embedding lifecycle.")  # + shell completion
 # piped output (CI logs, `| tee`) gets 140 columns instead of rich's default 80
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"bctflow {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print bctflow's version and exit"
+    ),
+) -> None:
+    """Backward-compatible embedding lifecycle."""
+
+
+def params_file(ctx: typer.Context, value: Path | None) -> Path:
+    """The params file of a command: ``--params``, else ./params.yaml, else the defaults the package ships."""
+    if value is not None:
+        return value
+    return DEFAULT_PARAMS_PATH if DEFAULT_PARAMS_PATH.exists() or ctx.resilient_parsing else PACKAGED_PARAMS_PATH
+
+
+def announce_params(path: Path) -> None:
+    """One line on stderr when a command reads the packaged defaults (stdout stays the command's own, e.g.
+    ``lineage --json``)."""
+    if path != PACKAGED_PARAMS_PATH:
+        return
+    err_console.print(
+        f"no ./params.yaml here and no --params: using the defaults bctflow ships ({PACKAGED_PARAMS_PATH})",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
 HomeOpt = typer.Option(None, "--home", help="workspace directory (default: $BCTFLOW_HOME or ./.bctflow)")
-ParamsOpt = typer.Option(DEFAULT_PARAMS_PATH, "--params", help="params.yaml to use")
+ParamsOpt = typer.Option(
+    None,
+    "--params",
+    callback=params_file,
+    show_default=False,
+    help="params.yaml to use (default: ./params.yaml, else the defaults bctflow ships)",
+)
 SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
 
 
@@ -53,6 +98,7 @@ def fail(err: Exception) -> None:
 
 
 def parse_params(path: Path, overrides: list[str] | None) -> Params:
+    announce_params(path)
     try:
         return load_params(path, overrides)
     except BctflowError as err:

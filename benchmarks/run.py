@@ -17,7 +17,8 @@ from benchmarks.profile import Profile, load_profile
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
 from benchmarks.runner import Bench
-from benchmarks.scenarios import SCENARIOS, make_scenario, run_table
+from benchmarks.scenario_names import ALL_SCENARIOS
+from benchmarks.scenarios import make_scenario, run_table
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from components.training.device import select_device
@@ -25,8 +26,6 @@ from flows.params import Params, apply_overrides
 from flows.workspace import Workspace
 
 __all__ = ["ALL_SCENARIOS", "run_benchmark"]
-
-ALL_SCENARIOS = (*SCENARIOS, "partial_backfill")
 
 
 def _select(prof: Profile, bench_set: list[str], methods: str | None) -> Profile:

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 
 from benchmarks.profile import Arch
 from benchmarks.runner import Bench
+from benchmarks.scenario_names import SCENARIOS
 from components.errors import ConfigError
 
 __all__ = ["SCENARIOS", "Scenario", "make_scenario"]
-
-SCENARIOS = ("ext_data", "ext_class", "new_arch", "both", "sequential")
 
 
 @dataclass(frozen=True)

@@ -61,14 +61,13 @@ def snapshot_task(plan: GenerationPlan) -> steps.Snapshot:
 def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str) -> steps.Trained:
     log = get_run_logger()
 
-    with progress_bar(f"g{plan.gen_id} {role}: epochs", plan.epochs) as advance:
+    def on_epoch(epoch: int, rec: dict) -> None:
+        terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
+        log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
 
-        def on_epoch(epoch: int, rec: dict) -> None:
-            terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
-            log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
-            advance(1)
-
-        trained = steps.train_role(plan, snap, role, on_epoch)
+    # per batch: the loop reports (steps done, steps in all) after each step; the total is known from its first step
+    with progress_bar(f"g{plan.gen_id} {role}: training, {plan.epochs} epochs (batches)", None) as bar:
+        trained = steps.train_role(plan, snap, role, on_epoch, on_step=bar.update)
     log.info("[%s] trained on %s in %.1fs", role, trained.device, trained.seconds)
     return trained
 

@@ -30,6 +30,7 @@ from flows.overrides import flatten_overrides, format_validation_error, parse_ov
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
+    "PACKAGED_PARAMS_PATH",
     "Params",
     "apply_overrides",
     "flatten_overrides",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
+#: the repository's params.yaml as the installed package ships it (a test keeps the copy equal to the source)
+PACKAGED_PARAMS_PATH = Path(__file__).with_name("default_params.yaml")
 
 
 class _Strict(BaseModel):
@@ -330,7 +333,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | N
     """Read params.yaml, apply ``KEY=VALUE`` overrides and validate, once (ConfigError on any problem)."""
     p = Path(path)
     if not p.exists():
-        raise ConfigError(f"params file {p} does not exist; pass --params PATH or run from the repository root")
+        raise ConfigError(
+            f"params file {p} does not exist; pass --params with an existing file, or leave --params out to use "
+            "./params.yaml (else the defaults bctflow ships)"
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:

@@ -42,13 +42,7 @@ from components.models.checkpoint import (
 from components.models.encoder import EmbeddingModel
 from components.training.compile import Compile, CompileMode, compiled
 from components.training.data import TrainData, as_train_data
-from components.training.device import (
-    Precision,
-    autocast,
-    prepare_module,
-    select_device,
-    to_memory_format,
-)
+from components.training.device import Precision, autocast, prepare_module, select_device, to_memory_format
 from components.training.distributed import (
     Ranks,
     current_ranks,
@@ -141,6 +135,7 @@ class _Run:
     base_fn: Callable[..., Tensor]
     device: torch.device
     drop_last: bool
+    steps_per_epoch: int
     #: the model as the step calls it: the model itself, or its DDP wrapper; compiled where ``train.compile`` says
     forward: Callable[..., object]
     ranks: Ranks
@@ -234,6 +229,7 @@ def _setup(
         base_fn,
         device,
         drop_last,
+        steps_per_epoch,
         step_call(forward),  # type: ignore[arg-type]
         ranks,
         step_call(old_model),
@@ -261,11 +257,14 @@ def _resume(run: _Run, checkpoint_dir: Path, run_key: str) -> tuple[int, list[di
     return int(state["epoch"]), list(state["history"])
 
 
-def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> dict[str, float]:
+def _train_epoch(
+    run: _Run, data: TrainData, cfg: TrainConfig, epoch: int, on_step: Callable[[int, int], None] | None
+) -> dict[str, float]:
     """One pass over the shuffled, augmented data; returns the epoch's mean losses, stats and accuracy.
 
     No step waits for the device: losses, stats and the accuracy count are summed on the device and read once at the
-    end of the epoch; the loss is checked for NaN/inf every :data:`FINITE_CHECK_EVERY` steps.
+    end of the epoch; the loss is checked for NaN/inf every :data:`FINITE_CHECK_EVERY` steps; ``on_step(done, total)``
+    after each step: steps of the whole training, counted on the host (no device synchronisation).
     """
     model, method, device, ranks = run.model, run.method, run.device, run.ranks
     model.train()
@@ -318,6 +317,8 @@ def _train_epoch(run: _Run, data: TrainData, cfg: TrainConfig, epoch: int) -> di
         seen += n
         if meter.steps % FINITE_CHECK_EVERY == 0:
             meter.check_finite(epoch)
+        if on_step is not None:
+            on_step(epoch * run.steps_per_epoch + meter.steps, cfg.epochs * run.steps_per_epoch)
     meter.check_finite(epoch)
     record = meter.means()
     record["train_accuracy"] = int(correct) / max(1, seen)
@@ -354,15 +355,16 @@ def train_model(
     reference_model: EmbeddingModel | None = None,
     run_key: str = "",
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` (labels = positions in the model's class order): in memory
     (:class:`~components.training.data.TensorData`, or a bare :class:`ImageTensor`) or streamed from disk
     (:class:`~components.training.data.StreamData`).
 
-    ``old_model``: the frozen parent (its class order maps new labels to old ones).
-    ``reference_model``: frozen independently trained new model, for methods that
-    need one (BT²). ``run_key`` identifies the run; a checkpoint of another run is
-    refused. Returns the trained model in eval mode on the training device.
+    ``old_model``: the frozen parent (its class order maps new labels to old ones). ``reference_model``: frozen
+    independently trained new model, for methods that need one (BT²). ``run_key`` identifies the run; a checkpoint
+    of another run is refused. ``on_epoch(epoch, record)`` after each epoch and ``on_step(done, total)`` after each
+    step (on the leader rank). Returns the trained model in eval mode on the training device.
     """
     t0 = time.perf_counter()
     data = as_train_data(data)
@@ -370,7 +372,7 @@ def train_model(
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     start_epoch, history = _resume(run, checkpoint_dir, run_key)
     for epoch in range(start_epoch, cfg.epochs):
-        record = _train_epoch(run, data, cfg, epoch)
+        record = _train_epoch(run, data, cfg, epoch, on_step if run.ranks.leader else None)
         history.append(record)
         if run.ranks.leader:  # every rank holds the same weights; one writes them
             _save_epoch(run, checkpoint_dir, run_key, epoch + 1, history)

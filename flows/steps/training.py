@@ -118,13 +118,18 @@ def training_data(p: Params, manifest: DataManifest, split: ArrayDataset | Sourc
 
 
 def train_role(
-    plan: GenerationPlan, snap: Snapshot, role: str, on_epoch: Callable[[int, dict], None] | None = None
+    plan: GenerationPlan,
+    snap: Snapshot,
+    role: str,
+    on_epoch: Callable[[int, dict], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> Trained:
     """Train the generation's model (role "model") or its independent reference ("reference").
 
     Resumes from the last epoch checkpoint in staging; if the final model of
     this run already exists there, returns it without training. The alignment
-    loss is built once, here. ``train.nproc`` > 1 trains on that many ranks (per-epoch progress is then not
+    loss is built once, here. ``on_epoch(epoch, record)`` after each epoch, ``on_step(done, total)`` after each
+    training step (for a progress bar). ``train.nproc`` > 1 trains on that many ranks (progress is then not
     reported: the epochs run in the ranks' processes).
     """
     done = _finished(plan, role)
@@ -161,5 +166,5 @@ def train_role(
         nodes = NodeGroup(t.nnodes, t.rdzv_endpoint, Path(t.job_dir) if t.job_dir else plan.workspace.jobs_dir)
         result = train_distributed(job, t.nproc, nodes)
     else:
-        result = train_model(**vars(job), on_epoch=on_epoch)
+        result = train_model(**vars(job), on_epoch=on_epoch, on_step=on_step)
     return _save(plan, role, result, spec)

@@ -92,7 +92,7 @@ def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
         ):
             open_lineage(None, tmp_path, readonly=readonly)
     assert "compatible_with_live" not in _columns(db)  # nothing was migrated behind the user's back
-    res = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    res = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "generations.compatible_with_live" in res.output
     assert "compatible_with_live" in _columns(db)
@@ -100,7 +100,7 @@ def test_an_older_schema_is_refused_until_db_upgrade(tmp_path: Path):
     assert [g.name for g in store.generations()] == ["g0"] and store.generations()[0].compatible_with_live is None
     assert store.schema_version() == head_revision()
     store.close()
-    again = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path), "--params", str(tmp_path / "none.yaml")])
+    again = CliRunner().invoke(app, ["db-upgrade", "--home", str(tmp_path)])
     assert "already at this bctflow's schema" in again.output
 
 

@@ -119,6 +119,35 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, data):
         assert torch.allclose(resumed.model.state_dict()[k].float(), v.float(), atol=1e-6, rtol=0), k
 
 
+def test_on_step_counts_every_batch_of_the_whole_training_on_the_host(tmp_path, data):
+    """64 images at batch 16: 4 steps an epoch, 8 in all; a run resumed after its first epoch goes on from step 5."""
+    steps: list[tuple[int, int]] = []
+
+    def record(done: int, total: int) -> None:
+        steps.append((done, total))
+
+    independent = create_alignment("independent")
+    with pytest.raises(_Interrupt):
+        train_model(
+            fresh_model(0),
+            data,
+            cfg(),
+            independent,
+            tmp_path / "d",
+            on_epoch=_interrupt_after_first_epoch,
+            on_step=record,
+        )
+    assert steps == [(1, 8), (2, 8), (3, 8), (4, 8)]
+    train_model(fresh_model(0), data, cfg(), create_alignment("independent"), tmp_path / "d", on_step=record)
+    assert steps[4:] == [(5, 8), (6, 8), (7, 8), (8, 8)]
+    assert all(type(d) is int and type(t) is int for d, t in steps)  # host integers: no device value is read
+    steps.clear()
+    train_model(
+        fresh_model(0), data, cfg(batch_size=100), create_alignment("independent"), tmp_path / "e", on_step=record
+    )
+    assert steps == [(1, 2), (2, 2)]  # fewer images than a batch: one step an epoch
+
+
 def test_resume_with_more_epochs_constant_schedule(tmp_path, data):
     """Train 1 epoch, then ask for 2 on the same directory: with a constant schedule this is the 2-epoch run."""
     c1, c2 = cfg(epochs=1, schedule="constant"), cfg(epochs=2, schedule="constant")

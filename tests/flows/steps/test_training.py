@@ -76,8 +76,17 @@ def test_the_reference_is_an_independent_twin_with_its_own_seed(g0):
     plan, snap, model = g0
     assert plan.train_config("reference").seed != plan.train_config("model").seed
     epochs: list[int] = []
-    ref = train_role(plan, snap, "reference", on_epoch=lambda epoch, rec: epochs.append(epoch))
+    steps: list[tuple[int, int]] = []
+    ref = train_role(
+        plan,
+        snap,
+        "reference",
+        on_epoch=lambda epoch, rec: epochs.append(epoch),
+        on_step=lambda done, total: steps.append((done, total)),
+    )
     assert epochs == [1] and ref.role == "reference"
+    per_epoch = snap.n_train // plan.train_config("reference").batch_size  # full batches (the last part is dropped)
+    assert per_epoch > 1 and steps == [(i, per_epoch) for i in range(1, per_epoch + 1)]  # the progress bar's feed
     assert Path(ref.checkpoint) == plan.staging_dir / "reference" / "model.pt"
     assert load_torch_safe(Path(ref.checkpoint))["run_key"] == plan.role_run_key("reference")
     # same data, same (independent) method: only the seed differs, and training is deterministic on CPU,

@@ -155,15 +155,17 @@ def _seed_spread(res: TableResult) -> list[str]:
         "",
         f"Best Euclidean baseline (chosen by validation mAP P_com): **{res.best_baseline}**.",
         "",
-        "| method | seeds | self mAP | cross mAP | P_com mAP | P_up mAP | cross CMC@1 | P_com CMC@1 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| method | seeds | self mAP | cross mAP | P_com mAP | its denominator | P_up mAP | cross CMC@1 | P_com CMC@1 "
+        "| its denominator |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, rs in multi.items():
         lines.append(
             f"| {n} | {', '.join(str(r.seed) for r in rs)} | {_mean_std([r.self_['map'] for r in rs])} | "
             f"{_mean_std([r.cross['map'] for r in rs])} | {_mean_std([r.p_com['map'] for r in rs])} | "
-            f"{_mean_std([r.p_up['map'] for r in rs])} | {_mean_std([r.cross['cmc@1'] for r in rs])} | "
-            f"{_mean_std([r.p_com['cmc@1'] for r in rs])} |"
+            f"{_mean_std([r.p_com_den['map'] for r in rs])} | {_mean_std([r.p_up['map'] for r in rs])} | "
+            f"{_mean_std([r.cross['cmc@1'] for r in rs])} | {_mean_std([r.p_com['cmc@1'] for r in rs])} | "
+            f"{_mean_std([r.p_com_den['cmc@1'] for r in rs])} |"
         )
     return [
         *lines,

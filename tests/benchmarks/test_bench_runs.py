@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from benchmarks.profile import PROFILE_DIR, BenchSettings, Profile, load_profile
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
+from benchmarks.rerender import rerender_table
 from benchmarks.runner import Bench
 from benchmarks.scenarios import make_scenario, run_table
 from benchmarks.sequential import run_sequential
@@ -110,6 +112,12 @@ def test_ext_class_table(tmp_path: Path):
     res2 = run_table(b2, make_scenario(b2, "ext_class"))
     assert not any(m.strip().startswith("training") for m in b2.logs)  # type: ignore[attr-defined]
     assert [r.cross for r in res2.rows] == [r.cross for r in res.rows]
+    # the seed spread gives every mean P_com its mean denominator; a report re-rendered from results.json is the same
+    spread = text[text.index("## Seed-to-seed spread") :]
+    den = statistics.mean(r.p_com_den["map"] for r in res.rows if r.name == "hbct")
+    assert "| P_com mAP | its denominator |" in spread and f"{den:.4f} ± " in spread
+    rendered = rerender_table(tmp_path / "report")
+    assert rendered.read_text() == text
 
 
 def test_simplex_method_not_applicable_when_class_order_does_not_extend(tmp_path: Path):

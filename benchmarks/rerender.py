@@ -1,0 +1,46 @@
+"""Re-write a method table's report from its ``results.json`` (no training): ``python -m benchmarks.rerender DIR...``.
+
+What a table measured is in ``results.json``; ``report.md`` and ``results.csv`` are views of it. When the views
+change (a column added), the committed reports are re-rendered from the numbers they hold rather than re-trained.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.profile import Arch
+from benchmarks.report import write_table_report
+from benchmarks.rows import Row
+from benchmarks.scenario_defs import Scenario
+from benchmarks.scenarios import TableResult
+
+__all__ = ["rerender_table"]
+
+
+def _row(d: dict[str, Any]) -> Row:
+    fields = dict(d)
+    fields["self_"] = fields.pop("self")
+    return Row(**fields)
+
+
+def rerender_table(out_dir: Path) -> Path:
+    """Re-write ``out_dir``'s report.md, results.csv and results.json from its results.json; returns report.md."""
+    doc = json.loads((out_dir / "results.json").read_text())
+    sc = dict(doc["scenario"])
+    scenario = Scenario(**{**sc, "old_arch": Arch(**sc["old_arch"]), "new_arch": Arch(**sc["new_arch"])})
+    res = TableResult(
+        scenario,
+        [_row(r) for r in doc["rows"]],
+        doc.get("best_baseline"),
+        doc.get("base_models", {}),
+        doc.get("heads_tried", []),
+    )
+    return write_table_report(res, doc["context"], out_dir)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(rerender_table(Path(arg)))

@@ -153,7 +153,7 @@ def _project_train(spec: ModelSpec, data: ImageTensor, cfg: TrainConfig, method:
     """Seconds of the timed epochs of :func:`train_model` (its end-of-epoch callback comes after the epoch's
     metrics were read from the device, so the device has finished the epoch)."""
     old = _model(1, spec).eval() if method != "independent" else None
-    torch._dynamo.reset()  # each run compiles as a new process would (in its warm-up epoch), none reuses another's
+    torch.compiler.reset()  # each run compiles as a new process would (in its warm-up epoch), none reuses another's
     with tempfile.TemporaryDirectory() as d:
         marks = [time.perf_counter()]
         train_model(

@@ -26,9 +26,10 @@ def pipeline(
     ),
 ) -> None:
     """Print the dvc.yaml that params.yaml's `generations:` make, or write it (`--write-dvc-yaml`)."""
-    from flows.pipeline import dvc_yaml, write_dvc_yaml as write_yaml
-
     import yaml
+
+    from flows.pipeline import dvc_yaml
+    from flows.pipeline import write_dvc_yaml as write_yaml
 
     p = parse_params(params, None)  # one clear error for a bad params.yaml
     try:

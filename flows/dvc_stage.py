@@ -78,6 +78,7 @@ def prepare_workspace(home: Path, parent: Path | None, params: Params, expected:
     finally:
         store.close()
     if found != expected:
+        shutil.rmtree(home)
         raise ConfigError(
             f"the parent workspace {parent} holds generations {found}, not {expected} (the chain params.yaml declares "
             "before this one); run `dvc repro` to rebuild it"

@@ -217,7 +217,11 @@ def _default(params: Params, key: str) -> Any:
 
 
 def _data_stage(params: Params, raw: dict[str, Any]) -> dict[str, Any]:
-    keys = [f"data.{f}" for f in _section_fields("data") if ("data", f) not in NOT_SHAPING and f not in ("augment", "workers")]
+    keys = [
+        f"data.{f}"
+        for f in _section_fields("data")
+        if ("data", f) not in NOT_SHAPING and f not in ("augment", "workers")
+    ]
     missing = _missing(raw, keys)
     if missing:
         raise ConfigError(

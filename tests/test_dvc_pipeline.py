@@ -149,5 +149,5 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
         assert title in page
     assert page.count('"query": "g1"') >= 2 and '"train_accuracy"' in page  # the data, not only the titles
     plots = json.loads(dvc("plots", "diff", "HEAD", "--json", cwd=proj))
-    heatmap = plots["compatibility"][0]["content"]
+    heatmap = plots["data"]["compatibility"][0]["content"]
     assert {row["rev"] for row in heatmap["data"]["values"]} == {"HEAD", "workspace"}

@@ -277,7 +277,8 @@ def snapshot(
     params: Path = ParamsOpt,
     set_: list[str] | None = SetOpt,
 ) -> None:
-    """Write the data manifest of every generation declared in params.yaml (the `data` stage of dvc.yaml)."""
+    """Write the data manifest of every generation declared in params.yaml (what `bctflow chain --expect-data`
+    checks; the `data` stage of dvc.yaml runs `bctflow stage data`)."""
     from flows.chain import write_manifests
 
     p = parse_params(params, set_)

@@ -1,10 +1,11 @@
-"""The generation chain declared in params.yaml (what `dvc repro` reproduces).
+"""The generation chain declared in params.yaml (what `bctflow chain` and `dvc repro` reproduce).
 
 In a fresh workspace the chain's generations get ids 0, 1, 2, … in order;
 generation 0 embeds the gallery and stays live (no backfill inside a chain), so
 every later generation aligns to it. :func:`declared_manifests` computes each
 generation's data manifest from params alone — the `data` stage of dvc.yaml
-writes them, and `bctflow chain --expect-data` checks the run used exactly those.
+writes them (docs/design.md §7.15), and `bctflow chain --expect-data` and each
+generation's stage check the run used exactly those.
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
-"""`dvc repro` on a fresh git clone reproduces the declared chain; a second run is up to date.
+"""The DVC pipeline as its users run it, on a plain `git clone` of this repository (committed files only: no
+`dvc init`), with the real `dvc` and `bctflow` commands (tiny settings; docs/design.md §7.15):
 
-Real git, real DVC, the real `bctflow` console script (tiny settings).
+`dvc repro` runs the data stage and one stage per generation; a second `dvc repro` is up to date; after committing,
+`dvc exp run -S alignment.weight=0.5` re-runs only g1's stage; `dvc exp show`, `dvc metrics diff`, `dvc params diff`
+show numbers; `dvc plots show` writes the training curves and the compatibility heatmap.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,40 +20,134 @@ import yaml
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
+CHAIN = ["g0", "g1"]
 
 
-def run(cmd: list[str], cwd: Path) -> str:
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "BCTFLOW_HOME": str(cwd / ".bctflow"),
-    }
+def run(cmd: list[str], cwd: Path, ok: bool = True) -> str:
+    """Run ``cmd`` in the clone, with the clone's code on the path (the stages run the clone's `bctflow`)."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=str(cwd),
+        BCTFLOW_HOME=str(cwd / ".bctflow"),
+        PREFECT_API_URL=PREFECT_API_URL.value(),  # the session's Prefect server: no temporary server per stage
+    )
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    if ok:
+        assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout + res.stderr
 
 
-def test_dvc_repro_reproduces_the_chain_and_then_is_up_to_date(tmp_path: Path):
-    """On a plain `git clone` of this repository (committed files only: no `dvc init`), as the README says."""
+def dvc(*args: str, cwd: Path, ok: bool = True) -> str:
+    return run([str(BIN / "dvc"), *args], cwd, ok)
+
+
+def ran(output: str) -> list[str]:
+    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
+
+
+def lineage(proj: Path, name: str) -> list[dict]:
+    return json.loads(run([str(BIN / "bctflow"), "lineage", "--home", f"outputs/{name}/workspace", "--json"], proj))
+
+
+def clone_with_tiny_params(tmp_path: Path) -> Path:
     proj = tmp_path / "proj"
     run(["git", "clone", "-q", str(REPO), str(proj)], tmp_path)
     params = yaml.safe_load((proj / "params.yaml").read_text())
     params["model"]["backbone_kwargs"] = {"channels": [8, 8, 16, 16]}
     params["model"]["embed_dim"] = 16
-    params["train"]["epochs"] = 1
+    params["train"].update(epochs=1, batch_size=128)
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "tiny settings"], proj)
+    return proj
 
-    run([str(BIN / "dvc"), "repro"], proj)
-    metrics = json.loads((proj / "outputs" / "metrics.json").read_text())
-    declared = [g["name"] for g in params["generations"]]
-    assert metrics["g0.zeta"] == 1.0 and abs(metrics["g1.zeta"] - 1.2) < 1e-9
-    assert {f"{n}.self.map" for n in declared} <= set(metrics)
-    for name in declared:
-        assert (proj / "outputs" / "data" / f"{name}.json").exists()
-    lineage = json.loads(run([str(BIN / "bctflow"), "lineage", "--home", "outputs/workspace", "--json"], proj))
-    assert [g["name"] for g in lineage] == declared
 
-    second = run([str(BIN / "dvc"), "repro"], proj)
-    assert "Data and pipelines are up to date." in second
-    status = run([str(BIN / "dvc"), "status"], proj)
-    assert "Data and pipelines are up to date." in status
+def check_repro(proj: Path) -> None:
+    out = dvc("repro", cwd=proj)
+    assert ran(out) == ["data", *CHAIN]
+    assert [g["name"] for g in lineage(proj, "g0")] == ["g0"]  # each stage's workspace: the chain up to it
+    chain = lineage(proj, "g1")
+    assert [g["name"] for g in chain] == CHAIN and [g["id"] for g in chain] == [0, 1]
+    for g in chain:  # the lineage's data hash is DVC's md5 of the data stage's manifest
+        assert g["data_hash"] == hashlib.md5((proj / "outputs" / "data" / f"{g['name']}.json").read_bytes()).hexdigest()
+    m0, m1 = (json.loads((proj / "results" / n / "metrics.json").read_text()) for n in CHAIN)
+    assert m0["zeta"] == 1.0 and abs(m1["zeta"] - 1.2) < 1e-9 and "cross" not in m0
+    assert m1["self"]["map"] == chain[1]["metrics"]["self"]["map"] and m1["cross"] == chain[1]["metrics"]["cross"]
+    assert {"map", "cmc@1"} <= set(m1["p_com"]) and {"map", "cmc@1"} <= set(m1["p_up"])
+    assert m1["backfill_required"] == chain[1]["backfill_required"]
+    curve = (proj / "results" / "g1" / "training.csv").read_text().splitlines()
+    assert curve[0].startswith("epoch,") and {"loss", "train_accuracy"} <= set(curve[0].split(",")) and len(curve) == 2
+    cells = json.loads((proj / "results" / "g1" / "compatibility.json").read_text())
+    assert {(c["query"], c["gallery"]) for c in cells if c["metric"] == "map"} == {
+        ("g0", "g0"),
+        ("g1", "g0"),
+        ("g1", "g1"),
+    }
+    again = dvc("repro", cwd=proj)
+    assert ran(again) == [] and "Data and pipelines are up to date." in again
+    untracked = run(["git", "status", "--porcelain"], proj).split()  # what to commit; the outputs are DVC's
+    assert "dvc.lock" in untracked and "results/" in untracked and not [p for p in untracked if "outputs" in p]
+
+
+def check_refusals(proj: Path, elsewhere: Path) -> None:
+    """A stage run by hand with the wrong --parent, into a full folder or before its manifest exists: one error line
+    each, nothing trained, no workspace left behind."""
+    stage = [str(BIN / "bctflow"), "stage", "generation", "g1", "--results", str(elsewhere / "results")]
+    wrong_parent = run([*stage, "--parent", "outputs/g1/workspace", "--manifest", "outputs/data/g1.json", "--home",
+                        str(elsewhere / "ws")], proj, ok=False)  # fmt: skip
+    assert "holds generations ['g0', 'g1'], not ['g0']" in wrong_parent and not (elsewhere / "ws").exists()
+    full = run([*stage, "--parent", "outputs/g0/workspace", "--manifest", "outputs/data/g1.json", "--home",
+                "outputs/g0/workspace"], proj, ok=False)  # fmt: skip
+    assert "outputs/g0/workspace is not empty; a stage starts from an empty workspace" in full
+    no_data = run([*stage, "--parent", "outputs/g0/workspace", "--manifest", str(elsewhere / "g1.json"), "--home",
+                   str(elsewhere / "ws")], proj, ok=False)  # fmt: skip
+    assert f"the data manifest {elsewhere / 'g1.json'} does not exist" in no_data
+    assert not (elsewhere / "results").exists() and "Traceback" not in wrong_parent + full + no_data
+    assert "Data and pipelines are up to date." in dvc("status", cwd=proj)  # the outputs are untouched
+
+
+def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path: Path, prefect_harness):
+    proj = clone_with_tiny_params(tmp_path)
+    check_repro(proj)
+    check_refusals(proj, tmp_path / "elsewhere")
+    run(["git", "add", "-A"], proj)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "dvc repro"], proj)
+    g0_state = (proj / "outputs" / "g0" / "workspace" / "lineage.db").stat().st_mtime_ns
+    before = json.loads((proj / "results" / "g1" / "metrics.json").read_text())
+
+    out = dvc("exp", "run", "-S", "alignment.weight=0.5", cwd=proj)
+    assert ran(out) == ["g1"], out[-3000:]  # λ shapes g1 only: g0 and the data are not re-run
+    assert "Stage 'g0' didn't change, skipping" in out and "Stage 'data' didn't change, skipping" in out
+    assert (proj / "outputs" / "g0" / "workspace" / "lineage.db").stat().st_mtime_ns == g0_state
+    assert [g["name"] for g in lineage(proj, "g1")] == CHAIN
+    after = json.loads((proj / "results" / "g1" / "metrics.json").read_text())
+    assert after["self"] != before["self"]  # another λ, another model
+
+    rows = json.loads(dvc("exp", "show", "--json", cwd=proj))
+    baseline = next(r for r in rows if r["rev"] != "workspace")
+    (exp,) = baseline["experiments"]
+    for row, weight, metrics in ((baseline, 0.3, before), (exp["revs"][0], 0.5, after)):
+        data = row["data"]
+        assert data["params"]["params.yaml"]["data"]["alignment"]["weight"] == weight
+        shown = data["metrics"]["results/g1/metrics.json"]["data"]
+        assert shown["self"]["map"] == metrics["self"]["map"] and shown["backfill_required"] in (True, False)
+        assert data["metrics"]["results/g0/metrics.json"]["data"]["self"]["map"] > 0
+    table = dvc("exp", "show", "--md", "--drop", ".*", "--keep", "Experiment|.*g1/metrics.json:self.map", cwd=proj)
+    assert "!" not in table and f"{after['self']['map']:.5f}"[:6] in table
+
+    diff = json.loads(dvc("metrics", "diff", "--json", cwd=proj))["results/g1/metrics.json"]
+    assert diff["self.map"]["old"] == before["self"]["map"] and diff["self.map"]["new"] == after["self"]["map"]
+    assert "results/g0/metrics.json" not in json.loads(dvc("metrics", "diff", "--json", cwd=proj))
+    params = json.loads(dvc("params", "diff", "--json", cwd=proj))["params.yaml"]
+    assert {key: (v["old"], v["new"]) for key, v in params.items()} == {"alignment.weight": (0.3, 0.5)}
+
+    dvc("plots", "show", cwd=proj)
+    page = (proj / "dvc_plots" / "index.html").read_text()
+    for title in ("training loss", "training accuracy", "compatibility as of g1"):
+        assert title in page
+    assert page.count('"query": "g1"') >= 2 and '"train_accuracy"' in page  # the data, not only the titles
+    plots = json.loads(dvc("plots", "diff", "HEAD", "--json", cwd=proj))
+    heatmap = plots["data"]["compatibility"][0]["content"]
+    assert {row["rev"] for row in heatmap["data"]["values"]} == {"HEAD", "workspace"}

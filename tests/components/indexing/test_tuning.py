@@ -9,7 +9,7 @@ import pytest
 from components.errors import ConfigError
 from components.indexing import GalleryIndex, IndexConfig
 from components.indexing.tuning import search_knob, tune
-from tests.components.indexing.test_index_types import _clustered, _lift
+from tests.components.indexing.gallery_data import clustered, lift
 
 
 def test_tune_stops_at_the_cheapest_value_that_reaches_the_target():
@@ -31,8 +31,8 @@ def test_tune_stops_at_the_cheapest_value_that_reaches_the_target():
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
 def test_a_tuned_build_meets_its_target_on_queries_it_never_saw(kind, geometry, tmp_path):
-    v = _clustered(6000, 16)
-    x = v if geometry == "euclidean" else _lift(v)
+    v = clustered(6000, 16)
+    x = v if geometry == "euclidean" else lift(v)
     ids = np.arange(6000, dtype=np.int64) * 7
     cfg = dict(type=kind, recall_queries=600, seed=1)
     knob = "nprobe" if kind == "ivf" else "ef_search"

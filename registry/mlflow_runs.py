@@ -50,14 +50,28 @@ class DatasetInput:
     """A dataset the run used, as MLflow's dataset inputs record it (the run page's "Datasets used").
 
     ``digest``: at most 36 characters (MLflow's column); ``source``: where it lives (a path or URI);
-    ``profile``: a few numbers shown beside it; ``context``: training, evaluation, source …"""
+    ``profile``: a few numbers shown beside it; ``context``: training, evaluation …; ``image_shape``: (H, W, C)
+    of its uint8 images (the schema: images (N, H, W, C) uint8, labels (N,) int64)."""
 
     name: str
     digest: str
     source: str
     context: str
     profile: dict[str, Any] = field(default_factory=dict)
-    schema: dict[str, Any] | None = None
+    image_shape: tuple[int, int, int] | None = None
+
+
+def _schema(image_shape: tuple[int, int, int] | None) -> str | None:
+    """MLflow's tensor dataset schema (what ``mlflow.data.from_numpy`` records) for images and labels."""
+    if image_shape is None:
+        return None
+    import numpy as np
+    from mlflow.data.schema import TensorDatasetSchema
+    from mlflow.types.schema import Schema, TensorSpec
+
+    images = Schema([TensorSpec(np.dtype(np.uint8), (-1, *image_shape), "images")])
+    labels = Schema([TensorSpec(np.dtype(np.int64), (-1,), "labels")])
+    return json.dumps(TensorDatasetSchema(features=images, targets=labels).to_dict())
 
 
 def _digest(params: dict[str, str]) -> str:
@@ -171,7 +185,7 @@ class RunTracker:
                     digest=d.digest[:36],
                     source_type="local",
                     source=json.dumps({"uri": d.source}),
-                    schema=json.dumps(d.schema) if d.schema is not None else None,
+                    schema=_schema(d.image_shape),
                     profile=json.dumps(d.profile),
                 ),
                 [InputTag("mlflow.data.context", d.context)],
@@ -180,6 +194,12 @@ class RunTracker:
         ]
         with quiet_mlflow():
             self.store.client().log_inputs(run_id, datasets=inputs)
+
+    def log_files(self, run_id: str, folder: str, paths: list[Path]) -> None:
+        with quiet_mlflow():
+            client = self.store.client()
+            for path in paths:
+                client.log_artifact(run_id, str(path), artifact_path=folder or None)
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         with quiet_mlflow():

@@ -4,7 +4,7 @@ The MLflow run of a generation is tagged with both; the Prefect flow run's artif
 A URL is given only where it can be opened: the Prefect UI's when a Prefect server was configured
 (``PREFECT_API_URL``, or ``PREFECT_UI_URL`` for a UI elsewhere) — the temporary server a command starts without one
 is gone when the command ends — and the MLflow UI's where the tracking store is a server (``http(s)://``); for a
-database store (the default SQLite file) the link is the page's path under ``mlflow ui``'s default address.
+database store (the workspace's default) the link is the page's path under ``mlflow ui``'s default address.
 """
 
 from __future__ import annotations

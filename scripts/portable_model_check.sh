@@ -55,16 +55,19 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import mlflow" 2>/dev
     "$venv/bin/pip" install -q --disable-pip-version-check $(grep -E '^(mlflow|torch)==' "$work/requirements.txt") timm
     echo "installed mlflow, torch, timm in $venv in $(( $(date +%s) - start )) s"
 fi
-"$venv/bin/python" -c "import importlib.util as u; print('bctflow importable:', [m for m in ('components','flows','registry','bctflow') if u.find_spec(m)])"
 
 # 3. load and embed there, from an empty folder, with the project's packages refused by an import hook
 cd "$work" && mkdir -p empty && cd empty
 env -u PYTHONPATH "$venv/bin/python" -I - "$home" "$work" <<'EOF'
-import importlib.abc, sys, time
+import importlib.abc, importlib.util, sys, time
+
+PROJECT = ("components", "flows", "registry", "bctflow", "benchmarks", "tests")
+print("project packages this environment can import:", [m for m in PROJECT if importlib.util.find_spec(m)] or "none")
+
 
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"components", "flows", "registry", "bctflow", "benchmarks", "tests"}:
+        if name.split(".")[0] in PROJECT:  # belt and braces: nothing of the project may load
             raise ModuleNotFoundError(f"{name} is not importable here")
         return None
 
@@ -81,5 +84,6 @@ expected = np.load(f"{work}/expected.npy")
 err = float(np.abs(vectors - expected).max())
 print(f"mlflow {mlflow.__version__}, torch {torch.__version__}: embedded {vectors.shape} {vectors.dtype} "
       f"in {time.time() - t:.1f} s; max |Δ| vs the live gallery's vectors {err:.2e}")
+print("timm imported:", "timm" in sys.modules)
 sys.exit(0 if err < 1e-4 * max(1.0, float(np.abs(expected).max())) else 1)
 EOF

@@ -88,7 +88,8 @@ def lineage_picture(
     import matplotlib.pyplot as plt
 
     n = max(len(steps), 1)
-    fig, ax = plt.subplots(figsize=(min(max(2.3 * n + 1.5, 8.0), 40.0), 3.6), dpi=110)
+    width = min(max(2.3 * n + 1.5, 6.5), 40.0)  # inches: 2.3 per step
+    fig, ax = plt.subplots(figsize=(width, 3.6), dpi=100)
     x_of: dict[int, float] = {}
     for x, step in enumerate(steps):
         if isinstance(step, GenerationStep):
@@ -102,7 +103,7 @@ def lineage_picture(
     ax.set_ylim(-1.05, 1.25)
     ax.axis("off")
     ax.set_title(title, fontsize=10)
-    _legend(ax)
+    _legend(ax, columns=4 if width >= 9 else 2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -170,7 +171,7 @@ def _draw_backfill(ax, x: float, b: BackfillStep, x_of: dict[int, float]) -> Non
         )
 
 
-def _legend(ax) -> None:  # type: ignore[no-untyped-def]
+def _legend(ax, columns: int) -> None:  # type: ignore[no-untyped-def]
     from matplotlib.lines import Line2D
 
     handles = [
@@ -179,4 +180,4 @@ def _legend(ax) -> None:  # type: ignore[no-untyped-def]
         Line2D([], [], color=_INCOMPATIBLE, lw=2, label="not compatible with the live gallery"),
         Line2D([], [], color=_BACKFILL, marker="D", lw=0, label="backfill"),
     ]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.1), ncol=4, fontsize=7, frameon=False)
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=columns, fontsize=7, frameon=False)

@@ -82,6 +82,8 @@ def open_run(plan: GenerationPlan) -> str:
         "bctflow.alignment": plan.alignment,
         "bctflow.params_digest": plan.params_digest,
         **({"bctflow.code_digest": plan.code_digest} if plan.code_digest else {}),
+        "mlflow.source.name": "bctflow: Prefect flow new-generation",
+        "mlflow.source.type": "JOB",
         **links,
         **git_commit(),
     }

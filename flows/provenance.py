@@ -23,13 +23,14 @@ def prefect_flow_run() -> dict[str, str]:
     """Tags naming the Prefect flow run this code runs in: id, name and (with a configured server) its UI URL.
     Empty outside a flow run."""
     from prefect.runtime import flow_run
+    from prefect.utilities.urls import url_for
 
     run_id = flow_run.id
     if run_id is None:
         return {}
     tags = {"prefect.flow_run_id": str(run_id), "prefect.flow_run_name": str(flow_run.name)}
     if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_UI_URL"):
-        url = flow_run.ui_url
+        url = url_for("flow-run", obj_id=str(run_id))  # the page Prefect's own "View at" log line names
         if url:
             tags["prefect.flow_run_url"] = str(url)
     return tags

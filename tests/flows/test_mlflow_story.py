@@ -135,7 +135,7 @@ def test_the_run_and_the_flow_run_link_to_each_other(story):
     tags = run.data.tags
     flow_run_id = tags["prefect.flow_run_id"]
     ui = PREFECT_API_URL.value().removesuffix("/api")
-    assert tags["prefect.flow_run_url"] == f"{ui}/flow-runs/flow-run/{flow_run_id}"
+    assert tags["prefect.flow_run_url"] == f"{ui}/runs/flow-run/{flow_run_id}"  # as Prefect's "View at" names it
     assert f"({tags['prefect.flow_run_url']})" in tags["mlflow.note.content"]  # the run description links it
     assert len(tags["mlflow.source.git.commit"]) == 40 and tags["bctflow.git_dirty"] in ("true", "false")
     with get_client(sync_client=True) as prefect:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["BackfillStep", "GenerationStep", "lineage_picture"]
+__all__ = ["BackfillStep", "GenerationStep", "lineage_figure", "lineage_picture"]
 
 _COMPATIBLE, _INCOMPATIBLE, _ROOT, _BACKFILL = "#2e7d32", "#c62828", "#455a64", "#6a1b9a"
 
@@ -70,18 +71,17 @@ def _colour(g: GenerationStep) -> str:
     return _COMPATIBLE if g.compatible else _INCOMPATIBLE
 
 
-def lineage_picture(
-    path: Path,
+def lineage_figure(
     steps: list[GenerationStep | BackfillStep],
     production: int | None,
     live_gallery: int | None,
     metric: str,
     title: str,
-) -> Path:
-    """Draw ``steps`` (in the order they happened) into the PNG ``path``; returns ``path``.
+) -> Any:
+    """The lineage as a matplotlib figure (headless); ``steps`` in the order they happened.
 
     ``production``: the generation the ``production`` alias names; ``live_gallery``: the generation whose
-    embeddings fill the live gallery; ``metric``: the decision metric the edge labels show (e.g. ``map``)."""
+    embeddings fill the live gallery; ``metric``: the decision metric the boxes show (e.g. ``map``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,10 +90,7 @@ def lineage_picture(
     n = max(len(steps), 1)
     width = min(max(2.3 * n + 1.5, 6.5), 40.0)  # inches: 2.3 per step
     fig, ax = plt.subplots(figsize=(width, 3.6), dpi=100)
-    x_of: dict[int, float] = {}
-    for x, step in enumerate(steps):
-        if isinstance(step, GenerationStep):
-            x_of[step.gen_id] = float(x)
+    x_of = {step.gen_id: float(x) for x, step in enumerate(steps) if isinstance(step, GenerationStep)}
     for x, step in enumerate(steps):
         if isinstance(step, GenerationStep):
             _draw_generation(ax, float(x), step, x_of, production, live_gallery, metric)
@@ -105,6 +102,21 @@ def lineage_picture(
     ax.set_title(title, fontsize=10)
     _legend(ax, columns=4 if width >= 9 else 2)
     fig.tight_layout()
+    return fig
+
+
+def lineage_picture(
+    path: Path,
+    steps: list[GenerationStep | BackfillStep],
+    production: int | None,
+    live_gallery: int | None,
+    metric: str,
+    title: str,
+) -> Path:
+    """:func:`lineage_figure` saved as the PNG ``path``; returns ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = lineage_figure(steps, production, live_gallery, metric, title)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -78,6 +78,13 @@ class RegistrationResult:
 _MODEL_TAGS = ("bctflow.generation", "bctflow.zeta", "bctflow.alignment", "bctflow.geometry", "bctflow.data_hash")
 
 
+def _model_id(mv: Any) -> str | None:
+    """The logged model a version registers: its source ``models:/<model_id>`` (MLflow's SQL registry keeps no
+    separate column for it)."""
+    source = str(mv.source or "")
+    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
+
+
 def _status(req: RegistrationRequest) -> str:
     return "unknown" if req.backfill_required is None else str(req.backfill_required).lower()
 
@@ -183,8 +190,9 @@ class MlflowStore:
         except MlflowException:
             return False
 
-    def version_of_run_key(self, run_key: str) -> tuple[str, str] | None:
-        """(version, run id) of the registered version tagged with ``run_key`` (None if there is none)."""
+    def version_of_run_key(self, run_key: str) -> tuple[str, str, str | None] | None:
+        """(version, run id, logged model id) of the registered version tagged with ``run_key`` (None if there is
+        none)."""
         from mlflow.exceptions import MlflowException
 
         with quiet_mlflow():
@@ -194,7 +202,7 @@ class MlflowStore:
                 )
             except MlflowException:
                 return None
-        return (str(found[0].version), str(found[0].run_id)) if found else None
+        return (str(found[0].version), str(found[0].run_id), _model_id(found[0])) if found else None
 
     def register(self, req: RegistrationRequest) -> RegistrationResult:
         """Log the generation's outputs and model into its run, register the version (linked to the logged model),
@@ -205,11 +213,11 @@ class MlflowStore:
         its lineage commit) is reused, its tags and aliases set again, instead of registering a second one.
         """
         if req.run_key and (found := self.version_of_run_key(req.run_key)) is not None:
-            version, run_id = found
+            version, run_id, model_id = found
             self.set_tags(version, version_tags(req))  # this attempt's evaluation and gate decision
             for alias in req.aliases:
                 self._set_alias(alias, version)
-            return RegistrationResult(self.model_name, version, run_id, False)
+            return RegistrationResult(self.model_name, version, run_id, False, model_id)
         with quiet_mlflow():
             client = self.client()
             created_model = not self._model_exists(client)
@@ -318,8 +326,8 @@ class MlflowStore:
             with contextlib.suppress(MlflowException):
                 mv = client.get_model_version(self.model_name, version)
                 client.delete_model_version(self.model_name, version)
-                if mv.model_id:
-                    client.delete_logged_model(mv.model_id)
+                if (model_id := _model_id(mv)) is not None:
+                    client.delete_logged_model(model_id)
                 if mv.run_id:
                     client.delete_run(mv.run_id)
 

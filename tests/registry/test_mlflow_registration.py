@@ -206,3 +206,24 @@ def test_a_shared_tracking_store_is_never_rewritten(tmp_path: Path, checkpoint: 
     b.register(request(b, checkpoint, 1))
     client = mlflow.MlflowClient(uri, uri)
     assert client.get_experiment_by_name("exp").artifact_location == (tmp_path / "a" / "mlartifacts").resolve().as_uri()
+
+
+def test_a_reused_registration_rolls_back_with_its_model_and_an_orphan_goes_whole(tmp_path: Path, checkpoint: Path):
+    """A version found again by its run key (an attempt killed after registering) carries its logged model, so
+    rolling it back removes both; `doctor --repair` deleting an orphan version removes its model and run too."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg.register(request(reg, checkpoint, 0))
+    first = reg.register(request(reg, checkpoint, 1))
+    again = reg.register(request(reg, checkpoint, 1))
+    assert (again.version, again.model_id) == (first.version, first.model_id) and not again.created_model
+    reg.rollback(again)
+    client = mlflow.MlflowClient(uri, uri)
+    exp = client.get_experiment_by_name("exp").experiment_id
+    assert [str(v.version) for v in client.search_model_versions("name='embedder'")] == ["1"]
+    assert len(client.search_logged_models([exp])) == 1  # generation 0's only
+    orphan = reg.register(request(reg, checkpoint, 2))
+    reg.delete_version(orphan.version)
+    assert [str(v.version) for v in client.search_model_versions("name='embedder'")] == ["1"]
+    assert len(client.search_logged_models([exp])) == 1
+    assert client.get_run(orphan.run_id).info.lifecycle_stage == "deleted"

@@ -35,7 +35,9 @@ NOT_SHAPING = frozenset(
     {
         "components/data/archives.py",  # unpacking dataset files: the dataset fingerprint checks the result
         "components/data/download.py",  # fetching dataset files: likewise
+        "components/evaluation/lineage_plot.py",  # the lineage's picture
         "components/evaluation/plots.py",  # pictures of the numbers
+        "components/models/export.py",  # the serving graph of a trained model (what MLflow registers)
         "components/training/job.py",  # the job folder carrying a training to other nodes
         "components/training/launch.py",  # starting the ranks (torchrun's launcher)
     }

@@ -22,6 +22,11 @@ def generation_markdown(summary: dict[str, Any]) -> str:
         f"parent {'—' if summary['parent'] is None else 'g' + str(summary['parent'])}, "
         f"MLflow {summary.get('mlflow_model')} v{summary.get('mlflow_version')}",
         "",
+        *(
+            [f"MLflow run: [{summary['mlflow_run_id']}]({summary['mlflow_run_url']})", ""]
+            if summary.get("mlflow_run_url")
+            else []
+        ),
         "| comparison | CMC@1 | CMC@5 | mAP |",
         "|---|---:|---:|---:|",
     ]

@@ -1,15 +1,20 @@
-"""The ``new-generation`` flow: snapshot → train → index → evaluate → register → lineage.
+"""The ``new-generation`` flow: MLflow run → snapshot → train → index → evaluate → register → lineage.
 
 The flow takes the run's one :class:`~flows.plan.GenerationPlan` (made by
 :func:`flows.steps.preflight.plan_generation` from params parsed once) and
-runs each step of :mod:`flows.steps` as a task. Registration and the lineage
-commit retry on transient failures; if the commit still fails the MLflow
-registration is rolled back, so a failed run leaves the lineage DB, the
-registry and the live index as they were.
+runs each step of :mod:`flows.steps` as a task. The generation's MLflow run is
+opened first, under the workspace lock, and stays active (with system metrics)
+until the lineage is committed: FINISHED then, FAILED if a step fails; the next
+attempt of the same run resumes it. Registration and the lineage commit retry
+on transient failures; if the commit still fails the MLflow registration is
+rolled back, so a failed run leaves the lineage DB, the registry and the live
+index as they were. The flow run's markdown artifact links to the MLflow run,
+and the MLflow run's tags name the flow run (docs/design.md §7.17).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -44,9 +49,20 @@ def check_plan_task(plan: GenerationPlan) -> None:
         log.info(note)
 
 
+@task(
+    name="open-mlflow-run", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition
+)
+def open_run_task(plan: GenerationPlan) -> str:
+    """The generation's MLflow run, before anything trains (resumed when an earlier attempt of this run opened it)."""
+    run_id = steps.open_run(plan)
+    get_run_logger().info("MLflow run %s: %s", run_id, steps.run_url(plan, run_id))
+    return run_id
+
+
 @task(name="snapshot-data", cache_policy=NO_CACHE)
-def snapshot_task(plan: GenerationPlan) -> steps.Snapshot:
+def snapshot_task(plan: GenerationPlan, run_id: str) -> steps.Snapshot:
     snap = steps.snapshot_data(plan)
+    steps.log_snapshot(plan, run_id, snap)
     get_run_logger().info(
         "data snapshot %s: %d samples, %d classes, DVC md5 %s",
         snap.name,
@@ -58,18 +74,30 @@ def snapshot_task(plan: GenerationPlan) -> steps.Snapshot:
 
 
 @task(name="train", cache_policy=NO_CACHE)
-def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str) -> steps.Trained:
+def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str, run_id: str) -> steps.Trained:
+    """Train the role; each epoch goes to the MLflow run as it ends (the reference φ* trains in a child run)."""
     log = get_run_logger()
+    target = steps.open_reference_run(plan, run_id) if role == "reference" else run_id
+    runs = plan.workspace.tracking(plan.params).runs
+    try:
 
-    def on_epoch(epoch: int, rec: dict) -> None:
-        terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
-        log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
+        def on_epoch(epoch: int, rec: dict) -> None:
+            terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
+            log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
+            runs.log_epochs(target, [rec])
 
-    # per batch: the loop reports (steps done, steps in all) after each step; the total is known from its first step
-    with progress_bar(f"g{plan.gen_id} {role}: training, {plan.epochs} epochs (batches)", None) as bar:
-        trained = steps.train_role(plan, snap, role, on_epoch, on_step=bar.update)
+        # per batch: the loop reports (steps done, steps in all) after each step; the total is known from its first
+        with progress_bar(f"g{plan.gen_id} {role}: training, {plan.epochs} epochs (batches)", None) as bar:
+            trained = steps.train_role(plan, snap, role, on_epoch, on_step=bar.update)
+        steps.log_training(plan, target, trained)  # epochs trained in other processes (train.nproc > 1)
+    except BaseException:
+        if target != run_id:
+            runs.end(target, "FAILED")
+        raise
+    if target != run_id:
+        runs.end(target, "FINISHED")
     log.info("[%s] trained on %s in %.1fs", role, trained.device, trained.seconds)
-    return trained
+    return replace(trained, run_id=target)
 
 
 @task(name="embed-and-index", cache_policy=NO_CACHE)
@@ -108,9 +136,15 @@ def evaluate_task(
     name="register-mlflow", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2, retry_condition_fn=retry_condition
 )
 def register_task(
-    plan: GenerationPlan, snap: steps.Snapshot, trained: steps.Trained, gallery: steps.Gallery, ev: steps.Evaluation
+    plan: GenerationPlan,
+    snap: steps.Snapshot,
+    trained: steps.Trained,
+    gallery: steps.Gallery,
+    ev: steps.Evaluation,
+    run_id: str,
+    reference_run_id: str | None,
 ) -> RegistrationResult:
-    reg = steps.register(plan, snap, trained, gallery, ev)
+    reg = steps.register(plan, snap, trained, gallery, ev, run_id, reference_run_id)
     get_run_logger().info("registered %s version %s (run %s)", reg.model_name, reg.version, reg.run_id)
     return reg
 
@@ -143,20 +177,28 @@ def new_generation(plan: GenerationPlan) -> dict[str, Any]:
     """Create the planned generation in its workspace and return its evaluation summary."""
     with workspace_lock(plan.workspace.home, "a new generation is being created", plan.params.lineage.db_url):
         check_plan_task(plan)
-        snap = snapshot_task(plan)
-        # the reference first: some methods (BT²) learn from it
-        ref = train_task(plan, snap, "reference") if plan.reference else None
-        trained = train_task(plan, snap, "model")
-        gallery = gallery_task(plan, trained)
-        ref_gallery = gallery_task(plan, ref) if ref is not None else None
-        ev = evaluate_task(plan, snap, trained, gallery, ref, ref_gallery)
-        reg = register_task(plan, snap, trained, gallery, ev)
-        try:
-            commit_task(plan, snap, trained, gallery, ev, reg, ref)
-        except BaseException:
-            rollback_task(plan, reg)
-            raise
-    summary = {**ev.summary, "mlflow_model": reg.model_name, "mlflow_version": reg.version}
+        run_id = open_run_task(plan)
+        with plan.workspace.tracking(plan.params).runs.active(run_id):  # system metrics; FINISHED / FAILED at the end
+            snap = snapshot_task(plan, run_id)
+            # the reference first: some methods (BT²) learn from it
+            ref = train_task(plan, snap, "reference", run_id) if plan.reference else None
+            trained = train_task(plan, snap, "model", run_id)
+            gallery = gallery_task(plan, trained)
+            ref_gallery = gallery_task(plan, ref) if ref is not None else None
+            ev = evaluate_task(plan, snap, trained, gallery, ref, ref_gallery)
+            reg = register_task(plan, snap, trained, gallery, ev, run_id, ref.run_id if ref else None)
+            try:
+                commit_task(plan, snap, trained, gallery, ev, reg, ref)
+            except BaseException:
+                rollback_task(plan, reg)
+                raise
+    summary = {
+        **ev.summary,
+        "mlflow_model": reg.model_name,
+        "mlflow_version": reg.version,
+        "mlflow_run_id": reg.run_id,
+        "mlflow_run_url": steps.run_url(plan, reg.run_id),
+    }
     create_markdown_artifact(
         generation_markdown(summary), key=f"generation-{plan.gen_id}", description=f"bctflow generation {plan.gen_id}"
     )

@@ -1,36 +1,39 @@
-"""MLflow registration: one run and one registered model version per generation.
+"""MLflow registration: the generation's model and its registered model version.
 
-The run carries params, metrics (incl. per-epoch training curves), artifacts
-(metrics JSON, data manifest, index manifest, plots) and the model (pyfunc,
-*models from code*: :mod:`registry.mlflow_model`, weights = the checkpoint).
-The version carries lineage tags (generation, parent, alignment, geometry, ζ,
-K, data hash, backfill status) and a description that spells out the chain.
+The generation's run is opened before it trains (:mod:`registry.mlflow_runs`); :meth:`MlflowStore.register` logs
+into that run what the generation produced — metrics, artifacts (metrics JSON, the data and the index manifest under
+their own folders, plots, the lineage picture) and the model (:mod:`registry.mlflow_model`: the exported serving
+graph) — and registers the version, linked to the logged model, with its lineage tags (generation, ζ, compatibility,
+promotion, backfill, parent, data hash …) and a description that spells out the chain.
 
-A registration that fails half-way removes what it created, so a retry starts
-clean; :meth:`MlflowStore.rollback` undoes a finished registration when the
-lineage commit that follows it fails, and :meth:`MlflowStore.move_alias`
-returns the undo of every alias move.
+A registration that fails half-way removes the version it created, so a retry starts clean;
+:meth:`MlflowStore.rollback` undoes a finished registration when the lineage commit that follows it fails, and
+:meth:`MlflowStore.move_alias` returns the undo of every alias move. The run itself stays: it is the record of the
+attempt, ended FAILED by the flow and resumed by the next attempt of the same run key.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import math
-import warnings
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from registry.mlflow_common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
+from registry.mlflow_model import link_version, log_embedder
+from registry.mlflow_runs import RunTracker
 from registry.relocation import owns_tracking_store, relocate_artifacts
 
-__all__ = ["MlflowStore", "RegistrationRequest", "RegistrationResult", "flatten", "metric_key"]
+__all__ = ["MODEL_DESCRIPTION", "MlflowStore", "RegistrationRequest", "RegistrationResult", "version_tags"]
 
-_MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
+MODEL_DESCRIPTION = (
+    "Embedding model generations managed by bctflow; each version is one generation, trained to stay compatible "
+    "with the gallery of its parent."
+)
 
 
 @dataclass
@@ -45,12 +48,13 @@ class RegistrationRequest:
     curvature: float
     data_hash: str
     checkpoint: Path
-    image_shape: tuple[int, int, int]
-    vector_dim: int
+    #: (n ≥ 2, H, W, C) uint8 images of the evaluation split: the model's input example and export trace
+    example: np.ndarray
     description: str
+    #: the generation's run, opened before training (:meth:`registry.mlflow_runs.RunTracker.open`)
+    run_id: str
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)
     #: artifact folder of the run ("" = its root) → files or folders logged there
     artifacts: dict[str, list[Path]] = field(default_factory=dict)
     backfill_required: bool | None = None
@@ -67,93 +71,69 @@ class RegistrationResult:
     version: str
     run_id: str
     created_model: bool  # True when this registration created the registered model
+    model_id: str | None = None  # the logged model the version is linked to
 
 
-def metric_key(name: str) -> str:
-    """MLflow metric names allow [A-Za-z0-9_-. :/]; "self/cmc@1" → "self/cmc_at_1"."""
-    return name.replace("@", "_at_")
+#: the version tags the logged model carries too (its page in the run's experiment)
+_MODEL_TAGS = ("bctflow.generation", "bctflow.zeta", "bctflow.alignment", "bctflow.geometry", "bctflow.data_hash")
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} → {"a.b": 1}; lists become their string form."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
+def _model_id(mv: Any) -> str | None:
+    """The logged model a version registers: its source ``models:/<model_id>`` (MLflow's SQL registry keeps no
+    separate column for it)."""
+    source = str(mv.source or "")
+    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
 
 
-#: MLflow warnings that do not apply: predict() is untyped on purpose (its input, a uint8 image
-#: tensor, is described by the logged signature) and an input example would run the model at log time.
-_IRRELEVANT_WARNINGS = ("type hint", "input example")
+def _status(req: RegistrationRequest) -> str:
+    return "unknown" if req.backfill_required is None else str(req.backfill_required).lower()
 
 
-@contextlib.contextmanager
-def _quiet_mlflow() -> Iterator[None]:
-    """Silence MLflow's chatty loggers and the warnings above.
-
-    ``log_model`` installs its own ``simplefilter("once")``, which overrides ignore filters,
-    so the two irrelevant warnings are dropped where they would be shown instead.
-    """
-    names = ["mlflow", "alembic", "mlflow.utils.requirements_utils"]
-    old = {n: logging.getLogger(n).level for n in names}
-    for n in names:
-        logging.getLogger(n).setLevel(logging.ERROR)
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
-        if issubclass(category, UserWarning) and any(w in str(message) for w in _IRRELEVANT_WARNINGS):
-            return
-        shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
-        for n, lvl in old.items():
-            logging.getLogger(n).setLevel(lvl)
+def version_tags(req: RegistrationRequest) -> dict[str, str]:
+    """The version's tags, the most telling first and each short (the UI lists them in this order)."""
+    tags = {
+        "bctflow.generation": str(req.generation_id),
+        "bctflow.zeta": "none" if req.zeta is None else f"{req.zeta:g}",
+        **{k: v for k, v in req.extra_tags.items() if k in ("bctflow.compatible_with_live_gallery",)},
+        "bctflow.backfill_required": _status(req),
+        **{k: v for k, v in req.extra_tags.items() if k == "bctflow.promotion"},
+        "bctflow.alignment": req.alignment,
+        "bctflow.parent_generation": "none" if req.parent_id is None else str(req.parent_id),
+        "bctflow.generation_name": req.name,
+        "bctflow.parent_version": req.parent_version or "none",
+        "bctflow.geometry": req.geometry,
+        "bctflow.curvature": f"{req.curvature:g}",
+        "bctflow.data_hash": req.data_hash,
+        "bctflow.backfill_reasons": "; ".join(req.backfill_reasons) or "none",
+        "bctflow.run_key": req.run_key or "none",
+    }
+    for k, v in req.extra_tags.items():
+        tags.setdefault(k, v)
+    return {k: v[:TAG_MAX] for k, v in tags.items()}
 
 
-def _finite(values: dict[str, Any]) -> dict[str, float]:
-    """MLflow metric names for the finite values (None, NaN and inf are left out)."""
-    return {metric_key(k): float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+def _log_outputs(req: RegistrationRequest, client: Any) -> Any:
+    """Log metrics, params, artifacts and the model into the generation's run; the logged model's ``ModelInfo``.
 
+    Params logged again keep their value (the run key fixes them); metrics are the evaluation's, at step 0."""
+    from mlflow.entities import Metric, Param
 
-def _log_run(req: RegistrationRequest) -> str:
-    """Log params, metrics, the training curves, artifacts and the pyfunc model into the active run; the model's URI."""
-    import mlflow
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
-
-    mlflow.log_params({k: (str(v)[:6000]) for k, v in flatten(req.params).items()})
-    mlflow.log_metrics(_finite(req.metrics))
-    for rec in req.history:
-        mlflow.log_metrics(
-            _finite({f"train/{k}": v for k, v in rec.items() if k != "epoch"}), step=int(rec.get("epoch", 0))
-        )
+    now = int(time.time() * 1000)
+    log_batch(
+        client,
+        req.run_id,
+        metrics=[Metric(k, v, now, 0) for k, v in finite_metrics(req.metrics).items()],
+        params=[Param(k, v) for k, v in param_values(req.params).items()],
+    )
     for folder, paths in req.artifacts.items():
         for path in paths:
             if path.is_dir():
-                mlflow.log_artifacts(str(path), artifact_path="/".join(filter(None, (folder, path.name))))
+                client.log_artifacts(req.run_id, str(path), artifact_path="/".join(filter(None, (folder, path.name))))
             else:
-                mlflow.log_artifact(str(path), artifact_path=folder or None)
-    h, w, c = req.image_shape
-    signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, req.vector_dim))]),
-    )
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=str(_MODEL_CODE),
-        artifacts={"checkpoint": str(req.checkpoint)},
-        signature=signature,
-        pip_requirements=[f"bctflow=={package_version('bctflow')}"],
-    )
-    return info.model_uri
+                client.log_artifact(req.run_id, str(path), artifact_path=folder or None)
+    metadata = {"bctflow_generation": req.generation_id, "geometry": req.geometry, "zeta": req.zeta}
+    tags = {k: v for k, v in version_tags(req).items() if k in _MODEL_TAGS}
+    return log_embedder(client, req.checkpoint, req.example, req.run_id, metadata, tags)
 
 
 class MlflowStore:
@@ -166,7 +146,8 @@ class MlflowStore:
         self.artifact_root = Path(artifact_root)
         self._located = False  # artifact URIs checked against the workspace's place (see _relocate)
 
-    def _client(self) -> Any:
+    def client(self) -> Any:
+        """An MLflow client of this store (and the fluent API pointed at it)."""
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
@@ -176,18 +157,24 @@ class MlflowStore:
             self._relocate(client)
         return client
 
+    @property
+    def runs(self) -> RunTracker:
+        """The store's runs: a generation's run is opened before it trains (:mod:`registry.mlflow_runs`)."""
+        return RunTracker(self)
+
     def _relocate(self, client: Any) -> None:
         """A workspace that owns its MLflow store and was copied or moved: its artifact URIs follow it first."""
         self._located = True
         if not owns_tracking_store(self.tracking_uri, self.artifact_root):
             return
-        with _quiet_mlflow():
+        with quiet_mlflow():
             exp = client.get_experiment_by_name(self.experiment)
         here = self.artifact_root.resolve().as_uri()
         if exp is not None and exp.artifact_location != here:
             relocate_artifacts(self.tracking_uri, exp.artifact_location, here)
 
-    def _experiment_id(self, client: Any) -> str:
+    def experiment_id(self, client: Any) -> str:
+        """The experiment's id, creating it (artifacts under this workspace's root) the first time."""
         exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
             return exp.experiment_id
@@ -203,61 +190,81 @@ class MlflowStore:
         except MlflowException:
             return False
 
-    def version_of_run_key(self, run_key: str) -> tuple[str, str] | None:
-        """(version, run id) of the registered version tagged with ``run_key`` (None if there is none)."""
+    def version_of_run_key(self, run_key: str) -> tuple[str, str, str | None] | None:
+        """(version, run id, logged model id) of the registered version tagged with ``run_key`` (None if there is
+        none)."""
         from mlflow.exceptions import MlflowException
 
-        with _quiet_mlflow():
+        with quiet_mlflow():
             try:
-                found = self._client().search_model_versions(
+                found = self.client().search_model_versions(
                     f"name='{self.model_name}' and tags.`bctflow.run_key` = '{run_key}'"
                 )
             except MlflowException:
                 return None
-        return (str(found[0].version), str(found[0].run_id)) if found else None
+        return (str(found[0].version), str(found[0].run_id), _model_id(found[0])) if found else None
 
     def register(self, req: RegistrationRequest) -> RegistrationResult:
-        """Create the run, log everything, register the version, tag it. All or nothing.
+        """Log the generation's outputs and model into its run, register the version (linked to the logged model),
+        tag it, set its aliases. All or nothing: a failure deletes the version, the logged model and (if this call
+        created it) the registered model.
 
         Idempotent per ``req.run_key``: a version already registered for it (by an attempt that was killed before
-        its lineage commit) is reused, its aliases set again, instead of registering a second one.
+        its lineage commit) is reused, its tags and aliases set again, instead of registering a second one.
         """
-        import mlflow
-
         if req.run_key and (found := self.version_of_run_key(req.run_key)) is not None:
-            version, run_id = found
-            self.set_tags(version, self._tags(req))  # this attempt's evaluation and gate decision
+            version, run_id, model_id = found
+            self.set_tags(version, version_tags(req))  # this attempt's evaluation and gate decision
             for alias in req.aliases:
                 self._set_alias(alias, version)
-            return RegistrationResult(self.model_name, version, run_id, False)
-        with _quiet_mlflow():
-            client = self._client()
-            exp_id = self._experiment_id(client)
+            return RegistrationResult(self.model_name, version, run_id, False, model_id)
+        with quiet_mlflow():
+            client = self.client()
             created_model = not self._model_exists(client)
-            run_id: str | None = None
             version: str | None = None
+            model_id: str | None = None
             try:
-                run_tags = self._tags(req)
-                run_name = f"gen-{req.generation_id}-{req.alignment}"
-                with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=run_tags) as run:
-                    run_id = run.info.run_id
-                    model_uri = _log_run(req)
+                self._drop_unregistered_models(client, req.run_id)
+                info = _log_outputs(req, client)
+                model_id = info.model_id
                 if created_model:
-                    client.create_registered_model(
-                        self.model_name,
-                        description="Embedding model generations managed by bctflow; each version is one generation, "
-                        "trained to stay compatible with the gallery of its parent.",
-                    )
+                    client.create_registered_model(self.model_name, description=MODEL_DESCRIPTION)
                 mv = client.create_model_version(
-                    self.model_name, model_uri, run_id=run_id, tags=run_tags, description=req.description
+                    self.model_name,
+                    info.model_uri,
+                    run_id=req.run_id,
+                    tags=version_tags(req),
+                    description=req.description,
+                    model_id=model_id,
                 )
                 version = str(mv.version)
+                link_version(client, model_id, self.model_name, version)
                 for alias in req.aliases:
                     client.set_registered_model_alias(self.model_name, alias, version)
             except BaseException:
-                self._undo(client, run_id, version, created_model)
+                self._undo(client, version, created_model, model_id)
                 raise
-        return RegistrationResult(self.model_name, version, run_id, created_model)
+        return RegistrationResult(self.model_name, version, req.run_id, created_model, model_id)
+
+    def _drop_unregistered_models(self, client: Any, run_id: str) -> None:
+        """Models an interrupted attempt logged into this run without registering them: deleted, so the run holds
+        one model, the registered one."""
+        for m in client.search_logged_models([self.experiment_id(client)], f"source_run_id = '{run_id}'"):
+            client.delete_logged_model(m.model_id)
+
+    def model_description(self) -> str | None:
+        """The registered model's description (None: no registered model yet)."""
+        from mlflow.exceptions import MlflowException
+
+        with quiet_mlflow():
+            try:
+                return self.client().get_registered_model(self.model_name).description or ""
+            except MlflowException:
+                return None
+
+    def set_model_description(self, text: str) -> None:
+        with quiet_mlflow():
+            self.client().update_registered_model(self.model_name, description=text)
 
     def move_alias(self, alias: str, version: str) -> Callable[[], None]:
         """Point ``alias`` at ``version``; returns the undo (back to the previous version, or no alias)."""
@@ -273,28 +280,28 @@ class MlflowStore:
         return undo
 
     def _set_alias(self, alias: str, version: str) -> None:
-        with _quiet_mlflow():
-            self._client().set_registered_model_alias(self.model_name, alias, version)
+        with quiet_mlflow():
+            self.client().set_registered_model_alias(self.model_name, alias, version)
 
     def _delete_alias(self, alias: str) -> None:
         from mlflow.exceptions import MlflowException
 
-        with _quiet_mlflow(), contextlib.suppress(MlflowException):
-            self._client().delete_registered_model_alias(self.model_name, alias)
+        with quiet_mlflow(), contextlib.suppress(MlflowException):
+            self.client().delete_registered_model_alias(self.model_name, alias)
 
     def set_tags(self, version: str, tags: dict[str, str]) -> None:
         """Update lineage tags of a registered version (e.g. promotion status)."""
-        with _quiet_mlflow():
-            client = self._client()
+        with quiet_mlflow():
+            client = self.client()
             for k, v in tags.items():
-                client.set_model_version_tag(self.model_name, version, k, v[:5000])
+                client.set_model_version_tag(self.model_name, version, k, v[:TAG_MAX])
 
     def alias_version(self, alias: str) -> str | None:
         from mlflow.exceptions import MlflowException
 
-        with _quiet_mlflow():
+        with quiet_mlflow():
             try:
-                return str(self._client().get_model_version_by_alias(self.model_name, alias).version)
+                return str(self.client().get_model_version_by_alias(self.model_name, alias).version)
             except MlflowException:
                 return None
 
@@ -302,31 +309,34 @@ class MlflowStore:
         """(version, its ``bctflow.generation`` tag) of every registered version bctflow created."""
         from mlflow.exceptions import MlflowException
 
-        with _quiet_mlflow():
+        with quiet_mlflow():
             try:
-                found = self._client().search_model_versions(f"name='{self.model_name}'")
+                found = self.client().search_model_versions(f"name='{self.model_name}'")
             except MlflowException:
                 return []
         return [(str(v.version), v.tags["bctflow.generation"]) for v in found if "bctflow.generation" in v.tags]
 
     def delete_version(self, version: str) -> None:
-        """Delete a registered version and its run (an orphan no lineage row refers to)."""
+        """Delete a registered version, its logged model and its run (an orphan no lineage row refers to: the
+        abandoned attempt is undone whole)."""
         from mlflow.exceptions import MlflowException
 
-        with _quiet_mlflow():
-            client = self._client()
+        with quiet_mlflow():
+            client = self.client()
             with contextlib.suppress(MlflowException):
-                run_id = client.get_model_version(self.model_name, version).run_id
+                mv = client.get_model_version(self.model_name, version)
                 client.delete_model_version(self.model_name, version)
-                if run_id:
-                    client.delete_run(run_id)
+                if (model_id := _model_id(mv)) is not None:
+                    client.delete_logged_model(model_id)
+                if mv.run_id:
+                    client.delete_run(mv.run_id)
 
     def rollback(self, result: RegistrationResult) -> None:
-        """Undo a registration (the lineage commit after it failed)."""
-        with _quiet_mlflow():
-            self._undo(self._client(), result.run_id, result.version, result.created_model)
+        """Undo a registration (the lineage commit after it failed); its run stays, the record of the attempt."""
+        with quiet_mlflow():
+            self._undo(self.client(), result.version, result.created_model, result.model_id)
 
-    def _undo(self, client: Any, run_id: str | None, version: str | None, created_model: bool) -> None:
+    def _undo(self, client: Any, version: str | None, created_model: bool, model_id: str | None) -> None:
         from mlflow.exceptions import MlflowException
 
         with contextlib.suppress(MlflowException):
@@ -336,26 +346,5 @@ class MlflowStore:
             if created_model and self._model_exists(client):
                 client.delete_registered_model(self.model_name)
         with contextlib.suppress(MlflowException):
-            if run_id is not None:
-                client.delete_run(run_id)
-
-    @staticmethod
-    def _tags(req: RegistrationRequest) -> dict[str, str]:
-        tags = {
-            "bctflow.generation": str(req.generation_id),
-            "bctflow.generation_name": req.name,
-            "bctflow.parent_generation": "none" if req.parent_id is None else str(req.parent_id),
-            "bctflow.parent_version": req.parent_version or "none",
-            "bctflow.alignment": req.alignment,
-            "bctflow.geometry": req.geometry,
-            "bctflow.zeta": "none" if req.zeta is None else f"{req.zeta:g}",
-            "bctflow.curvature": f"{req.curvature:g}",
-            "bctflow.data_hash": req.data_hash,
-            "bctflow.backfill_required": "unknown"
-            if req.backfill_required is None
-            else str(req.backfill_required).lower(),
-            "bctflow.backfill_reasons": "; ".join(req.backfill_reasons) or "none",
-            "bctflow.run_key": req.run_key or "none",
-        }
-        tags.update(req.extra_tags)
-        return {k: v[:5000] for k, v in tags.items()}
+            if model_id is not None:
+                client.delete_logged_model(model_id)

@@ -10,28 +10,34 @@ the class order must only ever extend), then centre and normalise.
 from __future__ import annotations
 
 import numpy as np
+import torch
+from torch import Tensor
 
-__all__ = ["simplex_features"]
+__all__ = ["simplex_features", "simplex_project"]
+
+
+def simplex_project(logits: Tensor, kind: str, num_classes: int) -> Tensor:
+    """PSP / LSP of logits (N, C_t) onto the first ``num_classes`` = C_k classes → (N, C_k), in the logits' dtype.
+
+    PSP applies the softmax over all C_t classes *before* dropping the new ones (P_(t,k) σ(z^t)). Plain torch
+    operations only, so the exported serving graph (docs/design.md §7.16) computes the same features.
+    """
+    if kind == "psp":
+        v = torch.softmax(logits, dim=1)
+    elif kind == "lsp":
+        v = logits
+    else:
+        raise ValueError(f"unknown simplex feature kind {kind!r}; use 'psp' or 'lsp'")
+    v = v[:, :num_classes]
+    v = v - v.mean(dim=1, keepdim=True)  # P_(k,k) = I − J/C_k
+    return v / torch.linalg.vector_norm(v, dim=1, keepdim=True).clamp_min(1e-300)
 
 
 def simplex_features(logits: np.ndarray, kind: str, num_classes: int | None = None) -> np.ndarray:
-    """PSP / LSP features, float64. logits: (N, C_t) → (N, C_k) with C_k = num_classes or C_t.
-
-    PSP applies the softmax over all C_t classes *before* dropping the new ones (P_(t,k) σ(z^t)).
-    """
+    """PSP / LSP features, float64. logits: (N, C_t) → (N, C_k) with C_k = num_classes or C_t."""
     z = np.asarray(logits, dtype=np.float64)
     c_t = z.shape[1]
     c_k = c_t if num_classes is None else int(num_classes)
     if not 0 < c_k <= c_t:
         raise ValueError(f"cannot project {c_t} classes onto {c_k}; the class order must only ever extend")
-    if kind == "psp":
-        z = z - z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        v = e / e.sum(axis=1, keepdims=True)
-    elif kind == "lsp":
-        v = z
-    else:
-        raise ValueError(f"unknown simplex feature kind {kind!r}; use 'psp' or 'lsp'")
-    v = v[:, :c_k]
-    v = v - v.mean(axis=1, keepdims=True)  # P_(k,k) = I − J/C_k
-    return v / np.linalg.norm(v, axis=1, keepdims=True).clip(1e-300)
+    return simplex_project(torch.from_numpy(z), kind, c_k).numpy()

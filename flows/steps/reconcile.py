@@ -9,7 +9,8 @@ next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``
   (when the staged ``model.pt`` is the file the lineage pinned by sha256);
 * the live pointer ``live/CURRENT`` is rewritten from the lineage's newest pointer row;
 * MLflow aliases follow the lineage: ``production`` → the generation of the newest promotion,
-  ``gallery`` → the generation whose embeddings the live gallery holds, ``gen-N`` → N's version.
+  ``gallery`` → the generation whose embeddings the live gallery holds, ``gen-N`` → N's version;
+* the registered model's description shows the newest committed generation's lineage picture.
 
 :func:`inspect_workspace` (``bctflow doctor``) also reports what it does not repair on its own:
 registered versions tagged with a generation the lineage does not hold (a run killed before its
@@ -28,6 +29,7 @@ from components.indexing.live import LiveGallery
 from components.io import file_sha256
 from flows.lock import workspace_lock
 from flows.params import Params
+from flows.steps.lineage_view import model_description
 from flows.steps.reembed import IN_PROGRESS
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
@@ -110,6 +112,15 @@ def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[F
     return out
 
 
+def _description(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
+    want = model_description(store)
+    if want is None or tracking.model_description() in (None, want):
+        return []
+    if repair:
+        tracking.set_model_description(want)
+    return [Finding("the registered model's description does not show the newest generation's lineage", repair)]
+
+
 def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
     """A backfill killed after its commit left ``in_progress``: give it its event's name, as the backfill would."""
     work = ws.backfills_dir / IN_PROGRESS
@@ -135,7 +146,7 @@ def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = Non
         done += _live(ws, store, True)
         crash_point("commit.after_pointer")
         if store.count():
-            done += _aliases(ws.tracking(params), store, True)
+            done += _aliases(ws.tracking(params), store, True) + _description(ws.tracking(params), store, True)
         done += _backfill_folder(ws, store, True)
         return [f for f in done if f.repaired]
     finally:
@@ -174,6 +185,7 @@ def finish_interrupted(params: Params, home: Path) -> list[Finding]:
             _folders(ws, store, False)
             + _live(ws, store, False)
             + _aliases(ws.tracking(params), store, False)
+            + _description(ws.tracking(params), store, False)
             + _backfill_folder(ws, store, False)
         )
     finally:
@@ -192,6 +204,7 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
         tracking = ws.tracking(params)
         if store.count() or repair:
             found += _aliases(tracking, store, repair) + _orphan_versions(tracking, store, repair)
+            found += _description(tracking, store, repair)
         ids = {g.id for g in store.generations()}
         if ws.generations_dir.is_dir():
             for d in sorted(ws.generations_dir.glob("gen_*")):

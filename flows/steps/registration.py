@@ -5,15 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from components.data.base import ArrayDataset
+from components.data.sources.split import SourceDataset
 from components.faults import crash_point
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
+from flows.steps.lineage_view import draw_lineage
+from flows.steps.mlflow_run import log_training
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import LineageStore
 from registry.records import DecisionRecord
 from registry.tracking import RegistrationRequest, RegistrationResult
 
-__all__ = ["chain_description", "gate_failures", "promoted", "register"]
+__all__ = ["chain_description", "example_images", "gate_failures", "promoted", "register"]
 
 
 def gate_failures(compatible: bool | None, checks: list[dict[str, Any]]) -> list[str]:
@@ -95,41 +101,27 @@ def _run_metrics(trained: Trained, ev: Evaluation) -> dict[str, float | None]:
     return metrics
 
 
-def _run_params(plan: GenerationPlan, snap: Snapshot, trained: Trained) -> dict[str, Any]:
-    """The generation's parameters as the MLflow run records them (nested; flattened to dotted keys on logging)."""
-    p = plan.params
-    return {
-        "generation": {"id": plan.gen_id, "name": plan.name, "parent": plan.parent.id if plan.parent else None},
-        "alignment": {"method": plan.alignment, "weight": p.alignment.weight, **plan.alignment_options},
-        "model": {
-            "backbone": plan.backbone,
-            "backbone_kwargs": plan.backbone_kwargs,
-            "geometry": plan.geometry,
-            "embed_dim": p.model.embed_dim,
-        },
-        "geometry": {"zeta": plan.zeta, "curvature": trained.curvature, "delta_zeta": plan.delta_zeta},
-        "data": {
-            "dataset": p.data.dataset,
-            "classes": list(snap.class_order),
-            "fraction": plan.fraction,
-            "data_hash": snap.data_hash,
-            "n_train": snap.n_train,
-        },
-        "train": {**p.train.model_dump(), "epochs": plan.epochs},
-    }
+def example_images(split: ArrayDataset | SourceDataset, n: int = 2) -> np.ndarray:
+    """The first ``n`` images (N, H, W, C) uint8 of a split: the registered model's input example."""
+    first = split.subset(np.arange(min(n, len(split))))
+    if isinstance(first, ArrayDataset):
+        return np.ascontiguousarray(first.images)
+    images, _, _ = next(iter(first.loader(batch_size=n)))
+    return images.permute(0, 2, 3, 1).contiguous().numpy()
 
 
-def register(
-    plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation
-) -> RegistrationResult:
-    """One MLflow run + one registered model version (tags, aliases, description)."""
+def _request(
+    plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation, run_id: str
+) -> RegistrationRequest:
+    """What the registration logs into the run and onto the version (the lineage picture drawn here)."""
     p, ws = plan.params, plan.workspace
     store = ws.lineage(p, readonly=True)
     try:
         description = chain_description(plan, store, ev.decision)
     finally:
         store.close()
-    req = RegistrationRequest(
+    passed = promoted(plan, ev)
+    return RegistrationRequest(
         generation_id=plan.gen_id,
         name=plan.name,
         parent_id=plan.parent.id if plan.parent else None,
@@ -140,22 +132,20 @@ def register(
         curvature=trained.curvature,
         data_hash=snap.data_hash,
         checkpoint=Path(trained.checkpoint),
-        image_shape=load_splits(p, ws).test.image_shape,
-        vector_dim=trained.stored_dim,
+        example=example_images(load_splits(p, ws).test),
         description=description,
-        params=_run_params(plan, snap, trained),
-        metrics=_run_metrics(trained, ev),
-        history=trained.history,
-        artifacts={  # the data and the index manifest are both manifest.json: each gets its folder
+        run_id=run_id,
+        metrics={**_run_metrics(trained, ev), "model/curvature": trained.curvature},
+        artifacts={  # the data manifest went to data/ when the snapshot was taken (flows/steps/mlflow_run.py)
             "": [Path(a) for a in ev.artifacts],
-            "data": [Path(snap.manifest)],
             "index": [Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else [],
+            "lineage": [draw_lineage(plan, ev, passed)],
         },
         backfill_required=ev.decision.required if plan.parent else None,
         backfill_reasons=ev.decision.reasons,
         extra_tags={
             "bctflow.promotion": "promoted (passed the gate)"
-            if promoted(plan, ev)
+            if passed
             else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks)),
             "bctflow.compatible_with_live_gallery": str(ev.compatible).lower(),
             "bctflow.live_gallery_generation": "none" if plan.parent is None else str(plan.parent.id),
@@ -163,7 +153,27 @@ def register(
         aliases=[f"gen-{plan.gen_id}"] + (["gallery"] if plan.parent is None else []),
         run_key=plan.run_key,
     )
+
+
+def register(
+    plan: GenerationPlan,
+    snap: Snapshot,
+    trained: Trained,
+    gallery: Gallery,
+    ev: Evaluation,
+    run_id: str,
+    reference_run_id: str | None = None,
+) -> RegistrationResult:
+    """Into the generation's run (opened before training): the evaluation, artifacts, lineage picture and model;
+    then one registered model version (tags, aliases, description). ``reference_run_id``: the reference φ*'s child
+    run, which gets its own self / cross numbers."""
+    log_training(plan, run_id, trained)
+    req = _request(plan, snap, trained, gallery, ev, run_id)
+    if reference_run_id is not None:
+        ref = ev.summary.get("reference") or {}
+        metrics = {f"{k}/{m}": v for k in ("self", "cross") for m, v in (ref.get(k) or {}).items()}
+        plan.workspace.tracking(plan.params).runs.log_metrics(reference_run_id, metrics)
     crash_point("generation.before_register")
-    reg = ws.tracking(p).register(req)
+    reg = plan.workspace.tracking(plan.params).register(req)
     crash_point("generation.after_register")
     return reg

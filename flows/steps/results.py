@@ -33,6 +33,8 @@ class Trained:
     curvature: float
     output_dim: int
     stored_dim: int
+    #: the MLflow run the training logged into (the generation's, or the reference's child run)
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,10 @@ def test_mlflow_has_a_tagged_version_per_generation(lineage_run):
     assert str(client.get_model_version_by_alias("bctflow-embedder", "gallery").version) == "1"
     arts = {a.path for a in client.list_artifacts(v1.run_id)}
     assert {"metrics.json", "uncertainty.png", "training.png", "data", "index"} <= arts
-    assert {a.path for a in client.list_artifacts(v1.run_id, "data")} == {"data/manifest.json"}
+    assert {a.path for a in client.list_artifacts(v1.run_id, "data")} == {
+        "data/manifest.json",
+        "data/manifest.json.dvc",
+    }
     assert {a.path for a in client.list_artifacts(v1.run_id, "index")} == {"index/manifest.json"}
 
 
@@ -151,6 +154,10 @@ def test_failed_lineage_commit_leaves_everything_as_it_was(lineage_run):
     uri = f"sqlite:///{home / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri, uri)
     assert sorted(int(v.version) for v in client.search_model_versions("name='bctflow-embedder'")) == [1, 2]
+    exp = client.get_experiment_by_name("bctflow").experiment_id
+    (attempt,) = client.search_runs([exp], "tags.`bctflow.generation` = '2'")  # the attempt's record stays, FAILED
+    assert attempt.info.status == "FAILED"
+    assert list(client.search_logged_models([exp], f"source_run_id = '{attempt.info.run_id}'")) == []
     assert sha(live_index / "index.faiss") == before_index
     assert not ws.generation_dir(2).exists()
     assert (ws.staging(2) / "model.pt").exists()  # kept: a rerun resumes instead of retraining

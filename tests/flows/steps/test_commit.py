@@ -16,7 +16,9 @@ from components.indexing.live import LiveGallery
 from flows.params import GenerationSpec
 from flows.plan import GenerationPlan
 from flows.steps.commit import PRODUCTION_ALIAS, commit
+from flows.steps.mlflow_run import open_run
 from flows.steps.preflight import plan_generation
+from flows.steps.reconcile import inspect_workspace, roll_forward
 from flows.steps.registration import register
 from flows.steps.results import Evaluation, Gallery, Trained
 from flows.steps.snapshot import snapshot_data
@@ -39,7 +41,7 @@ def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> Gener
     snap = snapshot_data(plan)
     trained, gallery = _stage(plan)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], compatible)
-    commit(plan, snap, trained, gallery, ev, register(plan, snap, trained, gallery, ev))
+    commit(plan, snap, trained, gallery, ev, register(plan, snap, trained, gallery, ev, open_run(plan)))
     return plan
 
 
@@ -80,7 +82,8 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
     snap = snapshot_data(plan)
     trained, gallery = _stage(plan)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], True)
-    reg = register(plan, snap, trained, gallery, ev)
+    reg = register(plan, snap, trained, gallery, ev, open_run(plan))
+    description_before = plan.workspace.tracking(params).model_description()
     pointer_before = LiveGallery(home / "live").pointer()
     store = plan.workspace.lineage(params)
 
@@ -92,5 +95,27 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
         commit(plan, snap, trained, gallery, ev, reg)
     assert LiveGallery(home / "live").pointer() == pointer_before
     assert plan.workspace.tracking(params).alias_version(PRODUCTION_ALIAS) == "1"
+    assert plan.workspace.tracking(params).model_description() == description_before  # still generation 0's picture
     assert (plan.staging_dir / "model.pt").exists() and not plan.final_dir.exists()
     store.close()
+
+
+def test_the_model_description_follows_the_lineage(g0_workspace):
+    """After a commit the registered model's description shows the new generation's lineage picture; one that
+    lags (a process killed between the commit and the description) is reported by `doctor` and rolled forward."""
+    home, params_file = g0_workspace
+    plan = _commit(home, params_file, "g1", compatible=True)
+    ws, params = plan.workspace, plan.params
+    tracking = ws.tracking(params)
+    store = ws.lineage(params, readonly=True)
+    g1 = store.generation(1)
+    store.close()
+    description = tracking.model_description()
+    assert f"get-artifact?path=lineage%2Flineage.png&run_uuid={g1.mlflow_run_id}" in description
+    assert f"[{g1.mlflow_run_id}](#/runs/{g1.mlflow_run_id})" in description
+    tracking.set_model_description("stale")
+    assert [f.what for f in inspect_workspace(ws, params)] == [
+        "the registered model's description does not show the newest generation's lineage"
+    ]
+    assert [f.repaired for f in roll_forward(ws, params)] == [True]
+    assert tracking.model_description() == description and inspect_workspace(ws, params) == []

@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from components.evaluation import DerivedMetrics
 from flows.params import GenerationSpec, load_params
 from flows.plan import GenerationPlan
+from flows.steps.mlflow_run import log_snapshot, open_run
 from flows.steps.preflight import plan_generation
 from flows.steps.registration import chain_description, gate_failures, register
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
@@ -144,7 +145,9 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     expected_description = chain_description(plan, store, decision)
     store.close()
 
-    reg = register(plan, snap, trained, gallery, ev)
+    run_id = open_run(plan)
+    log_snapshot(plan, run_id, snap)
+    reg = register(plan, snap, trained, gallery, ev, run_id)
 
     uri = plan.workspace.tracking_uri(plan.params)
     client = MlflowClient(uri, uri)
@@ -170,7 +173,7 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     run = client.get_run(reg.run_id)
     assert run.data.metrics["compatible_with_live_gallery"] == 0.0 and run.data.metrics["self/map"] == 0.7
     assert run.data.metrics["train_seconds"] == 3.0 and run.data.metrics["diag/clip_fraction_gallery"] == 0.5
-    assert run.data.params["generation.id"] == "1" and run.data.params["data.data_hash"] == snap.data_hash
+    assert run.data.params["generation.id"] == "1" and run.data.params["data_snapshot.dvc_md5"] == snap.data_hash
     assert [m.value for m in client.get_metric_history(reg.run_id, "train/loss")] == [2.5]
 
     store = plan.workspace.lineage(plan.params, readonly=True)
@@ -184,7 +187,7 @@ def test_a_compatible_generation_is_tagged_as_promoted(staged):
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
     gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
-    reg = register(plan, snap, trained, gallery, ev)
+    reg = register(plan, snap, trained, gallery, ev, open_run(plan))
     uri = plan.workspace.tracking_uri(plan.params)
     client = MlflowClient(uri, uri)
     tags = client.get_model_version(reg.model_name, reg.version).tags
@@ -206,7 +209,9 @@ def test_the_run_keeps_both_the_data_and_the_index_manifest(staged, tmp_path: Pa
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
     gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
-    reg = register(plan, snap, trained, gallery, ev)
+    run_id = open_run(plan)
+    log_snapshot(plan, run_id, snap)
+    reg = register(plan, snap, trained, gallery, ev, run_id)
     uri = plan.workspace.tracking_uri(plan.params)
     client = MlflowClient(uri, uri)
     logged = []
@@ -223,8 +228,8 @@ def test_a_second_registration_of_the_same_run_reuses_its_version(staged):
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
     gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
-    first = register(plan, snap, trained, gallery, ev)
-    again = register(plan, snap, trained, gallery, ev)
+    first = register(plan, snap, trained, gallery, ev, open_run(plan))
+    again = register(plan, snap, trained, gallery, ev, open_run(plan))
     assert (again.version, again.run_id) == (first.version, first.run_id) and not again.created_model
     uri = plan.workspace.tracking_uri(plan.params)
     versions = MlflowClient(uri, uri).search_model_versions(f"name='{first.model_name}'")

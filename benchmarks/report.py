@@ -243,6 +243,8 @@ DIAGNOSTIC_COLUMNS = (
     "uncertainty_std_new",
     "uncertainty_std_old",
     "in_cone_fraction",
+    "entail_angle_deg",
+    "aperture_deg",
     "uncertainty_new_seen",
     "uncertainty_new_unseen",
     "uncertainty_old_seen",

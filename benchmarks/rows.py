@@ -13,6 +13,7 @@ from components.errors import ConfigError
 from components.evaluation import DerivedMetrics
 from components.evaluation.diagnostics import (
     clip_fraction,
+    entailment_angles,
     in_cone_fraction,
     uncertainty_seen_unseen,
     uncertainty_std,
@@ -71,13 +72,14 @@ def table_row(
     d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
     diag: dict[str, float | None] = {}
     if entry.geometry == "lorentz" and space == "embedding":
-        seen = list(old.spec.class_order)
+        seen, eps = list(old.spec.class_order), entry.options.get("epsilon", 0.1)
         diag = {
             **radius_diagnostics({"new": new, "old": old}),
-            "in_cone_fraction": in_cone_fraction(
-                old.test.z, new.test.z, old.test.curvature, entry.options.get("epsilon", 0.1)
-            ),
+            "in_cone_fraction": in_cone_fraction(old.test.z, new.test.z, old.test.curvature, eps),
         }
+        diag["entail_angle_deg"], diag["aperture_deg"] = entailment_angles(
+            old.test.z, new.test.z, old.test.curvature, eps
+        )
         diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
             old.test.z, old.test.labels, seen, old.test.curvature
         )

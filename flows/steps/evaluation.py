@@ -23,7 +23,12 @@ from components.data.base import ArrayDataset
 from components.data.selection import DataManifest
 from components.data.sources.split import SAMPLE_SIZE, SourceDataset
 from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
-from components.evaluation.diagnostics import clip_fraction, in_cone_fraction, uncertainty_seen_unseen
+from components.evaluation.diagnostics import (
+    clip_fraction,
+    entailment_angles,
+    in_cone_fraction,
+    uncertainty_seen_unseen,
+)
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import item_uncertainty
@@ -284,9 +289,9 @@ def _lorentz_diagnostics(
         parent_model = load_model(Path(parent.checkpoint))
         d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
-        d["in_cone_fraction"] = in_cone_fraction(
-            live.z, new.z, live.curvature, plan.alignment_options.get("epsilon", 0.1)
-        )
+        eps = plan.alignment_options.get("epsilon", 0.1)
+        d["in_cone_fraction"] = in_cone_fraction(live.z, new.z, live.curvature, eps)
+        d["entail_angle_deg"], d["aperture_deg"] = entailment_angles(live.z, new.z, live.curvature, eps)
         d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(
             live.z, live.labels, list(parent.class_order), live.curvature
         )

@@ -242,6 +242,7 @@ DIAGNOSTIC_COLUMNS = (
     "clip_fraction_old",
     "uncertainty_std_new",
     "uncertainty_std_old",
+    "epsilon",
     "in_cone_fraction",
     "entail_angle_deg",
     "aperture_deg",

@@ -72,9 +72,12 @@ def table_row(
     d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
     diag: dict[str, float | None] = {}
     if entry.geometry == "lorentz" and space == "embedding":
-        seen, eps = list(old.spec.class_order), entry.options.get("epsilon", 0.1)
+        # the ε the cones trained with: chosen from data (epsilon_rule view_angle) or the configured one
+        eps = float(new.meta.get("choices", {}).get("epsilon", entry.options.get("epsilon", 0.1)))
+        seen = list(old.spec.class_order)
         diag = {
             **radius_diagnostics({"new": new, "old": old}),
+            "epsilon": eps,
             "in_cone_fraction": in_cone_fraction(old.test.z, new.test.z, old.test.curvature, eps),
         }
         diag["entail_angle_deg"], diag["aperture_deg"] = entailment_angles(

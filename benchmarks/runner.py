@@ -228,6 +228,7 @@ class Bench:
             "device": result.device,
             "torch_threads": torch.get_num_threads(),  # CPU results depend on it in the last bits
             "history": result.history,
+            "choices": result.choices,  # what the method chose from data (HBCT's ε by the view_angle rule)
         }
         atomic_write_text(folder / "done.json", json.dumps(meta, indent=1, default=float))
         for ck in (folder / "checkpoints").glob("*.pt"):

@@ -30,6 +30,7 @@ from torch import Tensor
 
 __all__ = [
     "MAX_TANGENT_NORM",
+    "aperture_epsilon",
     "distance_from_inner",
     "dtype_margin",
     "expmap0",
@@ -174,6 +175,18 @@ def half_aperture(h_o: Tensor, k: float | Tensor = 1.0, eps: float = 0.1) -> Ten
     m = dtype_margin(h_o.dtype)
     arg = (2.0 * eps / (sk * s)).clamp(max=1.0 - m)
     return torch.asin(arg)
+
+
+def aperture_epsilon(h_o: Tensor, angle: Tensor, k: float | Tensor = 1.0) -> Tensor:
+    """The cone constant ε at which the half-aperture at ``h_o`` equals ``angle``: HBCT Eq. (11) solved for ε.
+
+    aper(h_o) = asin(min(1, 2ε/(√K‖h_o,s‖))) = θ  ⇔  ε = √K‖h_o,s‖·sin(θ)/2, for θ ∈ [0, π/2]; an ``angle``
+    beyond π/2 (a point no further out than the apex) needs the widest cone, π/2, and gets its ε.
+    ``h_o``: (..., d+1), ``angle``: (...) radians → (...).
+    """
+    sk = _sqrt_k(k, h_o)
+    s = _safe_norm(h_o[..., 1:]).squeeze(-1)
+    return 0.5 * sk * s * torch.sin(angle.clamp(0.0, math.pi / 2))
 
 
 def exterior_angle(h_o: Tensor, h_n: Tensor, k: float | Tensor = 1.0) -> Tensor:

@@ -31,7 +31,10 @@ class AlignmentContext:
 
     label_map: (C_new,) int64, the old model's label index of each new label
     (-1 for classes the old model never saw). ``batches`` yields un-augmented
-    (images (B, C, H, W) in [0, 1], new labels (B,)) over the training data.
+    (images (B, C, H, W) in [0, 1], new labels (B,)) over the training data;
+    ``sample(n)`` the same over a seeded random sample of at most n training items;
+    ``augment(x, generator)`` applies the training augmentation to such a batch;
+    ``seed`` is the training run's seed.
     """
 
     new_spec: ModelSpec
@@ -40,6 +43,9 @@ class AlignmentContext:
     label_map: Tensor | None = None
     batches: Callable[[], Iterator[tuple[Tensor, Tensor]]] | None = None
     reference_model: EmbeddingModel | None = None
+    sample: Callable[[int], Iterator[tuple[Tensor, Tensor]]] | None = None
+    augment: Callable[[Tensor, torch.Generator], Tensor] | None = None
+    seed: int = 0
 
 
 @dataclass
@@ -74,6 +80,9 @@ class AlignmentLoss(nn.Module):
     def __init__(self, options: Any | None = None) -> None:
         super().__init__()
         self.options = options if options is not None else self.Options()
+        #: hyperparameters the method chose from data in :meth:`prepare` (with the reasons), recorded beside the
+        #: configured ones: the training result carries them into the lineage and the benchmark reports
+        self.choices: dict[str, Any] = {}
 
     @classmethod
     def parse_options(cls, raw: dict[str, Any] | None) -> Any:

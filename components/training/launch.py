@@ -78,6 +78,7 @@ def _rank_main(job: TrainJob) -> dict[str, Any]:
         "resumed_from": result.resumed_from,
         "device": f"{result.device} x{world} ({'nccl' if device.type == 'cuda' else 'gloo'})",
         "seconds": result.seconds,
+        "choices": result.choices,
     }
 
 
@@ -150,6 +151,7 @@ def train_distributed(job: TrainJob, nproc: int, nodes: NodeGroup | None = None)
         lead["device"],
         lead["seconds"],
         dict(history[-1]) if history else {},
+        dict(lead["choices"]),
     )
 
 

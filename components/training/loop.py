@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -102,6 +103,9 @@ class TrainResult:
     device: str
     seconds: float
     method_stats: dict[str, float] = field(default_factory=dict)
+    #: hyperparameters the alignment method chose from data before training, with their reasons
+    #: (:attr:`~components.losses.base.AlignmentLoss.choices`, e.g. HBCT's ε by the view_angle rule)
+    choices: dict[str, Any] = field(default_factory=dict)
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
@@ -206,7 +210,31 @@ def _setup(
             max(cfg.batch_size, 256), device, shuffle=False, seed=cfg.seed, epoch=0, generator=None, drop_last=False
         )
 
-    method.prepare(AlignmentContext(model.spec, device, old_model, label_map, clean_batches, reference_model))
+    def sample_batches(n: int) -> Iterator[tuple[Tensor, Tensor]]:
+        gen = torch.Generator().manual_seed(cfg.seed)
+        seen = 0
+        for x, y in data.batches(256, device, shuffle=True, seed=cfg.seed, epoch=0, generator=gen, drop_last=False):
+            if seen >= n:
+                break
+            yield x[: n - seen], y[: n - seen]
+            seen += min(len(x), n - seen)
+
+    def augment(x: Tensor, gen: torch.Generator) -> Tensor:
+        return augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
+
+    method.prepare(
+        AlignmentContext(
+            model.spec,
+            device,
+            old_model,
+            label_map,
+            clean_batches,
+            reference_model,
+            sample=sample_batches,
+            augment=augment,
+            seed=cfg.seed,
+        )
+    )
     method.to(device)
     opt = build_optimizer(
         list(model.parameters()) + list(method.parameters()), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay
@@ -392,4 +420,5 @@ def train_model(
         str(run.device),
         time.perf_counter() - t0,
         final_stats,
+        dict(run.method.choices),
     )

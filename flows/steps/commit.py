@@ -63,6 +63,7 @@ def _record(
             **plan.alignment_options,
             "train": {**p.train.model_dump(), "epochs": plan.epochs},
             **({"zeta_reason": plan.zeta_reason} if plan.zeta_reason else {}),
+            **trained.choices,
         },
         zeta=plan.zeta,
         curvature=trained.curvature,

@@ -289,7 +289,7 @@ def _lorentz_diagnostics(
         parent_model = load_model(Path(parent.checkpoint))
         d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
-        eps = plan.alignment_options.get("epsilon", 0.1)
+        eps = float(trained.choices.get("epsilon", plan.alignment_options.get("epsilon", 0.1)))
         d["in_cone_fraction"] = in_cone_fraction(live.z, new.z, live.curvature, eps)
         d["entail_angle_deg"], d["aperture_deg"] = entailment_angles(live.z, new.z, live.curvature, eps)
         d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(

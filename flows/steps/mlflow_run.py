@@ -148,8 +148,11 @@ def open_reference_run(plan: GenerationPlan, parent_run_id: str) -> str:
 
 
 def log_training(plan: GenerationPlan, run_id: str, trained: Trained) -> None:
-    """The training's per-epoch records (those the run does not hold yet) and its duration and device."""
+    """The training's per-epoch records (those the run does not hold yet), its duration and device, and what the
+    method chose from data before training (params ``chosen.<name>``, e.g. HBCT's ε and the sentence saying why)."""
     runs = plan.workspace.tracking(plan.params).runs
     runs.log_epochs(run_id, trained.history)
     runs.log_metrics(run_id, {"train_seconds": trained.seconds})
     runs.set_tags(run_id, {"bctflow.device": trained.device})
+    if trained.choices:
+        runs.log_params(run_id, {"chosen": trained.choices})

@@ -35,6 +35,9 @@ class Trained:
     stored_dim: int
     #: the MLflow run the training logged into (the generation's, or the reference's child run)
     run_id: str | None = None
+    #: hyperparameters the alignment method chose from data before training, with their reasons (HBCT's ε by the
+    #: view_angle rule): recorded in the lineage beside the configured ones
+    choices: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

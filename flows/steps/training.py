@@ -49,6 +49,7 @@ def _finished(plan: GenerationPlan, role: str) -> Trained | None:
         float(obj["curvature"]),
         spec.output_dim,
         spec.stored_dim,
+        choices=dict(obj.get("choices", {})),
     )
 
 
@@ -92,6 +93,7 @@ def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec)
         "seconds": result.seconds,
         "device": result.device,
         "curvature": k,
+        "choices": result.choices,
     }
     save_model(result.model.cpu(), out_dir / "model.pt", extra=extra)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
@@ -105,6 +107,7 @@ def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec)
         k,
         spec.output_dim,
         spec.stored_dim,
+        choices=dict(result.choices),
     )
 
 

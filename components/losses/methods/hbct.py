@@ -21,6 +21,11 @@ learnable K the alignment terms are computed on the old model's hyperboloid.
 Same-class off-diagonal pairs are negatives as in the paper unless
 ``mask_same_class``.
 
+ε from data (``epsilon_rule: view_angle``, :mod:`components.losses.cone_epsilon`, docs/design.md §4.6): before
+training, :meth:`HBCT.prepare` reads ε off the parent (the P_``epsilon_percentile`` of the ε that holds the
+parent's own view-to-view disagreement, never below ``epsilon``) and trains with it; the value and the reason are in
+``choices``, which the lineage and the benchmark rows record.
+
 All terms are computed in float32 whatever the autocast dtype.
 """
 
@@ -33,6 +38,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from components.errors import ConfigError
 from components.geometry import (
     distance_from_inner,
     expmap0,
@@ -44,6 +50,8 @@ from components.geometry import (
 )
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
+from components.losses.cone_epsilon import SAMPLE as CONE_SAMPLE
+from components.losses.cone_epsilon import view_epsilon
 from components.models.encoder import ModelOutput
 
 __all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince"]
@@ -56,6 +64,10 @@ class HBCTOptions:
     tau: float = 0.5
     beta: float = 0.01
     epsilon: float = 0.1
+    #: fixed: ε = ``epsilon``; view_angle: ε from the parent's view-to-view disagreement (docs/design.md §4.6),
+    #: at least ``epsilon``
+    epsilon_rule: Literal["fixed", "view_angle"] = "fixed"
+    epsilon_percentile: float = 50.0
     entailment: bool = True
     entail_weight: float = 1.0
     contrast: Literal["rince", "infonce", "distortion", "none"] = "rince"
@@ -71,6 +83,10 @@ class HBCTOptions:
             raise ValueError(f"beta must be in (0, 1] (got {self.beta})")
         if self.epsilon <= 0:
             raise ValueError(f"epsilon must be > 0 (got {self.epsilon})")
+        if self.epsilon_rule not in ("fixed", "view_angle"):
+            raise ValueError(f"epsilon_rule must be fixed or view_angle (got {self.epsilon_rule!r})")
+        if not 0 < self.epsilon_percentile <= 100:
+            raise ValueError(f"epsilon_percentile must be in (0, 100] (got {self.epsilon_percentile})")
         if not 0 < self.q_min <= 1:
             raise ValueError(f"q_min must be in (0, 1] (got {self.q_min})")
         if self.fixed_q is not None and not 0 < self.fixed_q <= 1:
@@ -129,12 +145,35 @@ class HBCT(AlignmentLoss):
 
     _relift: bool = False
 
+    @property
+    def epsilon(self) -> float:
+        """The ε the cones use: the one :meth:`prepare` chose from data, else the configured one."""
+        return float(self.choices.get("epsilon", self.options.epsilon))
+
     def prepare(self, ctx: AlignmentContext) -> None:
         # The alignment happens on the old gallery's hyperboloid (the space cross retrieval uses).
         # With a learnable curvature the new model's own K drifts; its tangent vectors are then
         # lifted again with the old K for the alignment terms.
         self._k = float(ctx.old_model.curvature) if ctx.old_model is not None else float(ctx.new_spec.curvature)
         self._relift = bool(ctx.new_spec.learn_curvature)
+        o: HBCTOptions = self.options
+        if o.epsilon_rule == "view_angle" and o.entailment and ctx.old_model is not None:
+            if ctx.sample is None or ctx.augment is None:
+                raise ConfigError(
+                    "hbct epsilon_rule view_angle needs the training data and its augmentation before training; "
+                    "train through components.training.train_model, or set epsilon_rule: fixed"
+                )
+            room = float(ctx.new_spec.zeta or 0.0) - float(ctx.old_model.spec.zeta or 0.0)
+            chosen = view_epsilon(
+                ctx.old_model,
+                ctx.sample(CONE_SAMPLE),
+                ctx.augment,
+                room=room,
+                percentile=o.epsilon_percentile,
+                floor=o.epsilon,
+                seed=ctx.seed,
+            )
+            self.choices = {"epsilon": chosen.epsilon, "epsilon_reason": chosen.reason}
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
         assert old is not None, "hbct needs the old model's outputs"
@@ -146,7 +185,7 @@ class HBCT(AlignmentLoss):
         stats: dict[str, Tensor | float] = {}
 
         if o.entailment:
-            per_item, inside = entailment_loss(h_o, h_n, k, o.epsilon)
+            per_item, inside = entailment_loss(h_o, h_n, k, self.epsilon)
             terms["entail"] = o.entail_weight * per_item.mean()
             stats["in_cone_fraction"] = inside.float().mean().detach()
         q = uncertainty(h_o).clamp_min(o.q_min) if o.fixed_q is None else torch.full_like(h_o[:, 0], o.fixed_q)

@@ -15,6 +15,7 @@ import torch
 
 from components.geometry import (
     MAX_TANGENT_NORM,
+    aperture_epsilon,
     expmap0,
     exterior_angle,
     geodesic_distance,
@@ -235,6 +236,20 @@ def test_half_aperture_closed_form(k):
     assert torch.allclose(got, expected, atol=1e-12)
     # a bigger epsilon widens the cone
     assert torch.all(half_aperture(h, k, 0.2) > got)
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
+def test_aperture_epsilon_inverts_the_half_aperture(k):
+    h = expmap0(torch.tensor([[0.4, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 2.5]], dtype=torch.float64), k)
+    theta = torch.tensor([0.05, 0.6, 1.2], dtype=torch.float64)
+    eps = aperture_epsilon(h, theta, k)
+    # ε = √K‖h_s‖·sin θ / 2 (HBCT Eq. (11) solved for ε), and the cone of that ε has exactly that half-aperture
+    assert torch.allclose(eps, 0.5 * math.sqrt(k) * h[:, 1:].norm(dim=-1) * torch.sin(theta), atol=1e-12)
+    got = torch.stack([half_aperture(h[i : i + 1], k, float(eps[i]))[0] for i in range(3)])
+    assert torch.allclose(got, theta, atol=1e-9)
+    # an angle beyond π/2 needs the widest cone: its ε is the one at π/2
+    wide = aperture_epsilon(h, torch.full((3,), 2.0, dtype=torch.float64), k)
+    assert torch.allclose(wide, 0.5 * math.sqrt(k) * h[:, 1:].norm(dim=-1), atol=1e-12)
 
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])

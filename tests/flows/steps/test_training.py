@@ -1,5 +1,6 @@
 """Step 2 (flows/steps/training.py): a role trains into staging under the plan's run key, a finished role is returned
-without training again, and the reference is an independent twin (own method, own seed)."""
+without training again, the reference is an independent twin (own method, own seed), and what the method chose from
+data before training (HBCT's ε) reaches the lineage row."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import torch
 
 from components.models import load_model
 from components.models.checkpoint import load_torch_safe
-from flows.params import GenerationSpec, Params
+from flows.params import GenerationSpec, Params, apply_overrides
 from flows.plan import GenerationPlan
+from flows.steps.commit import _record
 from flows.steps.preflight import plan_generation
 from flows.steps.results import Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from flows.steps.training import train_role
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord
+from registry.tracking import RegistrationResult
 from tests.helpers import write_live_gallery, write_params
 
 #: the loss terms HBCT adds to the base loss
@@ -146,3 +149,18 @@ def test_the_reference_of_an_aligned_generation_trains_without_the_alignment(g1)
     for role, trained in (("reference", ref), ("model", model)):
         assert load_torch_safe(Path(trained.checkpoint))["run_key"] == plan.role_run_key(role)
         assert load_model(Path(trained.checkpoint)).spec.class_order == snap.class_order == (0, 1, 2, 3, 4, 5)
+
+
+def test_what_the_method_chose_from_data_travels_with_the_trained_model(g1, params: Params):
+    plan, snap = g1
+    chosen = apply_overrides(params, {"alignment.options.hbct.epsilon_rule": "view_angle"})
+    shutil.rmtree(plan.staging_dir)  # the run with the default ε staged there: start over, as its refusal says
+    plan = plan_generation(chosen, plan.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
+    trained = train_role(plan, snap, "model")
+    eps, reason = trained.choices["epsilon"], trained.choices["epsilon_reason"]
+    assert eps >= plan.alignment_options["epsilon"] == 0.1 and "view-to-view ε" in reason
+    assert load_torch_safe(Path(trained.checkpoint))["choices"] == trained.choices  # saved with the model
+    assert train_role(plan, snap, "model").choices == trained.choices  # and read back by a retried attempt
+    record = _record(plan, snap, trained, RegistrationResult("bctflow-test", "1", "run", False), index_path="index")
+    assert record.hyperparameters["epsilon"] == eps and record.hyperparameters["epsilon_reason"] == reason
+    assert record.hyperparameters["epsilon_rule"] == "view_angle"

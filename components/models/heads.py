@@ -106,8 +106,13 @@ class LorentzHead(nn.Module):
         return HeadOutput(z, h, clipped, aux={"radius": radius})
 
 
+@torch.compiler.disable
 def orthonormal_from_skew(params: Tensor) -> Tensor:
-    """P = exp(A) with A = U − Uᵀ skew-symmetric, so P is orthonormal (BT² Lemma 2). (m, m) → (m, m)."""
+    """P = exp(A) with A = U − Uᵀ skew-symmetric, so P is orthonormal (BT² Lemma 2). (m, m) → (m, m).
+
+    Left out of ``torch.compile`` (a graph break): on CUDA, ``matrix_exp`` copies from the host to choose its
+    degree, which CUDA-graph capture (``train.compile_mode: reduce-overhead``, the default on a GPU) refuses —
+    seen on an H200, where every BT² model failed at its first step."""
     a = params.triu(1)
     return torch.linalg.matrix_exp(a - a.t())
 

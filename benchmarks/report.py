@@ -167,12 +167,29 @@ def _seed_spread(res: TableResult) -> list[str]:
             f"{_mean_std([r.cross['cmc@1'] for r in rs])} | {_mean_std([r.p_com['cmc@1'] for r in rs])} | "
             f"{_mean_std([r.p_com_den['cmc@1'] for r in rs])} |"
         )
-    return [
-        *lines,
+    lines += [
         "",
         "(mean ± population std over the seeds; each seed trains its own old model, φ* and new model, with the "
         "head and λ chosen at seed 0)",
     ]
+    diag = {n: rs for n, rs in multi.items() if all(r.diagnostics for r in rs)}
+    if diag:
+        body = [
+            [
+                n,
+                ", ".join(str(r.seed) for r in rs),
+                *(_mean_std([r.diagnostics.get(k) for r in rs]) for k in SPREAD_DIAG),
+            ]
+            for n, rs in diag.items()
+        ]
+        lines += _section(
+            "HBCT diagnostics over the seeds (test gallery)", ["method", "seeds", *SPREAD_DIAG], "---|---", body
+        )
+    return lines
+
+
+#: the HBCT diagnostics the seed-spread section gives as mean ± std (the issue's saturation and cone checks)
+SPREAD_DIAG = ("clip_fraction_new", "uncertainty_std_new", "epsilon", "in_cone_fraction", "uncertainty_std_old")
 
 
 def _diagnostics_table(rows: list[Row]) -> list[str]:

@@ -116,6 +116,13 @@ def test_ext_class_table(tmp_path: Path):
     spread = text[text.index("## Seed-to-seed spread") :]
     den = statistics.mean(r.p_com_den["map"] for r in res.rows if r.name == "hbct")
     assert "| P_com mAP | its denominator |" in spread and f"{den:.4f} ± " in spread
+    # and the HBCT diagnostics the issue judges (saturation, uncertainty spread, the cone) as mean ± std per method
+    hb_rows = [r for r in res.rows if r.name == "hbct"]
+    clip = statistics.mean(r.diagnostics["clip_fraction_new"] for r in hb_rows)
+    section = spread[spread.index("## HBCT diagnostics over the seeds") :].split("\n## ")[0]
+    diag_line = next(x for x in section.splitlines() if x.startswith("| hbct | 0, 1 |"))
+    assert f"| {clip:.4f} ± " in diag_line and "| 0.1000 ± 0.0000 |" in diag_line  # ε 0.1 on both seeds
+    assert "| bct |" not in section  # a Euclidean method has no such diagnostics
     rendered = rerender_table(tmp_path / "report")
     assert rendered.read_text() == text
 

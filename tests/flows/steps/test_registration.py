@@ -133,8 +133,18 @@ def staged(g0) -> Iterator[tuple[GenerationPlan, Snapshot]]:
 
 def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     plan, snap = staged
+    chosen = {"epsilon": 0.42, "epsilon_reason": "P50 of the parent's view-to-view ε over 2000 training images"}
     trained = Trained(
-        "model", str(plan.staging_dir / "model.pt"), [{"epoch": 1.0, "loss": 2.5}], 3.0, "cpu", None, 1.0, 16, 17
+        "model",
+        str(plan.staging_dir / "model.pt"),
+        [{"epoch": 1.0, "loss": 2.5}],
+        3.0,
+        "cpu",
+        None,
+        1.0,
+        16,
+        17,
+        choices=chosen,
     )
     gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
     decision = DecisionRecord(False, [], [COMPAT_FAIL], 0)
@@ -175,6 +185,11 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     assert run.data.metrics["train_seconds"] == 3.0 and run.data.metrics["diag/clip_fraction_gallery"] == 0.5
     assert run.data.params["generation.id"] == "1" and run.data.params["data_snapshot.dvc_md5"] == snap.data_hash
     assert [m.value for m in client.get_metric_history(reg.run_id, "train/loss")] == [2.5]
+    # what the method chose from data before training (HBCT's ε), with its reason, as params of the run
+    assert (
+        run.data.params["chosen.epsilon"] == "0.42"
+        and run.data.params["chosen.epsilon_reason"] == chosen["epsilon_reason"]
+    )
 
     store = plan.workspace.lineage(plan.params, readonly=True)
     assert store.count() == 1  # registration writes no lineage

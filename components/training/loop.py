@@ -1,18 +1,19 @@
 """One training loop for every alignment method.
 
-L = L_base + λ · Σ terms(alignment)   (HBCT Eq. (13); the base loss is
-cross-entropy on the model's classifier logits — Lorentz MLR or linear).
+L = L_base + λ · Σ terms(alignment)   (HBCT Eq. (13); the base loss is cross-entropy on the model's classifier
+logits — Lorentz MLR or linear).
 
 * device chosen automatically; bf16 autocast + channels_last by ``precision`` (CUDA: pinned, non-blocking
   copies, a small selection resident on the GPU); the forward passes compiled by ``compile`` (auto: on CUDA);
 * the old model is frozen (eval, no grad) and sees the *same augmented view*;
 * a checkpoint per epoch (atomic), the last ``keep_checkpoints`` kept;
-* resume from the last checkpoint in ``checkpoint_dir`` — refused if it was
-  written for another model or another run (``run_key``);
-* shuffling and augmentation are seeded per (seed, epoch), so a resumed run
-  sees the same batches as an uninterrupted one;
-* the data is a :class:`~components.training.data.TrainData`: held in memory, or
-  streamed from disk through a DataLoader (docs/design.md §7.11);
+* resume from the last checkpoint in ``checkpoint_dir`` — refused if it was written for another model or another
+  run (``run_key``);
+* shuffling and augmentation are seeded per (seed, epoch), so a resumed run sees the same batches as an
+  uninterrupted one;
+* the data is a :class:`~components.training.data.TrainData`: held in memory, or streamed from disk through a
+  DataLoader (docs/design.md §7.11);
+* before the first step the method prepares with what it may look at (components/training/context.py);
 * inside an initialised ``torch.distributed`` group (components/training/launch.py) each rank trains on its part of
   every global batch with DDP, and the losses see the whole batch (components/training/distributed.py, §7.13).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,18 +31,13 @@ import torch
 from torch import Tensor
 
 from components.data.batches import ImageTensor, augment_batch
-from components.data.selection import label_positions
 from components.errors import CheckpointMismatchError
-from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
+from components.losses.base import AlignmentLoss, LossOutput
 from components.losses.base_losses import base_loss
-from components.models.checkpoint import (
-    check_spec,
-    load_torch_safe,
-    read_spec,
-    save_torch_atomic,
-)
+from components.models.checkpoint import check_spec, load_torch_safe, read_spec, save_torch_atomic
 from components.models.encoder import EmbeddingModel
 from components.training.compile import Compile, CompileMode, compiled
+from components.training.context import alignment_context
 from components.training.data import TrainData, as_train_data
 from components.training.device import Precision, autocast, prepare_module, select_device, to_memory_format
 from components.training.distributed import (
@@ -199,40 +195,17 @@ def _setup(
         old_spec and old_spec.embed_dim,
     )
     base_fn = base_loss(cfg.base_loss, cfg.base_options, cfg.label_smoothing)
-    label_map = (
-        torch.from_numpy(label_positions(model.spec.class_order, old_spec.class_order))
-        if old_spec is not None
-        else None
-    )
-
-    def clean_batches():
-        return data.batches(
-            max(cfg.batch_size, 256), device, shuffle=False, seed=cfg.seed, epoch=0, generator=None, drop_last=False
-        )
-
-    def sample_batches(n: int) -> Iterator[tuple[Tensor, Tensor]]:
-        gen = torch.Generator().manual_seed(cfg.seed)
-        seen = 0
-        for x, y in data.batches(256, device, shuffle=True, seed=cfg.seed, epoch=0, generator=gen, drop_last=False):
-            if seen >= n:
-                break
-            yield x[: n - seen], y[: n - seen]
-            seen += min(len(x), n - seen)
-
-    def augment(x: Tensor, gen: torch.Generator) -> Tensor:
-        return augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen)
-
     method.prepare(
-        AlignmentContext(
+        alignment_context(
             model.spec,
             device,
-            old_model,
-            label_map,
-            clean_batches,
-            reference_model,
-            sample=sample_batches,
-            augment=augment,
+            data,
+            batch_size=cfg.batch_size,
             seed=cfg.seed,
+            crop_padding=cfg.crop_padding,
+            hflip=cfg.hflip,
+            old_model=old_model,
+            reference_model=reference_model,
         )
     )
     method.to(device)

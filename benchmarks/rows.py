@@ -19,6 +19,7 @@ from components.evaluation.diagnostics import (
     uncertainty_std,
 )
 from components.losses import choose_alignment
+from components.losses.methods.hbct import trained_epsilon
 
 __all__ = ["Row", "radius_diagnostics", "simplex_row", "table_row"]
 
@@ -73,7 +74,7 @@ def table_row(
     diag: dict[str, float | None] = {}
     if entry.geometry == "lorentz" and space == "embedding":
         # the ε the cones trained with: chosen from data (epsilon_rule view_angle) or the configured one
-        eps = float(new.meta.get("choices", {}).get("epsilon", entry.options.get("epsilon", 0.1)))
+        eps = trained_epsilon(entry.options, new.meta.get("choices", {}))
         seen = list(old.spec.class_order)
         diag = {
             **radius_diagnostics({"new": new, "old": old}),

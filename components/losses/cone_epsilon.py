@@ -56,7 +56,7 @@ def item_epsilons(z_a: Tensor, z_b: Tensor, k: float, room: float) -> Tensor:
     """(n,) ε_i of each item (module docstring): the ε whose cone at exp_o(z_a,i) just holds the point in z_b,i's
     direction at radius ‖z_a,i‖ + ``room``. ``z_a``, ``z_b``: (n, d) tangent vectors of two views, row-aligned."""
     r = torch.linalg.vector_norm(z_a, dim=-1, keepdim=True)
-    direction = z_b / torch.linalg.vector_norm(z_b, dim=-1, keepdim=True).clamp_min(torch.finfo(z_b.dtype).tiny)
+    direction = torch.nn.functional.normalize(z_b, dim=-1)
     h_o = expmap0(z_a, k)
     h_n = expmap0(direction * (r + room), k)
     return aperture_epsilon(h_o, exterior_angle(h_o, h_n, k), k)

@@ -33,6 +33,7 @@ from components.evaluation.plots import compat_heatmap, training_curves, uncerta
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
+from components.losses.methods.hbct import trained_epsilon
 from components.models import load_model
 from components.models.encoder import EmbeddingModel
 from components.training import embed_images, embed_stream
@@ -289,7 +290,7 @@ def _lorentz_diagnostics(
         parent_model = load_model(Path(parent.checkpoint))
         d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
-        eps = float(trained.choices.get("epsilon", plan.alignment_options.get("epsilon", 0.1)))
+        eps = trained_epsilon(plan.alignment_options, trained.choices)
         d["in_cone_fraction"] = in_cone_fraction(live.z, new.z, live.curvature, eps)
         d["entail_angle_deg"], d["aperture_deg"] = entailment_angles(live.z, new.z, live.curvature, eps)
         d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(

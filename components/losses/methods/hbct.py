@@ -32,8 +32,9 @@ All terms are computed in float32 whatever the autocast dtype.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -54,7 +55,7 @@ from components.losses.cone_epsilon import SAMPLE as CONE_SAMPLE
 from components.losses.cone_epsilon import view_epsilon
 from components.models.encoder import ModelOutput
 
-__all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince"]
+__all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince", "trained_epsilon"]
 
 Distance = Literal["geodesic", "squared_lorentz", "inner"]
 
@@ -129,6 +130,12 @@ def info_nce(s: Tensor, neg_mask: Tensor | None = None) -> Tensor:
     return -pos + torch.logsumexp(s, dim=1)
 
 
+def trained_epsilon(options: Mapping[str, Any], choices: Mapping[str, Any]) -> float:
+    """The ε an HBCT model's cones trained with: the one ``prepare`` chose from data (``choices``, as a training
+    result records them), else the configured ``options["epsilon"]``, else the option's default."""
+    return float(choices.get("epsilon", options.get("epsilon", HBCTOptions.epsilon)))
+
+
 def entailment_loss(h_o: Tensor, h_n: Tensor, k: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
     """Per-item max(0, ext − aper) and the in-cone indicator. (B, d+1) ×2 → ((B,), (B,) bool)."""
     ext = exterior_angle(h_o, h_n, k)
@@ -148,7 +155,7 @@ class HBCT(AlignmentLoss):
     @property
     def epsilon(self) -> float:
         """The ε the cones use: the one :meth:`prepare` chose from data, else the configured one."""
-        return float(self.choices.get("epsilon", self.options.epsilon))
+        return trained_epsilon({"epsilon": self.options.epsilon}, self.choices)
 
     def prepare(self, ctx: AlignmentContext) -> None:
         # The alignment happens on the old gallery's hyperboloid (the space cross retrieval uses).

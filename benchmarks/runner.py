@@ -77,6 +77,13 @@ def _digest(obj: Any) -> str:
 
 #: TrainConfig fields that choose how a step runs and leave the trained model the same up to float rounding
 _RUN_ONLY = ("compile", "compile_mode")
+#: ModelSpec fields added after models were cached, left out of the key at their default so those keys still hold
+_SPEC_LATE_DEFAULTS: dict[str, Any] = {"mlr_scale": 1.0}
+
+
+def _spec_key(spec: ModelSpec) -> dict[str, Any]:
+    d = spec.to_dict()
+    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_DEFAULTS and v == _SPEC_LATE_DEFAULTS[k])}
 
 
 def _cache_key(
@@ -93,7 +100,7 @@ def _cache_key(
     """The cache key of a model: a digest of everything that determines it (parents only where the method uses them)."""
     return _digest(
         {
-            "spec": spec.to_dict(),
+            "spec": _spec_key(spec),
             "method": method,
             "options": options or {},
             # how the step runs, not what it trains (like device "auto"): keys stay those of models cached before

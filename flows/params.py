@@ -77,6 +77,8 @@ class ModelParams(_Strict):
     embed_dim: int = Field(128, gt=0)
     geometry: Literal["lorentz", "euclidean"] = "lorentz"
     classifier_scale: float = Field(16.0, gt=0.0)
+    #: Lorentz models: scale on the Lorentz MLR's logits (1.0 = HBCT Eq. (9); design §3.4)
+    mlr_scale: float = Field(1.0, gt=0.0)
     classifier: Literal["cosine", "linear"] = "cosine"  # Euclidean models: cosine (unit rows, no bias) or linear
     bn_neck: bool = True  # Euclidean models: BatchNorm on the embedding before L2 normalisation
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier logits

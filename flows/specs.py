@@ -78,6 +78,7 @@ def model_spec_from_params(
         class_order=tuple(int(c) for c in class_order),
         class_names=tuple(class_names),
         classifier_scale=p.model.classifier_scale,
+        mlr_scale=p.model.mlr_scale,
         classifier=p.model.classifier,
         bn_neck=p.model.bn_neck,
         norm_mean=mean,

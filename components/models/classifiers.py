@@ -71,13 +71,23 @@ class LinearClassifier(nn.Module):
 
 
 class LorentzMLR(nn.Module):
-    """Lorentz multinomial logistic regression, see :func:`lorentz_mlr_logits`. h: (B, d+1) → (B, C)."""
+    """Lorentz multinomial logistic regression, see :func:`lorentz_mlr_logits`, times a fixed logit scale s
+    (``model.mlr_scale``, default 1: the paper's Eq. (9) as it stands). h: (B, d+1) → (B, C).
 
-    def __init__(self, embed_dim: int, num_classes: int) -> None:
+    Why a scale: a logit is about ‖w_c‖ times h's signed distance to the class hyperplane, and that distance is at
+    most about the radius bound ζ (≈ 1). With w initialised at ‖w_c‖ ≈ 0.58 the logits span less than ±1, so softmax
+    stays flat until ‖w‖ grows and every point is pushed to ζ — the classifier's radial reward (design §3.4). The
+    cosine classifier's s = 16 plays the same part on the sphere.
+    """
+
+    def __init__(self, embed_dim: int, num_classes: int, scale: float = 1.0) -> None:
         super().__init__()
+        if scale <= 0:
+            raise ValueError(f"the Lorentz MLR logit scale must be > 0 (got {scale}); model.mlr_scale: 1.0 is Eq. (9)")
         self.a = nn.Parameter(torch.zeros(num_classes))
         self.w = nn.Parameter(torch.empty(num_classes, embed_dim))
         nn.init.uniform_(self.w, -1.0 / math.sqrt(embed_dim), 1.0 / math.sqrt(embed_dim))
+        self.scale = float(scale)
 
     def forward(self, h: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
-        return lorentz_mlr_logits(h, self.a, self.w, curvature)
+        return self.scale * lorentz_mlr_logits(h, self.a, self.w, curvature)

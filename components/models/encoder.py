@@ -73,7 +73,7 @@ class EmbeddingModel(nn.Module):
                 spec.radial,
                 spec.learn_scale,
             )
-            self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes)
+            self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
         else:
             self.head = EuclideanHead(feat_dim, spec.embed_dim, spec.bn_neck)
             self.classifier = LinearClassifier(

@@ -100,3 +100,6 @@ def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
     plain = key()
     assert key("train.compile=on") == key("train.compile_mode=default") == plain
     assert key("train.lr=0.05") != plain
+    # model.mlr_scale came later: at its default (Eq. 9 as published) the key is the one cached before it existed
+    assert key("model.mlr_scale=1.0") == plain
+    assert key("model.mlr_scale=4.0") != plain

@@ -18,10 +18,15 @@ TINY = {"channels": [8, 8, 16, 16]}
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
 
-def _old_model(geometry: str, classifier: str = "cosine"):
+def _old_model(geometry: str, classifier: str = "cosine", mlr_scale: float = 1.0):
     torch.manual_seed(0)
     spec = tiny_spec(
-        backbone_kwargs=TINY, geometry=geometry, num_classes=3, class_order=(4, 7, 1), classifier=classifier
+        backbone_kwargs=TINY,
+        geometry=geometry,
+        num_classes=3,
+        class_order=(4, 7, 1),
+        classifier=classifier,
+        mlr_scale=mlr_scale,
     )
     model = build_model(spec).eval()
     model.requires_grad_(False)  # as the training loop freezes it
@@ -54,9 +59,11 @@ def _new_output(geometry: str, n: int = 8):
     return z, ModelOutput(z, emb, None, torch.zeros(n, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
-def test_influence_is_old_classifier_cross_entropy_on_known_samples(geometry):
-    old = _old_model(geometry)
+@pytest.mark.parametrize(("geometry", "mlr_scale"), [("euclidean", 1.0), ("lorentz", 1.0), ("lorentz", 4.0)])
+def test_influence_is_old_classifier_cross_entropy_on_known_samples(geometry, mlr_scale):
+    """The old classifier as the old model applies it — a Lorentz parent's logit scale (model.mlr_scale) included."""
+    old = _old_model(geometry, mlr_scale=mlr_scale)
+    assert geometry == "euclidean" or old.classifier.scale == mlr_scale
     # new labels 0..3 → old labels; new label 3 is a class the old model never saw
     label_map = torch.tensor([1, 2, 0, -1])
     method = _bct(old, geometry, label_map)

@@ -98,6 +98,20 @@ def test_gradients_reach_a_and_w():
     assert torch.isfinite(m.w.grad).all() and float(m.w.grad.abs().sum()) > 0
 
 
+def test_mlr_scale_multiplies_eq9_logits():
+    """model.mlr_scale s: logits are s × Eq. (9) (1 by default); s ≤ 0 is refused with the parameter's name. (BCT's
+    frozen old classifier applies the parent's s: tests/components/losses/test_bct_loss.py.)"""
+    h = _points(6, 4, 1.0).float()
+    plain = _mlr(4, [0.3, -0.2, 0.0])
+    scaled = _mlr(4, [0.3, -0.2, 0.0])
+    scaled.scale = 8.0
+    assert plain.scale == 1.0
+    torch.testing.assert_close(scaled(h), 8.0 * plain(h))
+    torch.testing.assert_close(plain(h), lorentz_mlr_logits(h, plain.a, plain.w))
+    with pytest.raises(ValueError, match="mlr_scale"):
+        LorentzMLR(4, 3, scale=0.0)
+
+
 def test_linear_classifier_scales_logits():
     torch.manual_seed(0)
     c = LinearClassifier(4, 3, scale=16.0, cosine=False)

@@ -50,7 +50,8 @@ class ModelSpec:
     learn_curvature: bool
     zeta: float | None
     classifier_scale: float
-    #: Lorentz models: fixed scale s on the Lorentz MLR's logits (1.0: HBCT Eq. (9) as published)
+    #: Lorentz models: fixed scale s on the Lorentz MLR's logits (1.0: HBCT Eq. (9) as published); a default, unlike
+    #: the other params-set fields, so checkpoints written before the field existed still load
     mlr_scale: float = 1.0
     #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias)
     classifier: Literal["cosine", "linear"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from components.errors import CheckpointMismatchError
-from components.models import build_model, load_model, save_model
+from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import (
     MODEL_FORMAT,
     load_torch_safe,
@@ -155,3 +155,19 @@ def test_save_is_atomic_and_leaves_no_temp_files(saved, tmp_path):
     save_model(model, path, extra={"note": "again"})
     assert sorted(p.name for p in path.parent.iterdir()) == ["m.pt"]
     assert torch.load(path, weights_only=True)["note"] == "again"
+
+
+def test_the_mlr_logit_scale_is_saved_and_older_checkpoints_load_with_eq9(tmp_path):
+    """model.mlr_scale travels in the checkpoint and rebuilds the classifier; metadata written before the field
+    existed (no ``mlr_scale`` key) loads as s = 1, the published Eq. (9)."""
+    torch.manual_seed(0)
+    model = build_model(tiny_spec(mlr_scale=4.0)).eval()
+    path = tmp_path / "model.pt"
+    save_model(model, path)
+    loaded = load_model(path)
+    assert loaded.spec.mlr_scale == 4.0 and loaded.classifier.scale == 4.0
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(loaded(x).logits, model(x).logits)
+    old_metadata = {k: v for k, v in tiny_spec().to_dict().items() if k != "mlr_scale"}
+    assert ModelSpec.from_dict(old_metadata).mlr_scale == 1.0

@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,13 @@ def _digest(obj: Any) -> str:
 #: TrainConfig fields that choose how a step runs and leave the trained model the same up to float rounding
 _RUN_ONLY = ("compile", "compile_mode")
 #: ModelSpec fields added after models were cached, left out of the key at their default so those keys still hold
-_SPEC_LATE_DEFAULTS: dict[str, Any] = {"mlr_scale": 1.0}
+_SPEC_LATE_FIELDS = ("mlr_scale",)
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
 
 
 def _spec_key(spec: ModelSpec) -> dict[str, Any]:
     d = spec.to_dict()
-    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_DEFAULTS and v == _SPEC_LATE_DEFAULTS[k])}
+    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_FIELDS and v == _SPEC_DEFAULTS[k])}
 
 
 def _cache_key(

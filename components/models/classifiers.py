@@ -27,12 +27,12 @@ def linear_logits(emb: Tensor, weight: Tensor, bias: Tensor | None, scale: float
     return scale * out
 
 
-def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
+def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | float = 1.0, scale: float = 1.0) -> Tensor:
     """Lorentz MLR (Bdeir et al. 2023; HBCT Eq. (9)), docs/design.md §3.4. h: (B, d+1), a: (C,), w: (C, d) → (B, C).
 
-    α_c = cosh(a_c/√k)·⟨h_s, w_c⟩ − sinh(a_c/√k)·‖w_c‖·h_t,  logit_c = ‖w_c‖·√k·asinh(α_c / (√k·‖w_c‖)),
-    k = 1/K. ‖w_c‖ is used directly (the reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²)
-    cancels catastrophically in float32 for |a| ≳ 8).
+    α_c = cosh(a_c/√k)·⟨h_s, w_c⟩ − sinh(a_c/√k)·‖w_c‖·h_t,  logit_c = s·‖w_c‖·√k·asinh(α_c / (√k·‖w_c‖)),
+    k = 1/K, s = ``scale`` (``model.mlr_scale``; 1 is Eq. (9) as published). ‖w_c‖ is used directly (the
+    reference code's sqrt(‖cosh·w‖² − (sinh‖w‖)²) cancels catastrophically in float32 for |a| ≳ 8).
     """
     # float32 even inside bf16 autocast (docs/design.md §2.5)
     with torch.autocast(device_type=h.device.type, enabled=False):
@@ -42,7 +42,7 @@ def lorentz_mlr_logits(h: Tensor, a: Tensor, w: Tensor, curvature: Tensor | floa
         w_norm = torch.linalg.vector_norm(w, dim=-1).clamp_min(1e-12)  # (C,)
         arg = a / sk
         alpha = torch.cosh(arg) * (h[:, 1:] @ w.t()) - torch.sinh(arg) * w_norm * h[:, :1]
-        return w_norm * sk * torch.asinh(alpha / (sk * w_norm))
+        return scale * w_norm * sk * torch.asinh(alpha / (sk * w_norm))
 
 
 class LinearClassifier(nn.Module):
@@ -90,4 +90,4 @@ class LorentzMLR(nn.Module):
         self.scale = float(scale)
 
     def forward(self, h: Tensor, curvature: Tensor | float = 1.0) -> Tensor:
-        return self.scale * lorentz_mlr_logits(h, self.a, self.w, curvature)
+        return lorentz_mlr_logits(h, self.a, self.w, curvature, self.scale)

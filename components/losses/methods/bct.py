@@ -112,7 +112,7 @@ class BCT(AlignmentLoss):
     def _old_logits(self, emb: Tensor) -> Tensor:
         old = self._old[0]
         if isinstance(old.classifier, LorentzMLR):
-            return old.classifier.scale * lorentz_mlr_logits(emb, self.old_bias, self.old_weight, old.curvature)
+            return lorentz_mlr_logits(emb, self.old_bias, self.old_weight, old.curvature, old.classifier.scale)
         return linear_logits(emb.float(), self.old_weight, self.old_bias, self._scale, self._cosine)
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:

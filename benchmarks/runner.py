@@ -78,13 +78,12 @@ def _digest(obj: Any) -> str:
 #: TrainConfig fields that choose how a step runs and leave the trained model the same up to float rounding
 _RUN_ONLY = ("compile", "compile_mode")
 #: ModelSpec fields added after models were cached, left out of the key at their default so those keys still hold
-_SPEC_LATE_FIELDS = ("mlr_scale",)
-_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+_SPEC_LATE_DEFAULTS = {f.name: f.default for f in fields(ModelSpec) if f.name in ("mlr_scale",)}
 
 
 def _spec_key(spec: ModelSpec) -> dict[str, Any]:
     d = spec.to_dict()
-    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_FIELDS and v == _SPEC_DEFAULTS[k])}
+    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_DEFAULTS and v == _SPEC_LATE_DEFAULTS[k])}
 
 
 def _cache_key(

@@ -28,8 +28,8 @@ def pipeline(
     """Print the dvc.yaml that params.yaml's `generations:` make, or write it (`--write-dvc-yaml`)."""
     import yaml
 
-    from flows.pipeline import dvc_yaml
-    from flows.pipeline import write_dvc_yaml as write_yaml
+    from flows.dvc_yaml import dvc_yaml
+    from flows.dvc_yaml import write_dvc_yaml as write_yaml
 
     p = parse_params(params, None)  # one clear error for a bad params.yaml
     try:
@@ -44,7 +44,7 @@ def pipeline(
 
 def _check_pipeline(params: Path) -> None:
     """A stage refuses to run from a dvc.yaml that params.yaml no longer generates."""
-    from flows.pipeline import check_dvc_yaml
+    from flows.dvc_yaml import check_dvc_yaml
 
     if DVC_YAML.exists():
         check_dvc_yaml(DVC_YAML, params)

@@ -29,7 +29,7 @@ from flows.progress import progress_bar
 from flows.steps.context import load_splits
 from flows.steps.corpus import open_corpus
 from flows.transient import retry_condition
-from registry.tracking import RegistrationResult
+from registry.tracking.registered_model import RegistrationResult
 
 
 @task(name="check-plan", cache_policy=NO_CACHE)

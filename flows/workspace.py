@@ -23,7 +23,7 @@ from components.errors import ConfigError
 from flows.params import Params
 from registry.lineage import LineageStore
 from registry.stores import STORE_ENTRIES, open_lineage, open_tracking, tracking_uri
-from registry.tracking import MlflowStore
+from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["DEFAULT_HOME", "WORKSPACE_ENTRIES", "Workspace", "generation_dirname", "resolve_home"]
 

@@ -26,8 +26,8 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.errors import LineageError
-from registry import schema
-from registry.db import (
+from registry import schema_version
+from registry.orm import (
     BackfillDecision,
     BackfillEvent,
     CompatSummary,
@@ -101,23 +101,23 @@ class LineageStore:
             if readonly:
                 self.engine.dispose()
                 raise NoLineageError(f"lineage database {self.url} holds no bctflow lineage; run `bctflow run` first")
-            schema.create(self.engine)
+            schema_version.create(self.engine)
         elif state.kind == "ahead":
             raise LineageError(
                 f"lineage database {self.url} has schema {state.revision}, newer than this bctflow's "
-                f"{schema.head_revision()}; upgrade bctflow"
+                f"{schema_version.head_revision()}; upgrade bctflow"
             )
         elif state.kind == "behind" and upgrade and not readonly:
-            self.upgraded = schema.upgrade(self.engine, root=self.paths.root)
+            self.upgraded = schema_version.upgrade(self.engine, root=self.paths.root)
         elif state.kind == "behind":
             raise LineageError(
                 f"lineage database {self.url} has schema {state.revision}, older than this bctflow's "
-                f"{schema.head_revision()}; back it up, then run `bctflow db-upgrade` to migrate it"
+                f"{schema_version.head_revision()}; back it up, then run `bctflow db-upgrade` to migrate it"
             )
 
-    def _state(self) -> schema.SchemaState:
+    def _state(self) -> schema_version.SchemaState:
         try:
-            return schema.schema_state(self.engine)
+            return schema_version.schema_state(self.engine)
         except SQLAlchemyError as err:
             raise LineageError(
                 f"cannot read lineage database {self.url} ({type(err).__name__}: {str(err).splitlines()[0]}); check "

@@ -9,8 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.evaluation import COMPAT_METRICS, REPORTED_METRICS, DerivedMetrics
-from registry import db
-from registry.db import Generation
+from registry import orm
+from registry.orm import Generation
 from registry.paths import WorkspacePaths
 
 __all__ = ["lineage_document"]
@@ -65,12 +65,12 @@ class _Rows:
     table: EvalTable
     derived: dict[int, dict[str, float | None]]
     diags: dict[int, dict[str, float | None]]
-    decisions: dict[int, db.BackfillDecision]
-    zetas: dict[int, db.ZetaStep]
-    live: db.GalleryPointer | None
-    promotions: list[db.Promotion]
+    decisions: dict[int, orm.BackfillDecision]
+    zetas: dict[int, orm.ZetaStep]
+    live: orm.GalleryPointer | None
+    promotions: list[orm.Promotion]
     compat: dict[int, dict[str, Any]]
-    backfills: list[db.BackfillEvent]
+    backfills: list[orm.BackfillEvent]
 
 
 def _read(sessions: sessionmaker[Session]) -> _Rows:
@@ -80,25 +80,25 @@ def _read(sessions: sessionmaker[Session]) -> _Rows:
             table={},
             derived={},
             diags={},
-            decisions={d.generation_id: d for d in s.scalars(select(db.BackfillDecision))},
-            zetas={z.generation_id: z for z in s.scalars(select(db.ZetaStep))},
-            live=s.scalar(select(db.GalleryPointer).order_by(db.GalleryPointer.id.desc()).limit(1)),
-            promotions=list(s.scalars(select(db.Promotion).order_by(db.Promotion.id))),
+            decisions={d.generation_id: d for d in s.scalars(select(orm.BackfillDecision))},
+            zetas={z.generation_id: z for z in s.scalars(select(orm.ZetaStep))},
+            live=s.scalar(select(orm.GalleryPointer).order_by(orm.GalleryPointer.id.desc()).limit(1)),
+            promotions=list(s.scalars(select(orm.Promotion).order_by(orm.Promotion.id))),
             compat={},
-            backfills=list(s.scalars(select(db.BackfillEvent).order_by(db.BackfillEvent.id))),
+            backfills=list(s.scalars(select(orm.BackfillEvent).order_by(orm.BackfillEvent.id))),
         )
-        for c in s.scalars(select(db.CompatSummary).order_by(db.CompatSummary.id)):
+        for c in s.scalars(select(orm.CompatSummary).order_by(orm.CompatSummary.id)):
             block = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
             rows.compat.setdefault(c.as_of_generation_id, {})[c.metric] = block
-        for e in s.scalars(select(db.Evaluation)):
+        for e in s.scalars(select(orm.Evaluation)):
             key = (e.query_generation_id, e.query_role, e.gallery_generation_id, e.gallery_role)
             rows.table.setdefault(key, {})[e.metric] = e.value
-        for m in s.scalars(select(db.GenerationMetric)):
+        for m in s.scalars(select(orm.GenerationMetric)):
             (rows.derived if m.kind == "derived" else rows.diags).setdefault(m.generation_id, {})[m.name] = m.value
     return rows
 
 
-def _backfill(b: db.BackfillEvent) -> dict[str, Any]:
+def _backfill(b: orm.BackfillEvent) -> dict[str, Any]:
     return {
         "id": b.id,
         "kind": b.kind,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from registry.db import BackfillEvent, GalleryPointer, Generation
+from registry.orm import BackfillEvent, GalleryPointer, Generation
 
 __all__ = ["PATH_COLUMNS", "WorkspacePaths"]
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import ConfigError
 from registry.lineage import LineageStore, NoLineageError, masked_url, sqlite_path
-from registry.tracking import MlflowStore
+from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
 

@@ -24,7 +24,7 @@ from flows.steps.registration import promoted
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
-from registry.tracking import RegistrationResult
+from registry.tracking.registered_model import RegistrationResult
 
 __all__ = ["PRODUCTION_ALIAS", "commit", "rollback"]
 

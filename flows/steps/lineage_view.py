@@ -16,7 +16,7 @@ from components.evaluation.lineage_plot import BackfillStep, GenerationStep, lin
 from flows.plan import GenerationPlan
 from flows.steps.results import Evaluation
 from registry.lineage import LineageStore
-from registry.tracking import MODEL_DESCRIPTION
+from registry.tracking.registered_model import MODEL_DESCRIPTION
 
 __all__ = ["LINEAGE_ARTIFACT", "draw_lineage", "lineage_steps", "model_description"]
 

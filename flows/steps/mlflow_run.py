@@ -21,7 +21,7 @@ from flows.plan import GenerationPlan
 from flows.provenance import git_commit, mlflow_run_url, prefect_flow_run
 from flows.steps.context import load_splits
 from flows.steps.results import Snapshot, Trained
-from registry.mlflow_runs import DatasetInput, RunSpec
+from registry.tracking.runs import DatasetInput, RunSpec
 
 __all__ = ["log_snapshot", "log_training", "open_reference_run", "open_run", "run_name", "run_url"]
 

@@ -33,7 +33,7 @@ from flows.steps.lineage_view import model_description
 from flows.steps.reembed import IN_PROGRESS
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from registry.tracking import MlflowStore
+from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["PUBLISHING", "Finding", "finish_interrupted", "inspect_workspace", "roll_forward"]
 

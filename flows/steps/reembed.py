@@ -39,8 +39,8 @@ from components.training import embed_images
 from flows.params import Params
 from flows.steps.context import load_splits
 from flows.workspace import Workspace
-from registry.db import GalleryPointer, Generation
 from registry.lineage import LineageStore
+from registry.orm import GalleryPointer, Generation
 
 __all__ = [
     "IN_PROGRESS",

@@ -17,7 +17,7 @@ from flows.steps.mlflow_run import log_training
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.lineage import LineageStore
 from registry.records import DecisionRecord
-from registry.tracking import RegistrationRequest, RegistrationResult
+from registry.tracking.registered_model import RegistrationRequest, RegistrationResult
 
 __all__ = ["chain_description", "example_images", "gate_failures", "promoted", "register"]
 

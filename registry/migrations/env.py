@@ -1,4 +1,4 @@
-"""Alembic environment: bctflow runs migrations on a connection it opened (:mod:`registry.schema`), or from the
+"""Alembic environment: bctflow runs migrations on a connection it opened (:mod:`registry.schema_version`), or from the
 ``alembic`` command line with ``-x url=<SQLAlchemy URL>`` (maintainers writing a new revision)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from registry.db import Base
+from registry.orm import Base
 
 config = context.config
 connection = config.attributes.get("connection")

@@ -24,7 +24,7 @@ from flows.steps.context import load_splits
 from flows.steps.lineage_view import LINEAGE_ARTIFACT
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
-from registry.mlflow_common import param_values
+from registry.tracking.common import param_values
 from tests.helpers import run_generation, write_params
 
 MODEL = "bctflow-embedder"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from registry import schema
+from registry import schema_version
 from registry.lineage import LineageStore
 from registry.paths import WorkspacePaths
 from registry.records import GenerationBundle, PointerRecord
@@ -82,16 +82,16 @@ def test_db_upgrade_makes_old_absolute_paths_relative(db_url, tmp_path: Path):
     store.close()
     assert _raw(db_url, "checkpoint_path") == str(home / "generations/gen_000/model.pt")
     engine = create_engine(db_url)
-    schema.downgrade(engine, "0002_checkpoint_sha256")
+    schema_version.downgrade(engine, "0002_checkpoint_sha256")
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True, root=home)
-    assert upgraded.upgraded == [f"migrated 0002_checkpoint_sha256 → {schema.head_revision()}"]
+    assert upgraded.upgraded == [f"migrated 0002_checkpoint_sha256 → {schema_version.head_revision()}"]
     assert _raw(db_url, "checkpoint_path") == "generations/gen_000/model.pt"
     assert _raw(db_url, "model_checkpoint", "gallery_pointers") is None
     assert _raw(db_url, "reference_checkpoint_path") == "/datasets/elsewhere/ref.pt"
     assert upgraded.generation(0).checkpoint_path == str(home / "generations/gen_000/model.pt")
     upgraded.close()
     engine = create_engine(db_url)  # and back: the downgrade restores absolute paths under the root
-    schema.downgrade(engine, "0002_checkpoint_sha256", root=home)
+    schema_version.downgrade(engine, "0002_checkpoint_sha256", root=home)
     engine.dispose()
     assert _raw(db_url, "checkpoint_path") == str(home / "generations/gen_000/model.pt")

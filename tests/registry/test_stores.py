@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import LineageError
-from registry import schema
+from registry import schema_version
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord
-from registry.schema import head_revision
+from registry.schema_version import head_revision
 from registry.stores import lineage_url, open_lineage, tracking_uri
 from tests.helpers import generation_record
 
@@ -32,7 +32,7 @@ def _older_schema(home: Path) -> Path:
     store.close()
     db = home / "lineage.db"
     engine = create_engine(f"sqlite:///{db}")
-    schema.downgrade(engine, schema.BASELINE)  # the Alembic revisions undone, rows kept
+    schema_version.downgrade(engine, schema_version.BASELINE)  # the Alembic revisions undone, rows kept
     engine.dispose()
     con = sqlite3.connect(db)
     con.execute("ALTER TABLE generations DROP COLUMN compatible_with_live")

@@ -3,7 +3,7 @@
 Frozen here on purpose — later revisions change the schema step by step; this file never
 follows the ORM models. Databases written before Alembic (``schema_info`` v1–v3, no
 ``alembic_version``) are brought to v3 by ``bctflow db-upgrade`` and stamped with this revision
-(:mod:`registry.schema`).
+(:mod:`registry.schema_version`).
 
 Revision ID: 0001_baseline
 Revises:

@@ -10,7 +10,7 @@ from components.evaluation.lineage_plot import BackfillStep, GenerationStep
 from flows.steps.lineage_view import lineage_steps, model_description
 from registry.lineage import LineageStore
 from registry.records import BackfillRecord, EvaluationRecord, GenerationBundle, PointerRecord
-from registry.tracking import MODEL_DESCRIPTION
+from registry.tracking.registered_model import MODEL_DESCRIPTION
 from tests.helpers import generation_record
 
 

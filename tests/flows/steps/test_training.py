@@ -20,7 +20,7 @@ from flows.steps.results import Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from flows.steps.training import train_role
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord
-from registry.tracking import RegistrationResult
+from registry.tracking.registered_model import RegistrationResult
 from tests.helpers import write_live_gallery, write_params
 
 #: the loss terms HBCT adds to the base loss

@@ -1,4 +1,4 @@
-"""The generation's MLflow run (registry/mlflow_runs.py) in a real SQLite tracking store: found again by run key and
+"""The generation's MLflow run (registry/tracking/runs.py) in a real SQLite tracking store: found again by run key and
 params, stale runs ended, epochs logged once, datasets, the active run's end status."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from registry.mlflow_runs import DatasetInput, RunSpec
-from registry.tracking import MlflowStore
+from registry.tracking.registered_model import MlflowStore
+from registry.tracking.runs import DatasetInput, RunSpec
 
 MD5 = "5d93f621e3d5a1b2c3d4e5f60718293a"
 

@@ -15,10 +15,10 @@ from mlflow.exceptions import MlflowException
 
 from components.models import build_model, load_model, save_model
 from components.training.embed import embed_images, retrieval_vectors
-from registry.mlflow_common import metric_key
-from registry.mlflow_model import log_embedder
-from registry.mlflow_runs import RunSpec
-from registry.tracking import MlflowStore, RegistrationRequest
+from registry.tracking.common import metric_key
+from registry.tracking.logged_model import log_embedder
+from registry.tracking.registered_model import MlflowStore, RegistrationRequest
+from registry.tracking.runs import RunSpec
 from tests.helpers import tiny_spec
 
 

@@ -24,7 +24,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, create_engine, inspect, text
 
-from registry.db import SCHEMA_VERSION, upgrade_schema
+from registry.orm import SCHEMA_VERSION, upgrade_schema
 
 __all__ = [
     "BASELINE",

@@ -1,4 +1,4 @@
-"""dvc.yaml is generated from params.yaml (flows/pipeline.py): the committed file is what the generator writes, each
+"""dvc.yaml is generated from params.yaml (flows/dvc_yaml.py): the committed file is what the generator writes, each
 generation's stage names exactly the parameters that shape it, and bad input is one error (docs/design.md §7.15).
 The pipeline itself runs under real DVC in tests/test_dvc_pipeline.py."""
 
@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from components.errors import ConfigError
+from flows.dvc_yaml import check_dvc_yaml, dvc_yaml, param_keys
 from flows.params import apply_overrides, load_params
-from flows.pipeline import check_dvc_yaml, dvc_yaml, param_keys
 from tests.conftest import REPO
 
 THREE = (

@@ -1,4 +1,4 @@
-"""The lineage schema under Alembic (registry/schema.py, registry/migrations/), on SQLite and a real PostgreSQL:
+"""The lineage schema under Alembic (registry/schema_version.py, registry/migrations/), on SQLite and a real PostgreSQL:
 migrations build exactly the ORM models, are reversible, and a database written before Alembic is refused until
 `bctflow db-upgrade`, which stamps it and keeps its rows."""
 
@@ -10,9 +10,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from components.errors import LineageError
-from registry import schema
-from registry.db import Base
+from registry import schema_version
 from registry.lineage import LineageStore
+from registry.orm import Base
 from registry.records import GenerationBundle, PointerRecord
 from tests.helpers import generation_record
 
@@ -22,19 +22,19 @@ def test_a_new_database_is_built_by_the_migrations_and_matches_the_models(db_url
     engine = create_engine(db_url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert MigrationContext.configure(conn).get_current_revision() == schema.head_revision()
-    assert schema.schema_state(engine).kind == "current"
+        assert MigrationContext.configure(conn).get_current_revision() == schema_version.head_revision()
+    assert schema_version.schema_state(engine).kind == "current"
     engine.dispose()
 
 
 def test_the_migrations_are_reversible(db_url):
     engine = create_engine(db_url)
-    schema.create(engine)
-    schema.downgrade(engine, "base")
+    schema_version.create(engine)
+    schema_version.downgrade(engine, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
-    assert schema.schema_state(engine).kind == "empty"
-    schema.create(engine)
-    assert schema.schema_state(engine).kind == "current"
+    assert schema_version.schema_state(engine).kind == "empty"
+    schema_version.create(engine)
+    assert schema_version.schema_state(engine).kind == "current"
     engine.dispose()
 
 
@@ -45,7 +45,7 @@ def _pre_alembic(url: str, version: int = 3) -> None:
     store.commit_generation(GenerationBundle(generation_record(0)))
     store.close()
     engine = create_engine(url)
-    schema.downgrade(engine, schema.BASELINE)
+    schema_version.downgrade(engine, schema_version.BASELINE)
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE alembic_version"))
         conn.execute(text("UPDATE schema_info SET version = :v"), {"v": version})
@@ -60,12 +60,12 @@ def test_a_pre_alembic_database_is_refused_then_stamped_by_db_upgrade(db_url):
     assert "alembic_version" not in inspect(create_engine(db_url)).get_table_names()  # nothing migrated unasked
     store = LineageStore(db_url, upgrade=True)
     assert store.upgraded == [
-        f"stamped {schema.BASELINE} (legacy v3 → v3)",
-        f"migrated {schema.BASELINE} → {schema.head_revision()}",
+        f"stamped {schema_version.BASELINE} (legacy v3 → v3)",
+        f"migrated {schema_version.BASELINE} → {schema_version.head_revision()}",
     ]
     g0 = store.generations()[0]
     assert g0.name == "g0" and g0.checkpoint_sha256 is None  # kept, and the new column is empty for old rows
-    assert store.schema_version() == schema.head_revision()
+    assert store.schema_version() == schema_version.head_revision()
     store.close()
     assert LineageStore(db_url, upgrade=True).upgraded is None  # current: nothing to do
 
@@ -76,7 +76,7 @@ def test_revision_0004_adds_the_code_digest_and_rows_before_it_read_none(db_url)
     assert store.generations()[0].code_digest == "c" * 64
     store.close()
     engine = create_engine(db_url)
-    schema.downgrade(engine, "0003_relative_paths")  # the lineage as the previous bctflow wrote it
+    schema_version.downgrade(engine, "0003_relative_paths")  # the lineage as the previous bctflow wrote it
     assert "code_digest" not in {c["name"] for c in inspect(engine).get_columns("generations")}
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True)
@@ -102,7 +102,7 @@ def test_revision_0005_pins_the_live_index_and_rows_before_it_read_none(db_url):
     assert store.live_pointer().index_sha256 == "d" * 64
     store.close()
     engine = create_engine(db_url)
-    schema.downgrade(engine, "0004_code_digest")  # the lineage as the previous bctflow wrote it
+    schema_version.downgrade(engine, "0004_code_digest")  # the lineage as the previous bctflow wrote it
     assert "index_sha256" not in {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True)

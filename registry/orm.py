@@ -11,7 +11,7 @@ Tables
 * ``promotions``         which generation the `production` alias pointed to, when, by whom, forced or not
 * ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
 
-Schema changes are Alembic revisions in ``registry/migrations/versions/`` (:mod:`registry.schema`
+Schema changes are Alembic revisions in ``registry/migrations/versions/`` (:mod:`registry.schema_version`
 runs them); a new database is built by the migrations. :func:`upgrade_schema` is only the bridge
 for databases written before Alembic (``schema_info`` v1–v3): it adds missing tables and nullable
 columns before the baseline revision is stamped. Only ``bctflow db-upgrade`` migrates: opening a
@@ -236,7 +236,7 @@ class SchemaInfo(Base):
 
 def upgrade_schema(engine: Any, metadata: Any = None) -> list[str]:
     """Create missing tables and add missing *nullable* columns of ``metadata`` (default: these models). Returns
-    what was added. The pre-Alembic bridge passes the baseline revision's tables (:mod:`registry.schema`)."""
+    what was added. The pre-Alembic bridge passes the baseline revision's tables (:mod:`registry.schema_version`)."""
     from sqlalchemy import inspect, text
 
     metadata = Base.metadata if metadata is None else metadata

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from registry.mlflow_common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
+from registry.tracking.common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
 
 __all__ = ["PARAMS_TAG", "RUN_KEY_TAG", "DatasetInput", "RunSpec", "RunTracker"]
 

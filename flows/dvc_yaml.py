@@ -50,7 +50,7 @@ DATA_CODE_DEPS = (
     "components/data",
     "flows/chain.py",
     "flows/params.py",
-    "flows/pipeline.py",
+    "flows/dvc_yaml.py",
     "flows/steps/context.py",
     "flows/steps/snapshot.py",
     "bctflow/stages.py",
@@ -90,7 +90,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 HEADER = """\
 # GENERATED from params.yaml by `bctflow pipeline --write-dvc-yaml`; do not edit — change params.yaml `generations:`
-# and run that command again (tests/flows/test_pipeline.py checks that this file is what it writes).
+# and run that command again (tests/flows/test_dvc_yaml.py checks that this file is what it writes).
 # `dvc repro` reproduces the chain params.yaml declares (docs/design.md §7.15):
 #   data      : every generation's data manifest (outputs/data/<name>.json)
 #   <name>    : one stage per generation, in its own workspace outputs/<name>/workspace (a copy of its parent's),

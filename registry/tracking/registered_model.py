@@ -1,10 +1,10 @@
 """MLflow registration: the generation's model and its registered model version.
 
-The generation's run is opened before it trains (:mod:`registry.mlflow_runs`); :meth:`MlflowStore.register` logs
+The generation's run is opened before it trains (:mod:`registry.tracking.runs`); :meth:`MlflowStore.register` logs
 into that run what the generation produced — metrics, artifacts (metrics JSON, the data and the index manifest under
-their own folders, plots, the lineage picture) and the model (:mod:`registry.mlflow_model`: the exported serving
-graph) — and registers the version, linked to the logged model, with its lineage tags (generation, ζ, compatibility,
-promotion, backfill, parent, data hash …) and a description that spells out the chain.
+their own folders, plots, the lineage picture) and the model (:mod:`registry.tracking.logged_model`: the exported
+serving graph) — and registers the version, linked to the logged model, with its lineage tags (generation, ζ,
+compatibility, promotion, backfill, parent, data hash …) and a description that spells out the chain.
 
 A registration that fails half-way removes the version it created, so a retry starts clean;
 :meth:`MlflowStore.rollback` undoes a finished registration when the lineage commit that follows it fails, and
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from registry.mlflow_common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
-from registry.mlflow_model import link_version, log_embedder
-from registry.mlflow_runs import RunTracker
-from registry.relocation import owns_tracking_store, relocate_artifacts
+from registry.tracking.common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
+from registry.tracking.logged_model import link_version, log_embedder
+from registry.tracking.relocation import owns_tracking_store, relocate_artifacts
+from registry.tracking.runs import RunTracker
 
 __all__ = ["MODEL_DESCRIPTION", "MlflowStore", "RegistrationRequest", "RegistrationResult", "version_tags"]
 
@@ -51,7 +51,7 @@ class RegistrationRequest:
     #: (n ≥ 2, H, W, C) uint8 images of the evaluation split: the model's input example and export trace
     example: np.ndarray
     description: str
-    #: the generation's run, opened before training (:meth:`registry.mlflow_runs.RunTracker.open`)
+    #: the generation's run, opened before training (:meth:`registry.tracking.runs.RunTracker.open`)
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
@@ -159,7 +159,7 @@ class MlflowStore:
 
     @property
     def runs(self) -> RunTracker:
-        """The store's runs: a generation's run is opened before it trains (:mod:`registry.mlflow_runs`)."""
+        """The store's runs: a generation's run is opened before it trains (:mod:`registry.tracking.runs`)."""
         return RunTracker(self)
 
     def _relocate(self, client: Any) -> None:

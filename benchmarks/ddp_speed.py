@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from components.data.batches import to_image_tensor
 from components.losses import create_alignment
 from components.models import build_model
 from components.training import train_model
+from components.training.data import training_data
 from components.training.job import TrainJob
 from components.training.launch import train_distributed
 from flows.params import load_params
@@ -35,7 +35,7 @@ def main(epochs: int, modes: list[str]) -> None:
         names = [str(c) for c in order]
         spec = model_spec_from_params(p, train, order, names, geometry="lorentz", zeta=1.2)
         old_spec = model_spec_from_params(p, train, order, names, geometry="lorentz", zeta=1.0)
-        cfg, data = train_config_from_params(p), to_image_tensor(train.images, train.labels)
+        cfg, data = train_config_from_params(p), training_data(train, order)
 
         def fresh(seed: int, s):
             torch.manual_seed(seed)

@@ -22,15 +22,15 @@ import torch
 
 from benchmarks.profile import Arch, Profile
 from components.data import DataManifest, select_training_data
-from components.data.base import ArrayDataset
-from components.data.batches import to_image_tensor
+from components.data.sources.split import SourceDataset
 from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
 from components.losses import AlignmentChoice, AlignmentLoss, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
-from components.training import TrainConfig, TrainResult, embed_images, train_model
+from components.training import TrainConfig, TrainResult, embed_split, train_model
+from components.training.data import training_data
 from components.training.device import cuda_available
 from components.training.seeds import init_seed
 from flows.params import Params, apply_overrides
@@ -147,9 +147,9 @@ class Bench:
         self.splits = splits
         # hyperparameters are selected on a validation split carved from the training data, never on the test split
         tr, va = stratified_split(splits.train.labels, self.settings.validation_fraction, d.split_seed + 101)
-        self.train: ArrayDataset = splits.train.subset(tr)
-        self.val: ArrayDataset = splits.train.subset(va)
-        self.test: ArrayDataset = splits.test
+        self.train: SourceDataset = splits.train.subset(tr)
+        self.val: SourceDataset = splits.train.subset(va)
+        self.test: SourceDataset = splits.test
         self.num_classes = splits.train.num_classes
 
     # ----------------------------------------------------------------------------- data
@@ -323,7 +323,7 @@ class Bench:
         train = data.take(self.train)
         return train_model(
             model,
-            to_image_tensor(train.images, data.model_labels(), pin=cuda_available()),
+            training_data(train, data.class_order, pin=cuda_available()),
             cfg,
             loss,
             folder / "checkpoints",
@@ -349,10 +349,12 @@ class Bench:
         test.save(folder / "test.npz")
         return val, test, embed_seconds
 
-    def _embed(self, model: Any, data: ArrayDataset, curvature: float) -> GalleryEmbeddings:
+    def _embed(self, model: Any, data: SourceDataset, curvature: float) -> GalleryEmbeddings:
         t = self.params.train
-        emb = embed_images(model, data.images, batch_size=t.eval_batch_size, device=t.device, precision=t.precision)
-        return GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, data.ids, data.labels)
+        emb, labels, ids = embed_split(
+            model, data, batch_size=t.eval_batch_size, device=t.device, precision=t.precision
+        )
+        return GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
 
     # ----------------------------------------------------------------------------- evaluation
     def metrics(self, query: BenchModel, gallery: BenchModel, split: str = "test") -> dict[str, float]:

@@ -223,7 +223,7 @@ def run_scale(
     out.mkdir(parents=True, exist_ok=True)
     corpus_dir = corpus_dir or work.parent / f"corpus-{items}"
     t0 = time.perf_counter()
-    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train
+    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")

@@ -5,48 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from components.data.base import ArrayDataset
-from components.data.sources.split import SAMPLE_SIZE, SourceDataset
-from components.errors import DataError
+from components.data.sources.split import SourceDataset
+from components.data.stats import normalization_stats
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["model_spec_from_params", "normalization_stats", "split_normalization_stats", "train_config_from_params"]
-
-
-def normalization_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std of uint8 images (N, H, W, C), in [0, 1] units."""
-    x = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
-    return tuple(float(v) for v in x.mean(0)), tuple(float(max(v, 1e-3)) for v in x.std(0))
-
-
-def split_normalization_stats(
-    split: ArrayDataset | SourceDataset, sample: int = SAMPLE_SIZE, seed: int = 0
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """:func:`normalization_stats` of a split: of all its images in memory; of a seeded random sample of at most
-    ``sample`` images streamed from disk (accumulated per batch in float64: sum and sum of squares per channel)."""
-    if isinstance(split, ArrayDataset):
-        return normalization_stats(split.images)
-    s1 = s2 = None
-    count = 0
-    for images, _, _ in split.sample(sample, seed).loader(batch_size=1024):
-        x = images.double().div_(255.0).transpose(0, 1).reshape(images.shape[1], -1)  # (C, B·H·W)
-        s1 = x.sum(1) if s1 is None else s1 + x.sum(1)
-        s2 = (x * x).sum(1) if s2 is None else s2 + (x * x).sum(1)
-        count += x.shape[1]
-    if s1 is None or s2 is None:
-        raise DataError("the training split is empty: select at least one image")
-    mean = (s1 / count).numpy()
-    std = np.sqrt(np.maximum((s2 / count).numpy() - mean**2, 0.0))
-    return tuple(float(v) for v in mean), tuple(float(max(v, 1e-3)) for v in std)
+__all__ = ["model_spec_from_params", "train_config_from_params"]
 
 
 def model_spec_from_params(
     p: Params,
-    train: ArrayDataset | SourceDataset,
+    train: SourceDataset,
     class_order: Sequence[int],
     class_names: Sequence[str],
     *,
@@ -59,7 +29,7 @@ def model_spec_from_params(
 ) -> ModelSpec:
     """params.model / params.geometry + the data's shape and statistics (``stats``: (mean, std) given instead of
     measured) + method overrides."""
-    mean, std = stats if stats is not None else split_normalization_stats(train)
+    mean, std = stats if stats is not None else normalization_stats(train)
     h, _, c = train.image_shape
     fields: dict[str, Any] = dict(
         backbone=backbone or p.model.backbone,

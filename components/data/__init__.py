@@ -1,6 +1,6 @@
 """Data: dataset catalog, deterministic selections (manifests), batching."""
 
-from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
+from components.data.base import ArrayDataset, array_fingerprint
 from components.data.catalog import (
     DatasetRequest,
     available_datasets,
@@ -13,12 +13,14 @@ from components.data.selection import (
     resolve_class_order,
     select_training_data,
 )
+from components.data.sources.split import DatasetSplits, SourceDataset
 
 __all__ = [
     "ArrayDataset",
     "DataManifest",
     "DatasetRequest",
     "DatasetSplits",
+    "SourceDataset",
     "array_fingerprint",
     "available_datasets",
     "get_dataset_loader",

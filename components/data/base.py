@@ -1,14 +1,17 @@
-"""In-memory image datasets and the train/test split every generation draws from."""
+"""Images decoded into memory (what a registered dataset's loader builds), and the fingerprint of arrays.
+
+The lifecycle never reads an :class:`ArrayDataset` directly: a loader hands it over as a split
+(:meth:`components.data.sources.split.SourceDataset.in_memory`), read like any split on disk.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ArrayDataset", "DatasetSplits", "Split", "array_fingerprint"]
+__all__ = ["ArrayDataset", "array_fingerprint"]
 
 
 @dataclass(frozen=True)
@@ -58,45 +61,6 @@ class ArrayDataset:
         if bad.any():
             raise KeyError(f"{int(bad.sum())} ids not in the dataset, e.g. {ids[bad][:5].tolist()}")
         return found
-
-
-class Split(Protocol):
-    """What the lifecycle reads from a split without its pixels: an :class:`ArrayDataset` in memory, or a
-    :class:`~components.data.sources.split.SourceDataset` on disk. labels, ids: (N,) int64."""
-
-    @property
-    def labels(self) -> np.ndarray: ...
-
-    @property
-    def ids(self) -> np.ndarray: ...
-
-    @property
-    def class_names(self) -> tuple[str, ...]: ...
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]: ...
-
-    def __len__(self) -> int: ...
-
-    def subset(self, index: np.ndarray) -> Split: ...
-
-    def positions_of(self, ids: np.ndarray) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class DatasetSplits:
-    """A dataset's fixed train/test split. ``fingerprint`` identifies the exact content.
-
-    ``train`` is decoded in memory, or — for datasets on disk (``webdataset``, ``manifest``) — a
-    :class:`~components.data.sources.split.SourceDataset` streamed while training; ``test`` (the labelled
-    evaluation split) is always in memory.
-    """
-
-    name: str
-    train: Split
-    test: ArrayDataset
-    fingerprint: str
-    meta: dict = field(default_factory=dict)
 
 
 def array_fingerprint(*arrays: np.ndarray, extra: str = "") -> str:

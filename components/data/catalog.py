@@ -1,7 +1,7 @@
 """Dataset catalog: one loader per name (``@register_dataset("digits")``) in ``components/data/sets/``.
 
 A loader takes one :class:`DatasetRequest` and returns the dataset's
-:class:`~components.data.base.DatasetSplits`. ``root`` is the dataset cache
+:class:`~components.data.sources.split.DatasetSplits`. ``root`` is the dataset cache
 folder (each dataset keeps its files in ``root/<name>/``). Datasets with an
 official split ignore ``test_fraction`` / ``split_seed``. Fixed-size datasets
 ignore ``image_size`` (the caller resizes); datasets of images of mixed sizes
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.data.base import DatasetSplits
+from components.data.sources.split import DatasetSplits
 from components.errors import DataError
 from components.plugins import Catalog
 

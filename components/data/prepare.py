@@ -6,9 +6,8 @@ import functools
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits
-from components.data.batches import resize_images
 from components.data.catalog import DatasetRequest, get_dataset_loader
+from components.data.sources.split import DatasetSplits, SourceDataset
 
 __all__ = ["per_class_subsample", "prepared_splits"]
 
@@ -22,12 +21,10 @@ def per_class_subsample(labels: np.ndarray, per_class: int, seed: int) -> np.nda
     return np.sort(order[rank < per_class])
 
 
-def _shrink(ds: ArrayDataset, per_class: int | None, seed: int, size: int | None) -> ArrayDataset:
+def _shrink(split: SourceDataset, per_class: int | None, seed: int, size: int | None) -> SourceDataset:
     if per_class is not None:
-        ds = ds.subset(per_class_subsample(ds.labels, per_class, seed))
-    if size is not None:
-        ds = ArrayDataset(resize_images(ds.images, size), ds.labels, ds.ids, ds.class_names)
-    return ds
+        split = split.subset(per_class_subsample(split.labels, per_class, seed))
+    return split if size is None else split.resized(size)
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,15 +11,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
 import numpy as np
 
-from components.data.base import Split
+from components.data.sources.split import SourceDataset
 from components.errors import DataError
-
-#: a training split: decoded in memory, or on disk (streamed)
-S = TypeVar("S", bound=Split)
 
 __all__ = ["MANIFEST_VERSION", "DataManifest", "label_positions", "resolve_class_order", "select_training_data"]
 
@@ -129,8 +126,8 @@ class DataManifest:
             )
         return m
 
-    def take(self, data: S) -> S:
-        """The manifest's rows of ``data`` (checks that labels agree): an in-memory split or one on disk."""
+    def take(self, data: SourceDataset) -> SourceDataset:
+        """The manifest's rows of ``data`` (checks that labels agree)."""
         try:
             pos = data.positions_of(self.ids)
         except KeyError as err:
@@ -147,7 +144,7 @@ class DataManifest:
 
 
 def select_training_data(
-    train: Split,
+    train: SourceDataset,
     *,
     dataset: str,
     fingerprint: str,

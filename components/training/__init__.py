@@ -1,7 +1,7 @@
 """Training: one loop for every alignment method, device selection, embedding."""
 
 from components.training.device import select_device
-from components.training.embed import Embeddings, embed_images, embed_stream, retrieval_vectors
+from components.training.embed import Embeddings, embed_images, embed_split, embed_stream, retrieval_vectors
 from components.training.loop import (
     TrainConfig,
     TrainingDivergedError,
@@ -16,6 +16,7 @@ __all__ = [
     "TrainResult",
     "TrainingDivergedError",
     "embed_images",
+    "embed_split",
     "embed_stream",
     "latest_checkpoint",
     "retrieval_vectors",

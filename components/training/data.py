@@ -3,7 +3,9 @@
 Both kinds implement :class:`TrainData`. ``batches(...)`` yields ``(x float32 (B, C, H, W) in
 [0, 1] on device, y int64 (B,) model labels on device)``:
 
-* :class:`TensorData` — the selection held as one uint8 tensor (small registered datasets):
+:func:`training_data` picks the kind from the split itself (:meth:`SourceDataset.resident`):
+
+* :class:`TensorData` — the selection held as one uint8 tensor (registered datasets decoded in memory):
   batches gathered by index from a permutation drawn from the epoch's generator, exactly as
   :func:`~components.data.batches.iterate_batches` always did (same numbers as before);
 * :class:`StreamData` — a split on disk (:class:`~components.data.sources.split.SourceDataset`)
@@ -26,7 +28,7 @@ from components.data.batches import ImageTensor, iterate_batches
 from components.data.sources.split import SourceDataset
 from components.errors import DataError
 
-__all__ = ["StreamData", "TensorData", "TrainData", "as_train_data"]
+__all__ = ["StreamData", "TensorData", "TrainData", "as_train_data", "training_data"]
 
 
 class TrainData(Protocol):
@@ -100,6 +102,20 @@ class TensorData:
         )
 
 
+def _label_lut(split: SourceDataset, class_order: Sequence[int]) -> Tensor:
+    """(L,) int64: the model label of each original class index (-1: not a class of the model); DataError when the
+    split holds a class outside ``class_order``."""
+    lut = np.full(max(split.num_classes, max(class_order, default=-1) + 1), -1, dtype=np.int64)
+    lut[np.asarray(class_order, dtype=np.int64)] = np.arange(len(class_order))
+    missing = np.setdiff1d(np.unique(split.labels), np.flatnonzero(lut >= 0))
+    if missing.size:
+        raise DataError(
+            f"the training split holds classes {missing[:5].tolist()} that are not in the model's class order; "
+            "select the split with the generation's classes (DataManifest.take)"
+        )
+    return torch.from_numpy(lut)
+
+
 @dataclass
 class StreamData:
     """A split on disk; its source labels become model labels through ``class_order``.
@@ -113,15 +129,7 @@ class StreamData:
     workers: int = 0
 
     def __post_init__(self) -> None:
-        lut = np.full(max(self.split.num_classes, max(self.class_order, default=-1) + 1), -1, dtype=np.int64)
-        lut[np.asarray(self.class_order, dtype=np.int64)] = np.arange(len(self.class_order))
-        missing = np.setdiff1d(np.unique(self.split.labels), np.flatnonzero(lut >= 0))
-        if missing.size:
-            raise DataError(
-                f"the training split holds classes {missing[:5].tolist()} that are not in the model's class order; "
-                "select the split with the generation's classes (DataManifest.take)"
-            )
-        self._lut = torch.from_numpy(lut)
+        self._lut = _label_lut(self.split, self.class_order)
 
     def __len__(self) -> int:
         return len(self.split)
@@ -152,6 +160,22 @@ class StreamData:
         for images, labels, _ in loader:
             x = images.to(device, non_blocking=cuda).float().div_(255.0)
             yield x, self._lut.index_select(0, labels).to(device, non_blocking=cuda)
+
+
+def training_data(
+    split: SourceDataset, class_order: Sequence[int], *, workers: int = 0, pin: bool = False
+) -> TrainData:
+    """What the loop reads of ``split``, labels mapped to model labels by ``class_order`` (original class indices in
+    model-label order): :class:`TensorData` when its images already sit in memory (``pin``: page-locked, for CUDA),
+    else :class:`StreamData` over its DataLoader with ``workers`` decoding processes."""
+    resident = split.resident()
+    if resident is None:
+        return StreamData(split, class_order, workers=workers)
+    images, labels, _ = resident
+    labels = _label_lut(split, class_order).index_select(0, labels)
+    if pin:
+        images, labels = images.pin_memory(), labels.pin_memory()
+    return TensorData(ImageTensor(images, labels, pin))
 
 
 def as_train_data(data: TrainData | ImageTensor) -> TrainData:

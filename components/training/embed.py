@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from components.data.batches import iterate_batches, to_image_tensor
+from components.data.sources.split import SourceDataset
 from components.geometry import expmap0
 from components.models.encoder import EmbeddingModel
 from components.models.features import simplex_features
@@ -20,7 +21,7 @@ from components.training.device import (
     to_memory_format,
 )
 
-__all__ = ["Embeddings", "embed_images", "embed_stream", "retrieval_vectors"]
+__all__ = ["Embeddings", "embed_images", "embed_split", "embed_stream", "retrieval_vectors"]
 
 
 @dataclass
@@ -90,6 +91,32 @@ def embed_stream(
     for images, labels, ids in batches:
         x = images.to(dev, non_blocking=dev.type == "cuda").float().div_(255.0)
         yield _forward(model, x, dev, precision), labels.numpy(), ids.numpy()
+
+
+def embed_split(
+    model: EmbeddingModel,
+    split: SourceDataset,
+    *,
+    batch_size: int = 512,
+    device: str = "auto",
+    precision: Precision = "auto",
+    workers: int = 0,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[Embeddings, np.ndarray, np.ndarray]:
+    """Embed every item of ``split`` through its loader, in split order: (:class:`Embeddings` (N items), labels (N,),
+    ids (N,)). ``workers`` decode (a split on disk); ``on_batch(n)`` after each batch of n items."""
+    dev = select_device(device)  # type: ignore[arg-type]
+    loader = split.loader(batch_size=batch_size, workers=workers, pin_memory=dev.type == "cuda")
+    parts, labels, ids = [], [], []
+    for emb, y, i in embed_stream(model, loader, device, precision):
+        parts.append(emb)
+        labels.append(y)
+        ids.append(i)
+        if on_batch is not None:
+            on_batch(len(i))
+    if not parts:
+        raise ValueError("the split to embed is empty")
+    return _cat(parts), np.concatenate(labels), np.concatenate(ids)
 
 
 def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:

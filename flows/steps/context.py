@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.data.base import DatasetSplits
 from components.data.catalog import DatasetRequest
 from components.data.prepare import prepared_splits
+from components.data.sources.split import DatasetSplits
 from flows.params import Params
 from flows.workspace import Workspace
 

@@ -11,7 +11,7 @@ from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import CORPUS_DIR
 from components.models import load_model
-from components.training import embed_images
+from components.training import embed_split
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
 from flows.steps.corpus import check_index_recall, embed_corpus, index_corpus, index_gallery, open_corpus
@@ -25,15 +25,15 @@ def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[in
     p = plan.params
     splits = load_splits(p, plan.workspace)
     model = load_model(Path(trained.checkpoint))
-    emb = embed_images(
+    emb, labels, ids = embed_split(
         model,
-        splits.test.images,
+        splits.test,
         batch_size=p.train.eval_batch_size,
         device=p.train.device,
-        on_batch=on_batch,
         precision=p.train.precision,
+        on_batch=on_batch,
     )
-    gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, splits.test.ids, splits.test.labels)
+    gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, ids, labels)
     out_dir = plan.role_dir(trained.role)
     gal.save(out_dir / "gallery.npz")
     index_dir = None

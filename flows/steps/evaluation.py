@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.base import ArrayDataset
 from components.data.selection import DataManifest
 from components.data.sources.split import SAMPLE_SIZE, SourceDataset
 from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
@@ -36,8 +35,7 @@ from components.io import atomic_write_text
 from components.losses.methods.hbct import trained_epsilon
 from components.models import load_model
 from components.models.encoder import EmbeddingModel
-from components.training import embed_images, embed_stream
-from components.training.device import cuda_available
+from components.training import embed_split
 from flows.artifacts import fmt
 from flows.backfill_rules import BackfillEvidence, decide_backfill
 from flows.params import Params
@@ -259,19 +257,18 @@ def _write_summary(plan: GenerationPlan, summary: dict) -> str:
     return str(path)
 
 
-def _clipped(
-    p: Params, model: EmbeddingModel, split: ArrayDataset | SourceDataset, sample: int = SAMPLE_SIZE
-) -> np.ndarray:
-    """(N,) bool: which training images ``model`` clips at ζ — all of a split in memory; of a split on disk, a seeded
-    sample of at most ``sample`` images streamed through its DataLoader."""
-    if isinstance(split, ArrayDataset):
-        return embed_images(
-            model, split.images, batch_size=p.train.eval_batch_size, device=p.train.device, precision=p.train.precision
-        ).clipped
-    loader = split.sample(sample).loader(
-        batch_size=p.train.eval_batch_size, workers=p.data.workers, pin_memory=cuda_available()
+def _clipped(p: Params, model: EmbeddingModel, split: SourceDataset, sample: int = SAMPLE_SIZE) -> np.ndarray:
+    """(n,) bool: which of a seeded sample of at most ``sample`` training images ``model`` clips at ζ."""
+    t = p.train
+    emb, _, _ = embed_split(
+        model,
+        split.sample(sample),
+        batch_size=t.eval_batch_size,
+        device=t.device,
+        precision=t.precision,
+        workers=p.data.workers,
     )
-    return np.concatenate([emb.clipped for emb, _, _ in embed_stream(model, loader, p.train.device, p.train.precision)])
+    return emb.clipped
 
 
 def _lorentz_diagnostics(

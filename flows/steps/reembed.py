@@ -35,7 +35,7 @@ from components.indexing.gallery import GalleryEmbeddings, gallery_beside
 from components.indexing.mixed import ORDERS, backfill_order
 from components.io import atomic_write_text
 from components.models import load_model, save_model
-from components.training import embed_images
+from components.training import embed_split
 from flows.params import Params
 from flows.steps.context import load_splits
 from flows.workspace import Workspace
@@ -267,16 +267,14 @@ def embed_chunks(plan: BackfillPlan, on_chunk: Callable[[int, int, bool], None] 
         if model is None:
             model = load_model(gallery_model_checkpoint(plan))
         pos = np.asarray(plan.positions[i * plan.chunk_size : (i + 1) * plan.chunk_size], dtype=np.int64)
-        emb = embed_images(
+        emb, labels, ids = embed_split(
             model,
-            test.images[pos],
+            test.subset(pos),
             batch_size=p.train.eval_batch_size,
             device=p.train.device,
             precision=p.train.precision,
         )
-        part = GalleryEmbeddings.from_embeddings(
-            emb, model.spec, float(model.curvature), test.ids[pos], test.labels[pos]
-        )
+        part = GalleryEmbeddings.from_embeddings(emb, model.spec, float(model.curvature), ids, labels)
         part.save(path)
         if on_chunk:
             on_chunk(i, plan.n_chunks, False)

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from components.data.base import ArrayDataset
 from components.data.sources.split import SourceDataset
 from components.faults import crash_point
 from flows.plan import GenerationPlan
@@ -101,13 +100,9 @@ def _run_metrics(trained: Trained, ev: Evaluation) -> dict[str, float | None]:
     return metrics
 
 
-def example_images(split: ArrayDataset | SourceDataset, n: int = 2) -> np.ndarray:
+def example_images(split: SourceDataset, n: int = 2) -> np.ndarray:
     """The first ``n`` images (N, H, W, C) uint8 of a split: the registered model's input example."""
-    first = split.subset(np.arange(min(n, len(split))))
-    if isinstance(first, ArrayDataset):
-        return np.ascontiguousarray(first.images)
-    images, _, _ = next(iter(first.loader(batch_size=n)))
-    return images.permute(0, 2, 3, 1).contiguous().numpy()
+    return split.subset(np.arange(min(n, len(split)))).decode().images
 
 
 def _request(

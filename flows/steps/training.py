@@ -8,26 +8,23 @@ from pathlib import Path
 
 import torch
 
-from components.data.base import ArrayDataset
-from components.data.batches import to_image_tensor
 from components.data.selection import DataManifest
 from components.data.sources.split import SourceDataset
 from components.losses import AlignmentChoice, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
-from components.training.data import StreamData, TensorData, TrainData
+from components.training.data import training_data
 from components.training.device import cuda_available
 from components.training.job import NodeGroup, TrainJob
 from components.training.launch import train_distributed
 from components.training.loop import TrainResult
-from flows.params import Params
 from flows.plan import GenerationPlan
 from flows.specs import model_spec_from_params
 from flows.steps.context import load_splits
 from flows.steps.results import Snapshot, Trained
 
-__all__ = ["role_spec", "train_role", "training_data"]
+__all__ = ["role_spec", "train_role"]
 
 
 def _finished(plan: GenerationPlan, role: str) -> Trained | None:
@@ -57,7 +54,7 @@ def role_spec(
     plan: GenerationPlan,
     role: str,
     manifest: DataManifest,
-    split: ArrayDataset | SourceDataset,
+    split: SourceDataset,
     parent_spec: ModelSpec | None,
     stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> tuple[AlignmentChoice, ModelSpec]:
@@ -111,15 +108,6 @@ def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec)
     )
 
 
-def training_data(p: Params, manifest: DataManifest, split: ArrayDataset | SourceDataset) -> TrainData:
-    """The manifest's rows of the training split as the loop reads them: one tensor in memory, or streamed from
-    disk through the source's DataLoader (``data.workers`` worker processes) when the split stays on disk."""
-    train = manifest.take(split)
-    if isinstance(train, SourceDataset):
-        return StreamData(train, manifest.class_order, workers=p.data.workers)
-    return TensorData(to_image_tensor(train.images, manifest.model_labels(), pin=cuda_available()))
-
-
 def train_role(
     plan: GenerationPlan,
     snap: Snapshot,
@@ -155,7 +143,7 @@ def train_role(
     )
     job = TrainJob(
         model,
-        training_data(p, manifest, split),
+        training_data(manifest.take(split), manifest.class_order, workers=p.data.workers, pin=cuda_available()),
         cfg,
         loss,
         plan.role_dir(role) / "checkpoints",

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from components.data.base import ArrayDataset
-from components.data.batches import to_image_tensor
 from components.models import load_model
 from flows.plan import GenerationPlan
 from flows.steps.context import load_splits
@@ -35,19 +33,12 @@ def zeta_from_radii(radii: np.ndarray, percentile: float, delta: float) -> float
 def parent_radii(plan: GenerationPlan, sample: int = SAMPLE) -> np.ndarray:
     """(n,) the parent's pre-bound tangent radii of a seeded sample of this generation's training images."""
     assert plan.parent is not None
-    split = load_splits(plan.params, plan.workspace).train
-    rng = np.random.default_rng(plan.params.data.split_seed + plan.gen_id)
-    n = len(split)
-    rows = np.sort(rng.choice(n, size=min(sample, n), replace=False))
-    if isinstance(split, ArrayDataset):
-        images = to_image_tensor(split.images[rows], np.zeros(len(rows), dtype=np.int64)).images
-    else:
-        images = torch.cat([b[0] for b in split.sample(len(rows), plan.params.data.split_seed).loader(batch_size=256)])
+    split = load_splits(plan.params, plan.workspace).train.sample(sample, plan.params.data.split_seed + plan.gen_id)
     model = load_model(Path(plan.parent.checkpoint)).eval()
     out = []
     with torch.no_grad():
-        for chunk in torch.split(images, 256):
-            out.append(model(chunk.float() / 255.0, with_logits=False).aux["radius"].double().numpy())
+        for images, _, _ in split.loader(batch_size=256):
+            out.append(model(images.float() / 255.0, with_logits=False).aux["radius"].double().numpy())
     return np.concatenate(out)
 
 

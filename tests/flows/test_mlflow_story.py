@@ -201,7 +201,7 @@ def test_the_production_model_embeds_without_the_project(story, tmp_path: Path):
     store.close()
     prod = _generation(home, prod_id)
     test = load_splits(p, Workspace(home)).test
-    images = test.images[:64]
+    images = test.decode().images[:64]
     np.save(tmp_path / "images.npy", images)
     script = tmp_path / "load.py"
     script.write_text(_LOAD_WITHOUT_THE_PROJECT)

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits
+from components.data.base import ArrayDataset
 from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import fetch_archive
+from components.data.sources.split import DatasetSplits
 from components.errors import DataError
 
 NAME = "cifar100"
@@ -167,7 +168,7 @@ def load_cifar100(req: DatasetRequest) -> DatasetSplits:
         class_names,
     )
     fp = hashlib.sha256(f"cifar100|{ARCHIVE}|md5:{MD5}|fine|official".encode()).hexdigest()
-    return DatasetSplits(
+    return DatasetSplits.from_arrays(
         NAME,
         train,
         test,

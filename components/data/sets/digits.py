@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
+from components.data.base import ArrayDataset, array_fingerprint
 from components.data.catalog import DatasetRequest, register_dataset
+from components.data.sources.split import DatasetSplits
 from components.data.split import stratified_split
 
 
@@ -29,7 +30,7 @@ def load_digits(req: DatasetRequest) -> DatasetSplits:
     full = ArrayDataset(images, labels, ids, names)
     tr, te = stratified_split(labels, test_fraction, split_seed)
     fp = array_fingerprint(images, labels, extra=f"digits|{test_fraction}|{split_seed}")
-    return DatasetSplits(
+    return DatasetSplits.from_arrays(
         "digits",
         full.subset(tr),
         full.subset(te),

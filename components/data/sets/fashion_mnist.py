@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits
+from components.data.base import ArrayDataset
 from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import ChecksumError, download_first
+from components.data.sources.split import DatasetSplits
 from components.errors import DataError
 
 NAME = "fashion_mnist"
@@ -185,4 +186,4 @@ def load_fashion_mnist(req: DatasetRequest) -> DatasetSplits:
         ("fashion_mnist|official|" + "|".join(f"{f}:{digests[f]}" for f in FILES.values())).encode()
     ).hexdigest()
     meta = {"source": sources, "content_sha256": digests, "split": "official"}
-    return DatasetSplits(NAME, parts[0], parts[1], fp, meta)
+    return DatasetSplits.from_arrays(NAME, parts[0], parts[1], fp, meta)

@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits, array_fingerprint
+from components.data.base import ArrayDataset, array_fingerprint
 from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import load_or_build_cache
+from components.data.sources.split import DatasetSplits
 from components.data.split import stratified_split
 from components.errors import DataError
 
@@ -219,4 +220,4 @@ def load_image_folder(req: DatasetRequest) -> DatasetSplits:
         "num_files": len(rel),
         "cache": str(cache),
     }
-    return DatasetSplits(NAME, full.subset(tr_idx), full.subset(te_idx), fp, meta)
+    return DatasetSplits.from_arrays(NAME, full.subset(tr_idx), full.subset(te_idx), fp, meta)

@@ -11,8 +11,9 @@ The training split is a :class:`~components.data.sources.split.SourceDataset`: s
 position, never decoded as a whole, streamed through the source's DataLoader while a
 generation trains (docs/design.md §7.11). The test split is the labelled evaluation split
 every generation is measured on (P_com, P_up, the compatibility matrix): it is decoded
-once into memory, as those metrics rank it exactly. Both splits must be labelled with the
-same class names, and ``data.image_size`` fixes the side length every image is resized to.
+once into memory (:meth:`SourceDataset.decode`), as every generation and backfill embeds it.
+Both splits must be labelled with the same class names, and ``data.image_size`` fixes the side
+length every image is resized to.
 """
 
 from __future__ import annotations
@@ -20,15 +21,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
-
-from components.data.base import ArrayDataset, DatasetSplits
 from components.data.catalog import DatasetRequest, register_dataset
 from components.data.sources import ImageSource, open_source
-from components.data.sources.split import SourceDataset
+from components.data.sources.split import DatasetSplits, SourceDataset
 from components.errors import DataError
 
-__all__ = ["decode_split", "streamed_splits"]
+__all__ = ["streamed_splits"]
 
 _LAYOUT = {
     "webdataset": "train/ and test/ folders of WebDataset .tar shards",
@@ -72,21 +70,6 @@ def _open(kind: str, req: DatasetRequest) -> tuple[ImageSource, ImageSource, int
     return train, test, int(req.image_size)
 
 
-def decode_split(source: ImageSource, image_size: int, batch_size: int = 1024) -> ArrayDataset:
-    """All items of ``source`` decoded into memory (source order): images (N, S, S, C) uint8."""
-    images = np.empty((len(source), image_size, image_size, source.channels), dtype=np.uint8)
-    labels = np.empty(len(source), dtype=np.int64)
-    ids = np.empty(len(source), dtype=np.int64)
-    at = 0
-    for x, y, i in source.loader(batch_size=batch_size, image_size=image_size):
-        n = len(y)
-        images[at : at + n] = x.permute(0, 2, 3, 1).numpy()
-        labels[at : at + n], ids[at : at + n] = y.numpy(), i.numpy()
-        at += n
-    order = np.argsort(source.item_positions(ids[:at]), kind="stable")  # a source may yield in its own order
-    return ArrayDataset(images[order], labels[order], ids[order], source.class_names)
-
-
 def streamed_splits(kind: str, req: DatasetRequest) -> DatasetSplits:
     """The on-disk dataset of ``kind`` at ``req.path``: a streamed train split and an in-memory test split."""
     train, test, size = _open(kind, req)
@@ -94,7 +77,7 @@ def streamed_splits(kind: str, req: DatasetRequest) -> DatasetSplits:
     return DatasetSplits(
         f"{kind}:{Path(req.path or '').name}",
         SourceDataset(train, size),
-        decode_split(test, size),
+        SourceDataset.in_memory(SourceDataset(test, size).decode(), f"{Path(req.path or '').name}/test"),
         fingerprint,
         {"streamed": True, "train_source": repr(train)},
     )

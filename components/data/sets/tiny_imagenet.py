@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.base import ArrayDataset, DatasetSplits
+from components.data.base import ArrayDataset
 from components.data.catalog import DatasetRequest, register_dataset
 from components.data.download import extract, fetch_archive, load_or_build_cache
+from components.data.sources.split import DatasetSplits
 from components.errors import DataError
 
 NAME = "tiny_imagenet"
@@ -163,4 +164,4 @@ def load_tiny_imagenet(req: DatasetRequest) -> DatasetSplits:
         "split": "official (train/ vs val/)",
         "wnids": [str(w) for w in a["class_wnids"]],
     }
-    return DatasetSplits(NAME, train, test, fp, meta)
+    return DatasetSplits.from_arrays(NAME, train, test, fp, meta)

@@ -272,6 +272,14 @@ class ImageSource(ABC):
     def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
         """The DataLoader of :meth:`loader` over the checked (K,) int64 positions ``selection``."""
 
+    def resident(
+        self, selection: np.ndarray, image_size: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(images uint8 (K, C, S, S), labels (K,), ids (K,))`` of the selected positions when the source holds
+        its images in memory already; None (the default) for a source that decodes them (read it through
+        :meth:`loader`)."""
+        return None
+
     @functools.cached_property
     def _id_order(self) -> np.ndarray:
         return np.argsort(self.ids, kind="stable")

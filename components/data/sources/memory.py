@@ -81,15 +81,16 @@ class InlineLoader(DataLoader):
 class ArraySource(ImageSource):
     """An :class:`ArrayDataset` (images (N, H, W, C) uint8 in memory) as an :class:`ImageSource`.
 
-    ``fingerprint`` defaults to the array fingerprint of images, labels and ids (computed once); pass the
-    dataset's own (e.g. ``DatasetSplits.fingerprint``) to skip the hashing. Workers default to 0: gathering in
-    the main process is faster than shipping batches from worker processes.
+    Images asked for at another size are resized once and kept for every later batch. ``fingerprint`` defaults to
+    the array fingerprint of images, labels and ids (computed once); pass the dataset's own to skip the hashing.
+    Workers default to 0: gathering in the main process is faster than shipping batches from worker processes.
     """
 
     def __init__(self, dataset: ArrayDataset, name: str = "array", *, fingerprint: str | None = None) -> None:
         self.dataset = dataset
         self.name = name
         self._fingerprint = fingerprint
+        self._resized: dict[int, Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -126,6 +127,23 @@ class ArraySource(ImageSource):
             ids = torch.from_numpy(np.ascontiguousarray(self.ids))
         return images, labels, ids
 
+    def images_at(self, image_size: int | None) -> Tensor:
+        """All images (N, C, S, S) uint8 at ``image_size`` (None: native), resized once and kept (bilinear,
+        antialiased, rounded: :func:`~components.data.sources.decode.resize_uint8`)."""
+        native = self.tensors[0]
+        if image_size is None or tuple(native.shape[-2:]) == (image_size, image_size):
+            return native
+        if image_size not in self._resized:  # in chunks: the float copy of a large array would not fit
+            self._resized[image_size] = torch.cat([resize_uint8(c, image_size) for c in native.split(4096)])
+        return self._resized[image_size]
+
+    def resident(self, selection: np.ndarray, image_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The selected items ``(images uint8 (K, C, S, S), labels (K,), ids (K,))``, gathered from memory."""
+        _, labels, ids = self.tensors
+        idx = torch.from_numpy(np.asarray(selection, dtype=np.int64))
+        return self.images_at(image_size).index_select(0, idx), labels.index_select(0, idx), ids.index_select(0, idx)
+
     def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
         """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled)."""
-        return opts.batched(TensorBatches(*self.tensors, image_size=opts.image_size), selection, InlineLoader)
+        _, labels, ids = self.tensors
+        return opts.batched(TensorBatches(self.images_at(opts.size), labels, ids), selection, InlineLoader)

@@ -66,7 +66,7 @@ def test_download_and_load(tmp_path, site, monkeypatch):
     assert (root / "cifar100" / c100.ARCHIVE).read_bytes() == site["archive"].read_bytes()
     assert leftovers(root / "cifar100") == []
     assert d.name == "cifar100" and d.train.class_names == tuple(FINE_NAMES)
-    assert d.train.images.shape == (N_TRAIN, 32, 32, 3) and d.test.images.shape == (N_TEST, 32, 32, 3)
+    assert d.train.decode().images.shape == (N_TRAIN, 32, 32, 3) and d.test.decode().images.shape == (N_TEST, 32, 32, 3)
     assert (
         d.train.labels.tolist() == site["train"]["fine_labels"]
         and d.test.labels.tolist() == site["test"]["fine_labels"]
@@ -77,10 +77,14 @@ def test_download_and_load(tmp_path, site, monkeypatch):
     # a row is 1024 red, 1024 green, 1024 blue values, each row-major over 32×32
     row = site["train"]["data"][4]
     y, x = 5, 17
-    assert d.train.images[4, y, x].tolist() == [row[y * 32 + x], row[1024 + y * 32 + x], row[2048 + y * 32 + x]]
-    assert np.array_equal(d.test.images[2], site["test"]["data"][2].reshape(3, 32, 32).transpose(1, 2, 0))
+    assert d.train.decode().images[4, y, x].tolist() == [
+        row[y * 32 + x],
+        row[1024 + y * 32 + x],
+        row[2048 + y * 32 + x],
+    ]
+    assert np.array_equal(d.test.decode().images[2], site["test"]["data"][2].reshape(3, 32, 32).transpose(1, 2, 0))
     assert d.meta["source"].startswith("http://127.0.0.1") and d.meta["md5"] == md5_of(site["archive"])
-    assert d.train.images.flags.c_contiguous
+    assert d.train.decode().images.flags.c_contiguous
 
 
 def test_local_archive_is_verified(tmp_path, site, monkeypatch):

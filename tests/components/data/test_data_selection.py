@@ -137,7 +137,7 @@ def test_take_returns_the_manifest_rows(digits):
     sub = m.take(digits.train)
     assert np.array_equal(sub.ids, m.ids) and np.array_equal(sub.labels, m.labels)
     pos = digits.train.positions_of(m.ids)
-    assert np.array_equal(sub.images, digits.train.images[pos])
+    assert np.array_equal(sub.decode().images, digits.train.decode().images[pos])
 
 
 def test_take_refuses_disagreeing_labels_and_missing_samples(digits):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.data import ArrayDataset, available_datasets, load_dataset
+from components.data import ArrayDataset, SourceDataset, available_datasets, load_dataset
 from components.data.split import stratified_split
 from components.errors import DataError
 
@@ -18,14 +18,15 @@ def digits(tmp_path_factory):
 def test_shapes_and_types(digits):
     assert digits.name == "digits"
     for part in (digits.train, digits.test):
-        assert isinstance(part, ArrayDataset)
-        assert part.images.dtype == np.uint8 and part.images.ndim == 4
-        assert part.images.shape[1:] == (8, 8, 1)
+        assert isinstance(part, SourceDataset) and part.resident() is not None  # decoded once, in memory
+        images = part.decode().images
+        assert images.dtype == np.uint8 and images.ndim == 4
+        assert images.shape[1:] == (8, 8, 1)
         assert part.image_shape == (8, 8, 1)
         assert part.labels.dtype == np.int64 and part.ids.dtype == np.int64
         assert part.num_classes == 10
     assert digits.train.class_names == tuple(str(i) for i in range(10))
-    assert int(digits.train.images.max()) == 255 and int(digits.train.images.min()) == 0
+    assert int(digits.train.decode().images.max()) == 255 and int(digits.train.decode().images.min()) == 0
 
 
 def test_split_sizes_and_disjoint_ids(digits):
@@ -49,7 +50,7 @@ def test_images_match_scikit_learn(digits):
     d = sk()
     ids = digits.test.ids[:20]
     expected = np.clip(np.rint(d.images[ids] * 255.0 / 16.0), 0, 255).astype(np.uint8)
-    assert np.array_equal(digits.test.images[:20, :, :, 0], expected)
+    assert np.array_equal(digits.test.decode().images[:20, :, :, 0], expected)
     assert np.array_equal(digits.test.labels[:20], d.target[ids])
 
 

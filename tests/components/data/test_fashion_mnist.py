@@ -60,10 +60,12 @@ def test_loads_idx_files_from_the_cache_folder(fake):
     d = load_dataset("fashion_mnist", fake["root"], download=False, test_fraction=0.5, split_seed=3)
     a = fake["arrays"]
     assert d.name == "fashion_mnist" and d.train.class_names == fm.CLASS_NAMES and d.train.num_classes == 10
-    assert d.train.images.shape == (N_TRAIN, 28, 28, 1) and d.test.images.shape == (N_TEST, 28, 28, 1)
-    assert d.train.images.dtype == np.uint8 and d.train.labels.dtype == np.int64 and d.train.ids.dtype == np.int64
-    assert np.array_equal(d.train.images[..., 0], a["train_images"]) and np.array_equal(
-        d.test.images[..., 0], a["test_images"]
+    assert d.train.decode().images.shape == (N_TRAIN, 28, 28, 1) and d.test.decode().images.shape == (N_TEST, 28, 28, 1)
+    assert (
+        d.train.decode().images.dtype == np.uint8 and d.train.labels.dtype == np.int64 and d.train.ids.dtype == np.int64
+    )
+    assert np.array_equal(d.train.decode().images[..., 0], a["train_images"]) and np.array_equal(
+        d.test.decode().images[..., 0], a["test_images"]
     )
     assert np.array_equal(d.train.labels, a["train_labels"]) and np.array_equal(d.test.labels, a["test_labels"])
     assert d.train.ids.tolist() == list(range(N_TRAIN)) and d.test.ids.tolist() == list(
@@ -170,4 +172,4 @@ def test_real_debian_copy(tmp_path):
     assert np.bincount(d.train.labels, minlength=10).tolist() == [6000] * 10
     assert np.bincount(d.test.labels, minlength=10).tolist() == [1000] * 10
     assert np.array_equal(np.concatenate([d.train.ids, d.test.ids]), np.arange(70000))
-    assert d.train.images.max() == 255 and d.meta["source"][fm.FILES["train_images"]].startswith(str(DEBIAN))
+    assert d.train.decode().images.max() == 255 and d.meta["source"][fm.FILES["train_images"]].startswith(str(DEBIAN))

@@ -46,10 +46,10 @@ def test_flat_tree_stratified_split(tmp_path):
     n = {"cat": 6, "dog": 5, "eel": 5}
     assert len(d.train) + len(d.test) == 16
     assert np.bincount(d.test.labels, minlength=3).tolist() == [round(6 * 0.4), 2, 2]
-    assert d.train.images.shape[1:] == (16, 16, 3) and d.train.images.dtype == np.uint8
+    assert d.train.decode().images.shape[1:] == (16, 16, 3) and d.train.decode().images.dtype == np.uint8
     assert sorted(np.concatenate([d.train.ids, d.test.ids]).tolist()) == list(range(16))
     for part in (d.train, d.test):  # every image is its class colour (resized, RGBA/JPEG converted to RGB)
-        for img, lab in zip(part.images, part.labels):
+        for img, lab in zip(part.decode().images, part.labels):
             assert np.allclose(img.reshape(-1, 3).mean(axis=0), list(COLOURS.values())[lab], atol=6)
     assert d.meta["split"] == "stratified|0.4|1" and d.meta["source"] == str(top.resolve())
     assert sum(n.values()) == d.meta["num_files"]
@@ -69,7 +69,9 @@ def test_edited_tree_is_decoded_again(tmp_path):
     e = _load(tmp_path / "root", top)
     assert e.fingerprint != d.fingerprint
     pos = 6  # dog/img0.PNG: first dog file after the 6 cat files
-    full = np.concatenate([e.train.images, e.test.images])[np.argsort(np.concatenate([e.train.ids, e.test.ids]))]
+    full = np.concatenate([e.train.decode().images, e.test.decode().images])[
+        np.argsort(np.concatenate([e.train.ids, e.test.ids]))
+    ]
     assert np.allclose(full[pos].reshape(-1, 3).mean(axis=0), (255, 255, 0), atol=3)
 
 
@@ -86,7 +88,7 @@ def test_train_test_folders_are_the_split(tmp_path, test_name):
     assert len(d.train) == 9 and d.test.labels.tolist() == [1, 2]
     assert d.train.ids.tolist() == list(range(9)) and d.test.ids.tolist() == [9, 10]
     assert d.meta["split"] == f"folders train/{test_name}"
-    assert np.allclose(d.test.images[1].reshape(-1, 3).mean(axis=0), COLOURS["eel"], atol=6)
+    assert np.allclose(d.test.decode().images[1].reshape(-1, 3).mean(axis=0), COLOURS["eel"], atol=6)
 
     _png(top / test_name / "fox" / "c.png", (8, 8), (0, 0, 0))
     with pytest.raises(DataError, match=r"\['fox'\].*not in"):

@@ -62,21 +62,21 @@ def test_download_extract_decode_and_cache(tmp_path, monkeypatch):
     assert (base_dir / "tiny_imagenet.npz").is_file() and not (base_dir / "extracted").exists()
     assert leftovers(base_dir) == []
     assert d.name == "tiny_imagenet" and d.train.class_names == ("Egyptian cat", "goldfish")
-    assert d.train.images.shape == (2 * N_TRAIN, 64, 64, 3) and d.test.images.shape == (3, 64, 64, 3)
+    assert d.train.decode().images.shape == (2 * N_TRAIN, 64, 64, 3) and d.test.decode().images.shape == (3, 64, 64, 3)
     assert d.train.labels.tolist() == [0] * N_TRAIN + [1] * N_TRAIN  # wnids.txt order
     assert d.test.labels.tolist() == [1, 0, 1]  # from val_annotations.txt
     assert d.train.ids.tolist() == list(range(6)) and d.test.ids.tolist() == [6, 7, 8]
-    means = d.train.images.reshape(6, -1, 3).mean(axis=1)
+    means = d.train.decode().images.reshape(6, -1, 3).mean(axis=1)
     assert np.allclose(means[0], COLOURS[WNIDS[0]], atol=4) and np.allclose(means[3], COLOURS[WNIDS[1]], atol=4)
-    grey = d.train.images[5]  # the greyscale JPEG, converted to RGB
+    grey = d.train.decode().images[5]  # the greyscale JPEG, converted to RGB
     assert np.allclose(grey.mean(axis=(0, 1)), 128, atol=2) and np.array_equal(grey[..., 0], grey[..., 1])
-    assert np.allclose(d.test.images[1].reshape(-1, 3).mean(axis=0), COLOURS[WNIDS[0]], atol=4)
+    assert np.allclose(d.test.decode().images[1].reshape(-1, 3).mean(axis=0), COLOURS[WNIDS[0]], atol=4)
     assert d.meta["source"].startswith("http://127.0.0.1") and d.meta["wnids"] == WNIDS
 
     # second load: verified archive + cache, nothing decoded again
     monkeypatch.setattr(ti, "_build", lambda top: pytest.fail("decoded again despite the cache"))
     again = load_dataset("tiny_imagenet", root, download=False)
-    assert again.fingerprint == d.fingerprint and np.array_equal(again.train.images, d.train.images)
+    assert again.fingerprint == d.fingerprint and np.array_equal(again.train.decode().images, d.train.decode().images)
     assert again.meta["source"] == str(base_dir / ti.ARCHIVE)
 
 
@@ -88,7 +88,7 @@ def test_damaged_cache_is_rebuilt_and_bad_annotations_refused(tmp_path, monkeypa
     cache = base_dir / "tiny_imagenet.npz"
     cache.write_bytes(cache.read_bytes()[:1000])
     again = load_dataset("tiny_imagenet", tmp_path / "root", download=False)
-    assert np.array_equal(again.test.images, d.test.images)
+    assert np.array_equal(again.test.decode().images, d.test.decode().images)
 
     _make_zip(archive, annotations="val_0.JPEG\tn99999999\t0\t0\t1\t1\n")
     monkeypatch.setattr(ti, "MD5", md5_of(archive))  # a new archive: the cache key changes

@@ -94,7 +94,7 @@ def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_p
     assert isinstance(method, Pull) and method.name == name
 
     splits = load_dataset("digits", tmp_path / "raw")
-    train = splits.train.subset(np.arange(48))
+    train = splits.train.subset(np.arange(48)).decode()
     data = to_image_tensor(train.images, train.labels)
     torch.manual_seed(0)
     spec = tiny_spec()

@@ -41,7 +41,7 @@ def test_alignment_terms_use_the_old_curvature_when_k_is_learnable():
 def test_training_moves_a_learnable_curvature(tmp_path: Path):
     s = load_dataset("digits", tmp_path)
     man = select_training_data(s.train, dataset="digits", fingerprint=s.fingerprint, class_order=list(range(10)))
-    data = to_image_tensor(man.take(s.train).images[:128], man.model_labels()[:128])
+    data = to_image_tensor(man.take(s.train).decode().images[:128], man.model_labels()[:128])
     torch.manual_seed(0)
     old = build_model(tiny_spec(zeta=1.0))
     model = build_model(tiny_spec(zeta=1.2, learn_curvature=True))

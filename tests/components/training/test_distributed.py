@@ -73,7 +73,7 @@ def test_rank_parts_of_shuffled_batches_are_the_global_batches():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(96))
+    sub = splits.train.subset(np.arange(96)).decode()
     return to_image_tensor(sub.images, sub.labels)
 
 

@@ -16,7 +16,7 @@ from tests.helpers import tiny_spec
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits")).test.images[:37]
+    return load_dataset("digits", tmp_path_factory.mktemp("digits")).test.decode().images[:37]
 
 
 @pytest.mark.parametrize("geometry, width", [("lorentz", 17), ("euclidean", 16)])

@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits")).train.subset(np.arange(90))
+    return load_dataset("digits", tmp_path_factory.mktemp("digits")).train.subset(np.arange(90)).decode()
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ def fresh_model(seed: int, **kw):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
-    sub = splits.train.subset(np.arange(64))
+    sub = splits.train.subset(np.arange(64)).decode()
     return to_image_tensor(sub.images, sub.labels)  # digits: original class == position in range(10)
 
 

@@ -42,7 +42,7 @@ def corpus_ws(tmp_path_factory, prefect_harness) -> tuple[Path, Path, ImageSourc
     params = tmp / "params.yaml"
     p = write_params(params)
     train = load_splits(p, Workspace(tmp / "ws")).train
-    source = _corpus(tmp / "shards", 300, train.images, train.labels)
+    source = _corpus(tmp / "shards", 300, train.decode().images, train.labels)
     write_params(
         params,
         [
@@ -104,7 +104,7 @@ def test_the_recall_floor_and_a_channel_mismatch_are_refused(corpus_ws, tmp_path
     if index.manifest.recall_at_10 < 1.0:
         with pytest.raises(ConfigError, match=r"below index.min_recall 1.0; raise index.nprobe / index.ef_search"):
             check_index_recall(p, index, tmp_path)
-    rgb = np.repeat(load_splits(p, Workspace(home)).train.images[:20], 3, axis=3)
+    rgb = np.repeat(load_splits(p, Workspace(home)).train.decode().images[:20], 3, axis=3)
     write_webdataset(tmp_path / "rgb", [(rgb, np.zeros(20, np.int64), np.arange(20))], shard_size=50)
     q = load_params(params, [f"gallery.path={tmp_path / 'rgb'}"])
     with pytest.raises(Exception, match="3-channel images but the models are trained on 1-channel"):

@@ -36,7 +36,7 @@ def test_the_percentile_rule_gives_the_next_generation_room_beyond_its_parents_r
     from flows.steps.context import load_splits
 
     split = load_splits(params, plan.workspace).train
-    x = torch.from_numpy(split.images[:4]).permute(0, 3, 1, 2).float() / 255.0
+    x = torch.from_numpy(split.decode().images[:4]).permute(0, 3, 1, 2).float() / 255.0
     with torch.no_grad():
         feats = parent.backbone((x - parent.norm_mean) / parent.norm_std)
         by_hand = parent.head.proj(feats).norm(dim=-1) / math.sqrt(parent.spec.embed_dim)

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data.base import ArrayDataset
 from components.data.catalog import load_dataset
 from components.data.sources import write_manifest, write_webdataset
 from components.data.sources.split import SourceDataset
@@ -45,17 +44,17 @@ def test_train_stays_on_disk_and_test_decodes_to_the_written_images(tmp_path, ki
     top = _webdataset(tmp_path) if kind == "webdataset" else _manifest(tmp_path)
     s = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
     written = _splits()
-    assert isinstance(s.train, SourceDataset) and not hasattr(s.train, "images")
+    assert isinstance(s.train, SourceDataset) and s.train.resident() is None  # streamed, never decoded as a whole
     assert s.train.class_names == s.test.class_names == NAMES and s.train.image_shape == (5, 5, 3)
     np.testing.assert_array_equal(np.sort(s.train.ids), written["train"][2])
-    assert isinstance(s.test, ArrayDataset)
+    assert s.test.resident() is not None  # decoded once into memory
     np.testing.assert_array_equal(s.test.ids, written["test"][2])
     np.testing.assert_array_equal(s.test.labels, written["test"][1])
-    np.testing.assert_array_equal(s.test.images, written["test"][0])  # PNG: lossless
+    np.testing.assert_array_equal(s.test.decode().images, written["test"][0])  # PNG: lossless
     again = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
     assert again.fingerprint == s.fingerprint
     resized = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=4)
-    assert resized.fingerprint != s.fingerprint and resized.test.images.shape == (12, 4, 4, 3)
+    assert resized.fingerprint != s.fingerprint and resized.test.decode().images.shape == (12, 4, 4, 3)
 
 
 def test_a_csv_manifest_works_like_parquet(tmp_path):

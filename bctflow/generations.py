@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -28,34 +28,38 @@ from flows.params import GenerationSpec, Params, params_digest
 from flows.prefect_api import prefect_api
 from flows.workspace import Workspace, resolve_home
 
+if TYPE_CHECKING:
+    from registry.lineage import LineageStore
 
-def _already_committed(params: Params, home: Path, spec: GenerationSpec | None) -> int | None:
+
+def _already_committed(store: LineageStore, params: Params, spec: GenerationSpec | None) -> int | None:
     """The asked-for generation when the newest in the lineage already is it, made from the same model-shaping
     parameters: the same command, run again after its commit (e.g. once killed after the commit point)."""
     if spec is None:
         return None
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
-        gens = store.generations()
-    finally:
-        store.close()
+    gens = store.generations()
     newest = gens[-1] if gens else None
     same = newest is not None and newest.name == spec.name and newest.params_digest == params_digest(params)
     return newest.id if same else None
 
 
 def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
-    """Plan (the run's only plan; refuses bad input before any server starts), then run the flow."""
-    from flows.steps.preflight import plan_generation
+    """Plan (the run's only plan; refuses bad input before any server starts), then run the flow. The lineage is
+    read in one session before the flow (an interrupted commit, a finished rerun, the plan), once under the
+    workspace lock and written once at the commit; the result carries the committed lineage (``lineage``)."""
+    from flows.planning import make_plan
     from flows.steps.reconcile import finish_interrupted
 
     try:
-        report_finished(finish_interrupted(params, home))
-        done = _already_committed(params, home, spec)
-        if done is not None:
-            console.print(f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do")
-            return {"generation": done}
-        plan = plan_generation(params, home, spec)
+        with Workspace(home).lineage(params, readonly=True) as store:
+            report_finished(finish_interrupted(params, home, store))
+            done = _already_committed(store, params, spec)
+            if done is not None:
+                console.print(
+                    f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do"
+                )
+                return {"generation": done, "lineage": store.to_json()}
+            plan = make_plan(params, home, spec, store=store)
         home.mkdir(parents=True, exist_ok=True)
         prefect_api(home)  # the configured server, or this command's one temporary server (started once)
     except BctflowError as err:
@@ -110,12 +114,12 @@ def demo(
     except BctflowError as err:
         fail(err)
     t0 = time.perf_counter()
+    gens: list[dict[str, Any]] = []
     for i, spec in enumerate(chain):
         method = "independent" if i == 0 else spec.alignment or p.alignment.method  # generation 0: base loss only
         console.rule(f"[bold]generation {spec.name}: {method} on classes {spec.classes}")
-        run_generation(p, h, spec)
+        gens = run_generation(p, h, spec)["lineage"]
     wall = time.perf_counter() - t0
-    gens = lineage_of(p, h)
     console.print(retrieval_table(gens))
     console.print(compat_table(gens))
     g1 = gens[-1]
@@ -189,7 +193,7 @@ def run(
     except ValueError as err:
         fail(ConfigError(str(err)))
     summary = run_generation(p, h, spec)
-    gens = [g for g in lineage_of(p, h) if g["id"] == summary["generation"]]
+    gens = [g for g in summary["lineage"] if g["id"] == summary["generation"]]
     console.print(retrieval_table(gens))
     if gens and gens[0]["parent"] is not None:
         console.print(compat_table(gens))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.profile import Profile
-from benchmarks.runner import Bench, ModelRef
+from benchmarks.runner import Bench, ModelRef, ModelRequest
 from benchmarks.scenarios import (
     SIMPLEX,
     Scenario,
@@ -40,7 +40,6 @@ from benchmarks.scenarios import (
     selections,
     train_entry,
 )
-from components.data import DataManifest
 from components.errors import ConfigError
 from flows.params import Params
 
@@ -85,7 +84,7 @@ def _worker_bench(args: _BenchArgs) -> Bench:
 
 
 def _train_task(
-    args: _BenchArgs, label: str, data: DataManifest, kwargs: dict[str, Any], after: list[Any], threads: int | None
+    args: _BenchArgs, label: str, req: ModelRequest, after: list[Any], threads: int | None
 ) -> dict[str, Any]:
     """On a worker: train one model into the cache (``after``: the results of the tasks it waits for, unused)."""
     import torch
@@ -94,7 +93,7 @@ def _train_task(
     worker = get_worker()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // worker.state.nthreads))
     t0 = time.perf_counter()
-    model = _worker_bench(args).train_model(label, data, **kwargs)
+    model = _worker_bench(args).train_model(label, req)
     return {"key": model.key, "label": label, "seconds": time.perf_counter() - t0, "worker": worker.name}
 
 
@@ -114,17 +113,17 @@ class _Planner:
     def log(self, message: str) -> None:
         """The scenario functions' progress lines: nothing is trained here, so they are dropped."""
 
-    def train_model(self, label: str, data: DataManifest, **kwargs: Any) -> ModelRef:
-        ref = self.bench.model_ref(label, data, **kwargs)
+    def train_model(self, label: str, req: ModelRequest) -> ModelRef:
+        ref = self.bench.model_ref(label, req)
         if ref.key in self.futures or ref.key in self.cached:
             return ref
         if self.bench.is_cached(ref.key):
             self.cached.add(ref.key)
             return ref
-        parents = (kwargs.get("old"), kwargs.get("reference"))
+        parents = (req.old, req.reference)
         after = [self.futures[m.key] for m in parents if m is not None and m.key in self.futures]
         self.futures[ref.key] = self.client.submit(
-            _train_task, self.args, label, data, kwargs, after, self.threads, key=f"bench-model-{ref.key}"
+            _train_task, self.args, label, req, after, self.threads, key=f"bench-model-{ref.key}"
         )
         return ref
 

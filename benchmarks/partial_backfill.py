@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.report import report_header, write_report_files
-from benchmarks.runner import Bench, BenchModel
+from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import make_scenario
 from components.evaluation import COMPAT_METRICS, gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
@@ -66,30 +66,35 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
     new_sel = bench.selection("all")
     z0 = p.geometry.zeta0
     old = bench.train_model(
-        "old/lorentz/seed=0", old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs, generation=0
+        "old/lorentz/seed=0",
+        ModelRequest(old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs, generation=0),
     )
     ref = bench.train_model(
         "reference/lorentz/seed=0",
-        new_sel,
-        geometry="lorentz",
-        arch=sc.new_arch,
-        zeta=z0 + p.geometry.delta_zeta,
-        epochs=sc.epochs,
-        role="reference",
+        ModelRequest(
+            new_sel,
+            geometry="lorentz",
+            arch=sc.new_arch,
+            zeta=z0 + p.geometry.delta_zeta,
+            epochs=sc.epochs,
+            role="reference",
+        ),
     )
     new = bench.train_model(
         f"{method}/λ={p.alignment.weight:g}/seed=0",
-        new_sel,
-        geometry="lorentz",
-        arch=sc.new_arch,
-        method="hbct",
-        options=options,
-        weight=p.alignment.weight,
-        seed=0,
-        zeta=z0 + p.geometry.delta_zeta,
-        old=old,
-        reference=ref,
-        epochs=sc.epochs,
+        ModelRequest(
+            new_sel,
+            geometry="lorentz",
+            arch=sc.new_arch,
+            method="hbct",
+            options=options,
+            weight=p.alignment.weight,
+            seed=0,
+            zeta=z0 + p.geometry.delta_zeta,
+            old=old,
+            reference=ref,
+            epochs=sc.epochs,
+        ),
     )
     return old, new
 

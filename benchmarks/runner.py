@@ -27,17 +27,16 @@ from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
-from components.losses import AlignmentChoice, AlignmentLoss, choose_alignment
+from components.losses import AlignmentChoice, AlignmentLoss
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import TrainConfig, TrainResult, embed_split, train_model
 from components.training.data import training_data
 from components.training.device import cuda_available
-from components.training.seeds import init_seed
+from flows.data import dataset_splits
 from flows.params import Params, apply_overrides
-from flows.specs import model_spec_from_params, train_config_from_params
-from flows.steps.context import dataset_splits
+from flows.planning.roles import RoleRequest, resolve_role
 
-__all__ = ["Bench", "BenchModel", "ModelRef"]
+__all__ = ["Bench", "BenchModel", "ModelRef", "ModelRequest"]
 
 
 @dataclass
@@ -69,6 +68,33 @@ class ModelRef:
     label: str
     spec: ModelSpec
     checkpoint: Path
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One benchmark model: its training data and everything else that determines it.
+
+    ``generation`` / ``role``: what the model stands for in a lineage (the old model: generation 0; a new model: 1;
+    φ*: generation 1's "reference"); with ``seed`` they give its own initialisation, the one the pipeline would give
+    it (:mod:`flows.planning.roles`). ``method`` / ``options``: the alignment of its generation; ``old`` /
+    ``reference``: its parent and φ* (a trained model or a :class:`ModelRef` to one in the cache, what a grid worker
+    gets); ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
+    """
+
+    data: DataManifest
+    geometry: str
+    arch: Arch
+    method: str = "independent"
+    options: dict[str, Any] | None = None
+    weight: float | None = None
+    seed: int = 0
+    generation: int = 1
+    role: str = "model"
+    zeta: float | None = None
+    old: BenchModel | ModelRef | None = None
+    reference: BenchModel | ModelRef | None = None
+    epochs: int | None = None
+    params: dict[str, Any] | None = None
 
 
 def _digest(obj: Any) -> str:
@@ -165,71 +191,31 @@ class Bench:
         )
 
     # ----------------------------------------------------------------------------- training
-    def train_model(
-        self,
-        label: str,
-        data: DataManifest,
-        *,
-        geometry: str,
-        arch: Arch,
-        method: str = "independent",
-        options: dict[str, Any] | None = None,
-        weight: float | None = None,
-        seed: int = 0,
-        generation: int = 1,
-        role: str = "model",
-        zeta: float | None = None,
-        old: BenchModel | ModelRef | None = None,
-        reference: BenchModel | ModelRef | None = None,
-        epochs: int | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> BenchModel:
-        """Train (or load from the cache) one model; embed the validation split and the test gallery.
-
-        ``params``: dotted params overrides for this model only (ablations: curvature, Δζ, base loss, …).
-        ``generation`` / ``role``: what the model is in the lineage it stands for (the old model: generation 0;
-        a new model: 1; φ*: generation 1's "reference"); with ``seed`` they give its own initialisation, the one
-        the pipeline would give it (components/training/seeds.py). ``old`` / ``reference``: a trained model or a
-        :class:`ModelRef` to one in the cache (what a grid worker gets, benchmarks/grid.py).
-        """
-        align, spec, cfg, key = self._resolve(
-            data,
-            geometry=geometry,
-            arch=arch,
-            method=method,
-            options=options,
-            weight=weight,
-            seed=seed,
-            generation=generation,
-            role=role,
-            zeta=zeta,
-            old=old,
-            reference=reference,
-            epochs=epochs,
-            params=params,
-        )
+    def train_model(self, label: str, req: ModelRequest) -> BenchModel:
+        """Train (or load from the cache) one model; embed the validation split and the test gallery."""
+        align, spec, cfg, key = self._resolve(req)
         loss = align.build()  # before the seeded initialisation in _fit, as every cached result was made
         folder = self.cache / key
         if self.is_cached(key):
             return _load_cached(folder, key, label, spec)
         self.log(
-            f"  training {label} ({method}, {geometry}, λ={cfg.align_weight}, seed={seed}, {len(data)} samples, "
-            f"{cfg.epochs} epochs)"
+            f"  training {label} ({req.method}, {req.geometry}, λ={cfg.align_weight}, seed={req.seed}, "
+            f"{len(req.data)} samples, {cfg.epochs} epochs)"
         )
-        result = self._fit(spec, data, cfg, loss, folder, key, arch=arch, align=align, old=old, reference=reference)
+        result = self._fit(spec, req, cfg, loss, folder, key, align=align)
         val, test, embed_seconds = self._embed_and_save(result.model, folder)
         meta = {
             "label": label,
-            "method": method,
-            "options": options or {},
+            "method": req.method,
+            "options": req.options or {},
             "weight": cfg.align_weight,
-            "seed": seed,
+            "seed": req.seed,
             "init_seed": cfg.seed,
-            "geometry": geometry,
-            "backbone": arch.backbone,
-            "backbone_kwargs": arch.backbone_kwargs,
+            "geometry": req.geometry,
+            "backbone": req.arch.backbone,
+            "backbone_kwargs": req.arch.backbone_kwargs,
             "epochs": cfg.epochs,
-            "n_train": len(data),
+            "n_train": len(req.data),
             "seconds": result.seconds,
             "embed_seconds": embed_seconds,
             "device": result.device,
@@ -242,88 +228,64 @@ class Bench:
             ck.unlink()
         return BenchModel(key, label, spec, folder / "model.pt", result.seconds, result.history, val, test, meta)
 
-    def model_ref(self, label: str, data: DataManifest, **kwargs: Any) -> ModelRef:
-        """What :meth:`train_model` with these arguments trains, without training it: its cache key and spec."""
-        _, spec, _, key = self._resolve(data, **kwargs)
+    def model_ref(self, label: str, req: ModelRequest) -> ModelRef:
+        """What :meth:`train_model` with this request trains, without training it: its cache key and spec."""
+        _, spec, _, key = self._resolve(req)
         return ModelRef(key, label, spec, self.cache / key / "model.pt")
 
     def is_cached(self, key: str) -> bool:
         """Whether the model with cache key ``key`` is finished (its ``done.json`` is written last, atomically)."""
         return (self.cache / key / "done.json").exists()
 
-    def _resolve(
-        self,
-        data: DataManifest,
-        *,
-        geometry: str,
-        arch: Arch,
-        method: str = "independent",
-        options: dict[str, Any] | None = None,
-        weight: float | None = None,
-        seed: int = 0,
-        generation: int = 1,
-        role: str = "model",
-        zeta: float | None = None,
-        old: BenchModel | ModelRef | None = None,
-        reference: BenchModel | ModelRef | None = None,
-        epochs: int | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> tuple[AlignmentChoice, ModelSpec, TrainConfig, str]:
-        """The alignment, model spec, training config and cache key of a :meth:`train_model` call."""
-        p = apply_overrides(self.params, dict(params)) if params else self.params
-        align = choose_alignment(method, options)
-        overrides = align.model_overrides(old.spec if old is not None else None) if method != "independent" else {}
-        spec = self._model_spec(p, data, geometry=geometry, zeta=zeta, arch=arch, overrides=overrides)
-        cfg = train_config_from_params(p, epochs=epochs, seed=init_seed(seed, generation, role), align_weight=weight)
-        return align, spec, cfg, _cache_key(spec, method, options, cfg, data, arch, align, old, reference)
-
-    def _model_spec(
-        self,
-        p: Params,
-        data: DataManifest,
-        *,
-        geometry: str,
-        zeta: float | None,
-        arch: Arch,
-        overrides: dict[str, Any],
-    ) -> ModelSpec:
-        """The spec of a model on ``data`` with ``arch`` and the method's ``overrides`` (features: the embedding)."""
-        overrides = {
-            k: v for k, v in overrides.items() if k != "features"
-        }  # features are a view, applied at evaluation
-        return model_spec_from_params(
-            p,
-            self.train,
-            data.class_order,
-            data.class_names,
-            geometry=geometry,
-            zeta=zeta,
-            backbone=arch.backbone,
-            backbone_kwargs=arch.backbone_kwargs,
-            overrides={**arch.overrides(), **overrides, "features": "embedding"},
+    def _resolve(self, req: ModelRequest) -> tuple[AlignmentChoice, ModelSpec, TrainConfig, str]:
+        """The alignment, model spec, training config and cache key of a request, by the lifecycle's role rules
+        (:func:`flows.planning.roles.resolve_role`). Features are a view applied at evaluation: every model is
+        trained and cached with its embedding, so one model serves each of its views."""
+        p = apply_overrides(self.params, dict(req.params)) if req.params else self.params
+        role = resolve_role(
+            RoleRequest(
+                params=p,
+                role=req.role,
+                generation=req.generation,
+                method=req.method,
+                options=req.options,
+                parent=req.old.spec if req.old is not None else None,
+                train=self.train,
+                class_order=req.data.class_order,
+                class_names=req.data.class_names,
+                geometry=req.geometry,
+                zeta=req.zeta,
+                backbone=req.arch.backbone,
+                backbone_kwargs=req.arch.backbone_kwargs,
+                overrides=req.arch.overrides(),
+                seed=req.seed,
+                epochs=req.epochs,
+                align_weight=req.weight,
+            )
         )
+        spec = replace(role.spec, features="embedding")
+        align = role.alignment
+        key = _cache_key(spec, req.method, req.options, role.config, req.data, req.arch, align, req.old, req.reference)
+        return align, spec, role.config, key
 
     def _fit(
         self,
         spec: ModelSpec,
-        data: DataManifest,
+        req: ModelRequest,
         cfg: TrainConfig,
         loss: AlignmentLoss,
         folder: Path,
         key: str,
         *,
-        arch: Arch,
         align: AlignmentChoice,
-        old: BenchModel | ModelRef | None,
-        reference: BenchModel | ModelRef | None,
     ) -> TrainResult:
-        """Seed, build and train a model on ``data`` (resuming from the epoch checkpoints in ``folder``)."""
+        """Seed, build and train a model on the request's data (resuming from the epoch checkpoints in ``folder``)."""
         torch.manual_seed(cfg.seed)
-        model = build_model(spec, arch.pretrained_path)
-        train = data.take(self.train)
+        model = build_model(spec, req.arch.pretrained_path)
+        old, reference = req.old, req.reference
         return train_model(
             model,
-            training_data(train, data.class_order, pin=cuda_available()),
+            training_data(req.data.take(self.train), req.data.class_order, pin=cuda_available()),
             cfg,
             loss,
             folder / "checkpoints",

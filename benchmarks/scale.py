@@ -62,7 +62,8 @@ from components.indexing.live import CORPUS_DIR
 from components.indexing.store import GalleryStore
 from components.models import load_model
 from flows.params import params_from_dict
-from flows.steps.corpus import embed_corpus, index_config
+from flows.specs import index_config
+from flows.steps.corpus import embed_corpus
 from flows.workspace import Workspace
 
 __all__ = ["run_scale"]

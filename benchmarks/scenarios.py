@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.profile import BenchSettings, HeadEntry, MethodEntry
 from benchmarks.rows import Row, radius_diagnostics, simplex_row, table_row
-from benchmarks.runner import Bench, BenchModel
+from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
 from components.data import DataManifest
 from flows.params import Params, apply_overrides
@@ -59,18 +59,20 @@ def train_entry(
     extra = _head_params(head, entry.geometry)
     return bench.train_model(
         f"{entry.name}{_head_tag(head, entry.geometry)}/λ={w:g}/seed={seed}",
-        sel,
-        geometry=entry.geometry,
-        arch=sc.new_arch,
-        method=entry.method,
-        options=entry.options,
-        weight=w,
-        seed=seed,
-        zeta=_entry_zeta(p, entry),
-        old=old,
-        reference=ref,
-        epochs=sc.epochs,
-        params={**extra, **entry.params} or None,
+        ModelRequest(
+            sel,
+            geometry=entry.geometry,
+            arch=sc.new_arch,
+            method=entry.method,
+            options=entry.options,
+            weight=w,
+            seed=seed,
+            zeta=_entry_zeta(p, entry),
+            old=old,
+            reference=ref,
+            epochs=sc.epochs,
+            params={**extra, **entry.params} or None,
+        ),
     )
 
 
@@ -218,8 +220,10 @@ def base_models(
     tag = f"{g}{_head_tag(head, g)}/seed={seed}"
     bench.log(f"[{sc.name}] base models, {tag}")
     common: dict[str, Any] = dict(geometry=g, epochs=sc.epochs, seed=seed, params=_head_params(head, g) or None)
-    old = bench.train_model(f"old/{tag}", old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common)
-    ref = bench.train_model(f"reference/{tag}", new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common)
+    old = bench.train_model(f"old/{tag}", ModelRequest(old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common))
+    ref = bench.train_model(
+        f"reference/{tag}", ModelRequest(new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common)
+    )
     return old, ref
 
 

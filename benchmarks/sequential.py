@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.profile import Arch, MethodEntry
-from benchmarks.runner import Bench, BenchModel
+from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import SIMPLEX
 from components.errors import ConfigError
 from components.evaluation import COMPAT_METRICS, compat_summary
@@ -45,18 +45,20 @@ def _method_chain(
         chain.append(
             bench.train_model(
                 f"seq/{name}/t{t}",
-                bench.selection(st.classes[t]),
-                geometry=e.geometry,
-                arch=st.archs[t],
-                method=e.method,
-                options=e.options,
-                weight=e.weight,
-                seed=0,
-                generation=t,
-                zeta=st.zeta[t],
-                old=chain[t - 1],
-                reference=indep[e.geometry][t],
-                epochs=st.epochs,
+                ModelRequest(
+                    bench.selection(st.classes[t]),
+                    geometry=e.geometry,
+                    arch=st.archs[t],
+                    method=e.method,
+                    options=e.options,
+                    weight=e.weight,
+                    seed=0,
+                    generation=t,
+                    zeta=st.zeta[t],
+                    old=chain[t - 1],
+                    reference=indep[e.geometry][t],
+                    epochs=st.epochs,
+                ),
             )
         )
     return chain
@@ -102,13 +104,15 @@ def run_sequential(bench: Bench) -> SequentialResult:
         g: [
             bench.train_model(
                 f"seq/independent/{g}/t{t}",
-                bench.selection(st.classes[t]),
-                geometry=g,
-                arch=st.archs[t],
-                zeta=st.zeta[t],
-                epochs=st.epochs,
-                generation=t,
-                role="reference" if t else "model",  # stage 0 is the old model; later ones are the stages' φ*
+                ModelRequest(
+                    bench.selection(st.classes[t]),
+                    geometry=g,
+                    arch=st.archs[t],
+                    zeta=st.zeta[t],
+                    epochs=st.epochs,
+                    generation=t,
+                    role="reference" if t else "model",  # stage 0 is the old model; later ones are the stages' φ*
+                ),
             )
             for t in range(t_stages)
         ]

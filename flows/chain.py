@@ -15,9 +15,8 @@ from typing import Any
 
 from components.data import DataManifest
 from components.io import atomic_write_text
+from flows.data import load_splits, select_generation_data
 from flows.params import Params
-from flows.steps.context import load_splits
-from flows.steps.snapshot import select_generation_data
 from flows.workspace import Workspace
 
 __all__ = ["declared_manifests", "flat_metrics", "write_manifests"]

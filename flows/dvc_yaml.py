@@ -51,7 +51,7 @@ DATA_CODE_DEPS = (
     "flows/chain.py",
     "flows/params.py",
     "flows/dvc_yaml.py",
-    "flows/steps/context.py",
+    "flows/data.py",
     "flows/steps/snapshot.py",
     "bctflow/stages.py",
 )

@@ -1,7 +1,7 @@
 """The ``new-generation`` flow: MLflow run → snapshot → train → index → evaluate → register → lineage.
 
-The flow takes the run's one :class:`~flows.plan.GenerationPlan` (made by
-:func:`flows.steps.preflight.plan_generation` from params parsed once) and
+The flow takes the run's one :class:`~flows.planning.GenerationPlan` (made by
+:func:`flows.planning.make_plan` from params parsed once) and
 runs each step of :mod:`flows.steps` as a task. The generation's MLflow run is
 opened first, under the workspace lock, and stays active (with system metrics)
 until the lineage is committed: FINISHED then, FAILED if a step fails; the next
@@ -23,11 +23,10 @@ from prefect.cache_policies import NO_CACHE
 
 from flows import steps
 from flows.artifacts import generation_markdown
+from flows.data import load_splits, open_corpus
 from flows.lock import workspace_lock
-from flows.plan import GenerationPlan, check_current
+from flows.planning import GenerationPlan, check_current
 from flows.progress import progress_bar
-from flows.steps.context import load_splits
-from flows.steps.corpus import open_corpus
 from flows.transient import retry_condition
 from registry.tracking.registered_model import RegistrationResult
 
@@ -35,11 +34,8 @@ from registry.tracking.registered_model import RegistrationResult
 @task(name="check-plan", cache_policy=NO_CACHE)
 def check_plan_task(plan: GenerationPlan) -> None:
     """Under the workspace lock: the lineage must still be the one the plan was made against."""
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    try:
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
         check_current(plan, store)
-    finally:
-        store.close()
     log = get_run_logger()
     parent = f"parent g{plan.parent.id}" if plan.parent else "no parent (generation 0)"
     log.info(
@@ -160,8 +156,8 @@ def commit_task(
     ev: steps.Evaluation,
     reg: RegistrationResult,
     ref: steps.Trained | None,
-) -> None:
-    steps.commit(plan, snap, trained, gallery, ev, reg, ref)
+) -> list[dict[str, Any]]:
+    return steps.commit(plan, snap, trained, gallery, ev, reg, ref)
 
 
 @task(name="rollback-mlflow", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
@@ -174,7 +170,8 @@ def rollback_task(plan: GenerationPlan, reg: RegistrationResult) -> None:
 
 @flow(name="new-generation", log_prints=True)
 def new_generation(plan: GenerationPlan) -> dict[str, Any]:
-    """Create the planned generation in its workspace and return its evaluation summary."""
+    """Create the planned generation in its workspace; return its evaluation summary and, under ``lineage``, the
+    committed lineage document (``bctflow lineage --json``'s)."""
     with workspace_lock(plan.workspace.home, "a new generation is being created", plan.params.lineage.db_url):
         check_plan_task(plan)
         run_id = open_run_task(plan)
@@ -188,7 +185,7 @@ def new_generation(plan: GenerationPlan) -> dict[str, Any]:
             ev = evaluate_task(plan, snap, trained, gallery, ref, ref_gallery)
             reg = register_task(plan, snap, trained, gallery, ev, run_id, ref.run_id if ref else None)
             try:
-                commit_task(plan, snap, trained, gallery, ev, reg, ref)
+                lineage = commit_task(plan, snap, trained, gallery, ev, reg, ref)
             except BaseException:
                 rollback_task(plan, reg)
                 raise
@@ -202,4 +199,4 @@ def new_generation(plan: GenerationPlan) -> dict[str, Any]:
     create_markdown_artifact(
         generation_markdown(summary), key=f"generation-{plan.gen_id}", description=f"bctflow generation {plan.gen_id}"
     )
-    return summary
+    return {**summary, "lineage": lineage}

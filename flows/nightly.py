@@ -16,8 +16,8 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.new_generation import new_generation
 from flows.params import GenerationSpec, Params, load_params
+from flows.planning import make_plan
 from flows.steps.changes import ChangeReport, detect_changes
-from flows.steps.preflight import plan_generation
 from flows.steps.reconcile import finish_interrupted
 from flows.workspace import Workspace
 
@@ -49,7 +49,7 @@ def nightly_generation(
     log.info("nightly retraining: %s", report.reason)
     for f in finish_interrupted(params, Path(home)):
         log.info("finished an interrupted commit: %s", f.what)
-    plan = plan_generation(
+    plan = make_plan(
         params,
         home,
         GenerationSpec(**spec) if spec else None,

@@ -1,4 +1,5 @@
-"""Building a :class:`ModelSpec` from params and the training data (shared by the lifecycle and the benchmark)."""
+"""Params as the components' configs: a :class:`ModelSpec` from params and the training data, a
+:class:`TrainConfig`, an :class:`IndexConfig` (shared by the lifecycle and the benchmark)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
+from components.indexing.index_config import IndexConfig
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["model_spec_from_params", "train_config_from_params"]
+__all__ = ["index_config", "model_spec_from_params", "train_config_from_params"]
 
 
 def model_spec_from_params(
@@ -86,3 +88,8 @@ def train_config_from_params(
         compile=t.compile,
         compile_mode=t.compile_mode,
     )
+
+
+def index_config(p: Params) -> IndexConfig:
+    """The FAISS index every gallery of this run is built with (params ``index:``)."""
+    return IndexConfig(**p.index.model_dump(exclude={"min_recall"}))

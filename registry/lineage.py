@@ -128,6 +128,12 @@ class LineageStore:
         """The stored schema revision (``legacy vN`` before Alembic); None when the database holds no lineage yet."""
         return self._state().revision
 
+    def __enter__(self) -> LineageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.engine.dispose()
 

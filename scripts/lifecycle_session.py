@@ -36,16 +36,16 @@ def run_session(
     from flows.backfill import backfill
     from flows.new_generation import new_generation
     from flows.params import GenerationSpec, load_params
-    from flows.steps.preflight import plan_generation
+    from flows.planning import make_plan
     from flows.steps.reembed import plan_backfill
     from flows.workspace import Workspace
 
     params = load_params(params_path, overrides)
     for spec in CHAIN_BEFORE:
-        new_generation(plan_generation(params, home, GenerationSpec(**spec, reference=reference)))
+        new_generation(make_plan(params, home, GenerationSpec(**spec, reference=reference)))
     backfill(plan_backfill(params, Workspace(home), target=len(CHAIN_BEFORE) - 1, fraction=1.0))
     for spec in CHAIN_AFTER:
-        new_generation(plan_generation(params, home, GenerationSpec(**spec, reference=reference)))
+        new_generation(make_plan(params, home, GenerationSpec(**spec, reference=reference)))
     store = Workspace(home).lineage(params, readonly=True)
     try:
         return store.to_json()

@@ -35,10 +35,10 @@ def run_generation(home, params_path, spec: dict | None = None, overrides: list[
     """One generation through the real flow, as the CLI runs it: parse params once, plan once, run."""
     from flows.new_generation import new_generation
     from flows.params import GenerationSpec, load_params
-    from flows.steps.preflight import plan_generation
+    from flows.planning import make_plan
 
     params = load_params(params_path, overrides)
-    return new_generation(plan_generation(params, home, GenerationSpec(**spec) if spec else None))
+    return new_generation(make_plan(params, home, GenerationSpec(**spec) if spec else None))
 
 
 def run_backfill(home, params_path, overrides: list[str] | None = None, **request) -> dict:

@@ -9,7 +9,9 @@ requested model is refused with the list of differences.
 
 from __future__ import annotations
 
+import hashlib
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,11 @@ from components.models.spec import IDENTITY_FIELDS, ModelSpec
 
 __all__ = [
     "MODEL_FORMAT",
+    "Checkpoint",
     "check_spec",
     "load_model",
     "load_torch_safe",
+    "read_checkpoint",
     "read_spec",
     "save_model",
     "save_torch_atomic",
@@ -41,13 +45,17 @@ def save_torch_atomic(obj: dict[str, Any], path: Path) -> None:
     atomic_write_bytes(Path(path), buf.getvalue())
 
 
-def load_torch_safe(path: Path) -> dict[str, Any]:
-    """torch.load with weights_only=True; unreadable files give one clear error."""
-    p = Path(path)
-    if not p.is_file():
-        raise CheckpointMismatchError(f"checkpoint {p} does not exist; check the path or retrain the generation")
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes: every checkpoint read goes through here (one read per load)."""
+    if not path.is_file():
+        raise CheckpointMismatchError(f"checkpoint {path} does not exist; check the path or retrain the generation")
+    return path.read_bytes()
+
+
+def _load_bytes(data: bytes, p: Path) -> dict[str, Any]:
+    """torch.load of a checkpoint's bytes with weights_only=True; unreadable content gives one clear error."""
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointMismatchError(
             f"checkpoint {p} cannot be read safely ({refusal_reason(err)}); it is damaged or not a bctflow "
@@ -58,6 +66,36 @@ def load_torch_safe(path: Path) -> dict[str, Any]:
             f"{p} is not a bctflow checkpoint (no metadata record); point to a file written by bctflow"
         )
     return obj
+
+
+def load_torch_safe(path: Path) -> dict[str, Any]:
+    """torch.load with weights_only=True; a missing or unreadable file gives one clear error."""
+    p = Path(path)
+    return _load_bytes(_read_bytes(p), p)
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """A model file read once: the sha256 of its bytes and its record (metadata, state dict, extras)."""
+
+    path: Path
+    sha256: str
+    record: dict[str, Any]
+
+    @property
+    def spec(self) -> ModelSpec:
+        return read_spec(self.record, self.path)
+
+    def model(self, expected: ModelSpec | None = None, device: torch.device | str = "cpu") -> EmbeddingModel:
+        """A new model with the file's weights (refusing it if it does not fit ``expected``), in eval mode."""
+        return _model_from(self.record, self.path, expected, device)
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """Read a model file once: its sha256 and its record (CheckpointMismatchError when missing or unreadable)."""
+    p = Path(path)
+    data = _read_bytes(p)
+    return Checkpoint(p, hashlib.sha256(data).hexdigest(), _load_bytes(data, p))
 
 
 def read_spec(obj: dict[str, Any], path: Path | str = "checkpoint") -> ModelSpec:
@@ -90,7 +128,13 @@ def save_model(model: EmbeddingModel, path: Path, extra: dict[str, Any] | None =
 
 def load_model(path: Path, expected: ModelSpec | None = None, device: torch.device | str = "cpu") -> EmbeddingModel:
     """Rebuild the model stored at ``path`` (refusing it if it does not fit ``expected``)."""
-    obj = load_torch_safe(path)
+    return _model_from(load_torch_safe(path), Path(path), expected, device)
+
+
+def _model_from(
+    obj: dict[str, Any], path: Path, expected: ModelSpec | None, device: torch.device | str
+) -> EmbeddingModel:
+    """The model a checkpoint record describes, with its weights, on ``device`` in eval mode."""
     if obj.get("format") != MODEL_FORMAT:
         raise CheckpointMismatchError(
             f"{path} has format {obj.get('format')!r}, expected {MODEL_FORMAT!r}; export the model with bctflow"

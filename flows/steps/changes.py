@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.code_digest import code_digest
+from flows.data import load_splits
 from flows.params import Params, params_digest
-from flows.steps.context import load_splits
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 

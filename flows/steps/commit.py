@@ -18,7 +18,7 @@ from components.errors import LineageError
 from components.faults import crash_point
 from components.indexing import MANIFEST_FILE
 from components.io import file_sha256
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan
 from flows.steps.reconcile import roll_forward
 from flows.steps.registration import promoted
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
@@ -146,15 +146,15 @@ def commit(
     ev: Evaluation,
     reg: RegistrationResult,
     ref: Trained | None = None,
-) -> None:
+) -> list[dict[str, Any]]:
     """Write the lineage in one transaction (the commit point), then move staging, the live pointer and the aliases
-    into line with it — steps that are re-done from the committed rows if this process dies among them."""
-    store = plan.workspace.lineage(plan.params)
-    try:
+    into line with it — steps that are re-done from the committed rows if this process dies among them. Returns the
+    committed lineage (``bctflow lineage --json``'s document), for the command's tables."""
+    with plan.workspace.lineage(plan.params) as store:
         existing = store.generation_by_name(plan.name)
         if existing is not None and existing.mlflow_run_id == reg.run_id:
             roll_forward(plan.workspace, plan.params, store)  # an earlier attempt committed: finish what follows
-            return
+            return store.to_json()
         record = _record(
             plan,
             snap,
@@ -175,8 +175,7 @@ def commit(
         store.commit_generation(bundle)  # the commit point (docs/commit-protocol.md)
         crash_point("commit.after_sql")
         roll_forward(plan.workspace, plan.params, store)  # staging → generations/, live pointer, aliases
-    finally:
-        store.close()
+        return store.to_json()
 
 
 def rollback(plan: GenerationPlan, reg: RegistrationResult) -> None:

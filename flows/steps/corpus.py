@@ -19,34 +19,26 @@ from pathlib import Path
 
 import numpy as np
 
-from components.data.sources import ImageSource, open_source
-from components.errors import ConfigError, DataError
+from components.errors import ConfigError
 from components.evaluation import retrieval_metrics
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, PartWriter, StoredPart
 from components.models import load_model
 from components.training import embed_stream
 from components.training.device import cuda_available
+from flows.data import load_splits, open_corpus
 from flows.params import Params
-from flows.steps.context import load_splits
+from flows.specs import index_config
 from flows.workspace import Workspace
 
 __all__ = [
     "check_index_recall",
     "corpus_metrics",
     "embed_corpus",
-    "index_config",
     "index_corpus",
     "index_gallery",
-    "open_corpus",
 ]
-
-
-def index_config(p: Params) -> IndexConfig:
-    """The FAISS index every gallery of this run is built with (params ``index:``)."""
-    return IndexConfig(**p.index.model_dump(exclude={"min_recall"}))
 
 
 def index_gallery(
@@ -62,23 +54,6 @@ def index_gallery(
         compatible_generations=compatible,
         config=index_config(p),
     )
-
-
-def open_corpus(p: Params, ws: Workspace) -> ImageSource | None:
-    """The gallery corpus of params ``gallery:`` (None: the evaluation split serves), checked against the training
-    images' channels."""
-    g = p.gallery
-    if g.source == "eval_split":
-        return None
-    assert g.path is not None  # the params schema requires it
-    source = open_source(g.source, Path(g.path))
-    train = load_splits(p, ws).train
-    if source.channels != train.image_shape[2]:
-        raise DataError(
-            f"the gallery corpus {g.path} has {source.channels}-channel images but the models are trained on "
-            f"{train.image_shape[2]}-channel {p.data.dataset} images; convert the corpus or train on matching data"
-        )
-    return source
 
 
 def _image_size(p: Params, ws: Workspace) -> int:

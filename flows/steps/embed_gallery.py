@@ -12,9 +12,9 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import CORPUS_DIR
 from components.models import load_model
 from components.training import embed_split
-from flows.plan import GenerationPlan
-from flows.steps.context import load_splits
-from flows.steps.corpus import check_index_recall, embed_corpus, index_corpus, index_gallery, open_corpus
+from flows.data import load_splits, open_corpus
+from flows.planning import GenerationPlan
+from flows.steps.corpus import check_index_recall, embed_corpus, index_corpus, index_gallery
 from flows.steps.results import Gallery, Trained
 
 __all__ = ["build_gallery"]

@@ -29,7 +29,7 @@ from components.evaluation.diagnostics import (
     uncertainty_seen_unseen,
 )
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
-from components.indexing.gallery import GalleryEmbeddings, gallery_beside
+from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
 from components.losses.methods.hbct import trained_epsilon
@@ -38,11 +38,10 @@ from components.models.encoder import EmbeddingModel
 from components.training import embed_split
 from flows.artifacts import fmt
 from flows.backfill_rules import BackfillEvidence, decide_backfill
+from flows.data import load_splits
 from flows.params import Params
-from flows.plan import GenerationPlan
-from flows.steps.context import load_splits
+from flows.planning import GenerationPlan
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
-from registry.lineage import LineageStore
 from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
 __all__ = ["compat_records", "evaluate"]
@@ -53,17 +52,16 @@ def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str,
     return gallery_metrics(q, g, ks=tuple(p.evaluation.cmc_k), chunk_size=p.evaluation.chunk_size)
 
 
-def compat_records(
-    store: LineageStore, gen_id: int, ids: list[int], new_row: dict[int, dict[str, float]]
-) -> list[CompatRecord]:
-    """C[t][k] = M(φ_t, φ_k) for serving generations ``ids`` (ascending, ending with ``gen_id``):
-    older rows from the lineage, the new row from ``new_row`` (gallery id → metrics)."""
+def compat_records(plan: GenerationPlan, ids: list[int], new_row: dict[int, dict[str, float]]) -> list[CompatRecord]:
+    """C[t][k] = M(φ_t, φ_k) for serving generations ``ids`` (ascending, ending with the plan's generation):
+    older rows from the committed matrix the plan read, the new row from ``new_row`` (gallery id → metrics)."""
+    gen_id = plan.gen_id
     out = []
     for metric in COMPAT_METRICS:
         mat = np.full((len(ids), len(ids)), np.nan)
         for i, t in enumerate(ids):
             for j, k in enumerate(ids[: i + 1]):
-                v = new_row.get(k, {}).get(metric) if t == gen_id else store.metric_value(t, k, metric)
+                v = new_row.get(k, {}).get(metric) if t == gen_id else plan.compat_value(t, k, metric)
                 mat[i, j] = np.nan if v is None else v
         try:
             s = compat_summary(mat)
@@ -99,7 +97,6 @@ class _Measured:
 
 def _measure(
     plan: GenerationPlan,
-    store: LineageStore,
     new: GalleryEmbeddings,
     live: GalleryEmbeddings | None,
     ref_gallery: Gallery | None,
@@ -108,12 +105,9 @@ def _measure(
     r = _Measured()
     r.self_m = _metrics(new, new, p)
     r.add(gid, gid, r.self_m)
-    for sid in plan.serving:
-        other = (
-            live
-            if parent is not None and sid == parent.id
-            else GalleryEmbeddings.load(gallery_beside(store.generation(sid).index_path))
-        )
+    for serving in plan.serving:
+        sid = serving.id
+        other = live if parent is not None and sid == parent.id else GalleryEmbeddings.load(Path(serving.gallery))
         assert other is not None
         why = new.incompatibility(other)
         if why:
@@ -182,26 +176,10 @@ def evaluate(
     ref_gallery: Gallery | None = None,
 ) -> Evaluation:
     """Self / cross / old-old / reference metrics, P_com, P_up, compatibility, matrix, diagnostics, decision."""
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    try:
-        return _evaluate(plan, store, snap, trained, gallery, ref, ref_gallery)
-    finally:
-        store.close()
-
-
-def _evaluate(
-    plan: GenerationPlan,
-    store: LineageStore,
-    snap: Snapshot,
-    trained: Trained,
-    gallery: Gallery,
-    ref: Trained | None,
-    ref_gallery: Gallery | None,
-) -> Evaluation:
     new = GalleryEmbeddings.load(Path(gallery.path))
     parent = plan.parent
     live = GalleryEmbeddings.load(Path(parent.gallery)) if parent else None
-    r = _measure(plan, store, new, live, ref_gallery if ref is not None else None)
+    r = _measure(plan, new, live, ref_gallery if ref is not None else None)
     cross = r.against.get(parent.id) if parent else None
     derived = DerivedMetrics()
     if r.live_self is not None:
@@ -217,8 +195,8 @@ def _evaluate(
         if plan.geometry == "lorentz" and new.features == "embedding"
         else {}
     )
-    ids = sorted(set(plan.serving) | {plan.gen_id})
-    compat = compat_records(store, plan.gen_id, ids, {**r.against, plan.gen_id: r.self_m})
+    ids = sorted(set(plan.serving_ids) | {plan.gen_id})
+    compat = compat_records(plan, ids, {**r.against, plan.gen_id: r.self_m})
     artifacts = _plots(plan, trained, new, live, compat, ids)
     decision = _decide(plan, cross, r.live_self, compatible, derived, gallery.clip_fraction, r.skipped)
     summary = {
@@ -284,7 +262,7 @@ def _lorentz_diagnostics(
     )
     parent = plan.parent
     if live is not None and parent is not None and live.geometry == "lorentz" and live.z.shape == new.z.shape:
-        parent_model = load_model(Path(parent.checkpoint))
+        parent_model = parent.model()
         d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
         eps = trained_epsilon(plan.alignment_options, trained.choices)

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from components.evaluation.lineage_plot import BackfillStep, GenerationStep, lineage_picture
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan
 from flows.steps.results import Evaluation
 from registry.lineage import LineageStore
 from registry.tracking.registered_model import MODEL_DESCRIPTION

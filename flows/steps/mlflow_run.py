@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from flows.plan import GenerationPlan
+from flows.data import load_splits
+from flows.planning import GenerationPlan
 from flows.provenance import git_commit, mlflow_run_url, prefect_flow_run
-from flows.steps.context import load_splits
 from flows.steps.results import Snapshot, Trained
 from registry.tracking.runs import DatasetInput, RunSpec
 

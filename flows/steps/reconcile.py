@@ -20,6 +20,7 @@ a lineage row, checkpoints whose bytes differ from the lineage.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,24 +173,22 @@ def _orphan_versions(tracking: MlflowStore, store: LineageStore, repair: bool) -
     return out
 
 
-def finish_interrupted(params: Params, home: Path) -> list[Finding]:
+def finish_interrupted(params: Params, home: Path, store: LineageStore | None = None) -> list[Finding]:
     """Before a command plans: finish a commit an earlier process was killed in (under the workspace lock).
 
-    Reads only, and writes nothing, when the workspace is consistent (or has no lineage yet)."""
+    Reads only, and writes nothing, when the workspace is consistent (or has no lineage yet); ``store``: a
+    read-only session the caller holds for its plan (else one is opened for the check)."""
     ws = Workspace(home)
-    store = ws.lineage(params, readonly=True)
-    try:
-        if not store.count():
+    with contextlib.nullcontext(store) if store is not None else ws.lineage(params, readonly=True) as reader:
+        if not reader.count():
             return []
         pending = (
-            _folders(ws, store, False)
-            + _live(ws, store, False)
-            + _aliases(ws.tracking(params), store, False)
-            + _description(ws.tracking(params), store, False)
-            + _backfill_folder(ws, store, False)
+            _folders(ws, reader, False)
+            + _live(ws, reader, False)
+            + _aliases(ws.tracking(params), reader, False)
+            + _description(ws.tracking(params), reader, False)
+            + _backfill_folder(ws, reader, False)
         )
-    finally:
-        store.close()
     if not pending:
         return []
     with workspace_lock(home, "finishing an interrupted commit", params.lineage.db_url):

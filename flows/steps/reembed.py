@@ -36,8 +36,8 @@ from components.indexing.mixed import ORDERS, backfill_order
 from components.io import atomic_write_text
 from components.models import load_model, save_model
 from components.training import embed_split
+from flows.data import load_splits
 from flows.params import Params
-from flows.steps.context import load_splits
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.orm import GalleryPointer, Generation

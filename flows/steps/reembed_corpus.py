@@ -28,7 +28,8 @@ from components.indexing.live import CORPUS_DIR
 from components.indexing.mixed import order_items
 from components.indexing.store import GalleryStore, PartWriter, mix_stores
 from components.io import atomic_path
-from flows.steps.corpus import check_index_recall, corpus_metrics, embed_corpus, index_corpus, open_corpus
+from flows.data import open_corpus
+from flows.steps.corpus import check_index_recall, corpus_metrics, embed_corpus, index_corpus
 from flows.steps.reembed import BackfillPlan, gallery_model_checkpoint
 
 __all__ = ["corpus_selection", "embed_corpus_chunks", "live_corpus", "publish_corpus"]

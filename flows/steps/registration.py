@@ -9,8 +9,8 @@ import numpy as np
 
 from components.data.sources.split import SourceDataset
 from components.faults import crash_point
-from flows.plan import GenerationPlan
-from flows.steps.context import load_splits
+from flows.data import load_splits
+from flows.planning import GenerationPlan
 from flows.steps.lineage_view import draw_lineage
 from flows.steps.mlflow_run import log_training
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained

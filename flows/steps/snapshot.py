@@ -1,46 +1,22 @@
-"""Step 1: select the generation's training data and snapshot its manifest with DVC."""
+"""Step 1: snapshot the generation's training data — the selection the plan made — with DVC."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
-
-from components.data import DataManifest, DatasetSplits, resolve_class_order, select_training_data
 from components.errors import DataError
-from flows.params import Params
-from flows.plan import GenerationPlan
-from flows.steps.context import load_splits
+from flows.data import load_splits, select_generation_data
+from flows.planning import GenerationPlan
 from flows.steps.results import Snapshot
 from registry.data_snapshots import DataSnapshotStore
 
-__all__ = ["select_generation_data", "snapshot_data"]
-
-
-def select_generation_data(
-    params: Params,
-    splits: DatasetSplits,
-    gen_id: int,
-    classes: Sequence[int] | Literal["all"],
-    fraction: float,
-    parent_order: Sequence[int] | None,
-) -> DataManifest:
-    """Generation ``gen_id``'s training data: its classes (the parent's first, in its order) and a seeded fraction."""
-    order = resolve_class_order(classes, splits.train.num_classes, parent_order)
-    return select_training_data(
-        splits.train,
-        dataset=splits.name,
-        fingerprint=splits.fingerprint,
-        class_order=order,
-        fraction=fraction,
-        seed=params.data.split_seed + gen_id,
-    )
+__all__ = ["snapshot_data"]
 
 
 def snapshot_data(plan: GenerationPlan) -> Snapshot:
-    """Select the generation's training data and snapshot its manifest with DVC."""
+    """Snapshot the generation's planned training data (the manifest the plan selected) with DVC."""
     ws = plan.workspace
     splits = load_splits(plan.params, ws)
-    if plan.data_fingerprint is not None and splits.fingerprint != plan.data_fingerprint:
+    planned = {plan.selection.fingerprint, plan.data_fingerprint or plan.selection.fingerprint}
+    if planned != {splits.fingerprint}:
         raise DataError(
             f"dataset {splits.name} changed since this run was planned (its fingerprint differs); run the command again"
         )
@@ -48,6 +24,11 @@ def snapshot_data(plan: GenerationPlan) -> Snapshot:
     manifest = select_generation_data(
         plan.params, splits, plan.gen_id, classes, plan.fraction, plan.parent.class_order if plan.parent else None
     )
+    if manifest.sha256 != plan.selection.sha256:
+        raise DataError(
+            f"the training selection of generation {plan.gen_id} differs from the one planned (manifest sha256 "
+            f"{manifest.sha256[:12]}…, planned {plan.selection.sha256[:12]}…); run the command again"
+        )
     info = DataSnapshotStore(ws.data_dir).snapshot(f"gen_{plan.gen_id:03d}", manifest)
     return Snapshot(
         info.name,

@@ -9,8 +9,6 @@ from pathlib import Path
 import torch
 
 from components.data.selection import DataManifest
-from components.data.sources.split import SourceDataset
-from components.losses import AlignmentChoice, choose_alignment
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
@@ -19,12 +17,11 @@ from components.training.device import cuda_available
 from components.training.job import NodeGroup, TrainJob
 from components.training.launch import train_distributed
 from components.training.loop import TrainResult
-from flows.plan import GenerationPlan
-from flows.specs import model_spec_from_params
-from flows.steps.context import load_splits
+from flows.data import load_splits
+from flows.planning import GenerationPlan
 from flows.steps.results import Snapshot, Trained
 
-__all__ = ["role_spec", "train_role"]
+__all__ = ["train_role"]
 
 
 def _finished(plan: GenerationPlan, role: str) -> Trained | None:
@@ -48,37 +45,6 @@ def _finished(plan: GenerationPlan, role: str) -> Trained | None:
         spec.stored_dim,
         choices=dict(obj.get("choices", {})),
     )
-
-
-def role_spec(
-    plan: GenerationPlan,
-    role: str,
-    manifest: DataManifest,
-    split: SourceDataset,
-    parent_spec: ModelSpec | None,
-    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-) -> tuple[AlignmentChoice, ModelSpec]:
-    """The role's method and model spec: params, the training split's shape and statistics (``stats``: given, not
-    measured — planning only checks that the model builds), and what the alignment asks of the model."""
-    aligned = choose_alignment(plan.alignment, plan.alignment_options)
-    overrides = aligned.model_overrides(parent_spec)
-    if role == "reference":  # an independent model in the same retrieval space
-        overrides = {k: v for k, v in overrides.items() if k == "features"}
-    method = aligned if role == "model" else choose_alignment("independent")
-    spec = model_spec_from_params(
-        plan.params,
-        split,
-        manifest.class_order,
-        manifest.class_names,
-        geometry=plan.geometry,
-        zeta=plan.zeta,
-        backbone=plan.backbone,
-        backbone_kwargs=plan.backbone_kwargs,
-        overrides=overrides,
-        stats=stats,
-    )
-    method.check_lineage(spec.class_order, parent_spec)
-    return method, spec
 
 
 def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec) -> Trained:
@@ -115,7 +81,7 @@ def train_role(
     on_epoch: Callable[[int, dict], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> Trained:
-    """Train the generation's model (role "model") or its independent reference ("reference").
+    """Train the generation's model (role "model") or its independent reference ("reference"), as planned.
 
     Resumes from the last epoch checkpoint in staging; if the final model of
     this run already exists there, returns it without training. The alignment
@@ -126,24 +92,21 @@ def train_role(
     done = _finished(plan, role)
     if done is not None:
         return done
-    p, parent = plan.params, plan.parent
+    p, parent, planned = plan.params, plan.parent, plan.roles[role]
     manifest = DataManifest.from_json(Path(snap.manifest).read_text())
-    split = load_splits(p, plan.workspace).train
-    parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent is not None else None
-    choice, spec = role_spec(plan, role, manifest, split, parent_spec)  # normalisation statistics of the whole split
+    choice = planned.choice()
     loss = choice.build()  # once per training, before the seeded initialisation (a method may own random parts)
-    cfg = plan.train_config(role)
+    cfg = planned.config
     torch.manual_seed(cfg.seed)  # the initialisation is part of the run: same seed, same model
-    model = build_model(spec, p.model.pretrained_path)
-    old_model = (
-        load_model(Path(parent.checkpoint)) if parent is not None and choice.trains and choice.requires_old else None
-    )
+    model = build_model(planned.spec, p.model.pretrained_path)
+    old_model = parent.model() if parent is not None and choice.trains and choice.requires_old else None
     reference = (
         load_model(plan.role_dir("reference") / "model.pt") if choice.trains and choice.needs_reference else None
     )
+    split = manifest.take(load_splits(p, plan.workspace).train)
     job = TrainJob(
         model,
-        training_data(manifest.take(split), manifest.class_order, workers=p.data.workers, pin=cuda_available()),
+        training_data(split, manifest.class_order, workers=p.data.workers, pin=cuda_available()),
         cfg,
         loss,
         plan.role_dir(role) / "checkpoints",
@@ -158,4 +121,4 @@ def train_role(
         result = train_distributed(job, t.nproc, nodes)
     else:
         result = train_model(**vars(job), on_epoch=on_epoch, on_step=on_step)
-    return _save(plan, role, result, spec)
+    return _save(plan, role, result, planned.spec)

@@ -61,7 +61,7 @@ class RegistrationRequest:
     backfill_reasons: list[str] = field(default_factory=list)
     extra_tags: dict[str, str] = field(default_factory=dict)
     aliases: list[str] = field(default_factory=list)
-    #: the run's identity (flows/plan.py): one registered version per run key
+    #: the run's identity (flows/planning/plan.py): one registered version per run key
     run_key: str = ""
 
 

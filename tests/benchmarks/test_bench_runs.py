@@ -15,7 +15,7 @@ from benchmarks.profile import PROFILE_DIR, BenchSettings, Profile, load_profile
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
 from benchmarks.rerender import rerender_table
-from benchmarks.runner import Bench
+from benchmarks.runner import Bench, ModelRequest
 from benchmarks.scenarios import make_scenario, run_table
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
@@ -195,7 +195,8 @@ def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
     res = run_partial_backfill(b, random_seeds=2)
     assert res.fractions == list(FRACTIONS)
     old = b.train_model(
-        "old/lorentz", b.selection(list(range(5))), geometry="lorentz", arch=b.settings.old_arch, zeta=1.0
+        "old/lorentz",
+        ModelRequest(b.selection(list(range(5))), geometry="lorentz", arch=b.settings.old_arch, zeta=1.0),
     )
     new_self = res.models["new_self"]
     for order in ("uncertainty", "random"):

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from benchmarks.grid import describe, local_threads, train_grid
 from benchmarks.run import run_benchmark
+from benchmarks.runner import ModelRequest
 from benchmarks.scenarios import make_scenario, run_table
 from components.errors import ConfigError
 from flows.overrides import parse_overrides
@@ -95,7 +96,7 @@ def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
 
     def key(*overrides: str) -> str:
         params = dict(parse_overrides(list(overrides))) or None
-        return bench.model_ref("m", data, geometry="lorentz", arch=arch, zeta=1.0, params=params).key
+        return bench.model_ref("m", ModelRequest(data, geometry="lorentz", arch=arch, zeta=1.0, params=params)).key
 
     plain = key()
     assert key("train.compile=on") == key("train.compile_mode=default") == plain

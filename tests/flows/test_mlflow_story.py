@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from components.indexing.gallery import GalleryEmbeddings, gallery_beside
+from flows.data import load_splits
 from flows.params import load_params
-from flows.steps.context import load_splits
 from flows.steps.lineage_view import LINEAGE_ARTIFACT
 from flows.workspace import Workspace
 from registry.lineage import LineageStore

@@ -1,7 +1,7 @@
 """Pin the models by content: sha256 of each generation's checkpoint and of each live pointer's model.
 
 A parent checkpoint replaced by other weights of the same shape is then refused before training
-(flows/plan.py). Rows written before this revision keep NULL and are checked by their spec only.
+(flows/planning/plan.py). Rows written before this revision keep NULL and are checked by their spec only.
 
 Revision ID: 0002_checkpoint_sha256
 Revises: 0001_baseline

@@ -8,7 +8,7 @@ import torch
 from components.models import build_model
 from components.training.seeds import INIT_ROLES, init_seed
 from flows.params import load_params
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan
 from tests.helpers import tiny_spec
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from flows.data import load_splits
 from flows.params import Params, apply_overrides, params_digest
 from flows.steps.changes import detect_changes
-from flows.steps.context import load_splits
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord

@@ -14,10 +14,9 @@ from components.evaluation import DerivedMetrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LiveGallery
 from flows.params import GenerationSpec
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan, make_plan
 from flows.steps.commit import PRODUCTION_ALIAS, commit
 from flows.steps.mlflow_run import open_run
-from flows.steps.preflight import plan_generation
 from flows.steps.reconcile import inspect_workspace, roll_forward
 from flows.steps.registration import register
 from flows.steps.results import Evaluation, Gallery, Trained
@@ -37,7 +36,7 @@ def _stage(plan: GenerationPlan) -> tuple[Trained, Gallery]:
 def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> GenerationPlan:
     """Plan, snapshot, stage, register and commit a generation whose evaluation measured ``compatible``."""
     params = write_params(params_file, ["backfill.require_compatibility=false"])
-    plan = plan_generation(params, home, GenerationSpec(name=name, alignment="hbct", reference=False))
+    plan = make_plan(params, home, GenerationSpec(name=name, alignment="hbct", reference=False))
     snap = snapshot_data(plan)
     trained, gallery = _stage(plan)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], compatible)
@@ -78,7 +77,7 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
     """The SQL COMMIT comes first (docs/commit-protocol.md): when it fails, nothing else has moved yet."""
     home, params_file = g0_workspace
     params = write_params(params_file)
-    plan = plan_generation(params, home, GenerationSpec(name="g1", alignment="hbct", reference=False))
+    plan = make_plan(params, home, GenerationSpec(name="g1", alignment="hbct", reference=False))
     snap = snapshot_data(plan)
     trained, gallery = _stage(plan)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], True)

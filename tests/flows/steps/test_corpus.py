@@ -15,9 +15,9 @@ from components.errors import ConfigError
 from components.indexing import GalleryIndex
 from components.indexing.live import CORPUS_DIR, LiveGallery
 from components.indexing.store import GalleryStore, PartWriter
+from flows.data import load_splits, open_corpus
 from flows.params import load_params
-from flows.steps.context import load_splits
-from flows.steps.corpus import check_index_recall, embed_corpus, open_corpus
+from flows.steps.corpus import check_index_recall, embed_corpus
 from flows.workspace import Workspace
 from tests.helpers import run_backfill, run_generation, write_params
 

@@ -12,11 +12,10 @@ import torch
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.models import build_model, save_model
+from flows.data import load_splits
 from flows.params import GenerationSpec, Params
-from flows.plan import GenerationPlan
-from flows.steps.context import load_splits
+from flows.planning import GenerationPlan, make_plan
 from flows.steps.embed_gallery import build_gallery
-from flows.steps.preflight import plan_generation
 from flows.steps.results import Trained
 from tests.helpers import tiny_spec, write_params
 
@@ -44,7 +43,7 @@ def euclidean(tmp_path_factory) -> tuple[Params, str]:
 
 
 def _plan(params: Params, home: Path) -> GenerationPlan:
-    return plan_generation(params, home, GenerationSpec(name="g0"))
+    return make_plan(params, home, GenerationSpec(name="g0"))
 
 
 def _trained(role: str, ckpt: str, geometry: str) -> Trained:

@@ -13,7 +13,7 @@ import pytest
 
 from components.indexing.gallery import GalleryEmbeddings
 from flows.params import Params, apply_overrides
-from flows.plan import GenerationPlan, ParentRef
+from flows.planning import GenerationPlan, ParentRef
 from flows.steps.evaluation import evaluate
 from flows.steps.registration import gate_failures, promoted
 from flows.steps.results import Gallery, Snapshot, Trained

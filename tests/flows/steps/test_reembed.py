@@ -13,8 +13,8 @@ import pytest
 from components.errors import ConfigError, LineageError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
+from flows.data import load_splits
 from flows.params import Params, apply_overrides, load_params
-from flows.steps.context import load_splits
 from flows.steps.reembed import BackfillPlan, embed_chunks, plan_backfill, start
 from flows.workspace import Workspace
 from registry.records import BackfillRecord, PointerRecord

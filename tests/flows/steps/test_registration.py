@@ -13,9 +13,8 @@ from mlflow import MlflowClient
 
 from components.evaluation import DerivedMetrics
 from flows.params import GenerationSpec, load_params
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan, make_plan
 from flows.steps.mlflow_run import log_snapshot, open_run
-from flows.steps.preflight import plan_generation
 from flows.steps.registration import chain_description, gate_failures, register
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
@@ -62,7 +61,7 @@ def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _g1_plan(home: Path, params_file: Path) -> GenerationPlan:
-    return plan_generation(load_params(params_file), home, GenerationSpec(name="g1", alignment="hbct"))
+    return make_plan(load_params(params_file), home, GenerationSpec(name="g1", alignment="hbct"))
 
 
 def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):

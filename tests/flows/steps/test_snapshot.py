@@ -12,10 +12,10 @@ import yaml
 
 from components.data import DataManifest
 from components.errors import DataError
+from flows.data import load_splits, select_generation_data
 from flows.params import GenerationSpec, Params, apply_overrides
-from flows.steps.context import load_splits
-from flows.steps.preflight import plan_generation
-from flows.steps.snapshot import select_generation_data, snapshot_data
+from flows.planning import make_plan
+from flows.steps.snapshot import snapshot_data
 from flows.workspace import Workspace
 from registry.data_snapshots import DataSnapshotStore
 from tests.helpers import write_params
@@ -61,7 +61,7 @@ def test_the_sample_seed_is_split_seed_plus_generation(params: Params, splits):
 
 def test_snapshot_writes_a_dvc_tracked_manifest_whose_md5_is_the_data_hash(params: Params, tmp_path: Path):
     home = tmp_path / "ws"
-    plan = plan_generation(params, home, GenerationSpec(name="g0", classes=[2, 0, 1], fraction=0.5))
+    plan = make_plan(params, home, GenerationSpec(name="g0", classes=[2, 0, 1], fraction=0.5))
     snap = snapshot_data(plan)
 
     manifest = Path(snap.manifest)
@@ -85,7 +85,7 @@ def test_snapshot_writes_a_dvc_tracked_manifest_whose_md5_is_the_data_hash(param
 
 def test_a_dataset_changed_since_planning_is_refused_before_anything_is_written(params: Params, tmp_path: Path):
     home = tmp_path / "ws"
-    plan = plan_generation(params, home, GenerationSpec(name="g0", classes=[0, 1]), data_fingerprint="0" * 64)
+    plan = make_plan(params, home, GenerationSpec(name="g0", classes=[0, 1]), data_fingerprint="0" * 64)
     with pytest.raises(DataError) as info:
         snapshot_data(plan)
     msg = str(info.value)
@@ -94,6 +94,6 @@ def test_a_dataset_changed_since_planning_is_refused_before_anything_is_written(
 
 
 def test_the_planned_fingerprint_is_accepted_when_it_matches(params: Params, splits, tmp_path: Path):
-    plan = plan_generation(params, tmp_path / "ws", GenerationSpec(classes=[0, 1]), data_fingerprint=splits.fingerprint)
+    plan = make_plan(params, tmp_path / "ws", GenerationSpec(classes=[0, 1]), data_fingerprint=splits.fingerprint)
     snap = snapshot_data(plan)
     assert snap.data_fingerprint == splits.fingerprint and snap.class_order == (0, 1)

@@ -13,9 +13,8 @@ import torch
 from components.models import load_model
 from components.models.checkpoint import load_torch_safe
 from flows.params import GenerationSpec, Params, apply_overrides
-from flows.plan import GenerationPlan
+from flows.planning import GenerationPlan, make_plan
 from flows.steps.commit import _record
-from flows.steps.preflight import plan_generation
 from flows.steps.results import Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from flows.steps.training import train_role
@@ -35,9 +34,7 @@ def params(tmp_path_factory) -> Params:
 @pytest.fixture(scope="module")
 def g0(params: Params, tmp_path_factory) -> tuple[GenerationPlan, Snapshot, Trained]:
     """Generation 0's plan and snapshot on an empty workspace, and its model trained once."""
-    plan = plan_generation(
-        params, tmp_path_factory.mktemp("training-ws"), GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4])
-    )
+    plan = make_plan(params, tmp_path_factory.mktemp("training-ws"), GenerationSpec(name="g0", classes=[0, 1, 2, 3, 4]))
     snap = snapshot_data(plan)
     return plan, snap, train_role(plan, snap, "model")
 
@@ -133,7 +130,7 @@ def g1(g0, params: Params) -> tuple[GenerationPlan, Snapshot]:
     write_live_gallery(ws.live_dir, record.index_path)  # planning verifies the live gallery
     store.commit_generation(GenerationBundle(record, pointer=pointer))
     store.close()
-    plan = plan_generation(params, ws.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
+    plan = make_plan(params, ws.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
     return plan, snapshot_data(plan)
 
 
@@ -155,7 +152,7 @@ def test_what_the_method_chose_from_data_travels_with_the_trained_model(g1, para
     plan, snap = g1
     chosen = apply_overrides(params, {"alignment.options.hbct.epsilon_rule": "view_angle"})
     shutil.rmtree(plan.staging_dir)  # the run with the default ε staged there: start over, as its refusal says
-    plan = plan_generation(chosen, plan.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
+    plan = make_plan(chosen, plan.home, GenerationSpec(name="g1", alignment="hbct", classes=[0, 1, 2, 3, 4, 5]))
     trained = train_role(plan, snap, "model")
     eps, reason = trained.choices["epsilon"], trained.choices["epsilon_reason"]
     assert eps >= plan.alignment_options["epsilon"] == 0.1 and "view-to-view ε" in reason

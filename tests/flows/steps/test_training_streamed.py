@@ -13,10 +13,10 @@ from components.data.sources import write_manifest, write_webdataset
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
 from components.models import load_model
+from flows.data import load_splits
 from flows.params import GenerationSpec, load_params
-from flows.steps.context import load_splits
-from flows.steps.preflight import plan_generation
-from flows.steps.zeta import parent_radii
+from flows.planning import make_plan
+from flows.planning.zeta import parent_radii
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from tests.components.data.sources.source_files import save_png
@@ -58,8 +58,10 @@ def test_a_generation_trains_from_data_on_disk(kind, digits, tmp_path, prefect_h
     run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
     if kind == "webdataset":  # ζ from data reads the parent's radii over training images through the stream too
         ruled = load_params(params, ["geometry.zeta_rule=percentile"])
-        radii = parent_radii(plan_generation(ruled, home, GenerationSpec(name="g1", classes="all")))
+        plan = make_plan(ruled, home, GenerationSpec(name="g1", classes="all"))
+        radii = parent_radii(plan.parent.model(), load_splits(ruled, Workspace(home)).train, plan.gen_id)
         assert len(radii) == min(2000, len(digits.train)) and (radii > 0).all()
+        assert f"over {len(radii)} training images" in plan.zeta_reason or "≥ P95" in plan.zeta_reason
     if kind == "webdataset":  # an aligned generation reads the parent's classes through the same stream
         run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     doc = LineageStore(f"sqlite:///{home / 'lineage.db'}").to_json()

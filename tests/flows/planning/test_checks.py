@@ -1,4 +1,4 @@
-"""Inputs that need the data, the model or the disk (flows/steps/checks.py) are refused while the run is planned:
+"""Inputs that need the data, the model or the disk (flows/planning/checks.py) are refused while the run is planned:
 before training, before any Prefect server starts, with one line, and nothing is written in the workspace."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from torch import nn
 from components.errors import CheckpointMismatchError, ConfigError, DataError, LineageError
 from components.training.device import cuda_available
 from flows.params import GenerationSpec, load_params
+from flows.planning import make_plan
+from flows.planning.checks import DiskEstimate, disk_estimate
 from flows.steps import checks
-from flows.steps.checks import DiskEstimate, disk_estimate
-from flows.steps.preflight import plan_generation
 
 
 def _plan(params_file: Path, home: Path, overrides: list[str] = (), **spec):
     spec.setdefault("name", "g0")
-    return plan_generation(load_params(params_file, list(overrides)), home, GenerationSpec(**spec))
+    return make_plan(load_params(params_file, list(overrides)), home, GenerationSpec(**spec))
 
 
 def _refused(params_file: Path, home: Path, error: type[Exception], words: list[str], overrides=(), **spec) -> str:
@@ -127,7 +127,7 @@ def test_a_full_disk_is_refused_with_the_estimate(tiny_params_file, tmp_path, mo
 def test_the_disk_estimate_counts_checkpoints_and_galleries(tiny_params_file, tmp_path):
     plan = _plan(tiny_params_file, tmp_path / "ws")
     keep = plan.params.train.keep_checkpoints
-    est = disk_estimate(plan, n_params=1000, width=17, n_gallery=100, n_corpus=50)
+    est = disk_estimate(plan.params, len(plan.roles), n_params=1000, width=17, n_gallery=100, n_corpus=50)
     assert est == DiskEstimate(checkpoints=4 * 1000 * (3 * keep + 2), galleries=4 * 17 * (100 * 3 + 2 * 50))
     assert est.total == est.checkpoints + est.galleries
 

@@ -1,6 +1,6 @@
 """The checks of a planned generation that need its data, its model or the disk, run while it is planned.
 
-:func:`check_generation_inputs` runs in the calling process after :func:`flows.plan.make_plan`, before any
+:func:`check_generation_inputs` runs in the calling process after :func:`flows.planning.make_plan`, before any
 Prefect server starts and before anything is trained or written, so every input that can be known before
 training is refused in seconds with one line (docs/bad-inputs.md):
 
@@ -8,11 +8,9 @@ training is refused in seconds with one line (docs/bad-inputs.md):
   their optimizer state, final models, galleries and indexes; see :func:`disk_estimate`);
 * the MLflow tracking store is reachable and not damaged (:func:`registry.stores.check_tracking_store`);
 * ``train.device`` exists on this machine;
-* the class selection and data fraction select training data (the dataset is loaded here, once per process:
-  the flow's steps reuse it);
 * the labelled evaluation split has at least two images of every class (leave-one-out retrieval);
-* the model builds: backbone name, ``backbone_kwargs``, ``small_stem``, pretrained weights — on PyTorch's
-  ``meta`` device, which allocates no memory;
+* every model the generation trains builds: backbone name, ``backbone_kwargs``, ``small_stem``, pretrained
+  weights — on PyTorch's ``meta`` device, which allocates no memory;
 * the FAISS index config fits the galleries it will index (``nlist``, ``pq_m``, ``pq_nbits``).
 """
 
@@ -27,19 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from components.data.base import ArrayDataset
+from components.data.sources.split import SourceDataset
 from components.errors import ConfigError, DataError
 from components.models import ModelSpec, build_model
-from components.models.checkpoint import load_torch_safe, read_spec
 from components.training.device import select_device
-from flows.plan import ROLES, GenerationPlan
-from flows.steps.context import load_splits
-from flows.steps.corpus import index_config, open_corpus
-from flows.steps.snapshot import select_generation_data
-from flows.steps.training import role_spec
+from flows.data import open_corpus
+from flows.params import Params
+from flows.specs import index_config
+from flows.workspace import Workspace
 from registry.stores import check_tracking_store
 
-__all__ = ["DiskEstimate", "check_generation_inputs", "disk_estimate"]
+__all__ = ["DiskEstimate", "check_models_and_disk", "check_run_environment", "disk_estimate"]
 
 #: float32 copies of a model's parameters in one epoch checkpoint: weights + two optimizer moments (Adam/AdamW)
 _COPIES_PER_EPOCH_CHECKPOINT = 3
@@ -70,7 +66,7 @@ def check_workspace_writable(home: Path) -> None:
         )
 
 
-def check_evaluation_split(test: ArrayDataset, dataset: str) -> None:
+def check_evaluation_split(test: SourceDataset, dataset: str) -> None:
     """Leave-one-out retrieval needs a second image of the query's class in the gallery: every class of the
     labelled evaluation split has at least two images."""
     classes, counts = np.unique(test.labels, return_counts=True)
@@ -103,12 +99,11 @@ class DiskEstimate:
         return self.checkpoints + self.galleries
 
 
-def disk_estimate(plan: GenerationPlan, n_params: int, width: int, n_gallery: int, n_corpus: int) -> DiskEstimate:
+def disk_estimate(params: Params, roles: int, n_params: int, width: int, n_gallery: int, n_corpus: int) -> DiskEstimate:
     """Epoch checkpoints (weights + optimizer state, ``train.keep_checkpoints`` of them), the final model and its
-    MLflow copy, per trained role; the evaluation galleries and their indexes; generation 0's corpus parts and
-    index."""
-    roles = 2 if plan.reference else 1
-    per_model = 4 * n_params * (plan.params.train.keep_checkpoints * _COPIES_PER_EPOCH_CHECKPOINT + 2)
+    MLflow copy, per trained role (``roles`` of them); the evaluation galleries and their indexes; generation 0's
+    corpus parts and index."""
+    per_model = 4 * n_params * (params.train.keep_checkpoints * _COPIES_PER_EPOCH_CHECKPOINT + 2)
     galleries = 4 * width * (n_gallery * _COPIES_PER_GALLERY_VECTOR + 2 * n_corpus)
     return DiskEstimate(per_model * roles, galleries)
 
@@ -126,30 +121,28 @@ def check_free_disk(home: Path, need: DiskEstimate) -> None:
         )
 
 
-def check_generation_inputs(plan: GenerationPlan) -> None:
-    """Every check above, cheapest first; raises the first problem found (a ConfigError or DataError)."""
-    p, ws = plan.params, plan.workspace
+def check_run_environment(params: Params, ws: Workspace) -> None:
+    """What the run needs of this machine before any data is read: a writable workspace, a tracking store that
+    answers, the training device."""
     check_workspace_writable(ws.home)
-    check_tracking_store(p.tracking.mlflow_uri, ws.home)
-    select_device(p.train.device)
-    splits = load_splits(p, ws)
-    parent = plan.parent
-    classes = "all" if plan.classes == "all" else list(plan.classes)
-    manifest = select_generation_data(
-        p, splits, plan.gen_id, classes, plan.fraction, parent.class_order if parent else None
-    )
-    check_evaluation_split(splits.test, splits.name)
-    parent_spec = read_spec(load_torch_safe(Path(parent.checkpoint)), parent.checkpoint) if parent else None
-    placeholder = ((0.5,) * splits.train.image_shape[2], (0.25,) * splits.train.image_shape[2])
-    n_params = 0
-    for role in ROLES if plan.reference else ("model",):
-        _, spec = role_spec(plan, role, manifest, splits.train, parent_spec, stats=placeholder)
-        n_params = max(n_params, _build_on_meta(spec, p.model.pretrained_path))
+    check_tracking_store(params.tracking.mlflow_uri, ws.home)
+    select_device(params.train.device)
+
+
+def check_models_and_disk(
+    params: Params, ws: Workspace, specs: list[ModelSpec], test: SourceDataset, dataset: str, first: bool
+) -> None:
+    """Every model of the generation (``specs``) builds; the index config fits its galleries (the evaluation split
+    ``test``, and generation 0's (``first``) corpus); the workspace's disk has room for it all."""
+    check_evaluation_split(test, dataset)
+    n_params = max(_build_on_meta(spec, params.model.pretrained_path) for spec in specs)
+    spec = specs[0]
     geometry = spec.geometry if spec.features == "embedding" else "euclidean"
-    config = index_config(p)
-    config.check_buildable(geometry, spec.stored_dim, len(splits.test))
-    corpus = open_corpus(p, ws) if plan.gen_id == 0 else None
+    config = index_config(params)
+    config.check_buildable(geometry, spec.stored_dim, len(test))
+    corpus = open_corpus(params, ws) if first else None
     if corpus is not None:
         config.check_buildable(geometry, spec.stored_dim, len(corpus))
     width = config.stored_width(geometry, spec.stored_dim)
-    check_free_disk(ws.home, disk_estimate(plan, n_params, width, len(splits.test), len(corpus or ())))
+    need = disk_estimate(params, len(specs), n_params, width, len(test), len(corpus or ()))
+    check_free_disk(ws.home, need)

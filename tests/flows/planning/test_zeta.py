@@ -1,4 +1,4 @@
-"""ζ from data (flows/steps/zeta.py): the percentile rule picks the documented percentile of the parent's
+"""ζ from data (flows/planning/zeta.py): the percentile rule picks the documented percentile of the parent's
 pre-bound radii over the new generation's training images, plus Δζ, and says why."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from components.models import load_model
+from flows.data import load_splits
 from flows.params import GenerationSpec, load_params
-from flows.steps.preflight import plan_generation
-from flows.steps.zeta import parent_radii, zeta_from_radii
+from flows.planning import make_plan
+from flows.planning.zeta import parent_radii, zeta_from_radii
 
 
 def test_zeta_from_radii_is_the_percentile_plus_delta():
@@ -24,18 +25,16 @@ def test_zeta_from_radii_is_the_percentile_plus_delta():
 
 def test_the_percentile_rule_gives_the_next_generation_room_beyond_its_parents_radii(g0_workspace):
     home, params_file = g0_workspace
-    fixed = plan_generation(load_params(params_file), home, GenerationSpec(name="g1"))
+    fixed = make_plan(load_params(params_file), home, GenerationSpec(name="g1"))
     assert fixed.zeta == pytest.approx(1.2) and fixed.zeta_reason is None  # the default rule: ζ_prev + Δζ
 
     params = load_params(params_file, ["geometry.zeta_rule=percentile", "geometry.zeta_percentile=99"])
-    plan = plan_generation(params, home, GenerationSpec(name="g1"))
-    radii = parent_radii(plan)
+    plan = make_plan(params, home, GenerationSpec(name="g1"))
+    split = load_splits(params, plan.workspace).train
+    radii = parent_radii(plan.parent.model(), split, params.data.split_seed + plan.gen_id)
     assert len(radii) == min(2000, 1258) and (radii > 0).all()
     # the radius is the parent's projection, scaled by 1/√d, before its clip: recompute it by hand for a few images
     parent = load_model(plan.parent.checkpoint).eval()
-    from flows.steps.context import load_splits
-
-    split = load_splits(params, plan.workspace).train
     x = torch.from_numpy(split.decode().images[:4]).permute(0, 3, 1, 2).float() / 255.0
     with torch.no_grad():
         feats = parent.backbone((x - parent.norm_mean) / parent.norm_std)

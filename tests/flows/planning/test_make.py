@@ -1,4 +1,4 @@
-"""Planning (flows/steps/preflight.py): bad input is refused before any training starts, with one clear error,
+"""Planning (flows/planning/make.py): bad input is refused before any training starts, with one clear error,
 and nothing is written."""
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
 from flows.params import GenerationSpec, apply_overrides, load_params
-from flows.plan import GenerationPlan
-from flows.steps.preflight import plan_generation
+from flows.planning import GenerationPlan, make_plan
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, PointerRecord, ZetaRecord
@@ -28,7 +27,7 @@ from tests.helpers import generation_record, tiny_spec, write_live_gallery
 
 def preflight(params_file: Path, overrides: list[str], home: Path, spec: dict) -> GenerationPlan:
     """What the CLI does before any Prefect server starts: parse params once, plan once."""
-    return plan_generation(load_params(params_file, overrides), home, GenerationSpec(**spec))
+    return make_plan(load_params(params_file, overrides), home, GenerationSpec(**spec))
 
 
 def files_under(path: Path) -> list[str]:

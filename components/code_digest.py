@@ -6,7 +6,7 @@ same parameters give, so each generation records :func:`code_digest` (lineage re
 retrains when it differs (docs/design.md §7.14).
 
 Which code: the ``*.py`` files under :data:`CODE_SHAPING` (models, losses, geometry, training, evaluation, data
-loading and augmentation, the gradient helpers) except :data:`NOT_SHAPING` — fetching and unpacking dataset files
+loading and augmentation, the gradient helpers) except :data:`CODE_EXCLUDED` — fetching and unpacking dataset files
 (their output is what the dataset fingerprint checks), starting training processes (like ``train.nproc``, which
 the params digest leaves out too) and drawing plots. The digest is a sha256 over the sorted relative paths and the
 bytes of those files: the same for the same code wherever it is installed, independent of mtimes and of
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-__all__ = ["CODE_SHAPING", "NOT_SHAPING", "code_digest", "shaping_files"]
+__all__ = ["CODE_EXCLUDED", "CODE_SHAPING", "code_digest", "shaping_files"]
 
 #: the package's folders and modules (relative to its parent folder) whose code shapes a trained model
 CODE_SHAPING = (
@@ -30,8 +30,9 @@ CODE_SHAPING = (
     "components/models",
     "components/training",
 )
-#: files inside those that do not change what is trained or measured
-NOT_SHAPING = frozenset(
+#: files inside those whose code does not change what is trained or measured (a list of files, not of params keys:
+#: which params shape a model is the tag of each params field, flows/param_tags.py)
+CODE_EXCLUDED = frozenset(
     {
         "components/data/archives.py",  # unpacking dataset files: the dataset fingerprint checks the result
         "components/data/download.py",  # fetching dataset files: likewise
@@ -59,7 +60,7 @@ def shaping_files(root: Path | None = None) -> list[str]:
         path = base / entry
         files = [path] if path.suffix == ".py" else path.rglob("*.py")
         found.update(f.relative_to(base).as_posix() for f in files if f.is_file() and "__pycache__" not in f.parts)
-    return sorted(found - NOT_SHAPING)
+    return sorted(found - CODE_EXCLUDED)
 
 
 def code_digest(root: Path | None = None) -> str:

@@ -1,21 +1,24 @@
-"""The backfill decision (docs/design.md §7): the rules of params ``backfill:``, read by name.
+"""The backfill decision (docs/design.md §7.4): the catalog of rules, each registered under its params field.
 
-Each enabled rule yields a check ``{rule, value, threshold, passed, detail}``;
-the decision is *required* when any check fails, and its reasons are the failed
-checks' details, in plain words. Whether the new generation is compatible with
-the live gallery is not decided here: it is a measured fact
-(:attr:`BackfillEvidence.compatible`) that the ``require_compatibility`` rule reads.
+A rule is a function of the evidence and :class:`~flows.params.BackfillRules`, registered with ``@rule("<field>")``
+under the field of ``backfill.rules`` that enables and sets it (null disables it); that field's tag in
+flows/params.py makes it a parameter of an aligned generation's DVC stage. Each enabled rule yields a check
+``{rule, value, threshold, passed, detail}``; the decision is *required* when any check fails, and its reasons are
+the failed checks' details, in plain words. Whether the new generation is compatible with the live gallery is not
+decided here: it is a measured fact (:attr:`BackfillEvidence.compatible`) that the ``require_compatibility`` rule
+reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flows.params import BackfillParams
+from flows.params import BackfillRules
 from registry.records import DecisionRecord
 
-__all__ = ["BackfillEvidence", "decide_backfill"]
+__all__ = ["RULES", "SHARED", "BackfillEvidence", "Rule", "decide_backfill", "rule"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,35 @@ class BackfillEvidence:
     incompatibility: str | None = None
 
 
-def _check(rule: str, value: float | None, threshold: float | None, passed: bool, detail: str) -> dict[str, Any]:
-    return {"rule": rule, "value": value, "threshold": threshold, "passed": bool(passed), "detail": detail}
+#: a rule: its check of the evidence, or None when it is disabled (or has nothing to check)
+Rule = Callable[[BackfillEvidence, BackfillRules], dict[str, Any] | None]
+#: the catalog: every rule by the ``backfill.rules`` field it reads, in the order its check is reported
+RULES: dict[str, Rule] = {}
+#: the fields of ``backfill.rules`` that no one rule owns: the metric the rules compare on
+SHARED = frozenset({"metric"})
 
 
-def _compatibility(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+def rule(field: str) -> Callable[[Rule], Rule]:
+    """Register the decorated rule under ``backfill.rules.<field>`` (TypeError for an unknown or taken field)."""
+
+    def register(fn: Rule) -> Rule:
+        if field not in BackfillRules.model_fields or field in SHARED or field in RULES:
+            raise TypeError(
+                f"backfill rule {fn.__name__} names field {field!r}: add that field to flows/params.py BackfillRules "
+                "(one field per rule; metric is the rules' shared metric)"
+            )
+        RULES[field] = fn
+        return fn
+
+    return register
+
+
+def _check(name: str, value: float | None, threshold: float | None, passed: bool, detail: str) -> dict[str, Any]:
+    return {"rule": name, "value": value, "threshold": threshold, "passed": bool(passed), "detail": detail}
+
+
+@rule("require_compatibility")
+def _compatibility(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
     live, m = ev.live_generation_id, rules.metric
     if ev.cross is None:
         return _check(
@@ -67,7 +94,8 @@ def _compatibility(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any
     )
 
 
-def _p_com_floor(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+@rule("p_com_floor")
+def _p_com_floor(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
     floor, m = rules.p_com_floor, rules.metric
     if floor is None:
         return None
@@ -80,7 +108,8 @@ def _p_com_floor(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] 
     return _check("p_com_floor", v, floor, ok, f"P_com({m}) {v:.3f} {'≥' if ok else '<'} floor {floor:.3f}")
 
 
-def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+@rule("zeta_ceiling")
+def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
     ceiling = rules.zeta_ceiling
     if ceiling is None or ev.zeta is None:
         return None
@@ -90,7 +119,8 @@ def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any]
     )
 
 
-def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+@rule("max_generations_since_backfill")
+def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
     limit = rules.max_generations_since_backfill
     if limit is None:
         return None
@@ -105,7 +135,8 @@ def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillParams) -> 
     )
 
 
-def _clip_fraction(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any] | None:
+@rule("clip_fraction_max")
+def _clip_fraction(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
     top, f = rules.clip_fraction_max, ev.gallery_clip_fraction
     if top is None or f is None:
         return None
@@ -120,12 +151,9 @@ def _clip_fraction(ev: BackfillEvidence, rules: BackfillParams) -> dict[str, Any
     )
 
 
-#: every rule, in the order its check is reported
-RULES = (_compatibility, _p_com_floor, _zeta_ceiling, _generations_since_backfill, _clip_fraction)
-
-
-def decide_backfill(ev: BackfillEvidence, rules: BackfillParams) -> DecisionRecord:
-    checks = [c for rule in RULES if (c := rule(ev, rules)) is not None]
+def decide_backfill(ev: BackfillEvidence, rules: BackfillRules) -> DecisionRecord:
+    """Run every rule of the catalog on ``ev``: required when any enabled rule's check fails."""
+    checks = [c for check in RULES.values() if (c := check(ev, rules)) is not None]
     reasons = [c["detail"] for c in checks if not c["passed"]]
     return DecisionRecord(
         required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id

@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from components.errors import ConfigError
-from flows.params import NOT_SHAPING, GenerationSpec, Params
+from flows.param_tags import sections, select
+from flows.params import GenerationSpec, Params
 
 __all__ = [
     "CODE_DEPS",
@@ -55,37 +56,6 @@ DATA_CODE_DEPS = (
     "flows/steps/snapshot.py",
     "bctflow/stages.py",
 )
-#: params.yaml sections a generation stage reads (``lineage`` and ``schedule`` shape no generation)
-SECTIONS = ("data", "model", "geometry", "train", "alignment", "gallery", "index", "evaluation", "backfill", "tracking")
-#: keys that shape only a generation with a parent: generation 0 trains base-only at ζ₀ (no ζ step), without an
-#: independent reference and without a backfill decision; the operations of a backfill shape no chain generation
-ALIGNED_ONLY = frozenset(
-    {
-        ("geometry", "delta_zeta"),
-        ("geometry", "zeta_rule"),
-        ("geometry", "zeta_percentile"),
-        ("evaluation", "reference"),
-        *(
-            ("backfill", k)
-            for k in (
-                "metric",
-                "require_compatibility",
-                "p_com_floor",
-                "zeta_ceiling",
-                "max_generations_since_backfill",
-                "clip_fraction_max",
-            )
-        ),
-    }
-)
-#: keys no chain generation depends on: where the stores are (a stage refuses any but its own workspace) and how a
-#: backfill runs; ``alignment`` is chosen key by key (:func:`_alignment_keys`)
-NEVER = frozenset(
-    {
-        ("tracking", "mlflow_uri"),
-        *(("backfill", k) for k in ("restart_zeta", "chunk_size", "retain_versions", "throttle_seconds", "order")),
-    }
-)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 HEADER = """\
@@ -111,10 +81,6 @@ def results_dir(name: str) -> str:
     return f"{RESULTS}/{name}"
 
 
-def _section_fields(section: str) -> list[str]:
-    return list(Params.model_fields[section].annotation.model_fields)  # type: ignore[union-attr]
-
-
 def _alignment_keys(params: Params, spec: GenerationSpec) -> list[str]:
     """The alignment entries an aligned generation reads: its method (unless the entry names it), λ and the
     method's options (the ``independent`` method reads none)."""
@@ -129,24 +95,17 @@ def _alignment_keys(params: Params, spec: GenerationSpec) -> list[str]:
 
 
 def param_keys(params: Params, index: int) -> list[str]:
-    """The params.yaml keys generation ``index`` of the chain depends on: a whole section when every key of it
-    shapes the generation, else its shaping keys one by one (``generations.<index>``: its own entry)."""
+    """The params.yaml keys generation ``index`` of the chain depends on: those whose tag says they shape it
+    (flows/param_tags.py; for generation 0 not those of an aligned generation only), a node named whole when every
+    key under it does, the alignment's by method (:func:`_alignment_keys`), and ``generations.<index>``: its entry."""
     spec = params.declared_chain()[index]
     aligned = index > 0
     keys: list[str] = []
-    for section in SECTIONS:
-        if section == "alignment":
+    for name, section in sections(Params).items():
+        if name == "alignment":
             keys.extend(_alignment_keys(params, spec) if aligned else [])
-            continue
-        fields = _section_fields(section)
-        kept = [
-            f
-            for f in fields
-            if (section, f) not in NOT_SHAPING
-            and (section, f) not in NEVER
-            and (aligned or (section, f) not in ALIGNED_ONLY)
-        ]
-        keys.extend([section] if kept == fields else [f"{section}.{f}" for f in kept])
+        else:
+            keys.extend(select(section, name, lambda t: t.shapes_generation(aligned)))
     keys.append(f"generations.{index}")
     return keys
 
@@ -217,11 +176,7 @@ def _default(params: Params, key: str) -> Any:
 
 
 def _data_stage(params: Params, raw: dict[str, Any]) -> dict[str, Any]:
-    keys = [
-        f"data.{f}"
-        for f in _section_fields("data")
-        if ("data", f) not in NOT_SHAPING and f not in ("augment", "workers")
-    ]
+    keys = select(sections(Params)["data"], "data", lambda t: t.data_stage)
     missing = _missing(raw, keys)
     if missing:
         raise ConfigError(

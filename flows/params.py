@@ -4,6 +4,10 @@ Every value a run uses comes from here (CLI flags only override entries).
 Validation happens before any data is touched or any model trains, and a bad
 value gives one :class:`~components.errors.ConfigError` naming the key, the
 value and the fix.
+
+Each field is declared with what it shapes (``Model[int]``, ``RunOption[str]``, …:
+flows/param_tags.py); the params digest and each DVC stage's keys are derived
+from those tags, and no other list of keys exists.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pydantic import (
 
 from components.errors import ConfigError
 from flows.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
+from flows.param_tags import AlignedModel, AlignedOutput, Data, Model, Output, RunOption, pick, sections, select
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
@@ -49,55 +54,56 @@ class _Strict(BaseModel):
 
 
 class AugmentParams(_Strict):
-    crop_padding: int = Field(1, ge=0, description="random-crop padding in pixels (0 = off)")
-    hflip: bool = False
+    crop_padding: Model[int] = Field(1, ge=0, description="random-crop padding in pixels (0 = off)")
+    hflip: Model[bool] = False
 
 
 class DataParams(_Strict):
-    dataset: str = "digits"
-    root: str | None = None  # dataset cache; default <home>/datasets
-    path: str | None = None  # image_folder: the class-per-directory tree; webdataset / manifest: train + test
-    #: DataLoader worker processes decoding a training split streamed from disk (webdataset / manifest)
-    workers: int = Field(2, ge=0)
-    download: bool = True
-    test_fraction: float = Field(0.3, gt=0.0, lt=1.0)
-    split_seed: int = 0
-    image_size: int | None = Field(None, gt=0)  # resize to this (None = native size)
+    dataset: Data[str] = "digits"
+    root: RunOption[str | None] = None  # dataset cache; default <home>/datasets
+    path: Data[str | None] = None  # image_folder: the class-per-directory tree; webdataset / manifest: train + test
+    #: DataLoader worker processes decoding a training split streamed from disk (webdataset / manifest); it shapes
+    #: the model: a streamed split's batches interleave the workers' shards
+    workers: Model[int] = Field(2, ge=0)
+    download: RunOption[bool] = True
+    test_fraction: Data[float] = Field(0.3, gt=0.0, lt=1.0)
+    split_seed: Data[int] = 0
+    image_size: Data[int | None] = Field(None, gt=0)  # resize to this (None = native size)
     #: deterministic per-class subsampling (cpu benchmark profiles); part of the dataset fingerprint
-    max_train_per_class: int | None = Field(None, gt=0)
-    max_test_per_class: int | None = Field(None, gt=0)
+    max_train_per_class: Data[int | None] = Field(None, gt=0)
+    max_test_per_class: Data[int | None] = Field(None, gt=0)
     augment: AugmentParams = AugmentParams()
 
 
 class ModelParams(_Strict):
-    backbone: str = "resnet18"
-    backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
-    small_stem: bool = True
-    pretrained_path: str | None = None
-    embed_dim: int = Field(128, gt=0)
-    geometry: Literal["lorentz", "euclidean"] = "lorentz"
-    classifier_scale: float = Field(16.0, gt=0.0)
+    backbone: Model[str] = "resnet18"
+    backbone_kwargs: Model[dict[str, Any]] = Field(default_factory=dict)
+    small_stem: Model[bool] = True
+    pretrained_path: Model[str | None] = None
+    embed_dim: Model[int] = Field(128, gt=0)
+    geometry: Model[Literal["lorentz", "euclidean"]] = "lorentz"
+    classifier_scale: Model[float] = Field(16.0, gt=0.0)
     #: Lorentz models: scale on the Lorentz MLR's logits (1.0 = HBCT Eq. (9); design §3.4)
-    mlr_scale: float = Field(1.0, gt=0.0)
-    classifier: Literal["cosine", "linear"] = "cosine"  # Euclidean models: cosine (unit rows, no bias) or linear
-    bn_neck: bool = True  # Euclidean models: BatchNorm on the embedding before L2 normalisation
+    mlr_scale: Model[float] = Field(1.0, gt=0.0)
+    classifier: Model[Literal["cosine", "linear"]] = "cosine"  # Euclidean models: cosine (unit rows, no bias) or linear
+    bn_neck: Model[bool] = True  # Euclidean models: BatchNorm on the embedding before L2 normalisation
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier logits
-    features: Literal["embedding", "psp", "lsp"] = "embedding"
+    features: Model[Literal["embedding", "psp", "lsp"]] = "embedding"
 
 
 class GeometryParams(_Strict):
-    curvature: float = 1.0  # K (curvature is -K)
-    learn_curvature: bool = False
-    zeta0: float = 1.0
-    delta_zeta: float = 0.2
+    curvature: Model[float] = 1.0  # K (curvature is -K)
+    learn_curvature: Model[bool] = False
+    zeta0: Model[float] = 1.0
+    delta_zeta: AlignedModel[float] = 0.2
     #: how the tangent radius is bounded at ζ: the hard clip, or the smooth tanh squash (docs/design.md §3)
-    radial: Literal["clip", "tanh"] = "clip"
+    radial: Model[Literal["clip", "tanh"]] = "clip"
     #: a learned scale α ≤ 1 (initialised 1/√d) before the bound, in place of the fixed 1/√d
-    learn_scale: bool = False
+    learn_scale: Model[bool] = False
     #: ζ of an aligned generation: "fixed" (ζ_prev + Δζ) or "percentile": at least the parent's pre-bound radius
     #: at ``zeta_percentile`` over this generation's training images, + Δζ (docs/design.md §3.3)
-    zeta_rule: Literal["fixed", "percentile"] = "fixed"
-    zeta_percentile: float = Field(95.0, gt=0.0, le=100.0)
+    zeta_rule: AlignedModel[Literal["fixed", "percentile"]] = "fixed"
+    zeta_percentile: AlignedModel[float] = Field(95.0, gt=0.0, le=100.0)
 
     #: field → (smallest allowed value, whether it is allowed itself, what the field means, a good value)
     _BOUNDS: ClassVar[dict[str, tuple[float, bool, str, str]]] = {
@@ -119,34 +125,34 @@ class GeometryParams(_Strict):
 
 
 class TrainParams(_Strict):
-    epochs: int = Field(30, gt=0)
-    batch_size: int = Field(64, gt=1)
-    optimizer: Literal["sgd", "adamw"] = "sgd"
-    lr: float = Field(0.1, gt=0.0)
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: float = Field(5e-4, ge=0.0)
-    schedule: Literal["cosine", "constant"] = "cosine"
-    warmup_epochs: int = Field(0, ge=0)
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    epochs: Model[int] = Field(30, gt=0)
+    batch_size: Model[int] = Field(64, gt=1)
+    optimizer: Model[Literal["sgd", "adamw"]] = "sgd"
+    lr: Model[float] = Field(0.1, gt=0.0)
+    momentum: Model[float] = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: Model[float] = Field(5e-4, ge=0.0)
+    schedule: Model[Literal["cosine", "constant"]] = "cosine"
+    warmup_epochs: Model[int] = Field(0, ge=0)
+    seed: Model[int] = 0
+    device: RunOption[Literal["auto", "cpu", "cuda"]] = "auto"
     #: bf16 autocast + channels_last for the backbone (losses and hyperbolic operations stay float32)
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Model[Literal["auto", "fp32", "bf16"]] = "auto"
     #: torch.compile the training step's forward passes (auto: on CUDA), in compile_mode (docs/design.md §7.12)
-    compile: Literal["auto", "off", "on"] = "auto"
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "reduce-overhead"
-    keep_checkpoints: int = Field(2, ge=1)
-    eval_batch_size: int = Field(512, gt=0)
-    base_loss: Literal["ce", "mixed", "ce+mixed"] = "ce"
-    base_options: dict[str, float] = Field(default_factory=dict)
+    compile: RunOption[Literal["auto", "off", "on"]] = "auto"
+    compile_mode: RunOption[Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"]] = "reduce-overhead"
+    keep_checkpoints: RunOption[int] = Field(2, ge=1)
+    eval_batch_size: RunOption[int] = Field(512, gt=0)
+    base_loss: Model[Literal["ce", "mixed", "ce+mixed"]] = "ce"
+    base_options: Model[dict[str, float]] = Field(default_factory=dict)
     #: cross-entropy label smoothing ε (0: none); takes the reward for radius out of the Lorentz classifier
-    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+    label_smoothing: Model[float] = Field(0.0, ge=0.0, lt=1.0)
     #: data-parallel processes (torchrun's launcher, DDP; gloo on CPU, NCCL on GPUs); batch_size stays the global batch
-    nproc: int = Field(1, ge=1)
+    nproc: RunOption[int] = Field(1, ge=1)
     #: nodes of a multi-node training (the others run `bctflow train-node`), their c10d rendezvous host:port on this
     #: node, and the job folder every node reads ("": <home>/jobs)
-    nnodes: int = Field(1, ge=1)
-    rdzv_endpoint: str = ""
-    job_dir: str = ""
+    nnodes: RunOption[int] = Field(1, ge=1)
+    rdzv_endpoint: RunOption[str] = ""
+    job_dir: RunOption[str] = ""
 
     @field_validator("compile", mode="before")
     @classmethod
@@ -165,10 +171,10 @@ class TrainParams(_Strict):
 
 
 class AlignmentParams(_Strict):
-    method: str = "hbct"
-    weight: float = Field(0.3, ge=0.0, description="lambda: weight of the alignment terms (HBCT Eq. 13)")
+    method: AlignedModel[str] = "hbct"
+    weight: AlignedModel[float] = Field(0.3, ge=0.0, description="lambda: weight of the alignment terms (HBCT Eq. 13)")
     # per-method hyperparameters, validated by the method's own Params class
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    options: AlignedModel[dict[str, dict[str, Any]]] = Field(default_factory=dict)
 
 
 class GenerationSpec(_Strict):
@@ -185,11 +191,11 @@ class GenerationSpec(_Strict):
 
 
 class EvaluationParams(_Strict):
-    cmc_k: list[int] = Field(default_factory=lambda: [1, 5])
-    reference: bool = True
-    chunk_size: int = Field(1024, gt=0)
+    cmc_k: Output[list[int]] = Field(default_factory=lambda: [1, 5])
+    reference: AlignedOutput[bool] = True
+    chunk_size: Output[int] = Field(1024, gt=0)
     #: exact CMC / mAP@all up to this many gallery items; above, top-k metrics from the FAISS index
-    exact_max_items: int = Field(50_000, gt=0)
+    exact_max_items: Output[int] = Field(50_000, gt=0)
 
     @field_validator("cmc_k")
     @classmethod
@@ -201,58 +207,80 @@ class EvaluationParams(_Strict):
         return sorted(set(v))
 
 
-class BackfillParams(_Strict):
-    """The backfill rules (docs/design.md §7), read by name; null disables a rule. Also the backfill operations."""
+class BackfillRules(_Strict):
+    """The backfill decision's rules (docs/design.md §7.4): each field but ``metric`` (what the rules compare on) is
+    one rule's setting, read by the rule flows/backfill_rules.py registers under its name; null disables a rule."""
 
-    metric: Literal["map", "cmc@1", "cmc@5"] = "map"
-    require_compatibility: bool = True
-    p_com_floor: float | None = None
-    zeta_ceiling: float | None = 3.0
-    max_generations_since_backfill: int | None = None
-    clip_fraction_max: float | None = Field(0.95, ge=0.0, le=1.0)
-    # --- operations (docs/design.md §7 "A backfill"): bctflow backfill
-    restart_zeta: bool = True  # a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
-    chunk_size: int = Field(256, gt=0)  # items per persisted chunk of every gallery embedding (resume granularity)
-    retain_versions: int = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
-    throttle_seconds: float = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
-    order: Literal["uncertainty", "random", "oldest"] = "uncertainty"  # partial backfill: what first
+    metric: AlignedOutput[Literal["map", "cmc@1", "cmc@5"]] = "map"
+    require_compatibility: AlignedOutput[bool] = True
+    p_com_floor: AlignedOutput[float | None] = None
+    zeta_ceiling: AlignedOutput[float | None] = 3.0
+    max_generations_since_backfill: AlignedOutput[int | None] = None
+    clip_fraction_max: AlignedOutput[float | None] = Field(0.95, ge=0.0, le=1.0)
+
+
+class BackfillParams(_Strict):
+    """The decision rules (``rules``) and how a backfill runs (docs/design.md §7 "A backfill": bctflow backfill)."""
+
+    rules: BackfillRules = BackfillRules()
+    #: a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
+    restart_zeta: RunOption[bool] = True
+    #: items per persisted chunk of every gallery embedding (resume granularity)
+    chunk_size: RunOption[int] = Field(256, gt=0)
+    retain_versions: RunOption[int] = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
+    throttle_seconds: RunOption[float] = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
+    order: RunOption[Literal["uncertainty", "random", "oldest"]] = "uncertainty"  # partial backfill: what first
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_moved(cls, data: Any) -> Any:
+        """A rule written directly under ``backfill:`` (before the rules had their own section): say where it went."""
+        moved = [k for k in data if k in BackfillRules.model_fields] if isinstance(data, dict) else []
+        if moved:
+            raise ValueError(
+                f"{', '.join(moved)} moved to {', '.join(f'backfill.rules.{k}' for k in moved)}; write "
+                f"{'them' if len(moved) > 1 else 'it'} under `rules:` in `backfill:` "
+                f"(--set backfill.rules.{moved[0]}=…)"
+            )
+        return data
 
 
 class TrackingParams(_Strict):
-    mlflow_uri: str | None = None  # default: the workspace's own MLflow store
-    experiment: str = "bctflow"
-    registered_model: str = "bctflow-embedder"
+    mlflow_uri: RunOption[str | None] = None  # default: the workspace's own MLflow store
+    experiment: Output[str] = "bctflow"
+    registered_model: Output[str] = "bctflow-embedder"
 
 
 class LineageParams(_Strict):
-    db_url: str | None = None  # any SQLAlchemy URL; default: the workspace's own database
+    db_url: RunOption[str | None] = None  # any SQLAlchemy URL; default: the workspace's own database
 
 
 class ScheduleParams(_Strict):
     """Nightly retraining: the schedule's one home (prefect.yaml is generated from it, flows/deployment.py)."""
 
-    cron: str = "0 2 * * *"
-    timezone: str = "UTC"
+    cron: RunOption[str] = "0 2 * * *"
+    timezone: RunOption[str] = "UTC"
 
 
 class IndexParams(_Strict):
     """The FAISS index of every gallery (docs/design.md §8): exact ``flat``, or ``ivf`` / ``hnsw`` / ``ivfpq``."""
 
-    type: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
-    nlist: int | None = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
-    nprobe: int = Field(16, gt=0)  # ivf / ivfpq lists visited per query
-    hnsw_m: int = Field(32, gt=1)  # hnsw graph degree
-    ef_construction: int = Field(80, gt=0)
-    ef_search: int = Field(96, gt=0)
-    pq_m: int | None = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
-    pq_nbits: int = Field(8, gt=0, le=16)
-    train_size: int = Field(100_000, gt=0)  # training sample of ivf / ivfpq
-    recall_queries: int = Field(1000, gt=0)  # held-out sample on which the build measures recall@10 against exact
-    shards: int = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes
+    type: Output[Literal["flat", "ivf", "hnsw", "ivfpq"]] = "flat"
+    nlist: Output[int | None] = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
+    nprobe: Output[int] = Field(16, gt=0)  # ivf / ivfpq lists visited per query
+    hnsw_m: Output[int] = Field(32, gt=1)  # hnsw graph degree
+    ef_construction: Output[int] = Field(80, gt=0)
+    ef_search: Output[int] = Field(96, gt=0)
+    pq_m: Output[int | None] = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
+    pq_nbits: Output[int] = Field(8, gt=0, le=16)
+    train_size: Output[int] = Field(100_000, gt=0)  # training sample of ivf / ivfpq
+    #: held-out sample on which the build measures recall@10 against exact search
+    recall_queries: Output[int] = Field(1000, gt=0)
+    shards: Output[int] = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes
     #: ivf / hnsw: the build picks the cheapest nprobe / ef_search reaching this recall@10 (null: fixed values)
-    target_recall: float | None = Field(0.95, gt=0.0, le=1.0)
+    target_recall: Output[float | None] = Field(0.95, gt=0.0, le=1.0)
     #: publishing a live index (generation 0, a backfill) whose measured recall@10 is below this fails (null: any)
-    min_recall: float | None = Field(None, gt=0.0, le=1.0)
+    min_recall: Output[float | None] = Field(None, gt=0.0, le=1.0)
 
 
 class GalleryParams(_Strict):
@@ -263,11 +291,11 @@ class GalleryParams(_Strict):
     backfill embed it in resumable chunks of ``backfill.chunk_size`` items.
     """
 
-    source: Literal["eval_split", "webdataset", "manifest", "folder"] = "eval_split"
-    path: str | None = None  # shards folder / manifest file / image folder (relative to the working directory)
-    workers: int = Field(2, ge=0)  # DataLoader worker processes decoding the corpus
+    source: Output[Literal["eval_split", "webdataset", "manifest", "folder"]] = "eval_split"
+    path: Output[str | None] = None  # shards folder / manifest file / image folder (relative to the working directory)
+    workers: Output[int] = Field(2, ge=0)  # DataLoader worker processes decoding the corpus
     #: retrieval metrics of a labelled corpus larger than evaluation.exact_max_items: top-k on this many sampled queries
-    metric_queries: int = Field(10_000, gt=0)
+    metric_queries: Output[int] = Field(10_000, gt=0)
 
     @model_validator(mode="after")
     def _path_given(self) -> GalleryParams:
@@ -358,26 +386,8 @@ def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Pa
     return params_from_dict(raw, "overrides")
 
 
-#: the sections that shape a trained model; a change in any of them is a reason to retrain
-MODEL_SHAPING = ("data", "model", "geometry", "train", "alignment")
-#: entries inside those sections that do not change what is trained
-NOT_SHAPING = {
-    ("data", "root"),
-    ("data", "download"),
-    ("train", "device"),
-    ("train", "compile"),  # the same model up to float rounding (docs/design.md §7.12)
-    ("train", "compile_mode"),
-    ("train", "nproc"),  # the same model up to float rounding (docs/design.md §7.13)
-    ("train", "nnodes"),
-    ("train", "rdzv_endpoint"),
-    ("train", "job_dir"),
-    ("train", "keep_checkpoints"),
-    ("train", "eval_batch_size"),
-}
-
-
 def params_digest(params: Params) -> str:
-    """A stable sha256 of the parameters that shape a model (nightly change detection, run keys)."""
-    raw = params.as_dict()
-    shaped = {sec: {k: v for k, v in raw[sec].items() if (sec, k) not in NOT_SHAPING} for sec in MODEL_SHAPING}
-    return hashlib.sha256(json.dumps(shaped, sort_keys=True).encode()).hexdigest()
+    """A stable sha256 of the parameters that shape a trained model (tagged ``model``, flows/param_tags.py): nightly
+    change detection, run keys."""
+    keys = [k for name, section in sections(Params).items() for k in select(section, name, lambda t: t.model)]
+    return hashlib.sha256(json.dumps(pick(params.as_dict(), keys), sort_keys=True).encode()).hexdigest()

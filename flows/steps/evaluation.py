@@ -186,7 +186,7 @@ def evaluate(
         derived = DerivedMetrics.measure(
             new_self=r.self_m, cross=cross, old_self=r.live_self, ref_self=r.reference["self"] if r.reference else None
         )
-    metric = plan.params.backfill.metric
+    metric = plan.params.backfill.rules.metric
     compatible = parent is None or (
         cross is not None and r.live_self is not None and is_compatible(cross[metric], r.live_self[metric])
     )
@@ -296,4 +296,4 @@ def _decide(
         generations_since_backfill=plan.generations_since_backfill,
         incompatibility=skipped.get(plan.parent.id),
     )
-    return decide_backfill(ev, plan.params.backfill)
+    return decide_backfill(ev, plan.params.backfill.rules)

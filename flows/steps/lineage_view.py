@@ -62,7 +62,7 @@ def lineage_steps(
 
 def draw_lineage(plan: GenerationPlan, ev: Evaluation, promoted: bool) -> Path:
     """The lineage with this generation (dashed: registered, not yet committed) at its end; the PNG's path."""
-    metric = plan.params.backfill.metric
+    metric = plan.params.backfill.rules.metric
     store = plan.workspace.lineage(plan.params, readonly=True)
     try:
         steps, production, live = lineage_steps(store, metric)

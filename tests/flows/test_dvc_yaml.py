@@ -49,7 +49,7 @@ def test_generation_0_depends_on_neither_the_alignment_nor_the_growth_of_zeta_no
     assert "geometry.zeta0" in g0 and "geometry.delta_zeta" not in g0 and "geometry" not in g0
     assert "evaluation.reference" not in g0 and "evaluation.cmc_k" in g0
     # g1 names its method in its entry: λ and that method's options shape it, not alignment.method
-    assert {"alignment.weight", "alignment.options.hbct", "geometry", "evaluation", "backfill.zeta_ceiling"} <= set(g1)
+    assert {"alignment.weight", "alignment.options.hbct", "geometry", "evaluation", "backfill.rules"} <= set(g1)
     assert "alignment.method" not in g1
     for keys, own in ((g0, "generations.0"), (g1, "generations.1")):
         assert keys[-1] == own and "generations" not in keys

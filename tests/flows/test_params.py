@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.errors import ConfigError
 from components.losses import choose_alignment
@@ -28,10 +29,33 @@ def test_params_yaml_spells_out_the_schema_defaults_except_the_demo_choices():
     )
 
 
+def test_params_yaml_spells_out_every_key_of_the_schema():
+    """DVC tracks parameters by their keys in params.yaml, so a new field (a new backfill rule too) gets its line."""
+    written = flatten_overrides(yaml.safe_load((REPO / "params.yaml").read_text()))
+    assert set(written) == set(flatten_overrides(Params().as_dict()))
+
+
+def test_a_backfill_rule_directly_under_backfill_is_refused_naming_its_new_key(tmp_path: Path):
+    path = tmp_path / "params.yaml"
+    path.write_text("backfill:\n  clip_fraction_max: 0.9\n  chunk_size: 128\n")
+    with pytest.raises(ConfigError) as err:
+        load_params(path)
+    assert str(err.value) == (
+        f"invalid parameters in {path}: backfill: clip_fraction_max moved to backfill.rules.clip_fraction_max; write "
+        "it under `rules:` in `backfill:` (--set backfill.rules.clip_fraction_max=…)"
+    )
+    with pytest.raises(ConfigError, match=r"overrides: backfill: metric moved to backfill\.rules\.metric; write it"):
+        load_params(REPO / "params.yaml", ["backfill.metric=cmc@1"])
+    # the rules under backfill.rules, how a backfill runs directly under backfill:
+    p = load_params(REPO / "params.yaml", ["backfill.rules.clip_fraction_max=0.9", "backfill.chunk_size=128"])
+    assert (p.backfill.rules.clip_fraction_max, p.backfill.chunk_size) == (0.9, 128)
+
+
 def test_overrides_apply_before_the_one_validation(tmp_path: Path):
     path = tmp_path / "params.yaml"
     path.write_text("train:\n  epochs: 0\n")  # invalid on its own ...
-    assert load_params(path, ["train.epochs=3", "backfill.p_com_floor=0.2"]).train.epochs == 3  # ... fixed by --set
+    fixed = load_params(path, ["train.epochs=3", "backfill.rules.p_com_floor=0.2"])  # ... fixed by --set
+    assert (fixed.train.epochs, fixed.backfill.rules.p_com_floor) == (3, 0.2)
     with pytest.raises(
         ConfigError, match=r"invalid parameters in .*params.yaml: train.epochs: Input should be greater than 0"
     ):

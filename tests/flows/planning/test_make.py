@@ -203,9 +203,9 @@ def test_generation_zero_trains_base_only_and_says_so(tiny_params_file: Path, tm
 
 def test_overrides_parse_yaml_values(tiny_params_file: Path):
     p = apply_overrides(
-        load_params(tiny_params_file), ["train.epochs=7", "model.geometry=euclidean", "backfill.p_com_floor=null"]
+        load_params(tiny_params_file), ["train.epochs=7", "model.geometry=euclidean", "backfill.rules.p_com_floor=null"]
     )
-    assert (p.train.epochs, p.model.geometry, p.backfill.p_com_floor) == (7, "euclidean", None)
+    assert (p.train.epochs, p.model.geometry, p.backfill.rules.p_com_floor) == (7, "euclidean", None)
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         apply_overrides(p, ["train.epochs"])
     assert dataclasses.is_dataclass(Workspace(Path("x")))

@@ -1,5 +1,6 @@
 """The commit step (flows/steps/commit.py): the live gallery and the promotion gate read the measured
-compatibility fact, with ``backfill.require_compatibility: false`` as well; a failed commit undoes every side effect."""
+compatibility fact, with ``backfill.rules.require_compatibility: false`` as well; a failed commit undoes every side
+effect."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _stage(plan: GenerationPlan) -> tuple[Trained, Gallery]:
 
 def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> GenerationPlan:
     """Plan, snapshot, stage, register and commit a generation whose evaluation measured ``compatible``."""
-    params = write_params(params_file, ["backfill.require_compatibility=false"])
+    params = write_params(params_file, ["backfill.rules.require_compatibility=false"])
     plan = make_plan(params, home, GenerationSpec(name=name, alignment="hbct", reference=False))
     snap = snapshot_data(plan)
     trained, gallery = _stage(plan)

@@ -1,7 +1,7 @@
 """The evaluation step (flows/steps/evaluation.py) on synthetic galleries with known geometry.
 
 Compatibility with the live gallery is a measured fact whatever rules are enabled: every combination of
-``backfill.require_compatibility`` on/off and a compatible/incompatible new generation.
+``backfill.rules.require_compatibility`` on/off and a compatible/incompatible new generation.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
 def test_compatibility_is_measured_whatever_the_rules(tmp_path: Path, require: bool, compatible: bool):
     live, new = _galleries(compatible)
     live.save(tmp_path / "live" / "gallery.npz")
-    params = apply_overrides(Params(), {"model.geometry": "euclidean", "backfill.require_compatibility": require})
+    params = apply_overrides(Params(), {"model.geometry": "euclidean", "backfill.rules.require_compatibility": require})
     plan = _plan(tmp_path, params, tmp_path / "live" / "gallery.npz")
     new.save(plan.staging_dir / "gallery.npz")
     trained = Trained("model", "unused.pt", [{"epoch": 1.0, "loss": 1.0}], 1.0, "cpu", None, 1.0, DIM, DIM)

@@ -176,7 +176,7 @@ def run(
 
     h = resolve_home(home)
     launch = {"train.nproc": nproc, "train.nnodes": nnodes, "train.rdzv_endpoint": rdzv_endpoint}
-    p = parse_params(params, [*(set_ or []), *(f"{k}={v}" for k, v in launch.items() if v is not None)])
+    p = parse_params(params, set_, launch)
     try:
         base = p.generation(generation).model_dump() if generation else {}
         explicit = {

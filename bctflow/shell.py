@@ -97,10 +97,12 @@ def fail(err: Exception) -> None:
     raise typer.Exit(2)
 
 
-def parse_params(path: Path, overrides: list[str] | None) -> Params:
+def parse_params(path: Path, overrides: list[str] | None, values: dict[str, Any] | None = None) -> Params:
+    """params.yaml with ``--set`` overrides and the command's typed options (``values`` by dotted key; None: not
+    given), parsed once; bad input fails with one line."""
     announce_params(path)
     try:
-        return load_params(path, overrides)
+        return load_params(path, overrides, {k: v for k, v in (values or {}).items() if v is not None})
     except BctflowError as err:
         fail(err)
         raise  # unreachable: _fail exits

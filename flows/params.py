@@ -359,8 +359,11 @@ def params_from_dict(raw: dict[str, Any] | None, source: str = "params") -> Para
         raise ConfigError(format_validation_error(err, source)) from None
 
 
-def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | None = None) -> Params:
-    """Read params.yaml, apply ``KEY=VALUE`` overrides and validate, once (ConfigError on any problem)."""
+def load_params(
+    path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | None = None, values: dict[str, Any] | None = None
+) -> Params:
+    """Read params.yaml, apply ``KEY=VALUE`` overrides, then typed ``values`` by dotted key (a command's typed
+    options), and validate, once (ConfigError on any problem)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(
@@ -376,7 +379,9 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH, overrides: list[str] | N
     raw = raw or {}
     if overrides:
         set_dotted(raw, parse_overrides(overrides))
-    return params_from_dict(raw, str(p) + (" with --set overrides" if overrides else ""))
+    if values:
+        set_dotted(raw, list(values.items()))
+    return params_from_dict(raw, str(p) + (" with --set overrides" if overrides or values else ""))
 
 
 def apply_overrides(params: Params, overrides: list[str] | dict[str, Any]) -> Params:

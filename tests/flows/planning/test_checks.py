@@ -14,9 +14,8 @@ from torch import nn
 from components.errors import CheckpointMismatchError, ConfigError, DataError, LineageError
 from components.training.device import cuda_available
 from flows.params import GenerationSpec, load_params
-from flows.planning import make_plan
+from flows.planning import checks, make_plan
 from flows.planning.checks import DiskEstimate, disk_estimate
-from flows.steps import checks
 
 
 def _plan(params_file: Path, home: Path, overrides: list[str] = (), **spec):

@@ -57,13 +57,17 @@ def test_a_log_line_prints_above_the_bar_not_over_it(root_handlers):
     assert screen[-1].startswith("g1 model: training") and "2/4" in screen[-1]  # the bar, drawn again below
 
 
-def test_without_the_shared_console_the_line_lands_on_the_bar(root_handlers):
-    """What the RichHandler prevents: a handler writing to the stream itself continues the bar's line."""
+def test_a_bar_of_unknown_length_takes_its_total_later_and_nothing_to_do_draws_none():
     console, out = _terminal()
-    root_handlers.addHandler(logging.StreamHandler(out))
-    _log_during_a_bar(console)
-    (line,) = [s for s in _screen(out.getvalue()) if "a log line while the bar is drawn" in s]
-    assert line.startswith("g1 model: training")
+    with progress_bar("backfill chunks", None, enabled=True, console=console) as bar:
+        bar.update(3, 5)  # the total, once known
+    last = _screen(out.getvalue())[-1]
+    assert last.startswith("backfill chunks") and "3/5" in last
+    console, out = _terminal()
+    with progress_bar("nothing to embed", 0, enabled=True, console=console) as bar:
+        bar(1)
+        bar.update(1, 1)
+    assert out.getvalue() == ""
 
 
 def test_prefects_console_handler_is_replaced_once(root_handlers):

@@ -18,17 +18,24 @@ from components.errors import DataError
 from tests.components.data.sources.source_files import images, save_png
 
 
-def test_every_kind_opens(tmp_path):
+def test_every_kind_opens_what_was_written_there(tmp_path, monkeypatch):
     imgs = images(3)
     paths = [save_png(tmp_path / "flat" / f"{k}.png", imgs[k]) for k in range(3)]
     write_manifest(tmp_path / "m.csv", [str(p) for p in paths], labels=[0, 1, 0])
-    write_webdataset(tmp_path / "wds", [(imgs, np.zeros(3, np.int64), np.arange(3))])
+    written = write_webdataset(tmp_path / "wds", [(imgs, np.zeros(3, np.int64), np.arange(3))])
+    write_webdataset(tmp_path / "other", [(imgs, np.array([0, 1, 1]), np.arange(3))])
     assert set(SOURCE_KINDS) == {"webdataset", "manifest", "folder"}
-    assert isinstance(open_source("folder", tmp_path / "flat"), ImageFolderSource)
+    f = open_source("folder", tmp_path / "flat")
+    assert isinstance(f, ImageFolderSource) and len(f) == 3 and not f.labelled  # images directly in the folder
     m = open_source("manifest", str(tmp_path / "m.csv"), name="mine", channels=3)
-    assert isinstance(m, ManifestSource) and m.name == "mine" and m.channels == 3
-    w = open_source("webdataset", tmp_path / "wds")
-    assert isinstance(w, WebDatasetSource) and len(w) == 3 and w.fingerprint() == w.fingerprint()
+    assert isinstance(m, ManifestSource) and m.name == "mine" and m.channels == 3  # the options reach the source
+    assert m.labels.tolist() == [0, 1, 0]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    w = open_source("webdataset", "~/wds")  # a path from the user's home
+    assert isinstance(w, WebDatasetSource) and w.path == tmp_path / "wds"
+    assert w.ids.tolist() == [0, 1, 2] and w.labels.tolist() == [0, 0, 0]
+    # the content the writer fingerprinted, and not another corpus's
+    assert w.fingerprint() == written.fingerprint() != open_source("webdataset", tmp_path / "other").fingerprint()
 
 
 def test_wrong_kind_path_or_option(tmp_path):

@@ -63,10 +63,6 @@ class EmbeddingModel(nn.Module):
         )
 
     @property
-    def geometry(self) -> str:
-        return self.spec.geometry
-
-    @property
     def curvature(self) -> Tensor:
         """K as a 0-d tensor: a Lorentz head holds it (learnable with learn_curvature); else the spec's."""
         if self.spec.geometry == "lorentz":

@@ -193,12 +193,13 @@ SPREAD_DIAG = ("clip_fraction_new", "uncertainty_std_new", "epsilon", "in_cone_f
 
 
 def _diagnostics_table(rows: list[Row]) -> list[str]:
-    """Report lines: the HBCT diagnostics of every row that has them (none if no row has)."""
+    """Report lines: the diagnostics of every row that has them (none if no row has), one column per name any row
+    has, in the order they first appear ("—" where a row lacks one: a method without HBCT's cones)."""
     diag = [r for r in rows if r.diagnostics]
     if not diag:
         return []
-    keys = list(diag[0].diagnostics)
-    body = [[r.name, str(r.seed), *(fmt(r.diagnostics[k], 3) for k in keys)] for r in diag]
+    keys = list(dict.fromkeys(k for r in diag for k in r.diagnostics))
+    body = [[r.name, str(r.seed), *(fmt(r.diagnostics.get(k), 3) for k in keys)] for r in diag]
     return _section("HBCT diagnostics (test gallery)", ["method", "seed", *keys], "---|---", body)
 
 
@@ -253,7 +254,8 @@ def _table_notes(res: TableResult, first: dict[str, Row]) -> list[str]:
     return ["", "## Notes", "", *notes, "", "Base models: " + base]
 
 
-#: HBCT health diagnostics of a Lorentz row (empty for Euclidean rows), as results.csv columns
+#: diagnostics as results.csv columns: a Lorentz row's radius ones, HBCT's cones (its AlignmentLoss.diagnostics; empty
+#: for other methods) — empty where a row has none (every Euclidean row)
 DIAGNOSTIC_COLUMNS = (
     "clip_fraction_new",
     "clip_fraction_old",

@@ -1,5 +1,6 @@
-"""A method's row of a benchmark table: self / cross / P_up / P_com (docs/design.md §6.3) and, for Lorentz models,
-the radius and cone diagnostics (§4.5), all on the test gallery."""
+"""A method's row of a benchmark table: self / cross / P_up / P_com (docs/design.md §6.3), the method's own
+diagnostics (``AlignmentLoss.diagnostics``, e.g. HBCT's cones) and, for Lorentz models, the radius diagnostics
+(§4.5), all on the test gallery."""
 
 from __future__ import annotations
 
@@ -11,15 +12,8 @@ from benchmarks.runner import Bench, BenchModel
 from components.data import DataManifest
 from components.errors import ConfigError
 from components.evaluation import DerivedMetrics
-from components.evaluation.diagnostics import (
-    clip_fraction,
-    entailment_angles,
-    in_cone_fraction,
-    uncertainty_seen_unseen,
-    uncertainty_std,
-)
-from components.losses import choose_alignment
-from components.losses.methods.hbct import trained_epsilon
+from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
+from components.losses import MethodDiagnostics, choose_alignment
 
 __all__ = ["Row", "radius_diagnostics", "simplex_row", "table_row"]
 
@@ -71,19 +65,14 @@ def table_row(
     old_self = bench.metrics(old, old)
     ref_self = bench.metrics(ref, ref)
     d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
-    diag: dict[str, float | None] = {}
+    own = MethodDiagnostics()
+    if space == "embedding" and new.test.incompatibility(old.test) is None:
+        # with the settings they were measured at (HBCT: the ε its cones trained with, chosen from data or configured)
+        own = choose_alignment(entry.method, entry.options).diagnostics(new.meta.get("choices", {}), old.test, new.test)
+    diag: dict[str, float | None] = {**own.settings, **own.measured}
     if entry.geometry == "lorentz" and space == "embedding":
-        # the ε the cones trained with: chosen from data (epsilon_rule view_angle) or the configured one
-        eps = trained_epsilon(entry.options, new.meta.get("choices", {}))
         seen = list(old.spec.class_order)
-        diag = {
-            **radius_diagnostics({"new": new, "old": old}),
-            "epsilon": eps,
-            "in_cone_fraction": in_cone_fraction(old.test.z, new.test.z, old.test.curvature, eps),
-        }
-        diag["entail_angle_deg"], diag["aperture_deg"] = entailment_angles(
-            old.test.z, new.test.z, old.test.curvature, eps
-        )
+        diag = {**radius_diagnostics({"new": new, "old": old}), **diag}
         diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
             old.test.z, old.test.labels, seen, old.test.curvature
         )

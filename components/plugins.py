@@ -2,7 +2,7 @@
 
 Every module of the package is imported on the first lookup, so adding a
 plugin is adding one file with ``@catalog.register("name")`` — nothing else
-changes. Used for alignment methods and datasets.
+changes. Used for alignment methods, datasets and embedding heads.
 """
 
 from __future__ import annotations

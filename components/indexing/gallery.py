@@ -6,8 +6,8 @@ hyperboloid the comparison happens — docs/design.md §2 "Numerics"), the unit 
 (Euclidean), and the classifier logits (PSP / LSP features, the Simplex
 paper; docs/design.md §5.8). :meth:`GalleryEmbeddings.vectors_against`
 puts a *query* model's vectors into an older gallery's space: the gallery's K
-for Lorentz, the compatible prefix for a BT² model, the old class count for
-PSP / LSP.
+for Lorentz, the compatible prefix for a model whose head has one (BT²), the old
+class count for PSP / LSP.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class GalleryEmbeddings:
     """z: (N, D) float32; emb: (N, D) unit vectors or (N, D+1) hyperboloid points, float32;
     ids, labels: (N,) int64; clipped: (N,) bool; logits: (N, C) float32;
     features: the retrieval view; compat_dim: width of the prefix compatible with the
-    parent's gallery (BT²), None when the whole vector is."""
+    parent's gallery (the head's ``ModelSpec.compat_prefix``, e.g. BT²), None when the whole vector is."""
 
     geometry: str
     curvature: float
@@ -110,7 +110,7 @@ class GalleryEmbeddings:
         if self.geometry != gallery.geometry:
             return f"geometry {self.geometry} vs {gallery.geometry}"
         own, other = self.z.shape[1], gallery.z.shape[1]
-        # a BT² model's compatible prefix covers its parent's width, and (nested) every ancestor's
+        # a compatible prefix (BT²) covers its parent's width, and (nested) every ancestor's
         if own != other and not (self.compat_dim is not None and other <= self.compat_dim):
             return f"dimension {own} vs {other}"
         return None
@@ -124,7 +124,7 @@ class GalleryEmbeddings:
             return simplex_features(self.logits, self.features, gallery.logits.shape[1])
         if self.geometry == "lorentz":
             return expmap0(torch.from_numpy(self.z).double(), gallery.curvature).numpy()
-        if self.z.shape[1] != gallery.z.shape[1]:  # BT²: compare the compatible prefix only
+        if self.z.shape[1] != gallery.z.shape[1]:  # a wider model with a compatible prefix: compare the prefix only
             return _unit(self.z[:, : gallery.z.shape[1]])
         return _unit(self.emb)
 
@@ -181,7 +181,7 @@ class GalleryEmbeddings:
     def from_embeddings(
         cls, emb: Embeddings, spec: ModelSpec, curvature: float, ids: np.ndarray, labels: np.ndarray
     ) -> GalleryEmbeddings:
-        """Build from embedded images and the model's spec (its geometry, features and BT² prefix)."""
+        """Build from embedded images and the model's spec (its geometry, features and compatible prefix)."""
         return cls(
             geometry=spec.geometry,
             curvature=float(curvature),
@@ -192,7 +192,5 @@ class GalleryEmbeddings:
             clipped=emb.clipped,
             logits=emb.logits,
             features=spec.features,
-            compat_dim=(spec.compat_dim if spec.compat_dim is not None else spec.embed_dim)
-            if spec.head == "bt2"
-            else None,
+            compat_dim=spec.compat_prefix,
         )

@@ -1,6 +1,6 @@
 """Alignment losses behind one catalog (one small module per method in ``methods/``)."""
 
-from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
+from components.losses.base import AlignmentContext, AlignmentLoss, EmbeddedGallery, LossOutput, MethodDiagnostics
 from components.losses.catalog import (
     AlignmentChoice,
     available_alignments,
@@ -14,7 +14,9 @@ __all__ = [
     "AlignmentChoice",
     "AlignmentContext",
     "AlignmentLoss",
+    "EmbeddedGallery",
     "LossOutput",
+    "MethodDiagnostics",
     "available_alignments",
     "choose_alignment",
     "create_alignment",

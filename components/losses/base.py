@@ -5,16 +5,19 @@ discriminator) registered by name. The training loop calls
 :meth:`AlignmentLoss.prepare` once with the frozen old model, then
 :meth:`AlignmentLoss.forward` every step with the new and old outputs of the
 same augmented batch, and adds ``weight * sum(terms)`` to the base loss
-(HBCT Eq. (13): L = L_base + λ·(L_entail + L_contrast)).
+(HBCT Eq. (13): L = L_base + λ·(L_entail + L_contrast)). After training, the evaluation and the benchmark rows ask
+:meth:`AlignmentLoss.diagnostics` for the method's own health numbers (e.g. HBCT's cones), so no generic code
+computes a method's quantities.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -22,7 +25,7 @@ from components.errors import ConfigError
 from components.models.encoder import EmbeddingModel, ModelOutput
 from components.models.spec import ModelSpec
 
-__all__ = ["AlignmentContext", "AlignmentLoss", "LossOutput", "NoOptions"]
+__all__ = ["AlignmentContext", "AlignmentLoss", "EmbeddedGallery", "LossOutput", "MethodDiagnostics", "NoOptions"]
 
 
 @dataclass
@@ -60,6 +63,34 @@ class LossOutput:
 @dataclass(frozen=True)
 class NoOptions:
     pass
+
+
+class EmbeddedGallery(Protocol):
+    """One model's embeddings of the gallery items, as a method's diagnostics read them (a
+    :class:`~components.indexing.gallery.GalleryEmbeddings` is one): ``z`` (N, D) float, the tangent vectors of a
+    Lorentz model (the raw embedding of a Euclidean one); ``curvature`` K; ``labels`` (N,) int64."""
+
+    @property
+    def z(self) -> np.ndarray: ...
+
+    @property
+    def curvature(self) -> float: ...
+
+    @property
+    def labels(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class MethodDiagnostics:
+    """A method's own health numbers of a trained model against its parent (docs/design.md §4.5).
+
+    measured: numbers measured on the gallery — the evaluation step records them as ``diag/<name>`` and the
+    benchmark rows as columns; settings: the method's values they were measured with (HBCT: the ε of its cones),
+    which the benchmark rows show beside them (a generation records them already among its hyperparameters: the
+    configured options and the ``choices``)."""
+
+    measured: dict[str, float | None] = field(default_factory=dict)
+    settings: dict[str, float] = field(default_factory=dict)
 
 
 class AlignmentLoss(nn.Module):
@@ -135,6 +166,17 @@ class AlignmentLoss(nn.Module):
     @classmethod
     def check_lineage(cls, options: Any, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
         """Refuse a class order or parent the method cannot work with."""
+
+    @classmethod
+    def diagnostics(
+        cls, options: Any, choices: Mapping[str, Any], old: EmbeddedGallery, new: EmbeddedGallery
+    ) -> MethodDiagnostics:
+        """The method's own health numbers of a trained model, measured after training (without building the loss).
+
+        ``old`` / ``new``: the parent's and the new model's embeddings of the same gallery items, row-aligned, the
+        new ones able to query the old ones (same geometry; same width, or a compatible prefix); ``choices``: what
+        :meth:`prepare` chose from data, as the training result records them. Default: none."""
+        return MethodDiagnostics()
 
     def prepare(self, ctx: AlignmentContext) -> None:
         """One-off setup with the frozen old model (class statistics, frozen heads...)."""

@@ -6,12 +6,12 @@ so a new method is one new file — the training loop does not change.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from components.errors import ConfigError
-from components.losses.base import AlignmentLoss
+from components.losses.base import AlignmentLoss, EmbeddedGallery, MethodDiagnostics
 from components.models.spec import ModelSpec
 from components.plugins import Catalog
 
@@ -82,6 +82,10 @@ class AlignmentChoice:
 
     def check_lineage(self, new_class_order: tuple[int, ...], parent: ModelSpec | None) -> None:
         self.method.check_lineage(self.options, new_class_order, parent)
+
+    def diagnostics(self, choices: Mapping[str, Any], old: EmbeddedGallery, new: EmbeddedGallery) -> MethodDiagnostics:
+        """The method's own health numbers of a model it trained (:meth:`AlignmentLoss.diagnostics`)."""
+        return self.method.diagnostics(self.options, choices, old, new)
 
     def build(self) -> AlignmentLoss:
         """The loss module (built once per training: it may own trainable parts)."""

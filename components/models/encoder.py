@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from components.models.backbone import create_backbone
 from components.models.classifiers import LinearClassifier, LorentzMLR
-from components.models.heads import BT2Head, EuclideanHead, LorentzHead
+from components.models.head_catalog import head_kind
 from components.models.spec import ModelSpec
 
 __all__ = ["EmbeddingModel", "ModelOutput", "build_model"]
@@ -53,43 +53,27 @@ class EmbeddingModel(nn.Module):
             pretrained_path=pretrained_path,
             kwargs=spec.backbone_kwargs,
         )
-        self.head: nn.Module
-        self.classifier: nn.Module
-        if spec.head == "bt2":
-            n = spec.compat_dim if spec.compat_dim is not None else spec.embed_dim
-            self.head = BT2Head(feat_dim, spec.embed_dim, n, spec.extra_dims, spec.bt2_scale)
-            self.classifier = LinearClassifier(
-                spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine"
-            )
-        elif spec.geometry == "lorentz":
-            assert spec.zeta is not None
-            self.head = LorentzHead(
-                feat_dim,
-                spec.embed_dim,
-                spec.zeta,
-                spec.curvature,
-                spec.learn_curvature,
-                spec.tangent_scale,
-                spec.radial,
-                spec.learn_scale,
-            )
-            self.classifier = LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
-        else:
-            self.head = EuclideanHead(feat_dim, spec.embed_dim, spec.bn_neck)
-            self.classifier = LinearClassifier(
-                spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine"
-            )
-
-    @property
-    def geometry(self) -> str:
-        return self.spec.geometry
+        # the head first, then the classifier (the order the parameters are initialised in); every head gives the
+        # classifier an embed_dim-wide input (+1 time coordinate for a Lorentz model)
+        self.head: nn.Module = head_kind(spec.head).build(spec, feat_dim)
+        self.classifier: nn.Module = (
+            LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
+            if spec.geometry == "lorentz"
+            else LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
+        )
 
     @property
     def curvature(self) -> Tensor:
-        """K as a 0-d tensor (learnable for Lorentz heads with learn_curvature)."""
-        if isinstance(self.head, LorentzHead):
+        """K as a 0-d tensor: a Lorentz head holds it (learnable with learn_curvature); else the spec's."""
+        if self.spec.geometry == "lorentz":
             return self.head.curvature
         return torch.tensor(self.spec.curvature)
+
+    @property
+    def classifies_embedding(self) -> bool:
+        """Whether the classifier reads the retrieval embedding (False for a head whose classifier reads another
+        part of it, e.g. BT²'s φ3)."""
+        return head_kind(self.spec.head).classifies_embedding
 
     def classify(self, emb: Tensor) -> Tensor:
         """Logits (B, C) of this model's classifier for embeddings (B, ·)."""

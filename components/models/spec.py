@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from components.models.head_catalog import head_kind
+
 __all__ = ["IDENTITY_FIELDS", "ModelSpec"]
 
 #: Fields that define what a checkpoint *is*; a mismatch on any of them means
@@ -59,9 +61,10 @@ class ModelSpec:
     bn_neck: bool
     norm_mean: tuple[float, ...]
     norm_std: tuple[float, ...]
-    #: "standard" or "bt2" (BT² basis-transformation head: embed_dim + extra_dims wide,
-    #: its first compat_dim dimensions are compatible with the parent's gallery)
-    head: Literal["standard", "bt2"] = "standard"
+    #: a head of the catalog (components/models/heads/): "standard" (the geometry's plain head) or "bt2" (BT²'s
+    #: basis transformation, embed_dim + extra_dims wide, its first compat_dim dimensions compatible with the
+    #: parent's gallery; the three fields below are its settings and stay 0 / None / 1.0 for other heads)
+    head: str = "standard"
     extra_dims: int = 0
     compat_dim: int | None = None
     bt2_scale: float = 1.0  # BT² Algorithm 1's constant C (weight of φ'_new's information)
@@ -86,22 +89,18 @@ class ModelSpec:
             raise ValueError(f"a Lorentz model needs a clip radius zeta > 0, got {self.zeta}")
         if self.curvature <= 0:
             raise ValueError(f"curvature K must be > 0, got {self.curvature}")
-        if self.head == "bt2":
-            if self.geometry != "euclidean":
-                raise ValueError("the BT² head is Euclidean; use geometry 'euclidean'")
-            n = self.compat_dim if self.compat_dim is not None else self.embed_dim
-            if not (0 <= self.extra_dims <= n and n - self.extra_dims <= self.embed_dim):
-                raise ValueError(
-                    f"BT² needs 0 <= extra_dims ({self.extra_dims}) <= compat_dim ({n}) "
-                    f"and compat_dim - extra_dims <= embed_dim ({self.embed_dim})"
-                )
-        elif self.extra_dims:
-            raise ValueError("extra_dims only applies to the BT² head")
+        head_kind(self.head).check(self)
 
     @property
     def output_dim(self) -> int:
-        """Width of the embedding z: d, or d + extra_dims for the BT² head."""
-        return self.embed_dim + self.extra_dims
+        """Width of the embedding z, as the head says: embed_dim, or embed_dim + extra_dims for the BT² head."""
+        return head_kind(self.head).output_dim(self)
+
+    @property
+    def compat_prefix(self) -> int | None:
+        """Width of the prefix of z compatible with the parent's gallery, as the head says (BT²: compat_dim); None
+        when the whole embedding is."""
+        return head_kind(self.head).compat_prefix(self)
 
     @property
     def stored_dim(self) -> int:

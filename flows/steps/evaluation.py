@@ -8,7 +8,9 @@
 * whether the new generation is compatible with the live gallery — a measured
   fact, whatever backfill rules are enabled (docs/design.md §7);
 * the compatibility matrix over all serving generations with AC / AA / ACA;
-* Lorentz health diagnostics (docs/design.md §4) and the backfill decision (docs/design.md §7).
+* health diagnostics (docs/design.md §4.5): the generic Lorentz ones, and the alignment method's own (its
+  ``AlignmentLoss.diagnostics``, e.g. HBCT's cones) against the live gallery;
+* the backfill decision (docs/design.md §7).
 """
 
 from __future__ import annotations
@@ -22,17 +24,12 @@ import numpy as np
 from components.data.selection import DataManifest
 from components.data.sources.split import SAMPLE_SIZE, SourceDataset
 from components.evaluation import COMPAT_METRICS, DerivedMetrics, compat_summary, gallery_metrics, is_compatible
-from components.evaluation.diagnostics import (
-    clip_fraction,
-    entailment_angles,
-    in_cone_fraction,
-    uncertainty_seen_unseen,
-)
+from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
-from components.losses.methods.hbct import trained_epsilon
+from components.losses import choose_alignment
 from components.models import load_model
 from components.models.encoder import EmbeddingModel
 from components.training import embed_split
@@ -193,7 +190,7 @@ def evaluate(
     diagnostics = (
         _lorentz_diagnostics(plan, snap, trained, new, live)
         if plan.geometry == "lorentz" and new.features == "embedding"
-        else {}
+        else _method_diagnostics(plan, trained, new, live)
     )
     ids = sorted(set(plan.serving_ids) | {plan.gen_id})
     compat = compat_records(plan, ids, {**r.against, plan.gen_id: r.self_m})
@@ -265,13 +262,21 @@ def _lorentz_diagnostics(
         parent_model = parent.model()
         d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
-        eps = trained_epsilon(plan.alignment_options, trained.choices)
-        d["in_cone_fraction"] = in_cone_fraction(live.z, new.z, live.curvature, eps)
-        d["entail_angle_deg"], d["aperture_deg"] = entailment_angles(live.z, new.z, live.curvature, eps)
+        d |= _method_diagnostics(plan, trained, new, live)
         d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(
             live.z, live.labels, list(parent.class_order), live.curvature
         )
     return d
+
+
+def _method_diagnostics(
+    plan: GenerationPlan, trained: Trained, new: GalleryEmbeddings, live: GalleryEmbeddings | None
+) -> dict[str, float | None]:
+    """The alignment method's own health numbers against the live gallery (``AlignmentLoss.diagnostics``, e.g.
+    HBCT's cones; empty for a method without any), measured where the new gallery can query the live one."""
+    if live is None or plan.parent is None or new.incompatibility(live) is not None:
+        return {}
+    return choose_alignment(plan.alignment, plan.alignment_options).diagnostics(trained.choices, live, new).measured
 
 
 def _decide(

@@ -81,9 +81,11 @@ class BCT(AlignmentLoss):
         unseen = torch.nonzero(label_map < 0).flatten()
         lorentz = isinstance(clf, LorentzMLR)
         self._scale = old.spec.classifier_scale
-        # prototype rows (BT² parents) are compared by cosine, like a cosine classifier's
-        self._cosine = old.spec.head == "bt2" or (isinstance(clf, LinearClassifier) and clf.cosine)
-        if old.spec.head == "bt2":  # its classifier reads φ3, not the embedding: use prototypes of the embedding
+        # prototype rows (a parent whose classifier reads another part of its head, e.g. BT²'s φ3) are compared by
+        # cosine, like a cosine classifier's
+        prototypes = not old.classifies_embedding
+        self._cosine = prototypes or (isinstance(clf, LinearClassifier) and clf.cosine)
+        if prototypes:  # its classifier cannot score embeddings: use prototypes of the embedding
             seen = torch.nonzero(label_map >= 0).flatten()
             n_old = old.spec.num_classes
             weight = torch.zeros(n_old, old.spec.output_dim, device=ctx.device)

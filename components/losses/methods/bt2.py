@@ -1,6 +1,6 @@
 """``bt2``: BT² (Zhou et al., ICCV 2023), docs/design.md §5.7.
 
-The new model gets the BT² head (:class:`components.models.heads.BT2Head`):
+The new model gets the BT² head (:class:`components.models.heads.bt2.BT2Head`):
 embed_dim + extra_dims wide, built with orthonormal basis transformations, whose
 first compat_dim dimensions (φ5) are compared with the old gallery. Losses:
 

@@ -26,6 +26,10 @@ training, :meth:`HBCT.prepare` reads ε off the parent (the P_``epsilon_percenti
 parent's own view-to-view disagreement, never below ``epsilon``) and trains with it; the value and the reason are in
 ``choices``, which the lineage and the benchmark rows record.
 
+Diagnostics (docs/design.md §4.5, :meth:`HBCT.diagnostics`): after training, the cones on the gallery at the ε the
+model trained with — ``in_cone_fraction`` (share of items whose new embedding lies in its old one's cone, Eq. (11)),
+``entail_angle_deg`` / ``aperture_deg`` (median ext(h_o, h_n) and aper(h_o) in degrees), in float64.
+
 All terms are computed in float32 whatever the autocast dtype.
 """
 
@@ -36,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -49,13 +54,22 @@ from components.geometry import (
     pairwise_lorentz_inner,
     uncertainty,
 )
-from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
+from components.losses.base import AlignmentContext, AlignmentLoss, EmbeddedGallery, LossOutput, MethodDiagnostics
 from components.losses.catalog import register_alignment
 from components.losses.cone_epsilon import SAMPLE as CONE_SAMPLE
 from components.losses.cone_epsilon import view_epsilon
 from components.models.encoder import ModelOutput
 
-__all__ = ["HBCT", "HBCTOptions", "entailment_loss", "info_nce", "pairwise_distance", "rince", "trained_epsilon"]
+__all__ = [
+    "HBCT",
+    "HBCTOptions",
+    "entailment_loss",
+    "gallery_cones",
+    "info_nce",
+    "pairwise_distance",
+    "rince",
+    "trained_epsilon",
+]
 
 Distance = Literal["geodesic", "squared_lorentz", "inner"]
 
@@ -130,10 +144,10 @@ def info_nce(s: Tensor, neg_mask: Tensor | None = None) -> Tensor:
     return -pos + torch.logsumexp(s, dim=1)
 
 
-def trained_epsilon(options: Mapping[str, Any], choices: Mapping[str, Any]) -> float:
+def trained_epsilon(options: HBCTOptions, choices: Mapping[str, Any]) -> float:
     """The ε an HBCT model's cones trained with: the one ``prepare`` chose from data (``choices``, as a training
-    result records them), else the configured ``options["epsilon"]``, else the option's default."""
-    return float(choices.get("epsilon", options.get("epsilon", HBCTOptions.epsilon)))
+    result records them), else the configured ``options.epsilon``."""
+    return float(choices.get("epsilon", options.epsilon))
 
 
 def entailment_loss(h_o: Tensor, h_n: Tensor, k: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -141,6 +155,14 @@ def entailment_loss(h_o: Tensor, h_n: Tensor, k: Tensor, epsilon: float) -> tupl
     ext = exterior_angle(h_o, h_n, k)
     aper = half_aperture(h_o, k, epsilon)
     return torch.relu(ext - aper), ext <= aper
+
+
+def gallery_cones(z_old: np.ndarray, z_new: np.ndarray, curvature: float, epsilon: float) -> tuple[Tensor, Tensor]:
+    """(ext(h_o, h_n), aper(h_o)) per item, (N,) float64 radians (HBCT Eq. (11)). z_old, z_new: (N, d) tangent
+    vectors of the same items, row-aligned, lifted onto the hyperboloid of curvature K = ``curvature``."""
+    h_o = expmap0(torch.from_numpy(np.asarray(z_old)).double(), curvature)
+    h_n = expmap0(torch.from_numpy(np.asarray(z_new)).double(), curvature)
+    return exterior_angle(h_o, h_n, curvature), half_aperture(h_o, curvature, epsilon)
 
 
 @register_alignment("hbct")
@@ -155,7 +177,22 @@ class HBCT(AlignmentLoss):
     @property
     def epsilon(self) -> float:
         """The ε the cones use: the one :meth:`prepare` chose from data, else the configured one."""
-        return trained_epsilon({"epsilon": self.options.epsilon}, self.choices)
+        return trained_epsilon(self.options, self.choices)
+
+    @classmethod
+    def diagnostics(
+        cls, options: HBCTOptions, choices: Mapping[str, Any], old: EmbeddedGallery, new: EmbeddedGallery
+    ) -> MethodDiagnostics:
+        """The cones on the gallery (HBCT Eq. (11)) at the ε the model trained with, on the parent's hyperboloid:
+        the in-cone fraction, the median exterior angle and the median half-aperture in degrees."""
+        eps = trained_epsilon(options, choices)
+        ext, aper = gallery_cones(old.z, new.z, old.curvature, eps)
+        measured: dict[str, float | None] = {
+            "in_cone_fraction": float((ext <= aper).double().mean()),
+            "entail_angle_deg": float(torch.rad2deg(ext).median()),
+            "aperture_deg": float(torch.rad2deg(aper).median()),
+        }
+        return MethodDiagnostics(measured, {"epsilon": eps})
 
     def prepare(self, ctx: AlignmentContext) -> None:
         # The alignment happens on the old gallery's hyperboloid (the space cross retrieval uses).

@@ -1,4 +1,5 @@
-"""HBCT health diagnostics (components/evaluation/diagnostics.py): the cone they measure, against closed forms."""
+"""Generic health diagnostics of Lorentz generations (components/evaluation/diagnostics.py), against closed forms:
+u = 1 − tanh(√K‖z‖) (HBCT Eq. (10))."""
 
 from __future__ import annotations
 
@@ -7,32 +8,29 @@ import math
 import numpy as np
 import pytest
 
-from components.evaluation.diagnostics import entailment_angles, in_cone_fraction
+from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
 
 
-def _rays(n: int, d: int, seed: int = 0) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=(n, d))
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+def test_clip_fraction_is_the_share_on_the_bound():
+    assert clip_fraction(np.array([True, False, False, True])) == 0.5
+    assert math.isnan(clip_fraction(np.zeros(0, bool)))
 
 
-def test_a_new_point_further_out_on_the_same_ray_is_in_the_cone_at_angle_zero():
-    u = _rays(50, 8)
-    old, new = 1.5 * u, 2.5 * u  # the geodesic from the origin through h_o, continued
-    ext, aper = entailment_angles(old, new, 1.0, epsilon=0.1)
-    assert ext == pytest.approx(0.0, abs=1e-3)
-    # aper = asin(2ε / ‖h_o,s‖) with ‖h_o,s‖ = sinh(√K r)/√K (HBCT Eq. (11)), the same for every item here
-    assert aper == pytest.approx(math.degrees(math.asin(0.2 / math.sinh(1.5))), rel=1e-9)
-    assert in_cone_fraction(old, new, 1.0, 0.1) == 1.0
+def test_uncertainty_by_seen_and_unseen_classes():
+    z = np.zeros((4, 3))
+    z[:, 0] = [0.5, 1.0, 2.0, 0.0]  # radii
+    labels = np.array([0, 0, 1, 2])
+    seen, unseen = uncertainty_seen_unseen(z, labels, [0], curvature=4.0)
+    u = lambda r: 1.0 - math.tanh(2.0 * r)  # √K = 2
+    assert seen == pytest.approx((u(0.5) + u(1.0)) / 2) and unseen == pytest.approx((u(2.0) + u(0.0)) / 2)
+    assert uncertainty_seen_unseen(z, labels, [0, 1, 2], curvature=4.0)[1] is None  # no unseen item
 
 
-def test_a_new_point_turned_away_from_its_old_one_lies_outside_a_narrow_cone():
-    u = _rays(50, 8)
-    w = _rays(50, 8, seed=1)
-    w = w - (w * u).sum(1, keepdims=True) * u  # orthogonal to u
-    w /= np.linalg.norm(w, axis=1, keepdims=True)
-    old, new = 1.5 * u, 1.5 * w
-    ext, aper = entailment_angles(old, new, 1.0, epsilon=0.1)
-    assert ext > 45.0 and aper < 10.0  # far outside: the constant pull the review measured
-    assert in_cone_fraction(old, new, 1.0, 0.1) == 0.0
-    wider = entailment_angles(old, new, 1.0, epsilon=0.5)[1]
-    assert wider > aper  # a larger ε opens the cone
+def test_uncertainty_spread_is_zero_when_every_radius_is_the_same():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(30, 5))
+    on_sphere = 1.2 * v / np.linalg.norm(v, axis=1, keepdims=True)
+    assert uncertainty_std(on_sphere, 1.0) == pytest.approx(0.0, abs=1e-12)
+    radii = np.array([0.2, 1.0])
+    z = np.stack([[r, 0.0] for r in radii])
+    assert uncertainty_std(z, 1.0) == pytest.approx(np.std(1.0 - np.tanh(radii)))

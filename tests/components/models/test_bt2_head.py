@@ -1,4 +1,4 @@
-"""BT² head (components/models/heads.py; the BT² paper §3.3–3.4, Algorithm 1)."""
+"""BT² head (components/models/heads/bt2.py; the BT² paper §3.3–3.4, Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from components.models import build_model
-from components.models.heads import BT2Head, orthonormal_from_skew
+from components.models.heads.bt2 import BT2Head, orthonormal_from_skew
 from tests.helpers import tiny_spec
 
 

@@ -1,4 +1,5 @@
-"""ModelSpec, the heads and the assembled embedding model (components/models/spec.py, heads.py, encoder.py)."""
+"""ModelSpec, the standard heads and the assembled embedding model (components/models/spec.py, heads/standard.py,
+encoder.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from components.geometry import lorentz_inner
 from components.models import ModelSpec, build_model
-from components.models.heads import rescale_and_clip
+from components.models.heads.standard import LorentzHead
 from tests.helpers import tiny_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
@@ -58,12 +59,16 @@ def test_spec_mismatches_name_the_fields():
     assert tiny_spec().stored_dim == 17 and tiny_spec(geometry="euclidean").stored_dim == 16
 
 
-def test_rescale_then_clip():
-    z = torch.tensor([[6.0, 8.0, 0.0, 0.0], [0.2, 0.0, 0.0, 0.0]])
-    out, clipped = rescale_and_clip(z, zeta=1.0)
+def test_the_lorentz_head_rescales_then_clips():
+    head = LorentzHead(4, 4, zeta=1.0, curvature=1.0)
+    with torch.no_grad():  # the projection passes the features through
+        head.proj.weight.copy_(torch.eye(4))
+        head.proj.bias.zero_()
+    out = head(torch.tensor([[6.0, 8.0, 0.0, 0.0], [0.2, 0.0, 0.0, 0.0]]))
     # d = 4: z / 2 = [3, 4, 0, 0] (norm 5) → clipped to norm 1; [0.1, 0, 0, 0] kept
-    assert torch.allclose(out, torch.tensor([[0.6, 0.8, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]]))
-    assert clipped.tolist() == [True, False]
+    assert torch.allclose(out.z, torch.tensor([[0.6, 0.8, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]]))
+    assert out.clipped.tolist() == [True, False]
+    assert torch.allclose(out.aux["radius"], torch.tensor([5.0, 0.1]))
 
 
 def test_lorentz_model_forward():

@@ -6,6 +6,7 @@ Compatibility with the live gallery is a measured fact whatever rules are enable
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from components.indexing.gallery import GalleryEmbeddings
 from flows.params import Params, apply_overrides
 from flows.planning import GenerationPlan, ParentRef
-from flows.steps.evaluation import evaluate
+from flows.steps.evaluation import _method_diagnostics, evaluate
 from flows.steps.registration import gate_failures, promoted
 from flows.steps.results import Gallery, Snapshot, Trained
 
@@ -122,3 +123,20 @@ def test_compatibility_is_measured_whatever_the_rules(tmp_path: Path, require: b
             "the live gallery does not accept its queries (they fail the compatibility criterion against it)"
         ]
     assert (plan.staging_dir / "metrics.json").exists() and (plan.staging_dir / "training.png").exists()
+
+
+def test_the_alignment_method_reports_its_own_diagnostics_against_the_live_gallery(tmp_path: Path):
+    """HBCT's cones come from its AlignmentLoss.diagnostics, at the ε it trained with (its choices, else configured);
+    a method that trains no cones reports none, and nothing is measured against a gallery the new one cannot query."""
+    live, new = (replace(g, geometry="lorentz") for g in _galleries(compatible=True))
+    plan = _plan(tmp_path, Params(), tmp_path / "live" / "gallery.npz")
+    hbct = plan.model_copy(update={"alignment": "hbct", "alignment_options": {"epsilon": 0.3}, "geometry": "lorentz"})
+    trained = Trained("model", "unused.pt", [], 1.0, "cpu", None, 1.0, DIM, DIM + 1)
+    configured = _method_diagnostics(hbct, trained, new, live)
+    chosen = _method_diagnostics(hbct, replace(trained, choices={"epsilon": 0.6}), new, live)
+    assert list(configured) == ["in_cone_fraction", "entail_angle_deg", "aperture_deg"]  # the MLflow diag/… names
+    assert 0.0 <= configured["in_cone_fraction"] <= chosen["in_cone_fraction"] <= 1.0
+    assert chosen["aperture_deg"] > configured["aperture_deg"]  # the wider cone of the ε chosen from data
+    bct = hbct.model_copy(update={"alignment": "bct", "alignment_options": {}})
+    assert _method_diagnostics(bct, trained, new, live) == {}
+    assert _method_diagnostics(hbct, trained, replace(new, ids=new.ids + 1), live) == {}  # other items

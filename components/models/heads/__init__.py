@@ -1,0 +1,1 @@
+"""One module per embedding head; each registers itself with ``@register_head`` (components/models/head_catalog.py)."""

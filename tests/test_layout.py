@@ -58,3 +58,16 @@ def test_only_the_registry_knows_the_stores_are_sqlite():
 def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(REPO)): n for p in _sources(*PACKAGES) if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_no_consumer_asks_whether_a_split_is_in_memory_or_on_disk():
+    """One split interface (components/data/sources/split.py): the application, the benchmark, the CLI and the
+    stores read every split the same way — through its loader or a seeded sample — and never branch on what kind of
+    split or source it is. Only the training data picks in-memory batches, through SourceDataset.resident()."""
+    kinds = r"(ArrayDataset|ArraySource|SourceDataset|ImageSource|FileSource|WebDatasetSource|ManifestSource|"
+    kinds += r"ImageFolderSource|StreamData|TensorData)"
+    branch = re.compile(rf"isinstance\([^)]*\b{kinds}\b|\btype\([^)]*\)\s*(is|==)\s*{kinds}\b")
+    consumers = _sources("bctflow", "benchmarks", "flows", "registry", "scripts")
+    assert [str(p.relative_to(REPO)) for p in consumers if branch.search(p.read_text())] == []
+    asks = {str(p.relative_to(REPO)) for p in _sources(*PACKAGES) if ".resident()" in p.read_text()}
+    assert asks == {"components/training/data.py"}

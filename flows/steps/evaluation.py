@@ -29,7 +29,6 @@ from components.evaluation.plots import compat_heatmap, training_curves, uncerta
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
 from components.io import atomic_write_text
-from components.losses import choose_alignment
 from components.models import load_model
 from components.models.encoder import EmbeddingModel
 from components.training import embed_split
@@ -41,7 +40,7 @@ from flows.planning import GenerationPlan
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
 from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
-__all__ = ["compat_records", "evaluate"]
+__all__ = ["compat_records", "evaluate", "train_clip_fraction"]
 
 
 def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str, float]:
@@ -232,8 +231,8 @@ def _write_summary(plan: GenerationPlan, summary: dict) -> str:
     return str(path)
 
 
-def _clipped(p: Params, model: EmbeddingModel, split: SourceDataset, sample: int = SAMPLE_SIZE) -> np.ndarray:
-    """(n,) bool: which of a seeded sample of at most ``sample`` training images ``model`` clips at ζ."""
+def train_clip_fraction(p: Params, model: EmbeddingModel, split: SourceDataset, sample: int = SAMPLE_SIZE) -> float:
+    """The fraction of a seeded sample of at most ``sample`` training images that ``model`` clips at ζ."""
     t = p.train
     emb, _, _ = embed_split(
         model,
@@ -243,7 +242,7 @@ def _clipped(p: Params, model: EmbeddingModel, split: SourceDataset, sample: int
         precision=t.precision,
         workers=p.data.workers,
     )
-    return emb.clipped
+    return clip_fraction(emb.clipped)
 
 
 def _lorentz_diagnostics(
@@ -253,14 +252,14 @@ def _lorentz_diagnostics(
     d: dict[str, float | None] = {"clip_fraction_gallery": clip_fraction(new.clipped)}
     train = DataManifest.from_json(Path(snap.manifest).read_text()).take(load_splits(p, plan.workspace).train)
     model = load_model(Path(trained.checkpoint))
-    d["clip_fraction_train"] = clip_fraction(_clipped(p, model, train))
+    d["clip_fraction_train"] = train_clip_fraction(p, model, train)
     d["uncertainty_gallery_seen"], d["uncertainty_gallery_unseen"] = uncertainty_seen_unseen(
         new.z, new.labels, list(snap.class_order), new.curvature
     )
     parent = plan.parent
     if live is not None and parent is not None and live.geometry == "lorentz" and live.z.shape == new.z.shape:
         parent_model = parent.model()
-        d["clip_fraction_train_parent"] = clip_fraction(_clipped(p, parent_model, train))
+        d["clip_fraction_train_parent"] = train_clip_fraction(p, parent_model, train)
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)
         d |= _method_diagnostics(plan, trained, new, live)
         d["uncertainty_parent_seen"], d["uncertainty_parent_unseen"] = uncertainty_seen_unseen(
@@ -276,7 +275,7 @@ def _method_diagnostics(
     HBCT's cones; empty for a method without any), measured where the new gallery can query the live one."""
     if live is None or plan.parent is None or new.incompatibility(live) is not None:
         return {}
-    return choose_alignment(plan.alignment, plan.alignment_options).diagnostics(trained.choices, live, new).measured
+    return plan.roles["model"].choice().diagnostics(trained.choices, live, new).measured
 
 
 def _decide(

@@ -31,3 +31,46 @@ def test_the_demo_plans_the_declared_chain(tmp_path: Path):
     assert code != 0 and "generation first: independent on classes [0, 42]" in out
     assert "error: classes [42] do not exist (the dataset has classes 0..9)" in out
     assert not (home / "generations").exists()
+
+
+def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and_keeps_its_plan(
+    tmp_path: Path, prefect_harness, monkeypatch
+):
+    """`bctflow run` of an aligned generation: one read-only lineage session before the flow (an interrupted commit,
+    a finished rerun, the plan), one under the workspace lock, one to commit; the parent checkpoint's bytes read
+    once (its sha256 and its weights, for the plan's checks, ζ, the aligned training and the evaluation); and no
+    step makes a changed copy of the plan."""
+    import registry.lineage
+    from components.models import checkpoint
+    from flows.planning import GenerationPlan
+
+    params, home = tmp_path / "params.yaml", tmp_path / "ws"
+    write_params(params, ["geometry.zeta_rule=percentile"])  # ζ from data reads the parent too
+    run = ["run", "--home", str(home), "--params", str(params)]
+    assert CliRunner().invoke(app, [*run, "--name", "g0", "--classes", "0-4"]).exit_code == 0
+    parent = (home / "generations" / "gen_000" / "model.pt").resolve()
+
+    opens: list[bool] = []
+    init = registry.lineage.LineageStore.__init__
+
+    def counted_init(self, url, **kw):
+        opens.append(bool(kw.get("readonly")))
+        init(self, url, **kw)
+
+    reads: list[Path] = []
+    read_bytes = checkpoint._read_bytes
+
+    def counted_read(path):
+        reads.append(Path(path).resolve())
+        return read_bytes(path)
+
+    def no_copy(self, *a, **kw):
+        raise AssertionError("a step changed the plan after make_plan returned it")
+
+    monkeypatch.setattr(registry.lineage.LineageStore, "__init__", counted_init)
+    monkeypatch.setattr(checkpoint, "_read_bytes", counted_read)
+    monkeypatch.setattr(GenerationPlan, "model_copy", no_copy)
+    res = CliRunner().invoke(app, [*run, "--name", "g1", "--alignment", "hbct"])
+    assert res.exit_code == 0, res.output[-3000:]
+    assert len(opens) <= 3 and opens.count(False) == 1, opens  # read, read under the lock, write the commit
+    assert reads.count(parent) == 1, reads

@@ -14,10 +14,13 @@ import pytest
 
 from components.indexing.gallery import GalleryEmbeddings
 from flows.params import Params, apply_overrides
-from flows.planning import GenerationPlan, ParentRef
+from flows.planning import GenerationPlan, ParentRef, RolePlan
+from flows.planning.plan import Selection, ServingGallery
+from flows.specs import train_config_from_params
 from flows.steps.evaluation import _method_diagnostics, evaluate
 from flows.steps.registration import gate_failures, promoted
 from flows.steps.results import Gallery, Snapshot, Trained
+from tests.helpers import tiny_spec
 
 N_CLASSES, PER_CLASS, DIM = 5, 24, 16
 
@@ -71,7 +74,7 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
         gen_id=1,
         name="g1",
         parent=parent,
-        serving=(0,),
+        serving=(ServingGallery(id=0, gallery=str(live_path)),),
         alignment="l2",
         alignment_options={},
         geometry="euclidean",
@@ -81,10 +84,28 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
         zeta_restarted=False,
         classes="all",
         fraction=1.0,
+        selection=Selection(
+            class_order=tuple(range(N_CLASSES)), class_names=tuple("abcde"), count=120, sha256="s", fingerprint="fp"
+        ),
         backbone="resnet18",
         backbone_kwargs={},
         epochs=1,
-        reference=False,
+        roles={
+            "model": RolePlan(
+                role="model",
+                alignment="l2",
+                alignment_options={},
+                spec=tiny_spec(
+                    geometry="euclidean",
+                    zeta=None,
+                    embed_dim=DIM,
+                    num_classes=N_CLASSES,
+                    class_order=tuple(range(N_CLASSES)),
+                ),
+                config=train_config_from_params(params, epochs=1),
+                run_key="k:model",
+            )
+        },
         run_key="k",
         generations_since_backfill=1,
     )
@@ -125,18 +146,26 @@ def test_compatibility_is_measured_whatever_the_rules(tmp_path: Path, require: b
     assert (plan.staging_dir / "metrics.json").exists() and (plan.staging_dir / "training.png").exists()
 
 
+def _trained_with(plan: GenerationPlan, method: str, options: dict) -> GenerationPlan:
+    """The plan of a Lorentz generation whose model trains with ``method`` (a test's stand-in for planning one)."""
+    role = plan.roles["model"].model_copy(update={"alignment": method, "alignment_options": options})
+    return plan.model_copy(
+        update={"alignment": method, "alignment_options": options, "geometry": "lorentz", "roles": {"model": role}}
+    )
+
+
 def test_the_alignment_method_reports_its_own_diagnostics_against_the_live_gallery(tmp_path: Path):
     """HBCT's cones come from its AlignmentLoss.diagnostics, at the ε it trained with (its choices, else configured);
     a method that trains no cones reports none, and nothing is measured against a gallery the new one cannot query."""
     live, new = (replace(g, geometry="lorentz") for g in _galleries(compatible=True))
     plan = _plan(tmp_path, Params(), tmp_path / "live" / "gallery.npz")
-    hbct = plan.model_copy(update={"alignment": "hbct", "alignment_options": {"epsilon": 0.3}, "geometry": "lorentz"})
+    hbct = _trained_with(plan, "hbct", {"epsilon": 0.3})
     trained = Trained("model", "unused.pt", [], 1.0, "cpu", None, 1.0, DIM, DIM + 1)
     configured = _method_diagnostics(hbct, trained, new, live)
     chosen = _method_diagnostics(hbct, replace(trained, choices={"epsilon": 0.6}), new, live)
     assert list(configured) == ["in_cone_fraction", "entail_angle_deg", "aperture_deg"]  # the MLflow diag/… names
     assert 0.0 <= configured["in_cone_fraction"] <= chosen["in_cone_fraction"] <= 1.0
     assert chosen["aperture_deg"] > configured["aperture_deg"]  # the wider cone of the ε chosen from data
-    bct = hbct.model_copy(update={"alignment": "bct", "alignment_options": {}})
+    bct = _trained_with(plan, "bct", {})
     assert _method_diagnostics(bct, trained, new, live) == {}
     assert _method_diagnostics(hbct, trained, replace(new, ids=new.ids + 1), live) == {}  # other items

@@ -1,6 +1,7 @@
 """Training from data on disk (flows/steps/training.py + components/data/sets/streamed.py): a generation trains from
 WebDataset shards and from a Parquet manifest of image files through the streaming layer, with the normalisation
-statistics and the evaluation split of the same images held in memory; an aligned generation follows it."""
+statistics and the evaluation split of the same images held in memory; an aligned generation follows it; and the
+numbers taken from a split (statistics, ζ, clip fraction) do not depend on where its images live."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from components.data.sources import write_manifest, write_webdataset
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
-from components.models import load_model
+from components.models import build_model, load_model
 from flows.data import load_splits
 from flows.params import GenerationSpec, load_params
 from flows.planning import make_plan
-from flows.planning.zeta import parent_radii
+from flows.planning.zeta import choose_zeta, parent_radii
+from flows.steps.evaluation import train_clip_fraction
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from tests.components.data.sources.source_files import save_png
-from tests.helpers import run_generation, write_params
+from tests.helpers import run_generation, tiny_spec, write_params
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +78,25 @@ def test_a_generation_trains_from_data_on_disk(kind, digits, tmp_path, prefect_h
         g1 = doc[1]
         assert g1["parent"] == 0 and g1["metrics"]["cross"] is not None
         assert g1["diagnostics"]["clip_fraction_train"] is not None
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "manifest"])
+def test_the_same_images_give_the_same_statistics_zeta_and_clip_fraction_in_memory_and_on_disk(kind, digits, tmp_path):
+    """One split interface: normalisation statistics, ζ from the parent's radii and the training clip fraction are
+    the same numbers whether the training images sit in memory or in shards / image files on disk."""
+    _write(kind, tmp_path / "data", digits)
+    overrides = [f"data.dataset={kind}", f"data.path={tmp_path / 'data'}", "data.image_size=8"]
+    params = write_params(tmp_path / "params.yaml", [*overrides, "geometry.zeta_rule=percentile"])
+    on_disk = load_splits(params, Workspace(tmp_path / "ws")).train
+    in_memory = digits.train
+    assert in_memory.resident() is not None and on_disk.resident() is None  # really two kinds of split
+    assert normalization_stats(in_memory) == normalization_stats(on_disk)
+    assert normalization_stats(in_memory, sample=300, seed=5) == normalization_stats(on_disk, sample=300, seed=5)
+
+    torch.manual_seed(0)
+    parent = build_model(tiny_spec(zeta=0.6)).eval()  # a small ζ: some training images sit on its bound
+    g = params.geometry
+    zeta = [choose_zeta(g, 1.0, 0.8, parent, split, seed=3) for split in (in_memory, on_disk)]
+    assert zeta[0] == zeta[1] and zeta[0].reason is not None
+    clipped = [train_clip_fraction(params, parent, split) for split in (in_memory, on_disk)]
+    assert clipped[0] == clipped[1] and 0.0 < clipped[0] < 1.0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from tests.helpers import write_params
+from tests.helpers import run_generation, write_params
 
 
 def _demo(tmp_path: Path, generations: str) -> tuple[int, str, Path]:
@@ -38,16 +38,16 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
 ):
     """`bctflow run` of an aligned generation: one read-only lineage session before the flow (an interrupted commit,
     a finished rerun, the plan), one under the workspace lock, one to commit; the parent checkpoint's bytes read
-    once (its sha256 and its weights, for the plan's checks, ζ, the aligned training and the evaluation); and no
-    step makes a changed copy of the plan."""
+    once (its sha256 and its weights, for the plan's checks, ζ, the aligned training and the evaluation); and the
+    last step runs on the plan make_plan returned, unchanged."""
+    import flows.planning
+    import flows.steps
     import registry.lineage
     from components.models import checkpoint
-    from flows.planning import GenerationPlan
 
     params, home = tmp_path / "params.yaml", tmp_path / "ws"
     write_params(params, ["geometry.zeta_rule=percentile"])  # ζ from data reads the parent too
-    run = ["run", "--home", str(home), "--params", str(params)]
-    assert CliRunner().invoke(app, [*run, "--name", "g0", "--classes", "0-4"]).exit_code == 0
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
     parent = (home / "generations" / "gen_000" / "model.pt").resolve()
 
     opens: list[bool] = []
@@ -64,13 +64,24 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
         reads.append(Path(path).resolve())
         return read_bytes(path)
 
-    def no_copy(self, *a, **kw):
-        raise AssertionError("a step changed the plan after make_plan returned it")
+    made, seen = [], []
+    plan_once = flows.planning.make_plan
 
+    def planned(*a, **kw):
+        made.append(plan_once(*a, **kw))
+        return made[-1]
+
+    def committed(plan, *a, **kw):
+        seen.append(plan)
+        return commit(plan, *a, **kw)
+
+    commit = flows.steps.commit
     monkeypatch.setattr(registry.lineage.LineageStore, "__init__", counted_init)
     monkeypatch.setattr(checkpoint, "_read_bytes", counted_read)
-    monkeypatch.setattr(GenerationPlan, "model_copy", no_copy)
-    res = CliRunner().invoke(app, [*run, "--name", "g1", "--alignment", "hbct"])
+    monkeypatch.setattr(flows.planning, "make_plan", planned)
+    monkeypatch.setattr(flows.steps, "commit", committed)
+    res = CliRunner().invoke(app, ["run", "--home", str(home), "--params", str(params), "--alignment", "hbct"])
     assert res.exit_code == 0, res.output[-3000:]
+    assert len(made) == 1 and seen == made  # the last step ran on the very plan make_plan returned
     assert len(opens) <= 3 and opens.count(False) == 1, opens  # read, read under the lock, write the commit
     assert reads.count(parent) == 1, reads

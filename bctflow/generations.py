@@ -22,6 +22,7 @@ from bctflow.shell import (
     lineage_of,
     parse_params,
     report_finished,
+    timeline_of,
 )
 from components.errors import BctflowError, ConfigError
 from flows.params import GenerationSpec, Params, params_digest
@@ -34,11 +35,8 @@ def _already_committed(params: Params, home: Path, spec: GenerationSpec | None) 
     parameters: the same command, run again after its commit (e.g. once killed after the commit point)."""
     if spec is None:
         return None
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
+    with Workspace(home).lineage(params, readonly=True) as store:
         gens = store.generations()
-    finally:
-        store.close()
     newest = gens[-1] if gens else None
     same = newest is not None and newest.name == spec.name and newest.params_digest == params_digest(params)
     return newest.id if same else None
@@ -263,7 +261,7 @@ def chain(
                     )
                 )
     gens = lineage_of(p, h)
-    console.print(lineage_table(gens))
+    console.print(lineage_table(gens, timeline_of(p, h)))
     console.print(compat_table(gens))
     if metrics_out is not None:
         metrics_out.parent.mkdir(parents=True, exist_ok=True)
@@ -302,7 +300,7 @@ def lineage(
     h = resolve_home(home)
     p = parse_params(params, None)
     try:
-        gens = lineage_of(p, h)
+        gens, timeline = lineage_of(p, h), timeline_of(p, h)
     except BctflowError as err:
         fail(err)
     if not gens:
@@ -310,5 +308,5 @@ def lineage(
     if as_json:
         sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
         return
-    console.print(lineage_table(gens))
+    console.print(lineage_table(gens, timeline))
     console.print(compat_table(gens))

@@ -35,11 +35,8 @@ from registry.tracking.registered_model import RegistrationResult
 @task(name="check-plan", cache_policy=NO_CACHE)
 def check_plan_task(plan: GenerationPlan) -> None:
     """Under the workspace lock: the lineage must still be the one the plan was made against."""
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    try:
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
         check_current(plan, store)
-    finally:
-        store.close()
     log = get_run_logger()
     parent = f"parent g{plan.parent.id}" if plan.parent else "no parent (generation 0)"
     log.info(

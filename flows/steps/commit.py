@@ -149,8 +149,7 @@ def commit(
 ) -> None:
     """Write the lineage in one transaction (the commit point), then move staging, the live pointer and the aliases
     into line with it — steps that are re-done from the committed rows if this process dies among them."""
-    store = plan.workspace.lineage(plan.params)
-    try:
+    with plan.workspace.lineage(plan.params) as store:
         existing = store.generation_by_name(plan.name)
         if existing is not None and existing.mlflow_run_id == reg.run_id:
             roll_forward(plan.workspace, plan.params, store)  # an earlier attempt committed: finish what follows
@@ -175,8 +174,6 @@ def commit(
         store.commit_generation(bundle)  # the commit point (docs/commit-protocol.md)
         crash_point("commit.after_sql")
         roll_forward(plan.workspace, plan.params, store)  # staging → generations/, live pointer, aliases
-    finally:
-        store.close()
 
 
 def rollback(plan: GenerationPlan, reg: RegistrationResult) -> None:

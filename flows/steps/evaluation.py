@@ -184,11 +184,8 @@ def evaluate(
     ref_gallery: Gallery | None = None,
 ) -> Evaluation:
     """Self / cross / old-old / reference metrics, P_com, P_up, compatibility, matrix, diagnostics, decision."""
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    try:
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
         return _evaluate(plan, store, snap, trained, gallery, ref, ref_gallery)
-    finally:
-        store.close()
 
 
 def _evaluate(

@@ -31,10 +31,7 @@ def plan_generation(
 ) -> GenerationPlan:
     """The plan of the next generation in the workspace at ``home``, or the error the input deserves."""
     ws = Workspace(Path(home))
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         plan = make_plan(params, ws, store, spec, digest=digest, data_fingerprint=data_fingerprint, code=code)
-    finally:
-        store.close()
     check_generation_inputs(plan)
     return choose_zeta(plan)

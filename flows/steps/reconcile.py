@@ -20,6 +20,7 @@ a lineage row, checkpoints whose bytes differ from the lineage.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +139,8 @@ def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[F
 
 def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = None) -> list[Finding]:
     """Finish what committed lineage rows imply (staging moves, live pointer, aliases); returns what it did."""
-    own = store is None
-    store = store or ws.lineage(params)
-    try:
+    # a caller's store stays open for the caller; one opened here is closed here
+    with contextlib.nullcontext(store) if store is not None else ws.lineage(params) as store:
         done = _folders(ws, store, True)
         crash_point("commit.after_move")
         done += _live(ws, store, True)
@@ -149,9 +149,6 @@ def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = Non
             done += _aliases(ws.tracking(params), store, True) + _description(ws.tracking(params), store, True)
         done += _backfill_folder(ws, store, True)
         return [f for f in done if f.repaired]
-    finally:
-        if own:
-            store.close()
 
 
 def _orphan_versions(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
@@ -177,8 +174,7 @@ def finish_interrupted(params: Params, home: Path) -> list[Finding]:
 
     Reads only, and writes nothing, when the workspace is consistent (or has no lineage yet)."""
     ws = Workspace(home)
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         if not store.count():
             return []
         pending = (
@@ -188,8 +184,6 @@ def finish_interrupted(params: Params, home: Path) -> list[Finding]:
             + _description(ws.tracking(params), store, False)
             + _backfill_folder(ws, store, False)
         )
-    finally:
-        store.close()
     if not pending:
         return []
     with workspace_lock(home, "finishing an interrupted commit", params.lineage.db_url):
@@ -198,8 +192,7 @@ def finish_interrupted(params: Params, home: Path) -> list[Finding]:
 
 def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) -> list[Finding]:
     """Every inconsistency between lineage, files, live pointer and registry (repaired where ``repair``)."""
-    store = ws.lineage(params, readonly=not repair)
-    try:
+    with ws.lineage(params, readonly=not repair) as store:
         found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
         tracking = ws.tracking(params)
         if store.count() or repair:
@@ -215,5 +208,3 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
             if g.checkpoint_sha256 and ckpt.is_file() and file_sha256(ckpt) != g.checkpoint_sha256:
                 found.append(Finding(f"{ckpt} differs from the file the lineage pinned", fix="restore it from backup"))
         return found
-    finally:
-        store.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["BackfillStep", "GenerationStep", "Timeline"]
+__all__ = ["BackfillStep", "GenerationStep", "Step", "Timeline"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class BackfillStep:
     zeta_restart: float | None = None
 
 
+#: one step of a timeline
 Step = GenerationStep | BackfillStep
 
 

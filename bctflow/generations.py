@@ -22,6 +22,7 @@ from bctflow.shell import (
     lineage_of,
     parse_params,
     report_finished,
+    timeline_of,
 )
 from components.errors import BctflowError, ConfigError
 from flows.params import GenerationSpec, Params, params_digest
@@ -267,7 +268,7 @@ def chain(
                     )
                 )
     gens = lineage_of(p, h)
-    console.print(lineage_table(gens))
+    console.print(lineage_table(gens, timeline_of(p, h)))
     console.print(compat_table(gens))
     if metrics_out is not None:
         metrics_out.parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +307,7 @@ def lineage(
     h = resolve_home(home)
     p = parse_params(params, None)
     try:
-        gens = lineage_of(p, h)
+        gens, timeline = lineage_of(p, h), timeline_of(p, h)
     except BctflowError as err:
         fail(err)
     if not gens:
@@ -314,5 +315,5 @@ def lineage(
     if as_json:
         sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
         return
-    console.print(lineage_table(gens))
+    console.print(lineage_table(gens, timeline))
     console.print(compat_table(gens))

@@ -113,11 +113,10 @@ def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
     """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
     p = parse_params(params, None)
     try:
-        store = Workspace(resolve_home(home)).lineage(p, upgrade=True)
+        with Workspace(resolve_home(home)).lineage(p, upgrade=True) as store:
+            added = store.upgraded
     except BctflowError as err:
         fail(err)
-    added = store.upgraded
-    store.close()
     if added is None:
         console.print("the lineage database is already at this bctflow's schema; nothing to do")
     else:

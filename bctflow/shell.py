@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from bctflow import __version__
 from components.errors import BctflowError
 from flows.params import DEFAULT_PARAMS_PATH, PACKAGED_PARAMS_PATH, Params, load_params
 from flows.workspace import Workspace
+
+if TYPE_CHECKING:
+    from components.evaluation.lineage_timeline import Timeline
 
 __all__ = [
     "HomeOpt",
@@ -33,6 +36,7 @@ __all__ = [
     "lineage_of",
     "params_file",
     "parse_params",
+    "timeline_of",
 ]
 
 app = typer.Typer(no_args_is_help=True, help="Backward-compatible embedding lifecycle.")  # + shell completion
@@ -124,8 +128,12 @@ def finish(state: Any, what: str) -> Any:
 
 
 def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
+    """The ``bctflow lineage --json`` document of the workspace at ``home``."""
+    with Workspace(home).lineage(params, readonly=True) as store:
         return store.to_json()
-    finally:
-        store.close()
+
+
+def timeline_of(params: Params, home: Path) -> Timeline:
+    """The lineage's timeline (generations and backfills in the order they happened) of the workspace at ``home``."""
+    with Workspace(home).lineage(params, readonly=True) as store:
+        return store.timeline()

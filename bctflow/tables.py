@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
+from components.evaluation.lineage_timeline import Timeline
 from flows.artifacts import fmt
 
 __all__ = ["compat_table", "lineage_table", "retrieval_table"]
@@ -121,16 +122,16 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _lineage_notes(gens: list[dict[str, Any]]) -> list[str]:
-    """Backfill reasons, backfills and the newest compatibility summary, for the table's caption."""
+def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
+    """Backfill reasons, the backfills in the order they happened and the newest compatibility summary, for the
+    table's caption."""
     notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
-    for g in gens:
-        for b in g.get("backfills", []):
-            restarted = ", ζ restarted" if b["zeta_restarted"] else ""
-            notes.append(
-                f"⟲ backfill {b['id']}: {b['kind']} with g{g['id']} "
-                f"({b['reembedded']}/{b['total']} items{restarted}, {b['duration_s']:.0f}s)"
-            )
+    for b in timeline.backfills:
+        restarted = "" if b.zeta_restart is None else ", ζ restarted"
+        notes.append(
+            f"⟲ backfill {b.event_id}: {b.kind} with g{b.to_gen} "
+            f"({b.reembedded}/{b.total} items{restarted}, {b.duration_s:.0f}s)"
+        )
     latest = next((g for g in reversed(gens) if g.get("compatibility")), None)
     if latest is not None:
         c = latest["compatibility"]["map"]
@@ -141,8 +142,9 @@ def _lineage_notes(gens: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def lineage_table(gens: list[dict[str, Any]]) -> Table:
-    """The chain: ζ, alignment, P_com vs the parent, backfill flags, production, the live gallery."""
+def lineage_table(gens: list[dict[str, Any]], timeline: Timeline) -> Table:
+    """The chain: ζ, alignment, P_com vs the parent, backfill flags, production, the live gallery (``gens``: the
+    ``bctflow lineage --json`` document; ``timeline``: the same lineage's, for the backfills)."""
     t = Table(
         title="bctflow lineage  (geom: L = Lorentz, E = Euclidean; ↺ = ζ restarted after a backfill)",
         title_justify="left",
@@ -151,7 +153,7 @@ def lineage_table(gens: list[dict[str, Any]]) -> Table:
         t.add_column(col, no_wrap=True)
     for g in gens:
         t.add_row(*_lineage_row(g))
-    notes = _lineage_notes(gens)
+    notes = _lineage_notes(gens, timeline)
     if notes:
         t.caption = "\n".join(notes)
         t.caption_justify = "left"

@@ -72,11 +72,8 @@ def prepare_workspace(home: Path, parent: Path | None, params: Params, expected:
     if home.exists():
         home.rmdir()
     shutil.copytree(parent, home, symlinks=True, ignore=lambda _d, names: [n for n in names if n in TRANSIENT])
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
+    with Workspace(home).lineage(params, readonly=True) as store:
         found = [g.name for g in store.generations()]
-    finally:
-        store.close()
     if found != expected:
         shutil.rmtree(home)
         raise ConfigError(
@@ -138,11 +135,8 @@ def write_results(params: Params, home: Path, name: str, out: Path) -> list[Path
     ``home``, written into ``out``; their paths."""
     from components.models.checkpoint import load_torch_safe
 
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
+    with Workspace(home).lineage(params, readonly=True) as store:
         lineage = store.to_json()
-    finally:
-        store.close()
     entry = next(g for g in lineage if g["name"] == name)
     names = {g["id"]: g["name"] for g in lineage}
     history = list(load_torch_safe(Path(entry["checkpoint"]))["history"])

@@ -25,11 +25,8 @@ from flows.workspace import Workspace
 @task(name="detect-changes", cache_policy=NO_CACHE)
 def detect_task(params: Params, home: str) -> ChangeReport:
     ws = Workspace(Path(home))
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         return detect_changes(params, ws, store)
-    finally:
-        store.close()
 
 
 @flow(name="nightly-retrain", log_prints=True)

@@ -120,11 +120,8 @@ class Workspace:
         if self.is_empty():
             return
         if params.lineage.db_url is not None:
-            store = self.lineage(params, readonly=True)
-            try:
+            with self.lineage(params, readonly=True) as store:
                 n = store.count()
-            finally:
-                store.close()
             if n:
                 raise ConfigError(
                     f"the lineage database {params.lineage.db_url} (outside {self.home}) records {n} generation(s) "

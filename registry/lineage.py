@@ -9,7 +9,8 @@ leaves the database as it was.
 Opening a store never changes its schema. A new database gets the current
 schema on its first write-open; an existing one at an older schema version is
 refused until it is opened with ``upgrade=True`` (``bctflow db-upgrade``);
-a read-only open (``readonly=True``) issues no DDL at all.
+a read-only open (``readonly=True``) issues no DDL at all. A store is a context
+manager: ``with ws.lineage(params) as store:`` closes it when the block ends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event, func, make_url, select
 from sqlalchemy.engine import Engine
@@ -40,6 +41,9 @@ from registry.orm import (
 )
 from registry.paths import WorkspacePaths
 from registry.records import BackfillRecord, GenerationBundle, PointerRecord
+
+if TYPE_CHECKING:
+    from components.evaluation.lineage_timeline import Timeline
 
 __all__ = ["LineageStore", "NoLineageError", "masked_url", "sqlite_path"]
 
@@ -128,14 +132,16 @@ class LineageStore:
         """The stored schema revision (``legacy vN`` before Alembic); None when the database holds no lineage yet."""
         return self._state().revision
 
+    def close(self) -> None:
+        """Release the engine's connections (the store is not used afterwards)."""
+        self.engine.dispose()
+
     def __enter__(self) -> LineageStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the store, also when the ``with`` block raised (the exception goes on)."""
         self.close()
-
-    def close(self) -> None:
-        self.engine.dispose()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -227,11 +233,22 @@ class LineageStore:
                 )
             )
 
-    def to_json(self) -> list[dict[str, Any]]:
-        """The ``bctflow lineage --json`` document (schema in README.md)."""
-        from registry.lineage_json import lineage_document
+    def timeline(self, metric: str | None = None) -> Timeline:
+        """Generations and backfills in the order they happened, with the production and live generations;
+        ``metric``: the one each generation's cross and old-old values are on (None: none)."""
+        from registry.lineage_rows import read_rows
+        from registry.timeline import lineage_timeline
 
-        return lineage_document(self._sessions, self.paths)
+        return lineage_timeline(read_rows(self._sessions, self.paths), metric)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The ``bctflow lineage --json`` document (schema in README.md), its roles read from the timeline."""
+        from registry.lineage_json import lineage_document
+        from registry.lineage_rows import read_rows
+        from registry.timeline import lineage_timeline
+
+        rows = read_rows(self._sessions, self.paths)
+        return lineage_document(rows, lineage_timeline(rows))
 
     # ---- writes --------------------------------------------------------------------------
     def record_promotion(

@@ -46,11 +46,8 @@ def run_session(
     backfill(plan_backfill(params, Workspace(home), target=len(CHAIN_BEFORE) - 1, fraction=1.0))
     for spec in CHAIN_AFTER:
         new_generation(make_plan(params, home, GenerationSpec(**spec, reference=reference)))
-    store = Workspace(home).lineage(params, readonly=True)
-    try:
+    with Workspace(home).lineage(params, readonly=True) as store:
         return store.to_json()
-    finally:
-        store.close()
 
 
 def main() -> None:
@@ -65,10 +62,13 @@ def main() -> None:
     configure_environment(a.home.resolve())
     from rich.console import Console
 
+    from bctflow.shell import timeline_of
     from bctflow.tables import lineage_table
+    from flows.params import load_params
 
-    gens = run_session(a.home.resolve(), a.params, a.overrides, a.reference)
-    Console(width=140).print(lineage_table(gens))
+    home = a.home.resolve()
+    gens = run_session(home, a.params, a.overrides, a.reference)
+    Console(width=140).print(lineage_table(gens, timeline_of(load_params(a.params, a.overrides), home)))
 
 
 if __name__ == "__main__":

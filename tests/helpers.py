@@ -121,3 +121,35 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
         generation=generation,
     ).save(index_dir)
     LiveGallery(Path(live_dir)).switch(Path(index_dir), generation=generation, compatible_generations=[generation])
+
+
+def lineage_story(path):
+    """A lineage store (SQLite file ``path``) holding g0 → g1 (compatible, map cross 0.6 vs g0's 0.5) → a full
+    backfill with g1 (ζ restarts at 1.0) → g2 (not compatible), then g2 forced into production."""
+    from datetime import UTC, datetime
+
+    from registry.lineage import LineageStore
+    from registry.records import BackfillRecord, EvaluationRecord, GenerationBundle, PointerRecord
+
+    store = LineageStore(f"sqlite:///{path}")
+    g0 = generation_record(0, None, zeta=1.0, mlflow_version="1", mlflow_run_id="run0", promoted=True)
+    store.commit_generation(
+        GenerationBundle(
+            g0,
+            evaluations=[EvaluationRecord(0, 0, "map", 0.5)],
+            pointer=PointerRecord(0, "/i/0", "g0", compatible_generations=[0]),
+            promotion=(None, "generation 0"),
+        )
+    )
+    g1 = generation_record(1, 0, alignment="hbct", zeta=1.2, mlflow_version="2", mlflow_run_id="run1")
+    g1.compatible_with_live = True
+    store.commit_generation(GenerationBundle(g1, evaluations=[EvaluationRecord(1, 0, "map", 0.6)]))
+    event = BackfillRecord(0, 1, "full", 1.0, "all", 539, 539, "/live/v1/index", True, {}, datetime.now(UTC), 1.0)
+    store.record_backfill(
+        event, PointerRecord(1, "/live/v1/index", "full", "/live/v1/m.pt", 1.0, [1]), [0], promote=True
+    )
+    g2 = generation_record(2, 1, alignment="hbct", zeta=1.2, mlflow_version="3", mlflow_run_id="run2")
+    g2.compatible_with_live = False
+    store.commit_generation(GenerationBundle(g2))
+    store.record_promotion(2, forced=True, by="alice", reason="hotfix")
+    return store

@@ -1,62 +1,31 @@
 """The lineage as a picture: generations, the parent each aligned to, ζ, compatibility, backfills, promotions.
 
-One row of steps in the order they happened (generations and backfills interleaved). Each generation is a box —
-name, alignment, ζ, registry version — coloured by whether the live gallery accepted its queries (the measured
-compatibility fact, docs/design.md §7.3); an arc joins it to the generation it was aligned to (the one whose
-embeddings filled the live gallery then), labelled with the decision metric's cross and old-old values. A backfill
-is a diamond, joined to the generation that re-embedded the gallery. Above the boxes: which generation is
-``production`` and which were promoted (forced ones say so); below: which generation's embeddings fill the live
-gallery now. Logged on every generation's MLflow run (docs/design.md §7.17).
+One row of a lineage timeline's steps, in the order they happened (generations and backfills interleaved). Each
+generation is a box — name, alignment, ζ, registry version — coloured by whether the live gallery accepted its
+queries (the measured compatibility fact, docs/design.md §7.3); an arc joins it to the generation it was aligned to
+(the one whose embeddings filled the live gallery then), labelled with the decision metric's cross and old-old
+values. A backfill is a diamond, joined to the generation that re-embedded the gallery. Above the boxes: which
+generation is ``production`` and which were promoted (forced ones say so); below: which generation's embeddings fill
+the live gallery now. Logged on every generation's MLflow run (docs/design.md §7.17).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BackfillStep", "GenerationStep", "lineage_figure", "lineage_picture"]
+from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
+
+__all__ = ["lineage_figure", "lineage_picture"]
 
 _COMPATIBLE, _INCOMPATIBLE, _ROOT, _BACKFILL = "#2e7d32", "#c62828", "#455a64", "#6a1b9a"
-
-
-@dataclass(frozen=True)
-class GenerationStep:
-    """One generation. ``compatible``: the live gallery accepted its queries (None for generation 0 / unknown);
-    ``cross`` / ``old_old``: its queries against its parent's gallery and the parent's own, on the decision metric;
-    ``pending``: registered by this run, not yet committed."""
-
-    gen_id: int
-    name: str
-    alignment: str
-    zeta: float | None
-    version: str | None
-    parent_id: int | None
-    compatible: bool | None
-    cross: float | None = None
-    old_old: float | None = None
-    promoted: bool = False
-    forced: bool = False
-    pending: bool = False
-
-
-@dataclass(frozen=True)
-class BackfillStep:
-    """A backfill: the gallery re-embedded (``kind`` full / partial, ``reembedded`` of ``total`` items) with
-    generation ``to_gen``; ``zeta_restart``: the ζ the gallery restarted at, if it did."""
-
-    to_gen: int
-    kind: str
-    reembedded: int
-    total: int
-    zeta_restart: float | None = None
 
 
 def _zeta(z: float | None) -> str:
     return "—" if z is None else f"{z:.2f}"
 
 
-def _label(g: GenerationStep, metric: str) -> str:
+def _label(g: GenerationStep, metric: str | None) -> str:
     version = "this version" if g.pending else (f"v{g.version}" if g.version else "unregistered")
     lines = [f"g{g.gen_id} · {g.alignment}", f"ζ {_zeta(g.zeta)} · {version}"]
     if g.cross is not None and g.old_old is not None:
@@ -71,22 +40,15 @@ def _colour(g: GenerationStep) -> str:
     return _COMPATIBLE if g.compatible else _INCOMPATIBLE
 
 
-def lineage_figure(
-    steps: list[GenerationStep | BackfillStep],
-    production: int | None,
-    live_gallery: int | None,
-    metric: str,
-    title: str,
-) -> Any:
-    """The lineage as a matplotlib figure (headless); ``steps`` in the order they happened.
-
-    ``production``: the generation the ``production`` alias names; ``live_gallery``: the generation whose
-    embeddings fill the live gallery; ``metric``: the decision metric the boxes show (e.g. ``map``)."""
+def lineage_figure(timeline: Timeline, title: str) -> Any:
+    """The lineage as a matplotlib figure (headless): ``timeline``'s steps left to right, its production and live
+    gallery generations marked; the boxes show the cross and old-old values on its metric (e.g. ``map``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    steps, production, live_gallery, metric = timeline.steps, timeline.production, timeline.live, timeline.metric
     n = max(len(steps), 1)
     width = min(max(2.3 * n + 1.5, 6.5), 40.0)  # inches: 2.3 per step
     fig, ax = plt.subplots(figsize=(width, 3.6), dpi=100)
@@ -105,25 +67,24 @@ def lineage_figure(
     return fig
 
 
-def lineage_picture(
-    path: Path,
-    steps: list[GenerationStep | BackfillStep],
-    production: int | None,
-    live_gallery: int | None,
-    metric: str,
-    title: str,
-) -> Path:
+def lineage_picture(path: Path, timeline: Timeline, title: str) -> Path:
     """:func:`lineage_figure` saved as the PNG ``path``; returns ``path``."""
     import matplotlib.pyplot as plt
 
-    fig = lineage_figure(steps, production, live_gallery, metric, title)
+    fig = lineage_figure(timeline, title)
     fig.savefig(path)
     plt.close(fig)
     return path
 
 
 def _draw_generation(
-    ax, x: float, g: GenerationStep, x_of: dict[int, float], production: int | None, live: int | None, metric: str
+    ax,
+    x: float,
+    g: GenerationStep,
+    x_of: dict[int, float],
+    production: int | None,
+    live: int | None,
+    metric: str | None,
 ) -> None:  # type: ignore[no-untyped-def]
     colour = _colour(g)
     box = {

@@ -25,9 +25,8 @@ def promote(
     params: Params, ws: Workspace, gen_id: int, *, force: bool = False, by: str, reason: str = ""
 ) -> dict[str, object]:
     """Point ``production`` at generation ``gen_id`` and record it; refuse a gate failure unless ``force``."""
-    store = ws.lineage(params)
-    tracking = ws.tracking(params)
-    try:
+    with ws.lineage(params) as store:
+        tracking = ws.tracking(params)
         g = store.generation(gen_id)
         if g.status == "retired":
             raise ConfigError(
@@ -66,5 +65,3 @@ def promote(
             "at": at,
             "live_gallery_accepts_queries": gen_id in accepted,
         }
-    finally:
-        store.close()

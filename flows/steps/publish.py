@@ -138,10 +138,9 @@ def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, flo
 def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
     """Record the backfill and switch the live pointer atomically (one lineage transaction). Returns the event id."""
     p, ws = plan.params, plan.workspace
-    store = ws.lineage(p)
-    tracking = ws.tracking(p)
     live = LiveGallery(ws.live_dir)
-    try:
+    with ws.lineage(p) as store:
+        tracking = ws.tracking(p)
         done = next((e for e in store.backfills() if e.index_path == str(index_dir)), None)
         if done is not None:  # a retry after the commit point: finish what follows it, record nothing twice
             roll_forward(ws, p, store)
@@ -183,7 +182,5 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
                 version,
                 {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"},
             )
-    finally:
-        store.close()
     live.prune(p.backfill.retain_versions)
     return event_id

@@ -139,9 +139,8 @@ def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[F
 
 def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = None) -> list[Finding]:
     """Finish what committed lineage rows imply (staging moves, live pointer, aliases); returns what it did."""
-    own = store is None
-    store = store or ws.lineage(params)
-    try:
+    # a caller's store stays open for the caller; one opened here is closed here
+    with contextlib.nullcontext(store) if store is not None else ws.lineage(params) as store:
         done = _folders(ws, store, True)
         crash_point("commit.after_move")
         done += _live(ws, store, True)
@@ -150,9 +149,6 @@ def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = Non
             done += _aliases(ws.tracking(params), store, True) + _description(ws.tracking(params), store, True)
         done += _backfill_folder(ws, store, True)
         return [f for f in done if f.repaired]
-    finally:
-        if own:
-            store.close()
 
 
 def _orphan_versions(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
@@ -197,8 +193,7 @@ def finish_interrupted(params: Params, home: Path, store: LineageStore | None = 
 
 def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) -> list[Finding]:
     """Every inconsistency between lineage, files, live pointer and registry (repaired where ``repair``)."""
-    store = ws.lineage(params, readonly=not repair)
-    try:
+    with ws.lineage(params, readonly=not repair) as store:
         found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
         tracking = ws.tracking(params)
         if store.count() or repair:
@@ -214,5 +209,3 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
             if g.checkpoint_sha256 and ckpt.is_file() and file_sha256(ckpt) != g.checkpoint_sha256:
                 found.append(Finding(f"{ckpt} differs from the file the lineage pinned", fix="restore it from backup"))
         return found
-    finally:
-        store.close()

@@ -136,11 +136,8 @@ def plan_backfill(
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         return _plan(params, ws, store, target, fraction, order, seed, force)
-    finally:
-        store.close()
 
 
 def _check_partial(store: LineageStore, ptr: GalleryPointer, g: Generation, force: bool) -> None:

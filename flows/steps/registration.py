@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 
 from components.data.sources.split import SourceDataset
+from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
 from components.faults import crash_point
 from flows.data import load_splits
 from flows.planning import GenerationPlan
-from flows.steps.lineage_view import draw_lineage
+from flows.steps.lineage_view import draw_lineage, registering_timeline
 from flows.steps.mlflow_run import log_training
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
-from registry.lineage import LineageStore
 from registry.records import DecisionRecord
 from registry.tracking.registered_model import RegistrationRequest, RegistrationResult
 
@@ -44,35 +44,27 @@ def _zeta(z: float | None) -> str:
     return "—" if z is None else f"{z:.2f}"
 
 
-def chain_description(plan: GenerationPlan, store: LineageStore, decision: DecisionRecord) -> str:
-    """The lineage so far, in order, with ζ per step and the backfills between generations."""
-    steps: list[tuple[str, str]] = []  # (ISO time, text): generations and backfills in the order they happened
-    for g in store.generations():
-        aligned = "" if g.parent_id is None else f", aligned to g{g.parent_id}"
-        steps.append(
-            (g.created_at.isoformat(), f"g{g.id} [{g.alignment}, ζ={_zeta(g.zeta)}{aligned}, v{g.mlflow_version}]")
-        )
-    pointers = {pt.backfill_id: pt for pt in store.live_pointers() if pt.backfill_id is not None}
-    for b in store.backfills():
-        pt = pointers.get(b.id)
-        restart = f", ζ restarts at {_zeta(pt.zeta)}" if b.zeta_restarted and pt is not None else ""
-        steps.append(
-            (
-                b.finished_at.isoformat(),
-                f"⟲ {b.kind} backfill with g{b.to_generation_id} ({b.reembedded}/{b.total} items{restart})",
-            )
-        )
-    aligned = "" if plan.parent is None else f", aligned to g{plan.parent.id}"
-    steps.append(("~", f"g{plan.gen_id} [{plan.alignment}, ζ={_zeta(plan.zeta)}{aligned}, this version]"))
+def _chain_step(s: GenerationStep | BackfillStep) -> str:
+    """One step of the chain: ``g1 [hbct, ζ=1.20, aligned to g0, v2]`` or ``⟲ full backfill with g1 (…)``."""
+    if isinstance(s, BackfillStep):
+        restart = "" if s.zeta_restart is None else f", ζ restarts at {_zeta(s.zeta_restart)}"
+        return f"⟲ {s.kind} backfill with g{s.to_gen} ({s.reembedded}/{s.total} items{restart})"
+    aligned = "" if s.parent_id is None else f", aligned to g{s.parent_id}"
+    version = "this version" if s.pending else f"v{s.version}"
+    return f"g{s.gen_id} [{s.alignment}, ζ={_zeta(s.zeta)}{aligned}, {version}]"
+
+
+def chain_description(plan: GenerationPlan, timeline: Timeline, decision: DecisionRecord) -> str:
+    """The lineage in order, with ζ per step and the backfills between generations; ``timeline``: the lineage with
+    this generation pending at its end (:func:`flows.steps.lineage_view.registering_timeline`)."""
     aligned_to = (
         "nothing (generation 0: base loss only)"
         if plan.parent is None
         else f"generation {plan.parent.id}, whose embeddings fill the live gallery"
     )
-    chain = " → ".join(text for _, text in sorted(steps))
     lines = [
         f"Generation {plan.gen_id} ({plan.name}) of the bctflow lineage.",
-        "Chain: " + chain,
+        "Chain: " + " → ".join(_chain_step(s) for s in timeline.steps),
         f"Aligned to: {aligned_to}.",
         f"Backfill required: {'yes — ' + '; '.join(decision.reasons) if decision.required else 'no'}.",
     ]
@@ -110,12 +102,9 @@ def _request(
 ) -> RegistrationRequest:
     """What the registration logs into the run and onto the version (the lineage picture drawn here)."""
     p, ws = plan.params, plan.workspace
-    store = ws.lineage(p, readonly=True)
-    try:
-        description = chain_description(plan, store, ev.decision)
-    finally:
-        store.close()
     passed = promoted(plan, ev)
+    with ws.lineage(p, readonly=True) as store:
+        timeline = registering_timeline(store, plan, ev, passed)
     return RegistrationRequest(
         generation_id=plan.gen_id,
         name=plan.name,
@@ -128,13 +117,13 @@ def _request(
         data_hash=snap.data_hash,
         checkpoint=Path(trained.checkpoint),
         example=example_images(load_splits(p, ws).test),
-        description=description,
+        description=chain_description(plan, timeline, ev.decision),
         run_id=run_id,
         metrics={**_run_metrics(trained, ev), "model/curvature": trained.curvature},
         artifacts={  # the data manifest went to data/ when the snapshot was taken (flows/steps/mlflow_run.py)
             "": [Path(a) for a in ev.artifacts],
             "index": [Path(gallery.index_dir) / "manifest.json"] if gallery.index_dir else [],
-            "lineage": [draw_lineage(plan, ev, passed)],
+            "lineage": [draw_lineage(plan, timeline)],
         },
         backfill_required=ev.decision.required if plan.parent else None,
         backfill_reasons=ev.decision.reasons,

@@ -48,8 +48,7 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
     p = load_params(params)
     ws = Workspace(home)
     assert inspect_workspace(ws, p) == []  # `bctflow doctor` finds nothing
-    store = ws.lineage(p, readonly=True)
-    try:
+    with ws.lineage(p, readonly=True) as store:
         gens = store.generations()
         assert [g.name for g in gens] == generations
         tracking = ws.tracking(p)
@@ -65,8 +64,6 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         assert sorted(d.name for d in ws.generations_dir.iterdir()) == [f"gen_{g.id:03d}" for g in gens]
         assert not list(ws.staging_dir.glob("gen_*"))
         assert not (ws.backfills_dir / "in_progress").exists()
-    finally:
-        store.close()
 
 
 @pytest.fixture

@@ -56,11 +56,8 @@ def story(prefect_harness, tmp_path_factory):
 
 
 def _generation(home: Path, gid: int) -> dict:
-    store = LineageStore(f"sqlite:///{home / 'lineage.db'}")
-    try:
+    with LineageStore(f"sqlite:///{home / 'lineage.db'}") as store:
         return store.to_json()[gid]
-    finally:
-        store.close()
 
 
 def test_the_run_opens_before_training_and_ends_after_the_commit(story):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from components.errors import LineageError
 from registry.lineage import LineageStore
@@ -161,3 +161,27 @@ def test_any_sqlalchemy_url_works(tmp_path: Path):
     store = LineageStore("sqlite://")  # in-memory
     two_generations(store)
     assert len(store.to_json()) == 2
+
+
+def _closed_connections(store: LineageStore) -> list[object]:
+    """The DB-API connections the store's engine closes from now on."""
+    closed: list[object] = []
+    event.listen(store.engine, "close", lambda dbapi_conn, _record: closed.append(dbapi_conn))
+    return closed
+
+
+def test_a_store_in_a_with_block_is_closed_when_the_block_ends(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}")
+    closed = _closed_connections(store)
+    with store as entered:
+        assert entered is store and store.count() == 0
+        assert store.engine.pool.checkedin() == 1 and closed == []  # the pooled connection stays open in the block
+    assert len(closed) == 1 and store.engine.pool.checkedin() == 0  # closing released it
+
+
+def test_a_with_block_that_raises_still_closes_the_store(tmp_path: Path):
+    store = LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}")
+    closed = _closed_connections(store)
+    with pytest.raises(LineageError, match="generation 7 is not in the lineage"), store:
+        store.generation(7)
+    assert len(closed) == 1 and store.engine.pool.checkedin() == 0

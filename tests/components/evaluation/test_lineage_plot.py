@@ -7,16 +7,18 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.colors import to_hex
 
-from components.evaluation.lineage_plot import BackfillStep, GenerationStep, lineage_figure, lineage_picture
+from components.evaluation.lineage_plot import lineage_figure, lineage_picture
+from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
 
-STEPS = [
+STEPS = (
     GenerationStep(0, "g0", "independent", 1.0, "1", None, None, promoted=True),
     GenerationStep(1, "g1", "hbct", 1.2, "2", 0, True, cross=0.632, old_old=0.575, promoted=True),
     GenerationStep(2, "g2", "hbct", 1.4, "3", 1, False, cross=0.41, old_old=0.57),
-    BackfillStep(1, "full", 539, 539, zeta_restart=1.0),
+    BackfillStep(1, 1, "full", 539, 539, 12.0, zeta_restart=1.0),
     GenerationStep(3, "g3", "bct", 1.2, "4", 1, True, cross=0.7, old_old=0.6, promoted=True, forced=True),
     GenerationStep(4, "g4", "hbct", 1.4, None, 3, True, cross=0.71, old_old=0.7, pending=True),
-]
+)
+TIMELINE = Timeline(STEPS, production=3, live=1, metric="map")
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#455a64"
 
 
@@ -29,7 +31,7 @@ def _at(fig, text: str) -> list[tuple[float, float]]:
 
 
 def test_every_generation_says_its_alignment_zeta_version_and_compatibility():
-    fig = lineage_figure(STEPS, production=3, live_gallery=1, metric="map", title="t")
+    fig = lineage_figure(TIMELINE, title="t")
     boxes = {t.get_text(): t.get_bbox_patch() for t in _texts(fig) if t.get_bbox_patch() is not None}
     assert list(boxes) == [
         "g0 · independent\nζ 1.00 · v1",
@@ -47,7 +49,7 @@ def test_every_generation_says_its_alignment_zeta_version_and_compatibility():
 
 
 def test_marks_backfills_and_one_arc_per_parent():
-    fig = lineage_figure(STEPS, production=3, live_gallery=1, metric="map", title="t")
+    fig = lineage_figure(TIMELINE, title="t")
     assert _at(fig, "promoted") == [(0.0, 0.42), (1.0, 0.42)]  # above g0 and g1
     assert _at(fig, "★ production (forced)") == [(4.0, 0.42)]  # above g3, forced
     assert _at(fig, "▣ live gallery") == [(1.0, -0.42)]  # under g1, whose full backfill made its gallery live
@@ -60,5 +62,5 @@ def test_marks_backfills_and_one_arc_per_parent():
 
 
 def test_the_picture_is_a_png(tmp_path: Path):
-    path = lineage_picture(tmp_path / "l.png", STEPS[:1], production=0, live_gallery=0, metric="map", title="t")
+    path = lineage_picture(tmp_path / "l.png", Timeline(STEPS[:1], production=0, live=0, metric="map"), title="t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

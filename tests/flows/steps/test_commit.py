@@ -107,9 +107,8 @@ def test_the_model_description_follows_the_lineage(g0_workspace):
     plan = _commit(home, params_file, "g1", compatible=True)
     ws, params = plan.workspace, plan.params
     tracking = ws.tracking(params)
-    store = ws.lineage(params, readonly=True)
-    g1 = store.generation(1)
-    store.close()
+    with ws.lineage(params, readonly=True) as store:
+        g1 = store.generation(1)
     description = tracking.model_description()
     assert f"get-artifact?path=lineage%2Flineage.png&run_uuid={g1.mlflow_run_id}" in description
     assert f"[{g1.mlflow_run_id}](#/runs/{g1.mlflow_run_id})" in description

@@ -90,19 +90,13 @@ def workspace(template: Path, tmp_path: Path) -> tuple[Params, Workspace]:
 
 
 def _production(params: Params, ws: Workspace) -> tuple[int | None, str | None]:
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         return store.production_generation_id(), ws.tracking(params).alias_version(PRODUCTION_ALIAS)
-    finally:
-        store.close()
 
 
 def _promotions(params: Params, ws: Workspace, gen_id: int) -> list[dict]:
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         return store.to_json()[gen_id]["promotions"]
-    finally:
-        store.close()
 
 
 def test_a_gate_failure_is_refused_without_force(workspace):
@@ -132,9 +126,8 @@ def test_a_forced_promotion_is_recorded_and_moves_the_alias(workspace):
     assert _production(params, ws) == (1, "2")
     [rec] = _promotions(params, ws, 1)
     assert rec["forced"] is True and rec["by"] == "alice" and rec["reason"] == "hotfix for a broken g0"
-    store = ws.lineage(params, readonly=True)
-    doc = store.to_json()
-    store.close()
+    with ws.lineage(params, readonly=True) as store:
+        doc = store.to_json()
     assert doc[1]["production"] is True and doc[1]["promoted"] is True and doc[0]["production"] is False
     uri = ws.tracking_uri(params)
     tag = MlflowClient(uri, uri).get_model_version(MODEL, "2").tags["bctflow.promotion"]
@@ -169,13 +162,13 @@ def test_a_generation_without_an_mlflow_version_is_refused(workspace):
 
 def test_a_retired_generation_is_refused_even_when_forced(workspace):
     params, ws = workspace
-    store = ws.lineage(params)
     event = BackfillRecord(
         0, 2, "full", 1.0, "all", 10, 10, "/live/index-v001/index", False, {}, datetime.now(UTC), 1.0
     )
-    store.record_backfill(event, PointerRecord(2, "/live/index-v001/index", "full backfill", None, None, [2]), [0, 1])
-    assert store.generation(0).status == "retired"
-    store.close()
+    with ws.lineage(params) as store:
+        pointer = PointerRecord(2, "/live/index-v001/index", "full backfill", None, None, [2])
+        store.record_backfill(event, pointer, [0, 1])
+        assert store.generation(0).status == "retired"
     for force in (False, True):
         with pytest.raises(ConfigError, match="generation 0 is retired"):
             promote(params, ws, 0, force=force, by="alice")

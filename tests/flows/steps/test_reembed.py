@@ -39,13 +39,10 @@ def lineage(prefect_harness, tmp_path_factory) -> tuple[Params, Workspace]:
     assert g1["compatible_with_live_gallery"] is False, f"precondition: g1 must be incompatible ({g1['cross']})"
     params = load_params(params_file)
     ws = Workspace(home)
-    store = ws.lineage(params, readonly=True)
-    try:
+    with ws.lineage(params, readonly=True) as store:
         ptr = store.live_pointer()
         assert (ptr.generation_id, ptr.compatible_generations) == (0, [0])
         assert store.generation(1).compatible_with_live is False and store.production_generation_id() == 0
-    finally:
-        store.close()
     return params, ws
 
 

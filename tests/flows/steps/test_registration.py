@@ -12,8 +12,10 @@ import pytest
 from mlflow import MlflowClient
 
 from components.evaluation import DerivedMetrics
+from components.evaluation.lineage_timeline import GenerationStep
 from flows.params import GenerationSpec, load_params
 from flows.planning import GenerationPlan, make_plan
+from flows.steps.lineage_view import registering_timeline
 from flows.steps.mlflow_run import log_snapshot, open_run
 from flows.steps.registration import chain_description, gate_failures, register
 from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
@@ -64,17 +66,26 @@ def _g1_plan(home: Path, params_file: Path) -> GenerationPlan:
     return make_plan(load_params(params_file), home, GenerationSpec(name="g1", alignment="hbct"))
 
 
+def _evaluation(decision: DecisionRecord, compatible: bool = False) -> Evaluation:
+    summary = {"self": {"map": 0.7}, "cross": {"map": 0.6}, "parent_self": {"map": 0.5}}
+    return Evaluation([], DerivedMetrics(), {}, decision, summary, [], [], compatible)
+
+
 def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
     home, params_file = g0
     plan = _g1_plan(home, params_file)
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    try:
+    no_decision = DecisionRecord(False, [], [], 0)
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
         g = store.generation(0)
-        no = chain_description(plan, store, DecisionRecord(False, [], [], 0))
-        yes = chain_description(plan, store, DecisionRecord(True, ["ζ above the ceiling", "clip saturated"], [], 0))
-    finally:
-        store.close()
+        timeline = registering_timeline(store, plan, _evaluation(no_decision, compatible=True), True)
+    no = chain_description(plan, timeline, no_decision)
+    yes = chain_description(plan, timeline, DecisionRecord(True, ["ζ above the ceiling", "clip saturated"], [], 0))
     assert g.mlflow_version == "1"
+    # the picture's steps: g0, then g1 pending at the end, with its cross / old-old on the decision metric
+    *_, pending = timeline.steps
+    assert isinstance(pending, GenerationStep) and pending.pending and (pending.cross, pending.old_old) == (0.6, 0.5)
+    assert (pending.gen_id, pending.parent_id, pending.compatible, pending.version) == (1, 0, True, None)
+    assert (timeline.production, timeline.live, timeline.metric) == (1, 0, plan.params.backfill.metric)
     assert no.split("\n\n") == [
         "Generation 1 (g1) of the bctflow lineage.",
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, this version]",
@@ -110,8 +121,9 @@ def test_the_chain_puts_backfills_where_they_happened(g0, tmp_path: Path):
     g1 = _g1_plan(home, params_file)
     parent = g1.parent.model_copy(update={"id": 1, "name": "g1"})
     plan = g1.model_copy(update={"gen_id": 2, "name": "g2", "zeta": 1.2, "parent": parent})
-    text = chain_description(plan, store, DecisionRecord(False, [], [], 1))
-    store.close()
+    decision = DecisionRecord(False, [], [], 1)
+    with store:
+        text = chain_description(plan, registering_timeline(store, plan, _evaluation(decision), False), decision)
     chain = text.split("\n\n")[1]
     assert chain == (
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, v2] → "
@@ -150,9 +162,8 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     ev = Evaluation(
         [], DerivedMetrics(), {"clip_fraction_gallery": 0.5}, decision, {"self": {"map": 0.7}}, [], [], False
     )
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    expected_description = chain_description(plan, store, decision)
-    store.close()
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
+        expected_description = chain_description(plan, registering_timeline(store, plan, ev, False), decision)
 
     run_id = open_run(plan)
     log_snapshot(plan, run_id, snap)
@@ -190,9 +201,8 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
         and run.data.params["chosen.epsilon_reason"] == chosen["epsilon_reason"]
     )
 
-    store = plan.workspace.lineage(plan.params, readonly=True)
-    assert store.count() == 1  # registration writes no lineage
-    store.close()
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
+        assert store.count() == 1  # registration writes no lineage
 
 
 def test_a_compatible_generation_is_tagged_as_promoted(staged):

@@ -163,6 +163,7 @@ def _plan(
         roles=roles,
         run_key=run_key,
         generations_since_backfill=0 if parent is None else sum(1 for s in serving if s.id > parent.id) + 1,
+        timeline=store.timeline(params.backfill.rules.metric),
         notes=tuple(notes),
     )
     _check_resumable(plan)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.errors import LineageError
+from components.evaluation.lineage_timeline import Timeline
 from components.losses import AlignmentChoice, choose_alignment
 from components.models import ModelSpec
 from components.models.checkpoint import Checkpoint, read_checkpoint
@@ -162,6 +163,9 @@ class GenerationPlan(_Frozen):
     roles: dict[str, RolePlan]
     run_key: str
     generations_since_backfill: int
+    #: the committed lineage as planned: generations and backfills in order, on the decision metric
+    #: (:meth:`registry.lineage.LineageStore.timeline`): the registration's chain text and picture
+    timeline: Timeline
     notes: tuple[str, ...] = ()
 
     @property

@@ -24,10 +24,10 @@ __all__ = ["LINEAGE_ARTIFACT", "draw_lineage", "model_description", "registering
 LINEAGE_ARTIFACT = "lineage/lineage.png"
 
 
-def registering_timeline(store: LineageStore, plan: GenerationPlan, ev: Evaluation, promoted: bool) -> Timeline:
-    """The committed lineage with this generation — registered, not yet committed — at its end; cross and old-old
-    on the decision metric. ``promoted``: it passed the promotion gate."""
-    metric = plan.params.backfill.metric
+def registering_timeline(plan: GenerationPlan, ev: Evaluation, promoted: bool) -> Timeline:
+    """The committed lineage as planned (:attr:`GenerationPlan.timeline`) with this generation — registered, not yet
+    committed — at its end; cross and old-old on the decision metric. ``promoted``: it passed the promotion gate."""
+    metric = plan.params.backfill.rules.metric
     cross, old = ev.summary.get("cross") or {}, ev.summary.get("parent_self") or {}
     step = GenerationStep(
         gen_id=plan.gen_id,
@@ -41,7 +41,7 @@ def registering_timeline(store: LineageStore, plan: GenerationPlan, ev: Evaluati
         old_old=old.get(metric),
         promoted=promoted,
     )
-    return store.timeline(metric).with_pending(step)
+    return plan.timeline.with_pending(step)
 
 
 def draw_lineage(plan: GenerationPlan, timeline: Timeline) -> Path:

@@ -103,8 +103,7 @@ def _request(
     """What the registration logs into the run and onto the version (the lineage picture drawn here)."""
     p, ws = plan.params, plan.workspace
     passed = promoted(plan, ev)
-    with ws.lineage(p, readonly=True) as store:
-        timeline = registering_timeline(store, plan, ev, passed)
+    timeline = registering_timeline(plan, ev, passed)
     return RegistrationRequest(
         generation_id=plan.gen_id,
         name=plan.name,

@@ -77,7 +77,7 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
     no_decision = DecisionRecord(False, [], [], 0)
     with plan.workspace.lineage(plan.params, readonly=True) as store:
         g = store.generation(0)
-        timeline = registering_timeline(store, plan, _evaluation(no_decision, compatible=True), True)
+    timeline = registering_timeline(plan, _evaluation(no_decision, compatible=True), True)
     no = chain_description(plan, timeline, no_decision)
     yes = chain_description(plan, timeline, DecisionRecord(True, ["ζ above the ceiling", "clip saturated"], [], 0))
     assert g.mlflow_version == "1"
@@ -85,7 +85,7 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
     *_, pending = timeline.steps
     assert isinstance(pending, GenerationStep) and pending.pending and (pending.cross, pending.old_old) == (0.6, 0.5)
     assert (pending.gen_id, pending.parent_id, pending.compatible, pending.version) == (1, 0, True, None)
-    assert (timeline.production, timeline.live, timeline.metric) == (1, 0, plan.params.backfill.metric)
+    assert (timeline.production, timeline.live, timeline.metric) == (1, 0, plan.params.backfill.rules.metric)
     assert no.split("\n\n") == [
         "Generation 1 (g1) of the bctflow lineage.",
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, this version]",
@@ -120,10 +120,11 @@ def test_the_chain_puts_backfills_where_they_happened(g0, tmp_path: Path):
     store.record_backfill(event, PointerRecord(1, "/live/v1/index", "full backfill", "/live/v1/m.pt", 1.0, [1]), [0])
     g1 = _g1_plan(home, params_file)
     parent = g1.parent.model_copy(update={"id": 1, "name": "g1"})
-    plan = g1.model_copy(update={"gen_id": 2, "name": "g2", "zeta": 1.2, "parent": parent})
+    with store:  # the lineage this generation is planned against
+        timeline = store.timeline(g1.params.backfill.rules.metric)
+    plan = g1.model_copy(update={"gen_id": 2, "name": "g2", "zeta": 1.2, "parent": parent, "timeline": timeline})
     decision = DecisionRecord(False, [], [], 1)
-    with store:
-        text = chain_description(plan, registering_timeline(store, plan, _evaluation(decision), False), decision)
+    text = chain_description(plan, registering_timeline(plan, _evaluation(decision), False), decision)
     chain = text.split("\n\n")[1]
     assert chain == (
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, v2] → "
@@ -162,8 +163,7 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     ev = Evaluation(
         [], DerivedMetrics(), {"clip_fraction_gallery": 0.5}, decision, {"self": {"map": 0.7}}, [], [], False
     )
-    with plan.workspace.lineage(plan.params, readonly=True) as store:
-        expected_description = chain_description(plan, registering_timeline(store, plan, ev, False), decision)
+    expected_description = chain_description(plan, registering_timeline(plan, ev, False), decision)
 
     run_id = open_run(plan)
     log_snapshot(plan, run_id, snap)

@@ -14,8 +14,8 @@ from bctflow.cli import app
 from components.data import prepare
 from components.losses.base import AlignmentLoss
 from flows import params as params_module
-from flows import plan as plan_module
 from flows.params import Params
+from flows.planning import plan as plan_module
 from flows.steps import changes  # noqa: F401 (loaded before the fixture counts its params digests)
 
 PACKAGES = {"bctflow", "benchmarks", "components", "flows", "registry", "scripts"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.evaluation.lineage_timeline import Timeline
 from components.indexing.gallery import GalleryEmbeddings
 from flows.params import Params, apply_overrides
 from flows.planning import GenerationPlan, ParentRef, RolePlan
@@ -108,6 +109,7 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
         },
         run_key="k",
         generations_since_backfill=1,
+        timeline=Timeline((), None, 0),
     )
 
 

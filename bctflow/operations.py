@@ -61,14 +61,14 @@ def backfill(
         fail(err)
     from flows.backfill import backfill as backfill_flow
 
+    items = ", ".join(f"{g.selected} of {g.total} {g.name} items" for g in plan.galleries)
     console.print(
-        f"backfill with generation {plan.target}: {plan.kind}, {len(plan.positions)} items, {plan.n_chunks} chunks of "
-        f"{plan.chunk_size}"
+        f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
     )
     res = finish(backfill_flow(plan, return_state=True), "backfill")
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
-        f"({res['reembedded']} items re-embedded, {res['chunks_resumed']}/{res['chunks']} chunks resumed from an "
+        f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "
         "earlier run); "
         f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
     )

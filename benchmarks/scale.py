@@ -58,12 +58,13 @@ from components.data.catalog import load_dataset
 from components.data.sources import WebDatasetSource
 from components.indexing import GalleryIndex
 from components.indexing.index_config import IndexConfig
-from components.indexing.live import CORPUS_DIR
 from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from components.models import load_model
+from flows.data import open_corpus
 from flows.params import params_from_dict
 from flows.specs import index_config
-from flows.steps.corpus import embed_corpus
+from flows.steps.gallery_pipeline import embed_gallery
 from flows.workspace import Workspace
 
 __all__ = ["run_scale"]
@@ -126,7 +127,9 @@ def _embed_vs_bare(ckpt: Path, raw: dict[str, Any], home: Path, source: WebDatas
     def project(i: int) -> float:
         folder = home / f"embed-check-{i}"
         t0 = time.perf_counter()
-        embed_corpus(p, ws, ckpt, folder, generation=0, positions=positions)
+        corpus = open_corpus(p, ws)
+        assert corpus is not None  # the scale params name the corpus
+        embed_gallery(p, corpus, ckpt, folder, generation=0, positions=positions)
         rate = len(positions) / (time.perf_counter() - t0)
         shutil.rmtree(folder)
         return rate
@@ -245,22 +248,22 @@ def run_scale(
     }
     g0 = _bctflow(["run", *common, "--generation", "g0"], log)
     res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
-    gen0 = home / "generations" / "gen_000"
-    res["gen0_corpus_items_per_s"] = _parts_rate(gen0 / CORPUS_DIR / "gallery")
-    manifest = json.loads((gen0 / CORPUS_DIR / "index" / "manifest.json").read_text())
+    gen0 = GalleryVersion(home / "generations" / "gen_000")
+    res["gen0_corpus_items_per_s"] = _parts_rate(gen0.corpus_store)
+    manifest = json.loads((gen0.corpus_index / "manifest.json").read_text())
     res["index_build_s"] = manifest.get("build_seconds")
     res["recall_at_10"] = manifest.get("recall_at_10")
     res["index_factory"] = manifest.get("factory")
-    store = GalleryStore(gen0 / CORPUS_DIR / "gallery")
-    res.update(_search_speed(gen0 / CORPUS_DIR / "index", store))
+    store = GalleryStore(gen0.corpus_store)
+    res.update(_search_speed(gen0.corpus_index, store))
     res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
     res.update(_cosine_index(store, index_config(params_from_dict(raw, "scale benchmark params"))))
     res["cosine_qps_vs_flat"] = res["cosine_search_qps"] / res["cosine_flat_search_qps"]
-    res.update(_embed_vs_bare(gen0 / "model.pt", raw, home, corpus))
+    res.update(_embed_vs_bare(gen0.root / "model.pt", raw, home, corpus))
     g1 = _bctflow(["run", *common, "--generation", "g1"], log)
     res["run_g1_s"] = g1["seconds"]
     # a full backfill with g1, killed half-way through the corpus, then resumed
-    work_corpus = home / "backfills" / "in_progress" / CORPUS_DIR / "parts"
+    work_corpus = GalleryVersion(home / "backfills" / "in_progress").corpus_store / "parts"
     half = items // chunk_size // 2
 
     def past_half() -> bool:
@@ -293,12 +296,12 @@ def run_scale(
 
 def _reembedded(output: str) -> tuple[int, float]:
     """(items a backfill run embedded itself, their items/s), from its log line
-    ``gallery corpus: N of M selected items embedded now (… at R items/s)``."""
+    ``serving corpus: N of M selected items embedded now (… at R items/s; …)``."""
     for line in output.splitlines():
-        if "gallery corpus:" in line and "embedded now" in line:
+        if "serving corpus:" in line and "embedded now" in line:
             rate = line.rsplit(" at ", 1)[1].split()[0] if " at " in line else "nan"
-            return int(line.split("gallery corpus:")[1].split()[0]), float(rate)
-    raise RuntimeError("the backfill printed no 'gallery corpus: … embedded now' line:\n" + output[-2000:])
+            return int(line.split("serving corpus:")[1].split()[0]), float(rate)
+    raise RuntimeError("the backfill printed no 'serving corpus: … embedded now' line:\n" + output[-2000:])
 
 
 def _report(r: dict[str, Any]) -> str:

@@ -1,16 +1,15 @@
-"""The ``backfill`` flow: start (or resume) → embed chunks → publish + verify → switch the live gallery.
+"""The ``backfill`` flow: start (or resume) → embed parts → publish + verify → switch the live gallery.
 
 The flow takes the run's one :class:`~flows.steps.reembed.BackfillPlan` (made by
 :func:`~flows.steps.reembed.plan_backfill` from params parsed once) and runs
-each step of :mod:`flows.steps.reembed` as a task. Killing the process at any
-point and running the same command again finishes the same backfill from the
-chunks already on disk; the live gallery keeps answering queries from the old
-index until the final, atomic switch.
+each step of :mod:`flows.steps.reembed` and :mod:`flows.steps.publish` as a task.
+Killing the process at any point and running the same command again finishes the
+same backfill from the parts already on disk; the live gallery keeps answering
+queries from the old version until the final, atomic switch.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,53 +19,52 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.lock import workspace_lock
 from flows.progress import progress_bar
-from flows.steps import publish, reembed, reembed_corpus
+from flows.steps import publish, reembed
 from flows.steps.reembed import BackfillPlan
 from flows.transient import retry_condition
+
+_WORDS = {"evaluation": "evaluation gallery", "corpus": "serving corpus"}
+
+
+def _describe(plan: BackfillPlan) -> str:
+    """The galleries and items a backfill re-embeds, in words."""
+    return ", ".join(f"{_WORDS[g.name]} {g.selected} of {g.total} items" for g in plan.galleries)
 
 
 @task(name="start-backfill", cache_policy=NO_CACHE)
 def start_task(plan: BackfillPlan) -> BackfillPlan:
     plan = reembed.start(plan)
     get_run_logger().info(
-        "backfill with generation %d: %s, %d items in %d chunks%s",
+        "backfill with generation %d: %s, %s, %d parts of %d%s",
         plan.target,
         plan.kind,
-        len(plan.positions),
-        plan.n_chunks,
+        _describe(plan),
+        plan.n_parts,
+        plan.chunk_size,
         f", order {plan.order}" if plan.kind == "partial" else "",
     )
     return plan
 
 
-@task(name="embed-chunks", cache_policy=NO_CACHE)
+@task(name="embed-parts", cache_policy=NO_CACHE)
 def embed_task(plan: BackfillPlan) -> tuple[int, int]:
+    """Every gallery's selected items, embedded into parts (resumed). Returns (parts resumed, parts in all)."""
     log = get_run_logger()
-
-    with progress_bar(f"backfill with g{plan.target}: chunks", plan.n_chunks) as advance:
-
-        def on_chunk(i: int, n: int, resumed: bool) -> None:
-            advance(1)
-            if not resumed and ((i + 1) % max(1, n // 10) == 0 or i + 1 == n):
-                log.info("chunk %d/%d embedded", i + 1, n)
-
-        before, total = reembed.embed_chunks(plan, on_chunk)
-    if before:
-        log.info("resumed: %d of %d chunks were already embedded by an earlier run", before, total)
-    selected = reembed_corpus.corpus_selection(plan)
-    if selected is not None:
-        t0 = time.perf_counter()
-        with progress_bar(f"backfill with g{plan.target}: gallery corpus (items)", len(selected)) as advance:
-            now, n = reembed_corpus.embed_corpus_chunks(plan, advance)
-        rate = now / max(time.perf_counter() - t0, 1e-9)
+    items = sum(g.selected for g in plan.galleries)
+    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
+        done = reembed.reembed(plan, advance)
+    for gallery, e in done:
         log.info(
-            "gallery corpus: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s",
-            now,
-            n,
-            n - now,
-            rate,
+            "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s; %d of %d parts resumed",
+            _WORDS[gallery.name],
+            e.items,
+            gallery.selected,
+            gallery.selected - e.items,
+            e.items / max(e.seconds, 1e-9),
+            e.parts_resumed,
+            e.parts,
         )
-    return before, total
+    return sum(e.parts_resumed for _, e in done), sum(e.parts for _, e in done)
 
 
 @task(name="publish-index", cache_policy=NO_CACHE)
@@ -101,17 +99,17 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         "event": event,
         "target": plan.target,
         "kind": plan.kind,
-        "reembedded": len(plan.positions),
-        "chunks_resumed": before,
-        "chunks": total,
+        "reembedded": plan.evaluation.selected,
+        "parts_resumed": before,
+        "parts": total,
         "metrics": metrics,
         "index": index_dir,
     }
     lines = [
         f"# backfill {event}: generation {plan.target} ({plan.kind})",
         "",
-        f"- items re-embedded: {len(plan.positions)}",
-        f"- chunks resumed from an earlier run: {before} of {total}",
+        f"- items re-embedded: {_describe(plan)}",
+        f"- parts resumed from an earlier run: {before} of {total}",
         f"- index: `{index_dir}`",
         f"- retrieval: {metrics}",
     ]

@@ -1,9 +1,10 @@
 """The data of a run: the dataset's splits (loaded once per process), the generation's training selection and the
-gallery corpus the live index serves (params ``gallery:``)."""
+gallery sources — the labelled evaluation split, and the serving corpus params ``gallery:`` name."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -11,12 +12,39 @@ from components.data import DataManifest, resolve_class_order, select_training_d
 from components.data.catalog import DatasetRequest
 from components.data.prepare import prepared_splits
 from components.data.sources import ImageSource, open_source
-from components.data.sources.split import DatasetSplits
+from components.data.sources.split import DatasetSplits, SourceDataset
 from components.errors import DataError
+from components.indexing.version import EVAL_SPLIT
 from flows.params import Params
 from flows.workspace import Workspace
 
-__all__ = ["dataset_splits", "load_splits", "open_corpus", "select_generation_data"]
+__all__ = [
+    "GallerySource",
+    "dataset_splits",
+    "evaluation_source",
+    "load_splits",
+    "open_corpus",
+    "select_generation_data",
+]
+
+
+@dataclass(frozen=True)
+class GallerySource:
+    """Items a gallery embeds (docs/design.md §7.10): ``kind`` (params ``gallery.source``: ``eval_split`` for the
+    labelled evaluation split, else the corpus's format), ``split`` (its items, read through its loader) and the
+    DataLoader ``workers`` that decode them."""
+
+    kind: str
+    split: SourceDataset
+    workers: int
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    @property
+    def corpus(self) -> bool:
+        """True for a serving corpus of its own (not the evaluation split)."""
+        return self.kind != EVAL_SPLIT
 
 
 def load_splits(p: Params, ws: Workspace) -> DatasetSplits:
@@ -59,18 +87,25 @@ _SELECTIONS: dict[tuple, DataManifest] = {}
 _KEEP = 8
 
 
-def open_corpus(p: Params, ws: Workspace) -> ImageSource | None:
-    """The gallery corpus of params ``gallery:`` (None: the evaluation split serves), checked against the training
-    images' channels."""
+def evaluation_source(p: Params, ws: Workspace) -> GallerySource:
+    """The labelled evaluation split every generation is measured on, as a gallery source (read in this process,
+    without DataLoader workers, as every generation has embedded it)."""
+    return GallerySource(EVAL_SPLIT, load_splits(p, ws).test, 0)
+
+
+def open_corpus(p: Params, ws: Workspace) -> GallerySource | None:
+    """The serving corpus of params ``gallery:`` (None: the evaluation split serves), yielded at the training images'
+    size and checked against their channels."""
     g = p.gallery
-    if g.source == "eval_split":
+    if g.source == EVAL_SPLIT:
         return None
     assert g.path is not None  # the params schema requires it
-    source = open_source(g.source, Path(g.path))
+    source: ImageSource = open_source(g.source, Path(g.path))
     train = load_splits(p, ws).train
     if source.channels != train.image_shape[2]:
         raise DataError(
             f"the gallery corpus {g.path} has {source.channels}-channel images but the models are trained on "
             f"{train.image_shape[2]}-channel {p.data.dataset} images; convert the corpus or train on matching data"
         )
-    return source
+    size = p.data.image_size or int(train.image_shape[0])
+    return GallerySource(g.source, SourceDataset(source, size), g.workers)

@@ -97,13 +97,13 @@ def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str, run_id: st
 
 
 @task(name="embed-and-index", cache_policy=NO_CACHE)
-def gallery_task(plan: GenerationPlan, trained: steps.Trained) -> steps.Gallery:
+def gallery_task(plan: GenerationPlan, trained: steps.Trained) -> steps.EvaluationGallery:
     n = len(load_splits(plan.params, plan.workspace).test)
     corpus = open_corpus(plan.params, plan.workspace) if plan.parent is None and trained.role == "model" else None
-    what = "the evaluation split" + (" and the gallery corpus" if corpus is not None else "")
+    what = "the evaluation split" + (" and the serving corpus" if corpus is not None else "")
     total = n + (len(corpus) if corpus is not None else 0)
     with progress_bar(f"g{plan.gen_id} {trained.role}: embedding {what} (items)", total) as advance:
-        return steps.build_gallery(plan, trained, on_batch=advance)
+        return steps.embed_and_index(plan, trained, on_batch=advance)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -111,9 +111,9 @@ def evaluate_task(
     plan: GenerationPlan,
     snap: steps.Snapshot,
     trained: steps.Trained,
-    gallery: steps.Gallery,
+    gallery: steps.EvaluationGallery,
     ref: steps.Trained | None,
-    ref_gallery: steps.Gallery | None,
+    ref_gallery: steps.EvaluationGallery | None,
 ) -> steps.Evaluation:
     ev = steps.evaluate(plan, snap, trained, gallery, ref, ref_gallery)
     log = get_run_logger()
@@ -135,7 +135,7 @@ def register_task(
     plan: GenerationPlan,
     snap: steps.Snapshot,
     trained: steps.Trained,
-    gallery: steps.Gallery,
+    gallery: steps.EvaluationGallery,
     ev: steps.Evaluation,
     run_id: str,
     reference_run_id: str | None,
@@ -152,7 +152,7 @@ def commit_task(
     plan: GenerationPlan,
     snap: steps.Snapshot,
     trained: steps.Trained,
-    gallery: steps.Gallery,
+    gallery: steps.EvaluationGallery,
     ev: steps.Evaluation,
     reg: RegistrationResult,
     ref: steps.Trained | None,

@@ -3,10 +3,11 @@
 <home>/
   data/               DVC repository with one manifest snapshot per generation
   datasets/           downloaded / cached datasets (unless data.root)
-  generations/gen_NNN committed generations: model.pt, gallery.npz, index/, metrics.json, plots
+  generations/gen_NNN committed generations: model.pt, gallery/ + index/ (the evaluation gallery), metrics.json,
+                      plots; generation 0 also serving.json (and corpus/ when a serving corpus is named)
   staging/gen_NNN     work in progress (moved into generations/ on commit)
-  live/               CURRENT (the live-gallery pointer) and backfilled index versions index-vNNN/
-  backfills/          work in progress of a backfill (chunks, resumable) and finished ones bf_NNN
+  live/               CURRENT (the live pointer) and backfilled gallery versions index-vNNN/
+  backfills/          work in progress of a backfill (parts, resumable) and finished ones bf_NNN
   prefect/            PREFECT_HOME for the ephemeral Prefect server
   jobs/               multi-node training jobs the other nodes read (train.job_dir; while a training runs)
   + the lineage database and the MLflow store, unless params point them elsewhere (registry/stores.py)

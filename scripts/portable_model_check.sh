@@ -24,9 +24,10 @@ from pathlib import Path
 import mlflow
 import numpy as np
 
-from components.indexing.gallery import GalleryEmbeddings, gallery_beside
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from flows.data import load_splits
 from flows.params import load_params
-from flows.steps.context import load_splits
 from flows.workspace import Workspace
 
 home, work = Path(sys.argv[1]), Path(sys.argv[2])
@@ -34,10 +35,10 @@ ws = Workspace(home)
 params = load_params(sorted(ws.generations_dir.glob("gen_*/params.yaml"))[-1])  # as the newest generation ran
 store = ws.lineage(params, readonly=True)
 prod = store.generation(store.production_generation_id())
-test = load_splits(params, ws).test
-gallery = GalleryEmbeddings.load(gallery_beside(prod.index_path))
+test = load_splits(params, ws).test.subset(np.arange(64)).decode()
+gallery = GalleryStore(GalleryVersion.of_index(prod.index_path).evaluation_gallery()).embeddings()
 row = {int(i): n for n, i in enumerate(gallery.ids)}
-np.save(work / "images.npy", test.images[:64])
+np.save(work / "images.npy", test.images)
 np.save(work / "expected.npy", gallery.vectors()[[row[int(i)] for i in test.ids[:64]]])
 mlflow.set_tracking_uri(f"sqlite:///{home / 'mlflow.db'}")
 name = params.tracking.registered_model

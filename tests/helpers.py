@@ -110,7 +110,7 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
 
     from components.geometry import expmap0
     from components.indexing import GalleryIndex
-    from components.indexing.live import LiveGallery
+    from components.indexing.live import LivePointer
 
     z = np.random.default_rng(seed).normal(size=(40, 16))
     GalleryIndex.build(
@@ -120,7 +120,9 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
         curvature=1.0,
         generation=generation,
     ).save(index_dir)
-    LiveGallery(Path(live_dir)).switch(Path(index_dir), generation=generation, compatible_generations=[generation])
+    LivePointer(Path(live_dir)).switch(
+        Path(index_dir), serving_index=str(index_dir), generation=generation, compatible_generations=[generation]
+    )
 
 
 def lineage_story(path):

@@ -1,4 +1,4 @@
-"""A generation's gallery embeddings on disk (``gallery.npz``), written atomically.
+"""Gallery embeddings: the rows of a gallery in memory, and one ``.npz`` file of them, written atomically.
 
 Stores what every retrieval view needs: the tangent vectors ``z`` (Lorentz:
 the float64 hyperboloid points are rebuilt from them on demand, on whichever
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from components.models.spec import ModelSpec
     from components.training.embed import Embeddings
 
-__all__ = ["FEATURES", "GalleryEmbeddings", "gallery_beside"]
+__all__ = ["FEATURES", "GalleryEmbeddings"]
 
 FEATURES = ("embedding", "psp", "lsp")
 
@@ -38,11 +38,6 @@ FEATURES = ("embedding", "psp", "lsp")
 def _unit(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
-
-
-def gallery_beside(index_path: str | Path) -> Path:
-    """The ``gallery.npz`` next to an index directory (a generation's, or a live index version's)."""
-    return Path(index_path).parent / "gallery.npz"
 
 
 @dataclass(frozen=True)
@@ -129,7 +124,8 @@ class GalleryEmbeddings:
         return _unit(self.emb)
 
     def save(self, path: Path, **extra: np.ndarray) -> None:
-        """Write ``gallery.npz`` atomically; ``extra``: more named arrays stored beside it (see :meth:`load_with`)."""
+        """Write the rows to ``path`` (``.npz``) atomically; ``extra``: more named arrays stored beside them (see
+        :meth:`load_with`). A part of a store (:mod:`components.indexing.store`) is such a file."""
         buf = io.BytesIO()
         np.savez(
             buf,

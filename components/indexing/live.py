@@ -1,13 +1,17 @@
-"""The live gallery: which index version serves queries, switched atomically.
+"""The live pointer: which gallery version serves queries, switched atomically.
 
-``<root>/CURRENT`` is a small JSON pointer ``{"index": <dir>, "generation": g,
-"version": n, "compatible_generations": [...], ...}`` replaced with an atomic
-rename, so a reader sees either the old or the new index, never a mixture. The
-old index directory keeps serving readers that already opened it and is only
-deleted by retention after the switch. Its paths (``index``, ``model_checkpoint``)
-are written relative to the pointer's folder when they lie in the workspace
-around it (``../generations/gen_000/index``), so a copied workspace points at its
-own files; :meth:`LiveGallery.pointer` returns them absolute.
+``<root>/CURRENT`` is a small JSON pointer ``{"index": <dir>, "serving_index": <dir>, "generation": g,
+"version": n, "compatible_generations": [...], ...}`` replaced with an atomic rename, so a reader sees either the
+old or the new gallery, never a mixture. ``index`` is the live version's evaluation index (the one the lineage's
+pointer row names and pins); ``serving_index`` the index that answers queries — the same one, or the version's
+serving corpus index — as the version recorded it when it was built
+(:meth:`components.indexing.version.GalleryVersion.serving`). A CURRENT written before ``serving_index`` existed
+is read through that record; the next command (or ``bctflow doctor --repair``) rewrites it with the key.
+
+The old version keeps serving readers that already opened it and is only deleted by retention after the switch.
+Its paths (``index``, ``serving_index``, ``model_checkpoint``) are written relative to the pointer's folder when
+they lie in the workspace around it (``../generations/gen_000/index``), so a copied workspace points at its own
+files; :meth:`LivePointer.pointer` returns them absolute.
 """
 
 from __future__ import annotations
@@ -22,27 +26,26 @@ import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.indexing.faiss_index import GalleryIndex
+from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 
-__all__ = ["CORPUS_DIR", "POINTER", "LiveGallery", "serving_index_dir"]
+__all__ = ["POINTER", "LivePointer"]
 
 #: the pointer's keys that hold paths
-PATH_KEYS = ("index", "model_checkpoint")
+PATH_KEYS = ("index", "serving_index", "model_checkpoint")
 
 POINTER = "CURRENT"
-#: beside an evaluation gallery's ``index/``: the gallery corpus's part store and index (docs/design.md §7.10)
-CORPUS_DIR = "corpus"
 
 
-def serving_index_dir(index_path: str | Path) -> Path:
-    """The index that answers queries for a lineage ``index_path``: its gallery corpus's index when there is one,
-    else the evaluation-split index itself (the default gallery)."""
-    corpus = Path(index_path).parent / CORPUS_DIR / "index"
-    return corpus if corpus.is_dir() else Path(index_path)
+def _same(key: str, a: Any, b: Any) -> bool:
+    """Pointer values equal; paths compared resolved."""
+    if key in PATH_KEYS and a is not None and b is not None:
+        return Path(str(a)).resolve() == Path(str(b)).resolve()
+    return a == b
 
 
-class LiveGallery:
-    """Reads and switches the live index pointer under ``root`` and answers queries through it."""
+class LivePointer:
+    """Reads and switches the live pointer under ``root`` and answers queries through the index it names."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -89,11 +92,11 @@ class LiveGallery:
         return body
 
     def matches(self, index_dir: str | Path, **meta: Any) -> bool:
-        """True when CURRENT exists, names ``index_dir`` (resolved) and holds every ``meta`` value as given."""
+        """True when CURRENT exists, names ``index_dir`` and holds every ``meta`` value as given (paths resolved)."""
         cur = self.pointer()
-        if cur is None or Path(cur.get("index", "")).resolve() != Path(index_dir).resolve():
+        if cur is None or not _same("index", cur.get("index", ""), index_dir):
             return False
-        return all(cur.get(k) == v for k, v in meta.items())
+        return all(_same(k, cur.get(k), v) for k, v in meta.items())
 
     def restore(self, pointer: dict[str, Any] | None) -> None:
         """Put a previous pointer back (undo of a switch whose lineage commit failed)."""
@@ -102,16 +105,31 @@ class LiveGallery:
         else:
             self._write(pointer)
 
-    def index(self) -> GalleryIndex:
-        """The live index, with the query generations the pointer allows."""
+    def _current(self) -> dict[str, Any]:
         p = self.pointer()
         if p is None:
             raise IndexIntegrityError(
                 f"there is no live gallery under {self.root}; create generation 0 first (bctflow run)"
             )
+        return p
+
+    @staticmethod
+    def _serving(p: dict[str, Any]) -> Path:
+        if p.get("serving_index"):
+            return Path(p["serving_index"])
+        return GalleryVersion.serving_index_of(p["index"])  # a CURRENT written before the key
+
+    def serving_index(self) -> Path:
+        """The index that answers queries: CURRENT's ``serving_index``, or (a CURRENT written before that key) the
+        one the live version recorded."""
+        return self._serving(self._current())
+
+    def index(self) -> GalleryIndex:
+        """The serving index, with the query generations the pointer allows."""
+        p = self._current()
         key = json.dumps(p, sort_keys=True, default=str)
         if self._cache is None or self._cache[0] != key:
-            idx = GalleryIndex.load(serving_index_dir(p["index"]))
+            idx = GalleryIndex.load(self._serving(p))
             gens = tuple(int(g) for g in p.get("compatible_generations", [idx.manifest.generation]))
             self._cache = (key, idx.with_compatible_generations(gens))
         return self._cache[1]
@@ -139,9 +157,10 @@ class LiveGallery:
         return self.root / f"index-v{(max(nums) + 1) if nums else 1:03d}"
 
     def prune(self, keep: int) -> list[Path]:
-        """Delete backfill index versions beyond the newest ``keep``, never the live one."""
+        """Delete backfill index versions beyond the newest ``keep``, never the live one (the version holding the
+        live index)."""
         live = Path((self.pointer() or {}).get("index", "")).resolve()
-        victims = [p for p in self.versions()[:-keep] if p.resolve() != live] if keep > 0 else []
+        victims = [p for p in self.versions()[:-keep] if p.resolve() not in (live, live.parent)] if keep > 0 else []
         for p in victims:
             shutil.rmtree(p, ignore_errors=True)
         return victims

@@ -1,21 +1,24 @@
-"""A large gallery's embeddings on disk, in parts (docs/design.md §7.10).
+"""A gallery's embeddings on disk, in parts (docs/design.md §7.10): the part store every gallery is written to.
 
-A gallery corpus of millions of items never sits in memory: its embeddings are
-written as they are produced, ``chunk_size`` items per part file
-(``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the
-generation ``stamps`` of its rows), every part written atomically. A killed
-embedding keeps every finished part; :meth:`PartWriter.done_ids` tells the
-resumed run which items to skip, so it re-embeds at most the part in flight.
-:meth:`PartWriter.finish` writes ``store.json`` (the parts in order, counts,
-geometry) last: a store without it is unfinished.
+Every gallery — the labelled evaluation split a generation is measured on, a serving corpus of millions of items,
+the re-embedded items of a backfill — is written as it is produced, ``chunk_size`` items per part file
+(``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the generation ``stamps`` of its rows), every part
+written atomically. A killed embedding keeps every finished part; :meth:`PartWriter.done_ids` tells the resumed run
+which items to skip. ``producer.txt`` names what embedded the parts (the model's sha256, the source's fingerprint):
+parts of another producer are stale and a writer opened for a new one starts over. :meth:`PartWriter.finish` writes
+``store.json`` (the parts in order, counts, geometry) last: a store without it is unfinished.
 
-Readers stream: :meth:`GalleryStore.parts` yields one part at a time,
-:meth:`GalleryStore.index_chunks` the retrieval vectors FAISS indexes.
+Readers stream: :meth:`GalleryStore.parts` yields one part at a time, :meth:`GalleryStore.index_chunks` the
+retrieval vectors FAISS indexes; :meth:`GalleryStore.embeddings` puts a small gallery (the evaluation split) in
+memory. A gallery written before part stores (one ``gallery.npz``, its stamps in ``stamps.npy`` beside it) reads
+as a store of one part.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,10 +30,11 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty, mix_galleries
 from components.io import atomic_write_text
 
-__all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "mix_stores"]
+__all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "link_store", "mix_stores"]
 
 STORE_FILE = "store.json"
 _PARTS = "parts"
+_PRODUCER = "producer.txt"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ def _concat(parts: list[StoredPart]) -> StoredPart:
 
 
 _ROW_FIELDS = ("z", "emb", "ids", "labels", "clipped", "logits")
+#: per-item arrays a part file holds under their own name (read without loading the vectors)
+_STORED_COLUMNS = ("ids", "labels", "clipped", "stamps")
 
 
 def _take(part: StoredPart, rows: slice | np.ndarray) -> StoredPart:
@@ -68,13 +74,25 @@ def _take(part: StoredPart, rows: slice | np.ndarray) -> StoredPart:
 
 
 class PartWriter:
-    """Writes a gallery store part by part into ``directory``; reopening it resumes (finished parts are kept)."""
+    """Writes a gallery store part by part into ``directory``; reopening it resumes (finished parts are kept).
 
-    def __init__(self, directory: Path, chunk_size: int) -> None:
+    ``producer``: what embeds the rows (e.g. the model's sha256 and the source's fingerprint). Parts an earlier run
+    left for another producer are stale (a model trained again in staging): they are deleted and the store starts
+    over. None: no check (the rows are not embedded, e.g. a mix of two stores).
+    """
+
+    def __init__(self, directory: Path, chunk_size: int, producer: str | None = None) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.directory = Path(directory)
         self.chunk_size = int(chunk_size)
+        if producer is not None:
+            mark = self.directory / _PRODUCER
+            if not mark.is_file() or mark.read_text() != producer:
+                shutil.rmtree(self.directory / _PARTS, ignore_errors=True)
+                (self.directory / STORE_FILE).unlink(missing_ok=True)
+                self.directory.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(mark, producer)
         (self.directory / _PARTS).mkdir(parents=True, exist_ok=True)
         self._pending: list[StoredPart] = []
         self._n_pending = 0
@@ -88,8 +106,8 @@ class PartWriter:
         ids = [np.load(p, allow_pickle=False)["ids"] for p in self.part_files()]
         return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
 
-    def add(self, part: StoredPart) -> None:
-        """Buffer rows; every full ``chunk_size`` rows become one part file."""
+    def add(self, part: StoredPart, on_part: Callable[[], None] | None = None) -> None:
+        """Buffer rows; every full ``chunk_size`` rows become one part file (``on_part()`` after each is written)."""
         self._pending.append(part)
         self._n_pending += len(part)
         while self._n_pending >= self.chunk_size:
@@ -97,6 +115,8 @@ class PartWriter:
             self._write(_take(rows, slice(0, self.chunk_size)))
             rest = _take(rows, slice(self.chunk_size, None))
             self._pending, self._n_pending = ([rest], len(rest)) if len(rest) else ([], 0)
+            if on_part is not None:
+                on_part()
 
     def _write(self, part: StoredPart) -> None:
         n = len(self.part_files())
@@ -109,7 +129,7 @@ class PartWriter:
             self._pending, self._n_pending = [], 0
         files = self.part_files()
         if not files:
-            raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the corpus is empty")
+            raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the gallery source is empty")
         counts, meta, ids = [], None, []
         for f in files:
             with np.load(f, allow_pickle=False) as arrays:
@@ -135,7 +155,8 @@ class PartWriter:
 class GalleryStore:
     """A finished gallery store (``store.json`` + ``parts/``), or a legacy single ``gallery.npz`` (+ ``stamps.npy``).
 
-    ``generation``: the stamp of rows written without stamps (legacy single-file galleries).
+    ``generation``: the stamp of rows written without stamps (legacy single-file galleries: the generation whose
+    folder or live index version holds them).
     """
 
     def __init__(self, path: Path, generation: int = -1) -> None:
@@ -157,6 +178,11 @@ class GalleryStore:
     def __len__(self) -> int:
         return int(self.meta["count"])
 
+    @property
+    def legacy(self) -> bool:
+        """True for a gallery written before part stores: one ``gallery.npz`` (+ ``stamps.npy``)."""
+        return self.meta["parts"] is None
+
     def part_paths(self) -> list[Path]:
         if self.meta["parts"] is None:
             return [self.path]
@@ -174,8 +200,14 @@ class GalleryStore:
             yield _load_part(p)
 
     def column(self, name: str) -> np.ndarray:
-        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``stamps`` or ``uncertainty``
-        (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
+        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``clipped``, ``stamps`` (read alone from
+        each part) or ``uncertainty`` (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
+        if name in _STORED_COLUMNS and not self.legacy:
+            out = []
+            for path in self.part_paths():
+                with np.load(path, allow_pickle=False) as arrays:
+                    out.append(arrays[name])
+            return np.concatenate(out)
         out = []
         for part in self.parts():
             if name == "stamps":
@@ -190,6 +222,10 @@ class GalleryStore:
         """The whole store in memory (small galleries: exact evaluation)."""
         return _concat(list(self.parts()))
 
+    def embeddings(self) -> GalleryEmbeddings:
+        """Every row in memory, in store order (the evaluation split a generation is measured on)."""
+        return self.load_all().gallery
+
     def index_chunks(self, curvature: float | None = None) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
         """A re-iterable source of (retrieval vectors float64 (n, D), ids (n,)) per part, for the index builder."""
 
@@ -198,6 +234,20 @@ class GalleryStore:
                 yield part.gallery.vectors(curvature), part.gallery.ids
 
         return chunks
+
+
+def link_store(store: GalleryStore, directory: Path) -> GalleryStore:
+    """The finished part store ``store`` under ``directory`` too: its parts hard-linked (no copy), ``store.json``
+    last. A full backfill publishes its re-embedded parts this way; the work folder keeps its own links."""
+    if store.legacy:
+        raise IndexIntegrityError(f"{store.path} is a single-file gallery, not a part store; it cannot be linked")
+    (directory / _PARTS).mkdir(parents=True, exist_ok=True)
+    for src in store.part_paths():
+        dst = directory / _PARTS / src.name
+        if not dst.exists():
+            os.link(src, dst)
+    atomic_write_text(directory / STORE_FILE, (store.path / STORE_FILE).read_text())
+    return GalleryStore(directory)
 
 
 def mix_stores(current: GalleryStore, replacement: GalleryStore, writer: PartWriter) -> GalleryStore:
@@ -223,7 +273,7 @@ def mix_stores(current: GalleryStore, replacement: GalleryStore, writer: PartWri
         writer.add(part)
     if found != len(rep):
         raise IndexIntegrityError(
-            f"{len(rep) - found} re-embedded items are not in the live gallery corpus; delete the backfill folder and "
-            "run the backfill again"
+            f"{len(rep) - found} re-embedded items are not in the live gallery {current.path}; delete the backfill "
+            "folder and run the backfill again"
         )
     return writer.finish()

@@ -39,7 +39,7 @@ __all__ = ["DiskEstimate", "check_models_and_disk", "check_run_environment", "di
 
 #: float32 copies of a model's parameters in one epoch checkpoint: weights + two optimizer moments (Adam/AdamW)
 _COPIES_PER_EPOCH_CHECKPOINT = 3
-#: float32 copies of each gallery vector a generation writes: gallery.npz, the index, the reference's gallery
+#: float32 copies of each gallery vector a generation writes: its evaluation gallery, its index, the reference's one
 _COPIES_PER_GALLERY_VECTOR = 3
 #: free space asked for beyond the estimate
 _MARGIN = 1.25

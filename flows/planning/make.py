@@ -81,7 +81,7 @@ def _plan(
     base_loss(params.train.base_loss, params.train.base_options)  # ConfigError: bad base-loss options
     if parent is not None:
         past.check_live_gallery(ws, store)
-    serving = past.serving_galleries(store, parent, gen_id)
+    serving = past.serving_generations(store, parent, gen_id)
     ids = tuple(sorted({s.id for s in serving}))
     history = past.compat_history(store, ids)
     digest = digest or params_digest(params)

@@ -3,7 +3,7 @@
 * :func:`parent_ref` — the live gallery's generation and model, its checkpoint verified (sha256 pinned by the
   lineage, then its spec against the lineage record) from one read of the file;
 * :func:`zeta_prev` — the ζ the next generation grows from (ζ₀'s rescaled copy after a ζ-restarting backfill);
-* :func:`serving_galleries` / :func:`compat_history` — what evaluation measures the new generation against;
+* :func:`serving_generations` / :func:`compat_history` — what evaluation measures the new generation against;
 * :func:`check_no_orphaned_workspace` / :func:`check_live_gallery` — a lineage that lost its rows, a live gallery
   that cannot serve what the lineage says.
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
 from components.evaluation import COMPAT_METRICS
 from components.indexing import MANIFEST_FILE
-from components.indexing.gallery import gallery_beside
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
+from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from components.models import ModelSpec
-from flows.planning.plan import CompatValue, ParentRef, ServingGallery, parent_checkpoint
+from flows.planning.plan import CompatValue, ParentRef, ServingGeneration, parent_checkpoint
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 
@@ -28,7 +28,7 @@ __all__ = [
     "check_no_orphaned_workspace",
     "compat_history",
     "parent_ref",
-    "serving_galleries",
+    "serving_generations",
     "zeta_prev",
 ]
 
@@ -45,7 +45,7 @@ def parent_ref(store: LineageStore) -> ParentRef | None:
         id=g.id,
         name=g.name,
         checkpoint=ptr.model_checkpoint or g.checkpoint_path,
-        gallery=str(gallery_beside(ptr.index_path)),
+        evaluation_gallery=str(GalleryVersion.of_index(ptr.index_path).evaluation_gallery()),
         zeta=ptr.zeta if ptr.zeta is not None else g.zeta,
         curvature=g.curvature,
         geometry=g.geometry,
@@ -106,19 +106,20 @@ def zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
     return newest.zeta, False
 
 
-def serving_galleries(store: LineageStore, parent: ParentRef | None, gen_id: int) -> tuple[ServingGallery, ...]:
-    """Every serving generation but the new one, each with the gallery its queries are measured on: the live gallery
-    for the parent (after a backfill, a rescaled or mixed one), its own for the others."""
+def serving_generations(store: LineageStore, parent: ParentRef | None, gen_id: int) -> tuple[ServingGeneration, ...]:
+    """Every serving generation but the new one, each with the evaluation gallery its queries are measured on: the
+    live gallery's for the parent (after a backfill, a rescaled or mixed one), its own for the others."""
     out = []
     for gid in store.serving_generation_ids():
         if gid == gen_id:
             continue
         own = parent is not None and gid == parent.id
-        out.append(
-            ServingGallery(
-                id=gid, gallery=parent.gallery if own else str(gallery_beside(store.generation(gid).index_path))
-            )
+        gallery = (
+            parent.evaluation_gallery
+            if own and parent is not None
+            else str(GalleryVersion.of_index(store.generation(gid).index_path).evaluation_gallery())
         )
+        out.append(ServingGeneration(id=gid, evaluation_gallery=gallery))
     return tuple(out)
 
 
@@ -151,7 +152,7 @@ def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
     """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, that
     index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py), and its manifest is
     the one the lineage pinned (revision 0005)."""
-    ptr, live = store.live_pointer(), LiveGallery(ws.live_dir)
+    ptr, live = store.live_pointer(), LivePointer(ws.live_dir)
     try:
         if ptr is not None and not live.matches(ptr.index_path, generation=ptr.generation_id):
             raise IndexIntegrityError(

@@ -35,7 +35,7 @@ __all__ = [
     "ParentRef",
     "RolePlan",
     "Selection",
-    "ServingGallery",
+    "ServingGeneration",
     "check_current",
     "parent_checkpoint",
 ]
@@ -63,14 +63,15 @@ class ParentRef(_Frozen):
 
     ``checkpoint`` / ``zeta`` are those of the model that embedded the live gallery: the generation's own, or its
     rescaled copy after a ζ-restarting backfill; ``spec``: that model's spec, read from the file the plan verified.
-    ``gallery``: the live gallery's embeddings (beside the live index); ``pointer_id``: the live-pointer row the plan
-    was made against.
+    ``evaluation_gallery``: the live gallery version's evaluation gallery (the labelled evaluation split as the live
+    gallery holds it, beside the live index: rescaled or mixed after a backfill); ``pointer_id``: the live-pointer
+    row the plan was made against.
     """
 
     id: int
     name: str
     checkpoint: str
-    gallery: str
+    evaluation_gallery: str
     zeta: float | None
     curvature: float
     geometry: str
@@ -113,11 +114,12 @@ class Selection(_Frozen):
     fingerprint: str
 
 
-class ServingGallery(_Frozen):
-    """A generation still serving (its queries are measured against its own gallery) and that gallery's file."""
+class ServingGeneration(_Frozen):
+    """A generation still serving (its queries are measured against its own evaluation gallery) and that gallery's
+    part store."""
 
     id: int
-    gallery: str
+    evaluation_gallery: str
 
 
 class CompatValue(_Frozen):
@@ -140,8 +142,8 @@ class GenerationPlan(_Frozen):
     gen_id: int
     name: str
     parent: ParentRef | None
-    #: the other serving generations, each with its gallery (evaluation measures the new queries against each)
-    serving: tuple[ServingGallery, ...]
+    #: the other serving generations, each with its evaluation gallery (the new queries are measured against each)
+    serving: tuple[ServingGeneration, ...]
     #: the committed compatibility matrix among the serving generations (evaluation adds the new row)
     compat_history: tuple[CompatValue, ...] = ()
     alignment: str

@@ -21,7 +21,7 @@ from components.io import file_sha256
 from flows.planning import GenerationPlan
 from flows.steps.reconcile import roll_forward
 from flows.steps.registration import promoted
-from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from registry.lineage import LineageStore
 from registry.records import GenerationBundle, GenerationRecord, PointerRecord, ZetaRecord
 from registry.tracking.registered_model import RegistrationResult
@@ -142,7 +142,7 @@ def commit(
     plan: GenerationPlan,
     snap: Snapshot,
     trained: Trained,
-    gallery: Gallery,
+    gallery: EvaluationGallery,
     ev: Evaluation,
     reg: RegistrationResult,
     ref: Trained | None = None,

@@ -1,5 +1,10 @@
-"""Step 3: embed the evaluation split and build the generation's FAISS index; generation 0 also embeds and indexes
-the gallery corpus when params ``gallery:`` names one (:mod:`flows.steps.corpus`)."""
+"""Step 3: embed the role's evaluation gallery and, for the generation's own model, index it; generation 0 also
+embeds and indexes the serving corpus when params ``gallery:`` name one, and records which index serves.
+
+Every gallery goes through the one pipeline (:mod:`flows.steps.gallery_pipeline`) into the role's folder, laid out
+as a gallery version (:class:`~components.indexing.version.GalleryVersion`): ``gallery/`` + ``index/`` (the
+evaluation split), ``corpus/gallery/`` + ``corpus/index/`` (the corpus), ``serving.json``.
+"""
 
 from __future__ import annotations
 
@@ -7,56 +12,44 @@ from collections.abc import Callable
 from pathlib import Path
 
 from components.evaluation.diagnostics import clip_fraction
-from components.indexing import GalleryIndex
-from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.live import CORPUS_DIR
-from components.models import load_model
-from components.training import embed_split
-from flows.data import load_splits, open_corpus
+from components.indexing.version import GalleryVersion
+from flows.data import evaluation_source, open_corpus
 from flows.planning import GenerationPlan
-from flows.steps.corpus import check_index_recall, embed_corpus, index_corpus, index_gallery
-from flows.steps.results import Gallery, Trained
+from flows.steps.gallery_pipeline import embed_gallery, index_gallery
+from flows.steps.results import EvaluationGallery, Trained
 
-__all__ = ["build_gallery"]
+__all__ = ["embed_and_index"]
 
 
-def build_gallery(plan: GenerationPlan, trained: Trained, on_batch: Callable[[int], None] | None = None) -> Gallery:
-    """Embed the gallery (the test split) and, for the generation's own model, build its FAISS index."""
+def embed_and_index(
+    plan: GenerationPlan, trained: Trained, on_batch: Callable[[int], None] | None = None
+) -> EvaluationGallery:
+    """Embed the evaluation split with the role's model (resumable, in staging) and, for the generation's own model,
+    build its index; generation 0's folder becomes the first version the live gallery serves: its corpus (embedded
+    and indexed here) or its evaluation split, recorded in ``serving.json``."""
     p = plan.params
-    splits = load_splits(p, plan.workspace)
-    model = load_model(Path(trained.checkpoint))
-    emb, labels, ids = embed_split(
-        model,
-        splits.test,
-        batch_size=p.train.eval_batch_size,
-        device=p.train.device,
-        precision=p.train.precision,
+    version = GalleryVersion(plan.role_dir(trained.role))
+    ckpt = Path(trained.checkpoint)
+    store = embed_gallery(
+        p,
+        evaluation_source(p, plan.workspace),
+        ckpt,
+        version.evaluation_store,
+        generation=plan.gen_id,
         on_batch=on_batch,
-    )
-    gal = GalleryEmbeddings.from_embeddings(emb, model.spec, trained.curvature, ids, labels)
-    out_dir = plan.role_dir(trained.role)
-    gal.save(out_dir / "gallery.npz")
+    ).store
     index_dir = None
     if trained.role == "model":
-        index = index_gallery(p, gal, generation=plan.gen_id)
-        index_dir = str(index.save(out_dir / "index"))
-        if plan.parent is None:
-            _corpus(plan, trained, out_dir, Path(index_dir), on_batch)
-    cf = clip_fraction(emb.clipped) if plan.geometry == "lorentz" else None
-    return Gallery(trained.role, str(out_dir / "gallery.npz"), index_dir, len(gal), cf)
-
-
-def _corpus(
-    plan: GenerationPlan, trained: Trained, out_dir: Path, eval_index: Path, on_batch: Callable[[int], None] | None
-) -> None:
-    """Generation 0 serves the live gallery: embed and index the corpus (resumable), or check the evaluation index."""
-    p, ws = plan.params, plan.workspace
-    if open_corpus(p, ws) is None:
-        check_index_recall(p, GalleryIndex.load(eval_index), eval_index)
-        return
-    folder = out_dir / CORPUS_DIR
-    store, _ = embed_corpus(
-        p, ws, Path(trained.checkpoint), folder / "gallery", generation=plan.gen_id, on_batch=on_batch
-    )
-    index = index_corpus(p, store, folder / "index", generation=plan.gen_id)
-    check_index_recall(p, index, folder / "index")
+        first = plan.parent is None
+        corpus = open_corpus(p, plan.workspace) if first else None
+        index_gallery(p, store, version.evaluation_index, generation=plan.gen_id, serving=first and corpus is None)
+        index_dir = str(version.evaluation_index)
+        if first:
+            if corpus is not None:
+                served = embed_gallery(
+                    p, corpus, ckpt, version.corpus_store, generation=plan.gen_id, on_batch=on_batch
+                ).store
+                index_gallery(p, served, version.corpus_index, generation=plan.gen_id, serving=True)
+            version.record_serving(p.gallery.source)
+    cf = clip_fraction(store.column("clipped")) if plan.geometry == "lorentz" else None
+    return EvaluationGallery(trained.role, str(store.path), index_dir, len(store), cf)

@@ -28,6 +28,7 @@ from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_un
 from components.evaluation.plots import compat_heatmap, training_curves, uncertainty_histogram
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
+from components.indexing.store import GalleryStore
 from components.io import atomic_write_text
 from components.models import load_model
 from components.models.encoder import EmbeddingModel
@@ -37,10 +38,15 @@ from flows.backfill_rules import BackfillEvidence, decide_backfill
 from flows.data import load_splits
 from flows.params import Params
 from flows.planning import GenerationPlan
-from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
 __all__ = ["compat_records", "evaluate", "train_clip_fraction"]
+
+
+def _read(path: str) -> GalleryEmbeddings:
+    """An evaluation gallery in memory: its part store, or a ``gallery.npz`` written before part stores."""
+    return GalleryStore(Path(path)).embeddings()
 
 
 def _metrics(q: GalleryEmbeddings, g: GalleryEmbeddings, p: Params) -> dict[str, float]:
@@ -95,7 +101,7 @@ def _measure(
     plan: GenerationPlan,
     new: GalleryEmbeddings,
     live: GalleryEmbeddings | None,
-    ref_gallery: Gallery | None,
+    ref_gallery: EvaluationGallery | None,
 ) -> _Measured:
     p, gid, parent = plan.params, plan.gen_id, plan.parent
     r = _Measured()
@@ -103,7 +109,7 @@ def _measure(
     r.add(gid, gid, r.self_m)
     for serving in plan.serving:
         sid = serving.id
-        other = live if parent is not None and sid == parent.id else GalleryEmbeddings.load(Path(serving.gallery))
+        other = live if parent is not None and sid == parent.id else _read(serving.evaluation_gallery)
         assert other is not None
         why = new.incompatibility(other)
         if why:
@@ -115,7 +121,7 @@ def _measure(
         return r
     r.live_self = _metrics(live, live, p)
     if ref_gallery is not None:
-        refg = GalleryEmbeddings.load(Path(ref_gallery.path))
+        refg = _read(ref_gallery.path)
         ref_self = _metrics(refg, refg, p)
         r.add(gid, gid, ref_self, "reference", "reference")
         ref_cross = None
@@ -167,14 +173,14 @@ def evaluate(
     plan: GenerationPlan,
     snap: Snapshot,
     trained: Trained,
-    gallery: Gallery,
+    gallery: EvaluationGallery,
     ref: Trained | None = None,
-    ref_gallery: Gallery | None = None,
+    ref_gallery: EvaluationGallery | None = None,
 ) -> Evaluation:
     """Self / cross / old-old / reference metrics, P_com, P_up, compatibility, matrix, diagnostics, decision."""
-    new = GalleryEmbeddings.load(Path(gallery.path))
+    new = _read(gallery.path)
     parent = plan.parent
-    live = GalleryEmbeddings.load(Path(parent.gallery)) if parent else None
+    live = _read(parent.evaluation_gallery) if parent else None
     r = _measure(plan, new, live, ref_gallery if ref is not None else None)
     cross = r.against.get(parent.id) if parent else None
     derived = DerivedMetrics()

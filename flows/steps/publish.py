@@ -1,15 +1,16 @@
-"""Steps 3–4 of a backfill (docs/design.md §7.6): publish the re-embedded gallery as a new, verified index
+"""Steps 3–4 of a backfill (docs/design.md §7.6): publish the re-embedded galleries as a new, verified gallery
 version, then switch the live gallery to it in one lineage transaction.
 
-:func:`publish` assembles the gallery (full, or mixed with the current one), builds the FAISS index in a fresh
-``live/index-vNNN`` and verifies it (count, finite vectors, manifest, checksum); an interrupted run reuses it.
-:func:`switch` records the event and the new live pointer in one lineage transaction whose last act is the
-atomic rename of ``live/CURRENT``; the old index serves until then and is kept until retention removes it.
+:func:`publish` assembles each gallery the backfill keeps current — the evaluation gallery, and the serving corpus
+when there is one — the same way (full: the re-embedded parts; partial: the live store with them swapped in, part
+by part), builds and verifies its index (:func:`flows.steps.gallery_pipeline.index_gallery`) in a fresh
+``live/index-vNNN`` and records which index serves; an interrupted run reuses it. :func:`switch` records the event
+and the new live pointer in one lineage transaction whose last act is the atomic rename of ``live/CURRENT``; the old
+version serves until then and is kept until retention removes it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from datetime import UTC, datetime
@@ -21,100 +22,106 @@ from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.faults import crash_point
 from components.indexing import MANIFEST_FILE, GalleryIndex
-from components.indexing.gallery import GalleryEmbeddings, gallery_beside
-from components.indexing.live import LiveGallery
-from components.indexing.mixed import mix_galleries
-from components.io import atomic_path, atomic_write_text, file_sha256
-from flows.steps.corpus import check_index_recall, index_gallery
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore, PartWriter, link_store, mix_stores
+from components.indexing.version import GalleryVersion
+from components.io import atomic_write_text, file_sha256
+from flows.steps.gallery_pipeline import corpus_metrics, index_gallery
 from flows.steps.reconcile import PUBLISHING, roll_forward
-from flows.steps.reembed import BackfillPlan, current_stamps, gallery_model_checkpoint
-from flows.steps.reembed_corpus import corpus_selection, publish_corpus
+from flows.steps.reembed import (
+    BackfillGallery,
+    BackfillPlan,
+    gallery_model_checkpoint,
+    gallery_source,
+    live_store,
+    select_items,
+)
 from registry.records import BackfillRecord, PointerRecord
 
 __all__ = ["publish", "switch"]
 
 
-def _assemble(plan: BackfillPlan) -> tuple[GalleryEmbeddings, np.ndarray]:
-    """The new gallery (full, or the live one with the re-embedded items replaced) and its generation stamps."""
-    current = GalleryEmbeddings.load(Path(plan.source_gallery))
-    stamps = current_stamps(Path(plan.source_gallery), current, plan.source_generation).copy()
-    parts = [GalleryEmbeddings.load(plan.chunk_path(i)) for i in range(plan.n_chunks)]
-    pos = np.asarray(plan.positions, dtype=np.int64)
-    z, emb, clipped, logits, ids = (
-        np.concatenate([getattr(x, name) for x in parts]) for name in ("z", "emb", "clipped", "logits", "ids")
-    )
-    if not np.array_equal(ids, current.ids[pos]):
+def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> GalleryStore:
+    """The new store of ``gallery`` in ``out``: the re-embedded parts (full; hard links), or the live store with
+    those items swapped in, part by part (partial). Refused unless the parts hold exactly the selected items."""
+    work = GalleryStore(plan.work_version.store(gallery.corpus))
+    split = gallery_source(plan, gallery).split
+    selected = split.ids[select_items(plan, gallery)]
+    if not np.array_equal(np.sort(work.column("ids")), np.sort(selected)):
         raise IndexIntegrityError(
-            f"backfill chunks in {plan.work_dir} do not match the plan's items; delete the folder and run the backfill "
-            "again"
+            f"the re-embedded parts in {work.path} do not hold the items this backfill selected; delete "
+            f"{plan.work_dir} and run the backfill again"
         )
-    part = dataclasses.replace(
-        parts[0], z=z, emb=emb, clipped=clipped, logits=logits, ids=ids, labels=current.labels[pos]
-    )
     if plan.kind == "full":
-        order = np.argsort(pos)
-        full = dataclasses.replace(
-            part,
-            z=z[order],
-            emb=emb[order],
-            clipped=clipped[order],
-            logits=logits[order],
-            ids=current.ids,
-            labels=current.labels,
+        store = link_store(work, out)
+    else:
+        store = mix_stores(live_store(plan, gallery), work, PartWriter(out, plan.chunk_size))
+    # generations are compared item by item on the evaluation split: its gallery keeps the split's order
+    if not gallery.corpus and not np.array_equal(store.column("ids"), split.ids):
+        raise IndexIntegrityError(
+            f"the new evaluation gallery in {out} is not in the evaluation split's order; delete {plan.work_dir} and "
+            "run the backfill again"
         )
-        return full, np.full(len(current), plan.target, dtype=np.int64)
-    stamps[pos] = plan.target
-    return mix_galleries(current, part, pos), stamps
+    return store
+
+
+def _measure(
+    plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, index: GalleryIndex
+) -> dict[str, float]:
+    """Retrieval of the new ``gallery``: the target's queries on the evaluation gallery (its own after a full
+    backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart), the corpus's own labelled
+    items on the corpus; and the share of it the target embedded."""
+    share = float((store.column("stamps") == plan.target).mean())
+    if gallery.corpus:
+        return {
+            **corpus_metrics(plan.params, store, index, seed=plan.seed),
+            "corpus/share_embedded_by_target": share,
+            "corpus/index_recall_at_10": float(index.manifest.recall_at_10 or 1.0),
+        }
+    new = store.embeddings()
+    own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
+    queries = new if plan.kind == "full" else GalleryStore(own).embeddings()
+    metrics = gallery_metrics(queries, new) if queries.incompatibility(new) is None else {}
+    return {**metrics, "share_embedded_by_target": share}
 
 
 def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
-    """Assemble, index and verify the new gallery in a fresh ``live/index-vNNN``. Returns (index dir, metrics).
+    """Assemble, index and verify every gallery of the backfill in a fresh ``live/index-vNNN``, record which index
+    serves. Returns (the new version's evaluation index, metrics).
 
     Idempotent: a version published by an earlier, interrupted run of this backfill is verified and reused.
     """
-    ws = plan.workspace
+    p, ws = plan.params, plan.workspace
     record = plan.work_dir / "published.json"
     if record.exists():
         done = json.loads(record.read_text())
-        index = plan.workspace.home / done["index"]  # stored relative to the workspace (absolute before)
+        index = ws.home / done["index"]  # stored relative to the workspace (absolute before)
         GalleryIndex.load(index)  # still intact?
         return index, done["metrics"]
-    gallery, stamps = _assemble(plan)
-    live = LiveGallery(ws.live_dir)
-    version = live.next_version_dir()
-    staging = version.with_name(f".{version.name}.tmp")
+    version_dir = LivePointer(ws.live_dir).next_version_dir()
+    staging = version_dir.with_name(f".{version_dir.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    gallery.save(staging / "gallery.npz")
-    with atomic_path(staging / "stamps.npy") as tmp, open(tmp, "wb") as fh:
-        np.save(fh, stamps)
-    shutil.copy2(gallery_model_checkpoint(plan), staging / "gallery_model.pt")
-    index = index_gallery(plan.params, gallery, generation=plan.target, compatible=[plan.target])
-    index.save(staging / "index")
-    # verify before anyone can see it: count, finite vectors, manifest and checksum (load checks them)
-    check = GalleryIndex.load(staging / "index")
-    if check.ntotal != len(gallery) or check.manifest.generation != plan.target:
-        raise IndexIntegrityError(
-            f"the new index holds {check.ntotal} vectors for generation {check.manifest.generation}, "
-            f"expected {len(gallery)} for generation {plan.target}; the backfill stops before switching"
+    version = GalleryVersion(staging)
+    serves_corpus = any(g.corpus for g in plan.galleries)
+    metrics: dict[str, float] = {}
+    for gallery in plan.galleries:  # verified before anyone can see them
+        store = _assemble(plan, gallery, version.store(gallery.corpus))
+        index = index_gallery(
+            p,
+            store,
+            version.index(gallery.corpus),
+            generation=plan.target,
+            compatible=[plan.target],
+            serving=gallery.corpus == serves_corpus,
         )
-    if corpus_selection(plan) is None:  # the evaluation split is the served gallery
-        check_index_recall(plan.params, check, staging / "index")
-        corpus = {}
-    else:
-        corpus = publish_corpus(plan, staging)
-    staging.rename(version)
-    # retrieval quality of the new live gallery for the target generation's queries
-    if plan.kind == "full":
-        queries = gallery  # embedded by the serving model itself (rescaled into the ζ₀ ball after a restart)
-    else:
-        queries = GalleryEmbeddings.load(Path(plan.target_checkpoint).parent / "gallery.npz")
-    metrics = gallery_metrics(queries, gallery) if queries.incompatibility(gallery) is None else {}
-    metrics["share_embedded_by_target"] = float((stamps == plan.target).mean())
-    metrics.update(corpus)
-    rel = (version / "index").relative_to(plan.workspace.home).as_posix()
+        metrics.update(_measure(plan, gallery, store, index))
+    shutil.copy2(gallery_model_checkpoint(plan), staging / "gallery_model.pt")
+    version.record_serving(p.gallery.source)
+    staging.rename(version_dir)
+    rel = GalleryVersion(version_dir).evaluation_index.relative_to(ws.home).as_posix()
     atomic_write_text(record, json.dumps({"index": rel, "metrics": metrics}))
-    return version / "index", metrics
+    return GalleryVersion(version_dir).evaluation_index, metrics
 
 
 def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> BackfillRecord:
@@ -125,8 +132,8 @@ def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, flo
         kind=plan.kind,
         fraction=plan.fraction,
         order=plan.order,
-        total=len(GalleryEmbeddings.load(Path(plan.source_gallery))),
-        reembedded=len(plan.positions),
+        total=plan.evaluation.total,
+        reembedded=plan.evaluation.selected,
         index_path=str(index_dir),
         zeta_restarted=plan.restart_zeta,
         metrics={**metrics, "forced": plan.forced},
@@ -138,7 +145,7 @@ def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, flo
 def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
     """Record the backfill and switch the live pointer atomically (one lineage transaction). Returns the event id."""
     p, ws = plan.params, plan.workspace
-    live = LiveGallery(ws.live_dir)
+    live = LivePointer(ws.live_dir)
     with ws.lineage(p) as store:
         tracking = ws.tracking(p)
         done = next((e for e in store.backfills() if e.index_path == str(index_dir)), None)
@@ -147,7 +154,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             return int(done.id)
         cur = store.live_pointer()
         # a newer pointer row that only lets more generations query the same gallery is fine; another gallery is not
-        if cur is None or gallery_beside(cur.index_path) != Path(plan.source_gallery):
+        if cur is None or Path(cur.index_path) != Path(plan.source_index):
             raise LineageError(
                 "the live gallery changed while this backfill ran; delete backfills/in_progress and start again"
             )
@@ -180,7 +187,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         if version is not None:
             tracking.set_tags(
                 version,
-                {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {len(plan.positions)} items)"},
+                {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {plan.evaluation.selected} items)"},
             )
     live.prune(p.backfill.retain_versions)
     return event_id

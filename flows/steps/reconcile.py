@@ -7,7 +7,8 @@ next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``
 
 * a committed generation whose folder is still in staging is moved into ``generations/``
   (when the staged ``model.pt`` is the file the lineage pinned by sha256);
-* the live pointer ``live/CURRENT`` is rewritten from the lineage's newest pointer row;
+* the live pointer ``live/CURRENT`` is rewritten from the lineage's newest pointer row and the serving index its
+  gallery version recorded (a CURRENT written before it named its serving index gets the key);
 * MLflow aliases follow the lineage: ``production`` → the generation of the newest promotion,
   ``gallery`` → the generation whose embeddings the live gallery holds, ``gen-N`` → N's version;
 * the registered model's description shows the newest committed generation's lineage picture.
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.faults import crash_point
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
+from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.lock import workspace_lock
 from flows.params import Params
@@ -52,12 +54,14 @@ class Finding:
 
 
 def _pointer_fields(store: LineageStore) -> dict | None:
-    """What ``live/CURRENT`` must hold by the lineage's newest pointer row (None: no live gallery yet)."""
+    """What ``live/CURRENT`` must hold by the lineage's newest pointer row and the serving index its gallery version
+    recorded (None: no live gallery yet)."""
     ptr = store.live_pointer()
     if ptr is None:
         return None
     return {
         "index_dir": Path(ptr.index_path),
+        "serving_index": str(GalleryVersion.serving_index_of(ptr.index_path)),
         "generation": ptr.generation_id,
         "compatible_generations": list(ptr.compatible_generations or [ptr.generation_id]),
         "model_checkpoint": ptr.model_checkpoint,
@@ -87,7 +91,7 @@ def _folders(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
 
 def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
     want = _pointer_fields(store)
-    live = LiveGallery(ws.live_dir)
+    live = LivePointer(ws.live_dir)
     if want is None or live.matches(**want):
         return []
     if repair:

@@ -1,58 +1,78 @@
-"""Steps 1–2 of a backfill: plan (or resume) it, then re-embed the gallery with a generation in chunks.
+"""Steps 1–2 of a backfill: plan (or resume) it, then re-embed every gallery it keeps current with a generation.
 
-docs/design.md §7. The work happens in ``<home>/backfills/in_progress/``:
+docs/design.md §7.6, §7.10. A backfill keeps current the live version's evaluation gallery — always: the next
+generation is evaluated against the live gallery — and, when params ``gallery:`` name one, the serving corpus. Each
+goes through the same code; the work happens in ``<home>/backfills/in_progress/``, laid out as a gallery version
+(:class:`~components.indexing.version.GalleryVersion`: ``gallery/``, ``corpus/gallery/``):
 
-1. :func:`plan_backfill` fixes the target generation, the items to re-embed and
-   their order (full: all; partial: a fraction, highest hyperbolic uncertainty
-   first, random or oldest). It writes nothing; :func:`start` (under the
-   workspace lock) saves it as ``plan.json``, or resumes the unfinished backfill
-   that asked for the same thing, and refuses a different request while one is
-   unfinished.
-2. :func:`embed_chunks` embeds the items chunk by chunk; each chunk is a file
-   written atomically, so a killed process loses at most the chunk in flight.
-3. and 4. :mod:`flows.steps.publish` publishes the new index version and switches
-   the live gallery to it.
+1. :func:`plan_backfill` fixes the target generation, kind, fraction, order and the galleries with their item
+   counts. It writes nothing; :func:`start` (under the workspace lock) saves it as ``plan.json``, or resumes the
+   unfinished backfill that asked for the same thing and refuses a different request while one is unfinished, and
+   fixes each gallery's items once (:func:`select_items`: all, or the fraction first in ``order`` over the live
+   gallery's own vectors — highest hyperbolic uncertainty, random, or oldest stamps), saved in ``selection/``.
+2. :func:`reembed` embeds each gallery's items through the one pipeline
+   (:func:`flows.steps.gallery_pipeline.embed_gallery`): a killed process keeps every finished part.
+3. and 4. :mod:`flows.steps.publish` assembles, indexes and verifies the new gallery version and switches the live
+   gallery to it.
 
-A full backfill with ``backfill.restart_zeta`` rescales the target generation's
-embeddings into the ζ₀ ball (z ← z·ζ₀/ζ_g, a copy of its checkpoint with
-``tangent_scale``), so the chain that follows restarts at ζ₀ + Δζ; older
-generations retire from compatibility duties.
+A full backfill with ``backfill.restart_zeta`` rescales the target generation's embeddings into the ζ₀ ball
+(z ← z·ζ₀/ζ_g, a copy of its checkpoint with ``tangent_scale``), so the chain that follows restarts at ζ₀ + Δζ;
+older generations retire from compatibility duties.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from components.errors import ConfigError, LineageError
-from components.indexing.gallery import GalleryEmbeddings, gallery_beside
-from components.indexing.mixed import ORDERS, backfill_order
-from components.io import atomic_write_text
+from components.indexing.mixed import ORDERS, order_items
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
-from components.training import embed_split
-from flows.data import load_splits
+from flows.data import GallerySource, evaluation_source, open_corpus
 from flows.params import Params
+from flows.steps.gallery_pipeline import Embedded, embed_gallery
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.orm import GalleryPointer, Generation
 
 __all__ = [
     "IN_PROGRESS",
+    "BackfillGallery",
     "BackfillPlan",
-    "current_stamps",
-    "embed_chunks",
     "gallery_model_checkpoint",
+    "gallery_source",
+    "live_store",
     "plan_backfill",
+    "reembed",
+    "select_items",
     "start",
 ]
 
 IN_PROGRESS = "in_progress"
+
+
+class BackfillGallery(BaseModel):
+    """A gallery the backfill keeps current: the live version's ``evaluation`` gallery or its serving ``corpus``,
+    with its items (``total``) and how many this backfill re-embeds (``selected``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Literal["evaluation", "corpus"]
+    total: int
+    selected: int
+
+    @property
+    def corpus(self) -> bool:
+        return self.name == "corpus"
 
 
 class BackfillPlan(BaseModel):
@@ -64,7 +84,8 @@ class BackfillPlan(BaseModel):
     target_checkpoint: str
     source_generation: int
     source_pointer_version: int
-    source_gallery: str
+    #: the live version's evaluation index the backfill replaces (the lineage pointer row's ``index_path``)
+    source_index: str
     kind: str
     fraction: float
     order: str
@@ -73,7 +94,8 @@ class BackfillPlan(BaseModel):
     throttle_s: float
     restart_zeta: bool
     zeta: float | None
-    positions: list[int]
+    #: the evaluation gallery first, then the serving corpus when there is one
+    galleries: tuple[BackfillGallery, ...]
     started_at: str
     forced: bool = False
 
@@ -85,33 +107,35 @@ class BackfillPlan(BaseModel):
     def work_dir(self) -> Path:
         return self.workspace.backfills_dir / IN_PROGRESS
 
-    def chunk_path(self, i: int) -> Path:
-        return self.work_dir / "chunks" / f"chunk_{i:05d}.npz"
+    @property
+    def work_version(self) -> GalleryVersion:
+        """The re-embedded parts, laid out as a gallery version in the work folder."""
+        return GalleryVersion(self.work_dir)
 
     @property
-    def n_chunks(self) -> int:
-        return (len(self.positions) + self.chunk_size - 1) // self.chunk_size
+    def live_version(self) -> GalleryVersion:
+        """The gallery version the live pointer names (the one this backfill replaces)."""
+        return GalleryVersion.of_index(self.source_index)
+
+    @property
+    def evaluation(self) -> BackfillGallery:
+        return self.galleries[0]
+
+    @property
+    def n_parts(self) -> int:
+        """Parts of ``chunk_size`` items the selected items fill, over every gallery."""
+        return sum((g.selected + self.chunk_size - 1) // self.chunk_size for g in self.galleries)
 
     def source_in_workspace(self) -> str:
-        """``source_gallery`` relative to the workspace (where it lies in it): the same in a copied workspace."""
-        src, home = Path(self.source_gallery), Path(self.home)
+        """``source_index`` relative to the workspace (where it lies in it): the same in a copied workspace."""
+        src, home = Path(self.source_index), Path(self.home)
         return src.relative_to(home).as_posix() if src.is_relative_to(home) else str(src)
 
     def same_request(self, other: BackfillPlan) -> bool:
         keys = ("target", "kind", "fraction", "order", "seed", "chunk_size", "forced")
         same_source = self.source_in_workspace() == other.source_in_workspace()
-        return same_source and all(getattr(self, k) == getattr(other, k) for k in keys)
-
-
-def _stamps_path(gallery: Path) -> Path:
-    return gallery.parent / "stamps.npy"
-
-
-def current_stamps(gallery_path: Path, gallery: GalleryEmbeddings, generation: int) -> np.ndarray:
-    """Per-item generation (N,) of the live gallery's vectors: the live generation's, unless a partial
-    backfill mixed them."""
-    path = _stamps_path(gallery_path)
-    return np.load(path) if path.exists() else np.full(len(gallery), generation, dtype=np.int64)
+        names = [g.name for g in self.galleries] == [g.name for g in other.galleries]
+        return same_source and names and all(getattr(self, k) == getattr(other, k) for k in keys)
 
 
 def plan_backfill(
@@ -124,14 +148,13 @@ def plan_backfill(
     seed: int = 0,
     force: bool = False,
 ) -> BackfillPlan:
-    """Decide what to re-embed (writes nothing; :func:`start` saves or resumes it).
+    """Decide what to re-embed (writes nothing; :func:`start` saves or resumes it and fixes the items).
 
     A partial backfill mixes the target's vectors with the live gallery's, which is only
     meaningful when the target's queries passed the compatibility criterion against it;
     ``force`` lets an operator override that (recorded with the event).
     """
-    b = params.backfill
-    order = order or b.order
+    order = order or params.backfill.order
     if order not in ORDERS:
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
     if not 0.0 < fraction <= 1.0:
@@ -158,6 +181,37 @@ def _check_partial(store: LineageStore, ptr: GalleryPointer, g: Generation, forc
         )
 
 
+def _galleries(
+    params: Params, ws: Workspace, live: GalleryVersion, kind: str, fraction: float, order: str
+) -> tuple[BackfillGallery, ...]:
+    """The galleries the backfill keeps current, each with its item counts; refuses a request one cannot serve."""
+    evaluation = GalleryStore(live.evaluation_gallery())
+    sizes: dict[Literal["evaluation", "corpus"], int] = {"evaluation": len(evaluation)}
+    corpus = open_corpus(params, ws)
+    if corpus is not None:
+        sizes["corpus"] = len(corpus)
+        served = live.serving()
+        if kind == "partial" and (not served.corpus or len(GalleryStore(served.gallery)) != len(corpus)):
+            raise ConfigError(
+                f"the live gallery does not serve the corpus {params.gallery.path} (yet, or it changed); run a full "
+                "backfill (--fraction 1) to embed it"
+            )
+    if kind == "partial" and order == "uncertainty":
+        first = next(evaluation.parts()).gallery
+        if first.geometry != "lorentz" or first.features != "embedding":
+            raise ConfigError(
+                "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use --order random or oldest"
+            )
+    out = []
+    for name, total in sizes.items():
+        selected = total if kind == "full" else round(fraction * total)
+        if not selected:
+            what = "live gallery" if name == "evaluation" else "serving corpus"
+            raise ConfigError(f"--fraction {fraction} of the {what}'s {total} items selects none; raise the fraction")
+        out.append(BackfillGallery(name=name, total=total, selected=selected))
+    return tuple(out)
+
+
 def _plan(
     params: Params,
     ws: Workspace,
@@ -179,18 +233,9 @@ def _plan(
     if g.status == "retired":
         raise ConfigError(f"generation {target} is retired; backfill with a serving generation")
     kind = "full" if fraction >= 1.0 else "partial"
-    source = gallery_beside(ptr.index_path)
-    current = GalleryEmbeddings.load(source)
     if kind == "partial":
         _check_partial(store, ptr, g, force)
-        ordered = backfill_order(current, order, seed, current_stamps(source, current, ptr.generation_id))
-        positions = ordered[: round(fraction * len(current))].tolist()
-        if not positions:
-            raise ConfigError(
-                f"--fraction {fraction} of the live gallery's {len(current)} items selects none; raise the fraction"
-            )
-    else:
-        positions = list(range(len(current)))
+    galleries = _galleries(params, ws, GalleryVersion.of_index(ptr.index_path), kind, fraction, order)
     restart = bool(params.backfill.restart_zeta and kind == "full" and g.geometry == "lorentz" and g.zeta is not None)
     return BackfillPlan(
         home=str(ws.home),
@@ -199,7 +244,7 @@ def _plan(
         target_checkpoint=g.checkpoint_path,
         source_generation=ptr.generation_id,
         source_pointer_version=ptr.id,
-        source_gallery=str(source),
+        source_index=ptr.index_path,
         kind=kind,
         fraction=float(fraction),
         order=order if kind == "partial" else "all",
@@ -208,27 +253,36 @@ def _plan(
         throttle_s=params.backfill.throttle_seconds,
         restart_zeta=restart,
         zeta=params.geometry.zeta0 if restart else g.zeta,
-        positions=positions,
+        galleries=galleries,
         started_at=datetime.now(UTC).isoformat(),
         forced=bool(force and kind == "partial"),
     )
 
 
 def start(plan: BackfillPlan) -> BackfillPlan:
-    """Save the plan, or resume the unfinished backfill that asked for the same thing (its selection and start time;
-    the paths are this workspace's, so a backfill copied with its workspace resumes in the copy)."""
+    """Save the plan, or resume the unfinished backfill that asked for the same thing (its start time; the paths are
+    this workspace's, so a backfill copied with its workspace resumes in the copy); then fix every gallery's items
+    (:func:`select_items`)."""
     saved = plan.work_dir / "plan.json"
     if saved.exists():
-        prev = BackfillPlan.model_validate_json(saved.read_text())
+        try:
+            prev = BackfillPlan.model_validate_json(saved.read_text())
+        except ValidationError:
+            raise LineageError(
+                f"{saved} was written by another bctflow version; delete {plan.work_dir} and start the backfill again"
+            ) from None
         if not prev.same_request(plan):
             raise LineageError(
                 f"another backfill (generation {prev.target}, {prev.kind}, fraction {prev.fraction}, order "
                 f"{prev.order}) is unfinished in "
                 f"{plan.work_dir}; rerun that command to finish it, or delete the folder to abandon it"
             )
-        return plan.model_copy(update={"positions": prev.positions, "started_at": prev.started_at})
-    plan.work_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(saved, plan.model_dump_json())
+        plan = plan.model_copy(update={"started_at": prev.started_at})
+    else:
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(saved, plan.model_dump_json())
+    for gallery in plan.galleries:
+        select_items(plan, gallery)
     return plan
 
 
@@ -248,33 +302,61 @@ def gallery_model_checkpoint(plan: BackfillPlan) -> Path:
     return path
 
 
-def embed_chunks(plan: BackfillPlan, on_chunk: Callable[[int, int, bool], None] | None = None) -> tuple[int, int]:
-    """Embed every chunk not on disk yet. Returns (chunks already done before this call, chunks in total)."""
-    p = plan.params
-    test = load_splits(p, plan.workspace).test
-    model = None
-    done_before = 0
-    for i in range(plan.n_chunks):
-        path = plan.chunk_path(i)
-        if path.exists():
-            done_before += 1
-            if on_chunk:
-                on_chunk(i, plan.n_chunks, True)
-            continue
-        if model is None:
-            model = load_model(gallery_model_checkpoint(plan))
-        pos = np.asarray(plan.positions[i * plan.chunk_size : (i + 1) * plan.chunk_size], dtype=np.int64)
-        emb, labels, ids = embed_split(
-            model,
-            test.subset(pos),
-            batch_size=p.train.eval_batch_size,
-            device=p.train.device,
-            precision=p.train.precision,
+def gallery_source(plan: BackfillPlan, gallery: BackfillGallery) -> GallerySource:
+    """The items ``gallery`` embeds: the evaluation split, or the serving corpus of params ``gallery:``."""
+    p, ws = plan.params, plan.workspace
+    source = open_corpus(p, ws) if gallery.corpus else evaluation_source(p, ws)
+    assert source is not None  # planned with a corpus
+    return source
+
+
+def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryStore:
+    """``gallery`` as the live version holds it now (rows stamped with the generation that embedded them)."""
+    live = plan.live_version
+    path = live.serving().gallery if gallery.corpus else live.evaluation_gallery()
+    return GalleryStore(path, generation=plan.source_generation)
+
+
+def select_items(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
+    """Sorted positions (in its source's split) of the items of ``gallery`` this backfill re-embeds: all (full), or
+    the first ``selected`` in ``plan.order`` over the live gallery's own vectors (partial). Computed once, saved in
+    the work folder, then read back."""
+    saved = plan.work_dir / "selection" / f"{gallery.name}.npy"
+    if saved.exists():
+        return np.load(saved)
+    split = gallery_source(plan, gallery).split
+    if plan.kind == "full":
+        positions = np.arange(len(split), dtype=np.int64)
+    else:
+        current = live_store(plan, gallery)
+        uncertainty = current.column("uncertainty") if plan.order == "uncertainty" else None
+        stamps = current.column("stamps") if plan.order == "oldest" else None
+        ordered = order_items(len(current), plan.order, plan.seed, uncertainty=uncertainty, stamps=stamps)
+        chosen = current.column("ids")[ordered[: gallery.selected]]
+        positions = np.sort(split.positions_of(chosen))
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(saved) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, positions)
+    return positions
+
+
+def reembed(
+    plan: BackfillPlan, on_batch: Callable[[int], None] | None = None
+) -> list[tuple[BackfillGallery, Embedded]]:
+    """Embed the selected items of every gallery with the target (resumable: finished parts are kept), pausing
+    ``throttle_s`` after each part. Returns each gallery with what its embedding did."""
+    checkpoint = gallery_model_checkpoint(plan)
+    done = []
+    for gallery in plan.galleries:
+        embedded = embed_gallery(
+            plan.params,
+            gallery_source(plan, gallery),
+            checkpoint,
+            plan.work_version.store(gallery.corpus),
+            generation=plan.target,
+            positions=select_items(plan, gallery),
+            on_batch=on_batch,
+            throttle=plan.throttle_s,
         )
-        part = GalleryEmbeddings.from_embeddings(emb, model.spec, float(model.curvature), ids, labels)
-        part.save(path)
-        if on_chunk:
-            on_chunk(i, plan.n_chunks, False)
-        if plan.throttle_s:
-            time.sleep(plan.throttle_s)
-    return done_before, plan.n_chunks
+        done.append((gallery, embedded))
+    return done

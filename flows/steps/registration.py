@@ -14,7 +14,7 @@ from flows.data import load_splits
 from flows.planning import GenerationPlan
 from flows.steps.lineage_view import draw_lineage, registering_timeline
 from flows.steps.mlflow_run import log_training
-from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from registry.records import DecisionRecord
 from registry.tracking.registered_model import RegistrationRequest, RegistrationResult
 
@@ -98,7 +98,7 @@ def example_images(split: SourceDataset, n: int = 2) -> np.ndarray:
 
 
 def _request(
-    plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: Gallery, ev: Evaluation, run_id: str
+    plan: GenerationPlan, snap: Snapshot, trained: Trained, gallery: EvaluationGallery, ev: Evaluation, run_id: str
 ) -> RegistrationRequest:
     """What the registration logs into the run and onto the version (the lineage picture drawn here)."""
     p, ws = plan.params, plan.workspace
@@ -142,7 +142,7 @@ def register(
     plan: GenerationPlan,
     snap: Snapshot,
     trained: Trained,
-    gallery: Gallery,
+    gallery: EvaluationGallery,
     ev: Evaluation,
     run_id: str,
     reference_run_id: str | None = None,

@@ -8,7 +8,7 @@ from typing import Any
 from components.evaluation import DerivedMetrics
 from registry.records import CompatRecord, DecisionRecord, EvaluationRecord
 
-__all__ = ["Evaluation", "Gallery", "Snapshot", "Trained"]
+__all__ = ["Evaluation", "EvaluationGallery", "Snapshot", "Trained"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ class Trained:
 
 
 @dataclass(frozen=True)
-class Gallery:
+class EvaluationGallery:
+    """A role's evaluation gallery: the labelled evaluation split embedded by its model (``path``: the part store),
+    its index (the generation's own model only) and the share of clipped embeddings (Lorentz)."""
+
     role: str
     path: str
     index_dir: str | None

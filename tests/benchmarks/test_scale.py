@@ -11,10 +11,13 @@ from components.geometry import expmap0
 
 
 def test_the_backfill_log_line_gives_items_and_rate():
-    line = "gallery corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s"
-    out = f"noise\n12:00:01 | INFO | Task run 'embed-chunks' - {line}\n"
+    line = (
+        "serving corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s; "
+        "977 of 1954 parts resumed"
+    )
+    out = f"noise\n12:00:01 | INFO | Task run 'embed-parts' - {line}\n"
     assert _reembedded(out) == (500288, 2664.0)
-    with pytest.raises(RuntimeError, match="no 'gallery corpus"):
+    with pytest.raises(RuntimeError, match="no 'serving corpus"):
         _reembedded("the run printed something else")
 
 

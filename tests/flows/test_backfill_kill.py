@@ -1,6 +1,6 @@
 """SIGKILL a backfill half-way, rerun it, and the live index answers correctly throughout.
 
-A real `bctflow backfill` subprocess (its own Prefect server), a throttle so the kill lands between chunks, and
+A real `bctflow backfill` subprocess (its own Prefect server), a throttle so the kill lands between parts, and
 queries against the live gallery from this process the whole time.
 """
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from components.errors import IncompatibleQueryError
-from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from tests.helpers import run_generation, write_params
@@ -32,8 +33,8 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
     run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
     run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     ws = Workspace(home)
-    live = LiveGallery(ws.live_dir)
-    g0 = GalleryEmbeddings.load(ws.generation_dir(0) / "gallery.npz")
+    live = LivePointer(ws.live_dir)
+    g0 = GalleryStore(GalleryVersion(ws.generation_dir(0)).evaluation_gallery()).embeddings()
     queries = g0.vectors()[:25].astype(np.float32)
     _, expected = live.search(queries, 5, query_generation=0)
     assert expected.shape == (25, 5) and np.isin(expected, g0.ids).all()
@@ -51,19 +52,19 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
             return "new"
         raise AssertionError("generation 0 queries were accepted after the switch to generation 1")
 
-    chunks = ws.backfills_dir / "in_progress" / "chunks"
+    parts = GalleryVersion(ws.backfills_dir / "in_progress").evaluation_store / "parts"
     cmd = [str(BIN / "bctflow"), "backfill", "--home", str(home), "--params", str(params), "--generation", "1"]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 240
-    while (not chunks.exists() or len(list(chunks.glob("chunk_*.npz"))) < 3) and time.time() < deadline:
+    while (not parts.exists() or len(list(parts.glob("part-*.npz"))) < 3) and time.time() < deadline:
         assert first.poll() is None, first.stdout.read().decode()[-3000:]
         assert check_live() == "old"
         time.sleep(0.1)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    done_at_kill = len(list(chunks.glob("chunk_*.npz")))
-    assert 3 <= done_at_kill < 14  # 539 items / 40 per chunk = 14 chunks: killed half-way
+    done_at_kill = len(list(parts.glob("part-*.npz")))
+    assert 3 <= done_at_kill < 14  # 539 items / 40 per part = 14 parts: killed half-way
     assert check_live() == "old" and live.pointer()["generation"] == 0
     assert LineageStore(f"sqlite:///{home / 'lineage.db'}").backfills() == []
 
@@ -74,9 +75,7 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
         time.sleep(0.1)
     out = second.stdout.read().decode()
     assert second.returncode == 0, out[-3000:]
-    assert f"{done_at_kill}/14 chunks resumed" in out.replace(
-        "\n", " "
-    ) or f"{done_at_kill}/14 chunks resumed" in " ".join(out.split())
+    assert f"{done_at_kill}/14 parts resumed" in " ".join(out.split())
     assert check_live() == "new"
     events = LineageStore(f"sqlite:///{home / 'lineage.db'}").backfills()
     assert len(events) == 1 and events[0].reembedded == events[0].total == 539 and events[0].to_generation_id == 1
@@ -86,6 +85,6 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
     new_dir = Path(live.pointer()["index"])
     index = GalleryIndex.load(new_dir)
     assert index.ntotal == 539 and index.manifest.generation == 1
-    served = GalleryEmbeddings.load(new_dir.parent / "gallery.npz")
+    served = GalleryStore(GalleryVersion.of_index(new_dir).evaluation_gallery()).embeddings()
     q1 = served.vectors()[:25].astype(np.float32)
     assert np.array_equal(live.search(q1, 5, query_generation=1)[1], index.search(q1, 5, query_generation=1)[1])

@@ -17,7 +17,7 @@ from prefect.settings import PREFECT_API_URL
 
 from components.faults import KILL_ENV
 from components.indexing import MANIFEST_FILE
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
 from components.io import file_sha256
 from flows.params import load_params
 from flows.steps.reconcile import inspect_workspace
@@ -58,7 +58,7 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         assert tracking.alias_version("production") == versions[store.production_generation_id()]
         ptr = store.live_pointer()
         assert tracking.alias_version("gallery") == versions[ptr.generation_id]
-        live = LiveGallery(ws.live_dir)
+        live = LivePointer(ws.live_dir)
         assert live.pointer()["generation"] == ptr.generation_id and live.index().ntotal > 0
         assert ptr.index_sha256 == file_sha256(Path(ptr.index_path) / MANIFEST_FILE)  # the serving index, pinned
         assert sorted(d.name for d in ws.generations_dir.iterdir()) == [f"gen_{g.id:03d}" for g in gens]

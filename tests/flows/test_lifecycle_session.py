@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 from bctflow.cli import app
 from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
 from components.indexing.mixed import item_uncertainty
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from flows.params import load_params
 from flows.steps.promotion import promote
 from flows.workspace import Workspace
@@ -41,6 +43,11 @@ def store(home: Path) -> LineageStore:
     return LineageStore(f"sqlite:///{home / 'lineage.db'}")
 
 
+def _evaluation_gallery(index_path: str | Path) -> GalleryEmbeddings:
+    """The evaluation gallery of the gallery version whose evaluation index is ``index_path``."""
+    return GalleryStore(GalleryVersion.of_index(index_path).evaluation_gallery()).embeddings()
+
+
 def test_zeta_climbs_then_restarts_after_the_backfill(session):
     _, _, gens = session
     assert [g["name"] for g in gens] == [s["name"] for s in CHAIN_BEFORE + CHAIN_AFTER]
@@ -60,15 +67,15 @@ def test_the_full_backfill_is_recorded_and_switched(session):
     assert [g["status"] for g in gens] == ["retired"] * 4 + ["serving"] * 3
     assert g4["live"] and g4["production"]  # the backfill target serves the gallery and the queries
     assert any(p["by"] == "backfill" for p in g4["promotions"])
-    ptr = LiveGallery(Workspace(home).live_dir).pointer()
+    ptr = LivePointer(Workspace(home).live_dir).pointer()
     assert (
         ptr["generation"] == 4
         and Path(ptr["index"]).parent.name.startswith("index-v")
         and ptr["zeta"] == pytest.approx(1.0)
     )
     # the live gallery holds generation 4's embeddings rescaled by ζ0/ζ4 = 1.0/1.8
-    own = GalleryEmbeddings.load(Workspace(home).generation_dir(4) / "gallery.npz")
-    served = GalleryEmbeddings.load(Path(ptr["index"]).parent / "gallery.npz")
+    own = _evaluation_gallery(Workspace(home).generation_dir(4) / "index")
+    served = _evaluation_gallery(ptr["index"])
     assert np.allclose(served.z, own.z * (1.0 / 1.8), atol=1e-5)
 
 
@@ -129,9 +136,9 @@ def test_promotion_gate_and_forced_override(session):
 def test_partial_backfill_by_uncertainty_mixes_generations(session):
     home, params, _gens = session
     ws = Workspace(home)
-    live = LiveGallery(ws.live_dir)
+    live = LivePointer(ws.live_dir)
     before = live.pointer()
-    old = GalleryEmbeddings.load(Path(before["index"]).parent / "gallery.npz")
+    old = _evaluation_gallery(before["index"])
     if 6 not in before["compatible_generations"]:
         with pytest.raises(Exception, match="not compatible with it"):
             run_backfill(home, params, target=6, fraction=0.3, order="uncertainty")
@@ -139,11 +146,11 @@ def test_partial_backfill_by_uncertainty_mixes_generations(session):
     res = run_backfill(home, params, target=6, fraction=0.3, order="uncertainty", force=True)
     assert res["kind"] == "partial" and res["reembedded"] == round(0.3 * 539)
     ptr = live.pointer()
-    stamps = np.load(Path(ptr["index"]).parent / "stamps.npy")
+    stamps = GalleryStore(GalleryVersion.of_index(ptr["index"]).evaluation_gallery()).column("stamps")
     assert set(np.unique(stamps)) == {4, 6} and (stamps == 6).sum() == res["reembedded"]
     u = item_uncertainty(old)  # the items re-embedded first were the least certain under the old vectors
     assert u[stamps == 6].min() >= u[stamps == 4].max() - 1e-12
-    q = GalleryEmbeddings.load(ws.generation_dir(6) / "gallery.npz")
+    q = _evaluation_gallery(ws.generation_dir(6) / "index")
     _, ids = live.search(q.vectors_against(old)[:5].astype(np.float32), 3, query_generation=6)
     assert ids.shape == (5, 3)
     with pytest.raises(IncompatibleQueryError, match="generation 4 is not compatible with the live gallery"):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from components.indexing.gallery import GalleryEmbeddings, gallery_beside
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from flows.data import load_splits
 from flows.params import load_params
 from flows.steps.lineage_view import LINEAGE_ARTIFACT
@@ -216,7 +217,7 @@ def test_the_production_model_embeds_without_the_project(story, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"project_modules": []}
     vectors = np.load(empty / "o.npy")
-    gallery = GalleryEmbeddings.load(gallery_beside(prod["index"]))
+    gallery = GalleryStore(GalleryVersion.of_index(prod["index"]).evaluation_gallery()).embeddings()
     row = {int(i): n for n, i in enumerate(gallery.ids)}
     expected = gallery.vectors()[[row[int(i)] for i in test.ids[:64]]]
     assert vectors.shape == expected.shape and vectors.dtype == np.float32

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from components.indexing import GalleryIndex
-from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.transient import is_transient
 from flows.workspace import Workspace
@@ -121,7 +122,7 @@ def test_outputs_are_in_place_and_consistent(lineage_run):
     # the FAISS index serves the stored gallery: each item is its own nearest neighbour, up to an exact tie
     # (two items whose embeddings coincide, e.g. both clipped to ζ along one direction, score the same)
     index = GalleryIndex.load(Path(g1["index"]))
-    gal = GalleryEmbeddings.load(gdir / "gallery.npz")
+    gal = GalleryStore(GalleryVersion(gdir).evaluation_store).embeddings()
     scores, ids = index.search(gal.vectors()[:20].astype(np.float32), 2, query_generation=1)
     own = gal.ids[:20]
     first, tied = ids[:, 0] == own, (ids[:, 1] == own) & np.isclose(scores[:, 1], scores[:, 0], rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mlflow
 
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
 from flows.params import load_params
 from flows.steps.reconcile import inspect_workspace
 from flows.workspace import Workspace
@@ -50,7 +50,7 @@ def test_a_copied_workspace_runs_without_touching_the_original(prefect_harness, 
     doc = LineageStore(f"sqlite:///{copy / 'lineage.db'}", readonly=True).to_json()
     assert [g["name"] for g in doc] == ["g0", "g1"]
     assert all(Path(p).is_relative_to(copy.resolve()) and Path(p).exists() for p in _paths_of(doc))
-    assert Path(LiveGallery(copy / "live").pointer()["index"]).is_relative_to(copy.resolve())
+    assert Path(LivePointer(copy / "live").pointer()["index"]).is_relative_to(copy.resolve())
     assert doc[1]["live"] and doc[1]["backfills"]  # the backfill switched the copy's live gallery to g1
     uri = f"sqlite:///{copy / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri, uri)

@@ -14,7 +14,7 @@ from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.geometry import expmap0
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
 from components.indexing.mixed import backfill_order, item_uncertainty, mix_galleries
 
 
@@ -41,7 +41,7 @@ def build(tmp: Path, g: GalleryEmbeddings, gen: int) -> Path:
 
 
 def test_switch_is_atomic_and_restore_undoes_it(tmp_path: Path):
-    live = LiveGallery(tmp_path / "live")
+    live = LivePointer(tmp_path / "live")
     assert live.pointer() is None
     with pytest.raises(IndexIntegrityError, match="no live gallery"):
         live.index()
@@ -57,7 +57,7 @@ def test_switch_is_atomic_and_restore_undoes_it(tmp_path: Path):
 
 def test_queries_of_undeclared_generations_are_refused(tmp_path: Path):
     g = lorentz_gallery(0)
-    live = LiveGallery(tmp_path / "live")
+    live = LivePointer(tmp_path / "live")
     live.switch(build(tmp_path, g, 0), generation=0, compatible_generations=[0, 2])
     q = g.vectors()[:3].astype(np.float32)
     _, ids = live.search(q, 1, query_generation=2)  # declared compatible
@@ -67,7 +67,7 @@ def test_queries_of_undeclared_generations_are_refused(tmp_path: Path):
 
 
 def test_prune_keeps_the_newest_versions_and_never_the_live_one(tmp_path: Path):
-    live = LiveGallery(tmp_path / "live")
+    live = LivePointer(tmp_path / "live")
     dirs = []
     for _i in range(4):
         v = live.next_version_dir()
@@ -77,6 +77,10 @@ def test_prune_keeps_the_newest_versions_and_never_the_live_one(tmp_path: Path):
     removed = live.prune(keep=2)
     assert sorted(p.name for p in removed) == ["index-v002"]
     assert dirs[0].exists() and dirs[2].exists() and dirs[3].exists()
+    live.switch(dirs[0] / "index", generation=0)  # as a backfill points: at the version's evaluation index
+    for _i in range(2):
+        live.next_version_dir().mkdir()
+    assert sorted(p.name for p in live.prune(keep=2)) == ["index-v003", "index-v004"] and dirs[0].exists()
 
 
 def test_uncertainty_order_puts_the_least_certain_items_first():
@@ -118,17 +122,40 @@ def test_the_live_pointer_stores_workspace_paths_relative_and_a_copy_points_at_i
     ws = tmp_path / "ws"
     index_dir = ws / "generations" / "gen_000" / "index"
     index_dir.mkdir(parents=True)
-    live = LiveGallery(ws / "live")
+    live = LivePointer(ws / "live")
     live.switch(index_dir, generation=0, model_checkpoint=str(ws / "generations" / "gen_000" / "model.pt"))
     on_disk = json.loads((ws / "live" / "CURRENT").read_text())
     assert on_disk["index"] == "../generations/gen_000/index"
     assert on_disk["model_checkpoint"] == "../generations/gen_000/model.pt"
     assert live.pointer()["index"] == str(index_dir.resolve()) and live.matches(index_dir, generation=0)
     shutil.copytree(ws, tmp_path / "copy")
-    copy = LiveGallery(tmp_path / "copy" / "live")
+    copy = LivePointer(tmp_path / "copy" / "live")
     assert copy.pointer()["index"] == str((tmp_path / "copy" / "generations" / "gen_000" / "index").resolve())
     assert not copy.matches(index_dir)  # the original's index is not the copy's
     outside = tmp_path / "volume" / "index"
     outside.mkdir(parents=True)
     live.switch(outside, generation=0)  # outside the workspace: kept absolute
     assert json.loads((ws / "live" / "CURRENT").read_text())["index"] == str(outside.resolve())
+
+
+def test_the_pointer_serves_the_index_it_records_and_an_old_pointer_reads_the_versions_record(tmp_path: Path):
+    from components.indexing.version import GalleryVersion
+
+    version = GalleryVersion(tmp_path / "ws" / "live" / "index-v001")
+    evaluation, corpus = lorentz_gallery(0, n=40), lorentz_gallery(1, n=60)
+    build(version.root, evaluation, 0).rename(version.evaluation_index)
+    (version.root / "corpus").mkdir()
+    build(version.root / "corpus", corpus, 0).rename(version.corpus_index)
+    version.record_serving("eval_split")  # recorded: the evaluation split serves, though a corpus folder is there
+    live = LivePointer(tmp_path / "ws" / "live")
+    live.switch(version.evaluation_index, generation=0, serving_index=str(version.corpus_index))
+    assert json.loads(live.pointer_path.read_text())["serving_index"] == "index-v001/corpus/index"
+    assert live.serving_index() == version.corpus_index.resolve() and live.index().ntotal == 60  # as CURRENT says
+    assert live.matches(version.evaluation_index, serving_index=version.corpus_index)
+    assert not live.matches(version.evaluation_index, serving_index=version.evaluation_index)
+    # a CURRENT written before serving_index: read through the version's record, until it is rewritten
+    old = {k: v for k, v in live.pointer().items() if k != "serving_index"}
+    live.restore(old)
+    assert live.index().ntotal == 40 and live.serving_index() == version.evaluation_index.resolve()
+    # so the roll-forward (any command, or doctor --repair) rewrites it with the key
+    assert not live.matches(version.evaluation_index, serving_index=version.evaluation_index)

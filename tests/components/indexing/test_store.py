@@ -7,7 +7,7 @@ import pytest
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.store import GalleryStore, PartWriter, StoredPart, mix_stores
+from components.indexing.store import GalleryStore, PartWriter, StoredPart, link_store, mix_stores
 
 
 def _gallery(ids: np.ndarray, seed: int = 0, d: int = 4) -> GalleryEmbeddings:
@@ -64,7 +64,7 @@ def test_an_unfinished_store_and_duplicate_ids_are_refused(tmp_path):
     w.add(_part(np.arange(1, 3), generation=0))
     with pytest.raises(IndexIntegrityError, match="duplicate ids"):
         w.finish()
-    with pytest.raises(IndexIntegrityError, match="the corpus is empty"):
+    with pytest.raises(IndexIntegrityError, match="the gallery source is empty"):
         PartWriter(tmp_path / "empty", chunk_size=2).finish()
 
 
@@ -92,5 +92,32 @@ def test_mixing_swaps_exactly_the_reembedded_items_part_by_part(tmp_path):
     np.testing.assert_array_equal(z[[0, 1, 3]], _gallery(np.arange(10), seed=1).z[[0, 1, 3]])
     stray = PartWriter(tmp_path / "stray", chunk_size=4)
     stray.add(_part(np.array([42]), generation=4))
-    with pytest.raises(IndexIntegrityError, match="not in the live gallery corpus"):
+    with pytest.raises(IndexIntegrityError, match="not in the live gallery"):
         mix_stores(current, stray.finish(), PartWriter(tmp_path / "mix2", chunk_size=4))
+
+
+def test_parts_of_another_producer_are_stale_and_the_store_starts_over(tmp_path):
+    first = PartWriter(tmp_path / "s", chunk_size=4, producer="model a")
+    first.add(_part(np.arange(0, 6), generation=1))  # one part written, then "killed"
+    same = PartWriter(tmp_path / "s", chunk_size=4, producer="model a")
+    np.testing.assert_array_equal(same.done_ids(), np.arange(4))  # the same model resumes
+    other = PartWriter(tmp_path / "s", chunk_size=4, producer="model b")  # trained again: its parts are stale
+    assert other.done_ids().size == 0 and other.part_files() == []
+    other.add(_part(np.arange(3), generation=2))
+    store = other.finish()
+    np.testing.assert_array_equal(store.column("stamps"), [2, 2, 2])
+    np.testing.assert_array_equal(store.embeddings().z, _gallery(np.arange(3)).z)
+
+
+def test_a_finished_store_is_linked_into_another_folder_without_copying(tmp_path):
+    w = PartWriter(tmp_path / "work", chunk_size=4)
+    w.add(_part(np.arange(10), generation=3))
+    work = w.finish()
+    linked = link_store(work, tmp_path / "published")
+    assert len(linked) == 10 and linked.meta == work.meta
+    for a, b in zip(work.part_paths(), linked.part_paths()):
+        assert a.stat().st_ino == b.stat().st_ino  # the same file: hard links
+    np.testing.assert_array_equal(linked.column("stamps"), np.full(10, 3))
+    _gallery(np.arange(5)).save(tmp_path / "gallery.npz")
+    with pytest.raises(IndexIntegrityError, match="single-file gallery, not a part store"):
+        link_store(GalleryStore(tmp_path / "gallery.npz"), tmp_path / "nope")

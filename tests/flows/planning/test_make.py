@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from bctflow.cli import app
 from components.errors import CheckpointMismatchError, ConfigError, DataError, IndexIntegrityError, LineageError
 from components.indexing import MANIFEST_FILE
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
 from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
@@ -138,7 +138,7 @@ def test_a_live_gallery_that_cannot_serve_is_refused_before_training(tiny_params
         f.write_bytes(f.read_bytes()[:100])
         words = r"the live gallery cannot serve: .*sha256"
     else:
-        LiveGallery(ws.live_dir).switch(tmp_path / "elsewhere", generation=0, compatible_generations=[0])
+        LivePointer(ws.live_dir).switch(tmp_path / "elsewhere", generation=0, compatible_generations=[0])
         words = r"does not name the live index the lineage records .*bctflow doctor --repair"
     before = files_under(home)
     with pytest.raises(IndexIntegrityError, match=words):

@@ -12,26 +12,29 @@ import pytest
 
 from components.errors import IncompatibleQueryError
 from components.evaluation import DerivedMetrics
-from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.live import LiveGallery
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from flows.params import GenerationSpec
 from flows.planning import GenerationPlan, make_plan
 from flows.steps.commit import PRODUCTION_ALIAS, commit
 from flows.steps.mlflow_run import open_run
 from flows.steps.reconcile import inspect_workspace, roll_forward
 from flows.steps.registration import register
-from flows.steps.results import Evaluation, Gallery, Trained
+from flows.steps.results import Evaluation, EvaluationGallery, Trained
 from flows.steps.snapshot import snapshot_data
 from registry.records import DecisionRecord
 from tests.helpers import write_params
 
 
-def _stage(plan: GenerationPlan) -> tuple[Trained, Gallery]:
+def _stage(plan: GenerationPlan) -> tuple[Trained, EvaluationGallery]:
     """Stage generation 0's model and gallery as the new generation's (what training and indexing would leave)."""
     g0 = plan.workspace.generation_dir(0)
     shutil.copytree(g0, plan.staging_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("reference"))
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
-    return trained, Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
+    return trained, EvaluationGallery(
+        "model", str(plan.staging_dir / "gallery"), str(plan.staging_dir / "index"), 539, 0.5
+    )
 
 
 def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> GenerationPlan:
@@ -46,8 +49,9 @@ def _commit(home: Path, params_file: Path, name: str, compatible: bool) -> Gener
 
 
 def _queries_accepted(home: Path, gen_id: int) -> bool:
-    live = LiveGallery(home / "live")
-    vectors = GalleryEmbeddings.load(home / "generations" / "gen_000" / "gallery.npz").vectors()[:3].astype(np.float32)
+    live = LivePointer(home / "live")
+    g0 = GalleryStore(GalleryVersion(home / "generations" / "gen_000").evaluation_gallery()).embeddings()
+    vectors = g0.vectors()[:3].astype(np.float32)
     try:
         live.search(vectors, 2, query_generation=gen_id)
     except IncompatibleQueryError:
@@ -70,7 +74,7 @@ def test_with_require_compatibility_off_a_promoted_generation_is_served_by_the_l
     assert g2.compatible_with_live is True and g2.promoted
     assert tracking.alias_version(PRODUCTION_ALIAS) == g2.mlflow_version == "3"
     assert _queries_accepted(home, compatible.gen_id)  # the production generation's queries are accepted
-    assert LiveGallery(home / "live").pointer()["compatible_generations"] == [0, 2]
+    assert LivePointer(home / "live").pointer()["compatible_generations"] == [0, 2]
     store.close()
 
 
@@ -84,7 +88,7 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [], 0), {}, [], [], True)
     reg = register(plan, snap, trained, gallery, ev, open_run(plan))
     description_before = plan.workspace.tracking(params).model_description()
-    pointer_before = LiveGallery(home / "live").pointer()
+    pointer_before = LivePointer(home / "live").pointer()
     store = plan.workspace.lineage(params)
 
     def fail_at_commit(self, bundle, before_commit=None):
@@ -93,7 +97,7 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
     monkeypatch.setattr(type(store), "commit_generation", fail_at_commit)
     with pytest.raises(RuntimeError, match="connection lost"):
         commit(plan, snap, trained, gallery, ev, reg)
-    assert LiveGallery(home / "live").pointer() == pointer_before
+    assert LivePointer(home / "live").pointer() == pointer_before
     assert plan.workspace.tracking(params).alias_version(PRODUCTION_ALIAS) == "1"
     assert plan.workspace.tracking(params).model_description() == description_before  # still generation 0's picture
     assert (plan.staging_dir / "model.pt").exists() and not plan.final_dir.exists()

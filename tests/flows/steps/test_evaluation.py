@@ -14,13 +14,14 @@ import pytest
 
 from components.evaluation.lineage_timeline import Timeline
 from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.store import PartWriter, StoredPart
 from flows.params import Params, apply_overrides
 from flows.planning import GenerationPlan, ParentRef, RolePlan
-from flows.planning.plan import Selection, ServingGallery
+from flows.planning.plan import Selection, ServingGeneration
 from flows.specs import train_config_from_params
 from flows.steps.evaluation import _method_diagnostics, evaluate
 from flows.steps.registration import gate_failures, promoted
-from flows.steps.results import Gallery, Snapshot, Trained
+from flows.steps.results import EvaluationGallery, Snapshot, Trained
 from tests.helpers import tiny_spec
 
 N_CLASSES, PER_CLASS, DIM = 5, 24, 16
@@ -59,7 +60,7 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
         id=0,
         name="g0",
         checkpoint="unused.pt",
-        gallery=str(live_path),
+        evaluation_gallery=str(live_path),
         zeta=None,
         curvature=1.0,
         geometry="euclidean",
@@ -75,7 +76,7 @@ def _plan(tmp_path: Path, params: Params, live_path: Path) -> GenerationPlan:
         gen_id=1,
         name="g1",
         parent=parent,
-        serving=(ServingGallery(id=0, gallery=str(live_path)),),
+        serving=(ServingGeneration(id=0, evaluation_gallery=str(live_path)),),
         alignment="l2",
         alignment_options={},
         geometry="euclidean",
@@ -120,10 +121,15 @@ def test_compatibility_is_measured_whatever_the_rules(tmp_path: Path, require: b
     live.save(tmp_path / "live" / "gallery.npz")
     params = apply_overrides(Params(), {"model.geometry": "euclidean", "backfill.rules.require_compatibility": require})
     plan = _plan(tmp_path, params, tmp_path / "live" / "gallery.npz")
-    new.save(plan.staging_dir / "gallery.npz")
+    # the live gallery as bctflow wrote it before part stores (one gallery.npz), the new one as a part store
+    writer = PartWriter(plan.staging_dir / "gallery", chunk_size=50)
+    writer.add(StoredPart(new, np.ones(len(new), np.int64)))
+    writer.finish()
     trained = Trained("model", "unused.pt", [{"epoch": 1.0, "loss": 1.0}], 1.0, "cpu", None, 1.0, DIM, DIM)
     snap = Snapshot("gen_001", "unused.json", "h", tuple(range(N_CLASSES)), tuple("abcde"), 120, "fp")
-    ev = evaluate(plan, snap, trained, Gallery("model", str(plan.staging_dir / "gallery.npz"), None, len(new), None))
+    ev = evaluate(
+        plan, snap, trained, EvaluationGallery("model", str(plan.staging_dir / "gallery"), None, len(new), None)
+    )
 
     cross, live_self = ev.summary["cross"]["map"], ev.summary["parent_self"]["map"]
     assert (cross > live_self) is compatible  # the synthetic galleries do what they say

@@ -1,8 +1,11 @@
 """Backfill steps (flows/steps/reembed.py): planning writes nothing and refuses bad requests; ``start`` saves the plan
-or resumes the same request and refuses another; ``embed_chunks`` never recomputes a chunk that is on disk."""
+or resumes the same request and refuses another, and fixes each gallery's items once; ``reembed`` never recomputes a
+part that is on disk; a live gallery written before part stores (``gallery.npz`` + ``stamps.npy``, a CURRENT without
+``serving_index``) is repaired by ``doctor --repair`` and backfilled the same way."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,13 +15,17 @@ import pytest
 
 from components.errors import ConfigError, LineageError
 from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.live import LivePointer
 from components.indexing.mixed import item_uncertainty
+from components.indexing.store import GalleryStore, PartWriter, StoredPart
+from components.indexing.version import SERVING_FILE, GalleryVersion
 from flows.data import load_splits
 from flows.params import Params, apply_overrides, load_params
-from flows.steps.reembed import BackfillPlan, embed_chunks, plan_backfill, start
+from flows.steps.reconcile import inspect_workspace
+from flows.steps.reembed import BackfillPlan, plan_backfill, reembed, select_items, start
 from flows.workspace import Workspace
 from registry.records import BackfillRecord, PointerRecord
-from tests.helpers import run_generation, write_params
+from tests.helpers import run_backfill, run_generation, write_params
 
 N_GALLERY = 539  # the digits test split
 
@@ -58,7 +65,7 @@ def _files(home: Path) -> dict[str, int]:
 
 
 def _live_gallery(ws: Workspace) -> GalleryEmbeddings:
-    return GalleryEmbeddings.load(ws.generation_dir(0) / "gallery.npz")
+    return GalleryStore(GalleryVersion(ws.generation_dir(0)).evaluation_gallery()).embeddings()
 
 
 def test_planning_writes_nothing(lineage):
@@ -70,24 +77,42 @@ def test_planning_writes_nothing(lineage):
 
     # full: the production generation by default, every item, ζ restarts from ζ₀
     assert (full.target, full.kind, full.order, full.source_generation) == (0, "full", "all", 0)
-    assert full.positions == list(range(N_GALLERY)) and not full.forced
-    assert full.restart_zeta and full.zeta == params.geometry.zeta0
-    assert Path(full.source_gallery) == ws.generation_dir(0) / "gallery.npz"
-    # partial: a seeded share of the gallery, deterministic in the seed
+    assert [(g.name, g.total, g.selected) for g in full.galleries] == [("evaluation", N_GALLERY, N_GALLERY)]
+    assert not full.forced and full.restart_zeta and full.zeta == params.geometry.zeta0
+    assert Path(full.source_index) == ws.generation_dir(0) / "index"
+    assert full.n_parts == (N_GALLERY + params.backfill.chunk_size - 1) // params.backfill.chunk_size
+    # partial: a share of the gallery; which items, start fixes (seeded)
     assert (partial.kind, partial.order, partial.fraction) == ("partial", "random", 0.25)
-    assert len(partial.positions) == round(0.25 * N_GALLERY) == len(set(partial.positions))
-    assert set(partial.positions) <= set(range(N_GALLERY)) and not partial.restart_zeta
-    again = plan_backfill(params, ws, target=0, fraction=0.25, order="random", seed=3)
-    other = plan_backfill(params, ws, target=0, fraction=0.25, order="random", seed=4)
-    assert again.positions == partial.positions and other.positions != partial.positions
+    assert partial.evaluation.selected == round(0.25 * N_GALLERY) and not partial.restart_zeta
 
 
-def test_a_partial_backfill_re_embeds_the_most_uncertain_items_first(lineage):
-    params, ws = lineage
-    plan = plan_backfill(params, ws, target=0, fraction=0.2, order="uncertainty")
+def test_start_fixes_each_gallerys_items_once_deterministic_in_the_seed(work):
+    params, ws = work
+    plan = start(plan_backfill(params, ws, target=0, fraction=0.25, order="random", seed=3))
+    chosen = select_items(plan, plan.evaluation)
+    saved = plan.work_dir / "selection" / "evaluation.npy"
+    assert np.array_equal(np.load(saved), chosen) and np.all(np.diff(chosen) > 0)  # sorted: read front to back
+    assert len(chosen) == round(0.25 * N_GALLERY) and set(chosen.tolist()) <= set(range(N_GALLERY))
+    assert np.array_equal(select_items(plan, plan.evaluation), chosen)  # read back, not chosen again
+    shutil.rmtree(ws.backfills_dir)
+    again = select_items(
+        start(plan_backfill(params, ws, target=0, fraction=0.25, order="random", seed=3)), plan.evaluation
+    )
+    assert np.array_equal(again, chosen)
+    shutil.rmtree(ws.backfills_dir)
+    other = start(plan_backfill(params, ws, target=0, fraction=0.25, order="random", seed=4))
+    assert not np.array_equal(select_items(other, other.evaluation), chosen)
+    shutil.rmtree(ws.backfills_dir)
+    full = start(plan_backfill(params, ws))
+    assert np.array_equal(select_items(full, full.evaluation), np.arange(N_GALLERY))
+
+
+def test_a_partial_backfill_re_embeds_the_most_uncertain_items_first(work):
+    params, ws = work
+    plan = start(plan_backfill(params, ws, target=0, fraction=0.2, order="uncertainty"))
     u = item_uncertainty(_live_gallery(ws))
     chosen = np.zeros(N_GALLERY, dtype=bool)
-    chosen[plan.positions] = True
+    chosen[select_items(plan, plan.evaluation)] = True
     assert chosen.sum() == round(0.2 * N_GALLERY)
     assert u[chosen].min() >= u[~chosen].max()
 
@@ -120,11 +145,26 @@ def test_a_fraction_that_selects_no_item_is_refused(lineage):
         plan_backfill(params, ws, target=0, fraction=0.0005, order="random")
 
 
+def test_uncertainty_order_over_a_gallery_without_hyperbolic_uncertainty_is_refused(lineage, tmp_path: Path):
+    params, ws = lineage
+    copy = Workspace(tmp_path / "ws")
+    shutil.copytree(ws.home, copy.home)
+    store = GalleryVersion(copy.generation_dir(0)).evaluation_store
+    cosine = dataclasses.replace(GalleryStore(store).embeddings(), geometry="euclidean")
+    shutil.rmtree(store)
+    writer = PartWriter(store, chunk_size=256)
+    writer.add(StoredPart(cosine, np.zeros(len(cosine), np.int64)))
+    writer.finish()
+    with pytest.raises(ConfigError, match="uncertainty ordering needs Lorentz embeddings .*use --order random or"):
+        plan_backfill(params, copy, target=0, fraction=0.5, order="uncertainty")
+    assert plan_backfill(params, copy, target=0, fraction=0.5, order="random").evaluation.selected == 270
+
+
 def test_force_mixes_a_generation_the_live_gallery_does_not_accept(lineage):
     params, ws = lineage
     forced = plan_backfill(params, ws, target=1, fraction=0.5, order="random", force=True)
     assert forced.kind == "partial" and forced.forced and forced.target == 1
-    assert len(forced.positions) == round(0.5 * N_GALLERY)
+    assert forced.evaluation.selected == round(0.5 * N_GALLERY)
     full = plan_backfill(params, ws, target=1, force=True)  # a full backfill replaces the gallery: nothing to override
     assert full.kind == "full" and not full.forced
 
@@ -173,46 +213,104 @@ def test_an_unfinished_backfill_copied_with_its_workspace_resumes_in_the_copy(wo
     copy = Workspace(tmp_path / "copy")
     shutil.copytree(ws.home, copy.home)
     resumed = start(plan_backfill(params, copy, target=0, fraction=0.3, order="random", seed=1))
-    assert resumed.positions == first.positions and resumed.started_at == first.started_at  # the same backfill
+    assert resumed.started_at == first.started_at  # the same backfill
+    assert np.array_equal(select_items(resumed, resumed.evaluation), select_items(first, first.evaluation))
     assert resumed.work_dir == copy.backfills_dir / "in_progress"  # written in the copy, not the original
-    assert Path(resumed.source_gallery).is_relative_to(copy.home) and Path(resumed.target_checkpoint).is_relative_to(
+    assert Path(resumed.source_index).is_relative_to(copy.home) and Path(resumed.target_checkpoint).is_relative_to(
         copy.home
     )
+
+
+def test_an_unfinished_backfill_of_an_older_bctflow_is_refused_with_its_fix(work):
+    params, ws = work
+    plan = plan_backfill(params, ws, target=0)
+    plan.work_dir.mkdir(parents=True)
+    (plan.work_dir / "plan.json").write_text('{"home": "x", "positions": [1, 2]}')
+    with pytest.raises(LineageError, match="written by another bctflow version; delete .*in_progress and start"):
+        start(plan)
 
 
 class _Killed(Exception):
     pass
 
 
-def test_embed_chunks_resumes_from_the_chunks_on_disk(work):
+def test_reembed_resumes_from_the_parts_on_disk(work):
     params, ws = work
-    small = apply_overrides(params, {"backfill.chunk_size": 100})
+    small = apply_overrides(params, {"backfill.chunk_size": 100, "train.eval_batch_size": 100})
     plan = start(plan_backfill(small, ws, target=0))
-    assert plan.n_chunks == 6
+    assert plan.n_parts == 6
+    parts = plan.work_version.evaluation_store / "parts"
+    seen: list[int] = []
 
-    def kill_after_third(i: int, n: int, resumed: bool) -> None:
-        if i == 2:
-            raise _Killed  # the process dies right after chunk 2 was written
+    def kill_after_third(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 3:
+            raise _Killed  # the process dies right after the third part was written
 
     with pytest.raises(_Killed):
-        embed_chunks(plan, kill_after_third)
-    on_disk = {i: plan.chunk_path(i).stat().st_mtime_ns for i in range(3)}
-    assert not plan.chunk_path(3).exists()
+        reembed(plan, kill_after_third)
+    on_disk = {p.name: p.stat().st_mtime_ns for p in parts.glob("part-*.npz")}
+    assert sorted(on_disk) == ["part-00000.npz", "part-00001.npz", "part-00002.npz"]
 
-    calls: list[tuple[int, int, bool]] = []
-    assert embed_chunks(plan, lambda i, n, resumed: calls.append((i, n, resumed))) == (3, 6)
-    assert calls == [(0, 6, True), (1, 6, True), (2, 6, True), (3, 6, False), (4, 6, False), (5, 6, False)]
-    assert {i: plan.chunk_path(i).stat().st_mtime_ns for i in range(3)} == on_disk  # not recomputed
+    (gallery, done), *_ = reembed(plan)
+    assert gallery.name == "evaluation" and (done.items, done.parts_resumed, done.parts) == (N_GALLERY - 300, 3, 6)
+    assert {n: t for n, t in ((p.name, p.stat().st_mtime_ns) for p in parts.glob("part-*.npz")) if n in on_disk} == (
+        on_disk
+    )  # not recomputed
+    (_, again), *_ = reembed(plan)
+    assert (again.items, again.parts_resumed, again.parts) == (0, 6, 6)
 
-    calls.clear()
-    assert embed_chunks(plan, lambda i, n, resumed: calls.append((i, n, resumed))) == (6, 6)
-    assert [resumed for _, _, resumed in calls] == [True] * 6
-
-    # each chunk holds its items, embedded by the target (ζ restarts at ζ₀ = g0's ζ: the same vectors as g0's gallery)
+    # the parts hold the split's items in order, embedded by the target (ζ restarts at ζ₀ = g0's ζ: g0's vectors)
     test = load_splits(small, ws).test
-    live = _live_gallery(ws)
-    for i in range(plan.n_chunks):
-        part = GalleryEmbeddings.load(plan.chunk_path(i))
-        pos = np.asarray(plan.positions[i * 100 : (i + 1) * 100])
-        assert np.array_equal(part.ids, test.ids[pos]) and np.array_equal(part.labels, test.labels[pos])
-        np.testing.assert_allclose(part.emb, live.emb[pos], atol=1e-5)
+    store = done.store
+    assert np.array_equal(store.column("ids"), test.ids) and np.array_equal(store.column("labels"), test.labels)
+    assert (store.column("stamps") == 0).all()
+    np.testing.assert_allclose(store.embeddings().emb, _live_gallery(ws).emb, atol=1e-5)
+
+
+def _make_legacy(ws: Workspace) -> np.ndarray:
+    """Turn generation 0's folder and CURRENT into what bctflow wrote before part stores and ``serving_index``:
+    ``gallery.npz`` with ``stamps.npy`` (a tenth of the items stamped 0, the rest 1, as after a partial backfill),
+    no ``serving.json``. Returns the items stamped 0, the oldest."""
+    version = GalleryVersion(ws.generation_dir(0))
+    gallery = GalleryStore(version.evaluation_store).embeddings()
+    gallery.save(version.root / "gallery.npz")
+    shutil.rmtree(version.evaluation_store)
+    (version.root / SERVING_FILE).unlink()
+    stamps = np.ones(len(gallery), dtype=np.int64)
+    oldest = np.random.default_rng(7).choice(len(gallery), size=round(0.1 * len(gallery)), replace=False)
+    stamps[oldest] = 0
+    np.save(version.root / "stamps.npy", stamps)
+    live = LivePointer(ws.live_dir)
+    live.restore({k: v for k, v in live.pointer().items() if k != "serving_index"})
+    return np.sort(oldest)
+
+
+def test_a_workspace_written_before_part_stores_is_repaired_and_backfilled(lineage, tmp_path: Path):
+    params, ws = lineage
+    old = Workspace(tmp_path / "old")
+    shutil.copytree(ws.home, old.home)
+    oldest = _make_legacy(old)
+    live = LivePointer(old.live_dir)
+    assert live.index().ntotal == N_GALLERY  # an old CURRENT still serves (through the version's folders)
+    found = inspect_workspace(old, params)
+    assert [f.what for f in found] == ["live/CURRENT does not match the lineage's live pointer"]
+    inspect_workspace(old, params, repair=True)
+    assert live.pointer()["serving_index"] == str((old.generation_dir(0) / "index").resolve())
+    assert inspect_workspace(old, params) == []
+
+    plan = start(plan_backfill(params, old, target=1, fraction=0.1, order="oldest", force=True))
+    assert np.array_equal(select_items(plan, plan.evaluation), oldest)  # stamps.npy read as the stamps
+    shutil.rmtree(old.backfills_dir)
+    params_file = tmp_path / "params.yaml"
+    write_params(params_file)
+    before = GalleryStore(old.generation_dir(0) / "gallery.npz").embeddings()
+    done = run_backfill(old.home, params_file, target=1, fraction=0.1, order="oldest", force=True)
+    version = GalleryVersion.of_index(done["index"])
+    mixed = GalleryStore(version.evaluation_gallery())
+    assert not mixed.legacy and len(mixed) == N_GALLERY and (mixed.column("stamps") == 1).all()
+    z, g1 = mixed.embeddings().z, GalleryStore(GalleryVersion(old.generation_dir(1)).evaluation_gallery()).embeddings()
+    np.testing.assert_allclose(z[oldest], g1.z[oldest], atol=1e-5)  # the oldest items, re-embedded by g1
+    rest = np.setdiff1d(np.arange(N_GALLERY), oldest)
+    assert np.array_equal(z[rest], before.z[rest])  # the others kept as they were
+    assert live.serving_index() == version.evaluation_index.resolve() and inspect_workspace(old, params) == []

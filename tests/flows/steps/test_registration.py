@@ -18,7 +18,7 @@ from flows.planning import GenerationPlan, make_plan
 from flows.steps.lineage_view import registering_timeline
 from flows.steps.mlflow_run import log_snapshot, open_run
 from flows.steps.registration import chain_description, gate_failures, register
-from flows.steps.results import Evaluation, Gallery, Snapshot, Trained
+from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from registry.lineage import LineageStore
 from registry.records import BackfillRecord, DecisionRecord, GenerationBundle, GenerationRecord, PointerRecord
@@ -158,7 +158,7 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
         17,
         choices=chosen,
     )
-    gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
+    gallery = EvaluationGallery("model", str(plan.staging_dir / "gallery"), str(plan.staging_dir / "index"), 539, 0.5)
     decision = DecisionRecord(False, [], [COMPAT_FAIL], 0)
     ev = Evaluation(
         [], DerivedMetrics(), {"clip_fraction_gallery": 0.5}, decision, {"self": {"map": 0.7}}, [], [], False
@@ -209,7 +209,7 @@ def test_a_compatible_generation_is_tagged_as_promoted(staged):
     plan, snap = staged
     plan = plan.model_copy(update={"run_key": plan.run_key + "-compatible"})  # another run: its own version
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
-    gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
+    gallery = EvaluationGallery("model", str(plan.staging_dir / "gallery"), None, 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
     reg = register(plan, snap, trained, gallery, ev, open_run(plan))
     uri = plan.workspace.tracking_uri(plan.params)
@@ -231,7 +231,7 @@ def _artifact_files(client: MlflowClient, run_id: str, path: str | None = None) 
 def test_the_run_keeps_both_the_data_and_the_index_manifest(staged, tmp_path: Path):
     plan, snap = staged
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
-    gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), str(plan.staging_dir / "index"), 539, 0.5)
+    gallery = EvaluationGallery("model", str(plan.staging_dir / "gallery"), str(plan.staging_dir / "index"), 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
     run_id = open_run(plan)
     log_snapshot(plan, run_id, snap)
@@ -250,7 +250,7 @@ def test_a_second_registration_of_the_same_run_reuses_its_version(staged):
     plan, snap = staged
     plan = plan.model_copy(update={"run_key": plan.run_key + "-rerun"})
     trained = Trained("model", str(plan.staging_dir / "model.pt"), [], 1.0, "cpu", None, 1.0, 16, 17)
-    gallery = Gallery("model", str(plan.staging_dir / "gallery.npz"), None, 539, 0.5)
+    gallery = EvaluationGallery("model", str(plan.staging_dir / "gallery"), None, 539, 0.5)
     ev = Evaluation([], DerivedMetrics(), {}, DecisionRecord(False, [], [COMPAT_OK], 0), {}, [], [], True)
     first = register(plan, snap, trained, gallery, ev, open_run(plan))
     again = register(plan, snap, trained, gallery, ev, open_run(plan))

@@ -1,6 +1,6 @@
-"""The gallery corpus (flows/steps/corpus.py, reembed_corpus.py): generation 0 embeds a WebDataset corpus in
-parts and serves it from its own index; a later compatible generation queries it without re-embedding; a killed
-corpus embedding resumes without redoing finished parts; partial and full backfills re-embed it."""
+"""The one gallery pipeline (flows/steps/gallery_pipeline.py) on a serving corpus: generation 0 embeds a WebDataset
+corpus in parts and serves it from its own index, as recorded; a killed embedding resumes without redoing finished
+parts; partial and full backfills re-embed it through the same code as the evaluation gallery."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from components.data.sources import write_webdataset
 from components.data.sources.base import ImageSource
 from components.errors import ConfigError
 from components.indexing import GalleryIndex
-from components.indexing.live import CORPUS_DIR, LiveGallery
+from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore, PartWriter
+from components.indexing.version import GalleryVersion
 from flows.data import load_splits, open_corpus
 from flows.params import load_params
-from flows.steps.corpus import check_index_recall, embed_corpus
+from flows.steps.gallery_pipeline import check_index_recall, embed_gallery
 from flows.workspace import Workspace
 from tests.helpers import run_backfill, run_generation, write_params
 
@@ -60,16 +61,19 @@ def corpus_ws(tmp_path_factory, prefect_harness) -> tuple[Path, Path, ImageSourc
 
 def test_generation_0_serves_the_corpus_from_its_own_index(corpus_ws):
     home, _, source = corpus_ws
-    folder = home / "generations" / "gen_000" / CORPUS_DIR
-    store = GalleryStore(folder / "gallery")
+    version = GalleryVersion(home / "generations" / "gen_000")
+    store = GalleryStore(version.corpus_store)
     assert len(store) == len(source) == 300
     assert [len(p) for p in store.parts()] == [64, 64, 64, 64, 44]
     np.testing.assert_array_equal(np.sort(store.column("ids")), np.sort(source.ids))
-    manifest = GalleryIndex.load(folder / "index").manifest
+    served = version.serving()
+    assert (served.source, served.index, served.gallery) == ("webdataset", version.corpus_index, version.corpus_store)
+    manifest = GalleryIndex.load(version.corpus_index).manifest
     assert manifest.index_type == "hnsw" and manifest.count == 300
     # measured against exact search (the 1-epoch tiny model packs points within float32 ties: recall is low)
     assert manifest.recall_at_10 is not None and 0.0 < manifest.recall_at_10 <= 1.0
-    live = LiveGallery(home / "live")
+    live = LivePointer(home / "live")
+    assert live.serving_index() == version.corpus_index.resolve()  # recorded in CURRENT by the commit
     assert live.index().ntotal == 300  # the corpus index serves, not the evaluation split's
     q = store.load_all().gallery.vectors()[:5]
     scores, ids = live.search(q, 3, query_generation=0)
@@ -80,17 +84,20 @@ def test_a_killed_corpus_embedding_resumes_without_redoing_finished_parts(corpus
     home, params, _source = corpus_ws
     p = load_params(params)
     ws = Workspace(home)
+    corpus = open_corpus(p, ws)
     ckpt = home / "generations" / "gen_000" / "model.pt"
     out = tmp_path / "store"
-    full, n = embed_corpus(p, ws, ckpt, tmp_path / "whole", generation=0)
-    assert n == 300
+    whole = embed_gallery(p, corpus, ckpt, tmp_path / "whole", generation=0)
+    full = whole.store
+    assert (whole.items, whole.parts_resumed, whole.parts) == (300, 0, 5)
     # a run killed after two finished parts: its parts are on disk, the buffered rows are lost
-    first = PartWriter(out, CHUNK)
+    first = PartWriter(out, CHUNK, producer=(tmp_path / "whole" / "producer.txt").read_text())
     for i, part in enumerate(full.parts()):
         if i < 2:
             first.add(part)
-    again, embedded = embed_corpus(p, ws, ckpt, out, generation=0)
-    assert embedded == 300 - 2 * CHUNK
+    resumed = embed_gallery(p, corpus, ckpt, out, generation=0)
+    again = resumed.store
+    assert (resumed.items, resumed.parts_resumed, resumed.parts) == (300 - 2 * CHUNK, 2, 5)
     assert len(again) == 300
     a, b = full.load_all().gallery, again.load_all().gallery
     order_a, order_b = np.argsort(a.ids), np.argsort(b.ids)
@@ -100,7 +107,7 @@ def test_a_killed_corpus_embedding_resumes_without_redoing_finished_parts(corpus
 def test_the_recall_floor_and_a_channel_mismatch_are_refused(corpus_ws, tmp_path):
     home, params, _ = corpus_ws
     p = load_params(params, ["index.min_recall=1.0"])
-    index = GalleryIndex.load(home / "generations" / "gen_000" / CORPUS_DIR / "index")
+    index = GalleryIndex.load(GalleryVersion(home / "generations" / "gen_000").corpus_index)
     if index.manifest.recall_at_10 < 1.0:
         with pytest.raises(ConfigError, match=r"below index.min_recall 1.0; raise index.nprobe / index.ef_search"):
             check_index_recall(p, index, tmp_path)
@@ -116,13 +123,20 @@ def test_backfills_reembed_the_corpus_partial_then_full(corpus_ws):
     run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     partial = run_backfill(home, params, target=1, fraction=0.25, order="uncertainty", force=True)
     assert partial["metrics"]["corpus/share_embedded_by_target"] == pytest.approx(75 / 300)
-    live = LiveGallery(home / "live")
-    served = GalleryStore(Path(live.pointer()["index"]).parent / CORPUS_DIR / "gallery")
+    assert partial["metrics"]["share_embedded_by_target"] == pytest.approx(round(0.25 * 539) / 539)
+    live = LivePointer(home / "live")
+    version = GalleryVersion.of_index(live.pointer()["index"])
+    assert live.serving_index() == version.corpus_index.resolve()
+    served = GalleryStore(version.corpus_store)
     stamps = served.column("stamps")
     assert (stamps == 1).sum() == 75 and (stamps == 0).sum() == 225
+    evaluation = GalleryStore(version.evaluation_gallery()).column("stamps")  # kept current the same way
+    assert (evaluation == 1).sum() == round(0.25 * 539) and (evaluation == 0).sum() == 539 - round(0.25 * 539)
     full = run_backfill(home, params, target=1, fraction=1.0)
     assert full["metrics"]["corpus/share_embedded_by_target"] == 1.0
     assert "corpus/map" in full["metrics"]  # a small labelled corpus: exact metrics
-    served = GalleryStore(Path(live.pointer()["index"]).parent / CORPUS_DIR / "gallery")
+    version = GalleryVersion.of_index(live.pointer()["index"])
+    served = GalleryStore(version.corpus_store)
     assert (served.column("stamps") == 1).all() and len(served) == 300
-    assert live.index().manifest.generation == 1
+    assert (GalleryStore(version.evaluation_gallery()).column("stamps") == 1).all()
+    assert live.index().manifest.generation == 1 and live.index().ntotal == 300

@@ -1,0 +1,176 @@
+"""The one chunked gallery pipeline (docs/design.md §7.10): embed a gallery source into a part store, index it.
+
+Every gallery goes through it: each role's evaluation gallery (the labelled evaluation split), generation 0's
+serving corpus, and both again in every backfill.
+
+* :func:`embed_gallery` — the items of a :class:`~flows.data.GallerySource` (all, or the positions a backfill
+  selected), embedded by a checkpoint through the source's DataLoader in batches of ``train.eval_batch_size`` and
+  written as they are produced into a part store of ``backfill.chunk_size`` items per part, every row stamped with
+  the generation that embedded it. Resumable: the parts a killed run finished are kept and their items skipped, so
+  a kill loses only the rows not yet in a finished part (the part being filled and the batch being embedded); parts
+  of another model or source are stale and the store starts over. ``throttle`` seconds pass after each part (a
+  backfill sparing a shared device).
+* :func:`index_gallery` — the ``index:`` type built over a finished store part by part, saved, loaded back and
+  verified (count and generation; loading checks the manifest, checksums, finite vectors of the geometry); an
+  index that serves is refused below ``index.min_recall``.
+* :func:`corpus_metrics` — the retrieval quality of a labelled serving corpus.
+
+Stores are written through :class:`~components.indexing.store.PartWriter` and read through
+:class:`~components.indexing.store.GalleryStore`: the seam where a vector database would take the files' place.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from components.errors import ConfigError, IndexIntegrityError
+from components.evaluation import retrieval_metrics
+from components.evaluation.topk import topk_metrics
+from components.indexing import GalleryIndex
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.store import GalleryStore, PartWriter, StoredPart
+from components.io import file_sha256
+from components.models import load_model
+from components.training import embed_stream
+from components.training.device import cuda_available
+from flows.data import GallerySource
+from flows.params import Params
+from flows.specs import index_config
+
+__all__ = ["Embedded", "check_index_recall", "corpus_metrics", "embed_gallery", "index_gallery"]
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A finished part store and what this call did: ``items`` embedded now in ``seconds``, ``parts_resumed``
+    finished by an earlier run (kept), ``parts`` in all."""
+
+    store: GalleryStore
+    items: int
+    seconds: float
+    parts_resumed: int
+    parts: int
+
+
+def _producer(source: GallerySource, checkpoint: Path) -> str:
+    """What embeds a store's rows: the model's bytes and the source's content at its image size."""
+    split = source.split
+    return f"model sha256 {file_sha256(checkpoint)}; {source.kind} {split.source.fingerprint()} at {split.image_size}px"
+
+
+def embed_gallery(
+    p: Params,
+    source: GallerySource,
+    checkpoint: Path,
+    out: Path,
+    *,
+    generation: int,
+    positions: np.ndarray | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    throttle: float = 0.0,
+) -> Embedded:
+    """Embed the items of ``source`` at ``positions`` (positions in its split, all when None) with ``checkpoint``
+    into the part store ``out``, each row stamped ``generation``; resumes a store a killed run left there."""
+    t0 = time.perf_counter()
+    writer = PartWriter(out, p.backfill.chunk_size, producer=_producer(source, checkpoint))
+    resumed = len(writer.part_files())
+    split = source.split
+    selected = np.arange(len(split), dtype=np.int64) if positions is None else np.asarray(positions, dtype=np.int64)
+    done = writer.done_ids()
+    if done.size:
+        selected = selected[~np.isin(split.ids[selected], done)]
+    embedded = 0
+    if selected.size:
+        model = load_model(checkpoint)
+        curvature = float(model.curvature)
+        loader = split.subset(selected).loader(
+            batch_size=p.train.eval_batch_size, workers=source.workers, pin_memory=cuda_available()
+        )
+        pause = (lambda: time.sleep(throttle)) if throttle > 0 else None
+        for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
+            rows = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
+            writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=pause)
+            embedded += len(ids)
+            if on_batch is not None:
+                on_batch(len(ids))
+    store = writer.finish()
+    return Embedded(store, embedded, time.perf_counter() - t0, resumed, len(store.part_paths()))
+
+
+def index_gallery(
+    p: Params,
+    store: GalleryStore,
+    out: Path,
+    *,
+    generation: int,
+    compatible: list[int] | None = None,
+    serving: bool = False,
+) -> GalleryIndex:
+    """Build the ``index:`` type over ``store`` part by part, save it in ``out`` and verify it by loading it back:
+    every row of the store, for ``generation``. ``serving``: it answers the live gallery's queries, so its measured
+    recall@10 must reach ``index.min_recall``. Returns the loaded index."""
+    first = next(store.parts()).gallery
+    GalleryIndex.build_streaming(
+        store.index_chunks(),
+        geometry=first.retrieval_geometry,
+        curvature=first.curvature,
+        generation=generation,
+        config=index_config(p),
+        compatible_generations=compatible,
+    ).save(out)
+    index = GalleryIndex.load(out)
+    if index.ntotal != len(store) or index.manifest.generation != generation:
+        raise IndexIntegrityError(
+            f"the index in {out} holds {index.ntotal} vectors for generation {index.manifest.generation}, expected "
+            f"{len(store)} for generation {generation}; delete it and build it again"
+        )
+    if serving:
+        check_index_recall(p, index, out)
+    return index
+
+
+def check_index_recall(p: Params, index: GalleryIndex, where: Path) -> None:
+    """Refuse to publish a live index whose measured recall@10 is below ``index.min_recall``."""
+    floor, recall = p.index.min_recall, index.manifest.recall_at_10
+    if floor is not None and recall is not None and recall < floor:
+        raise ConfigError(
+            f"the {index.manifest.index_type} index in {where} reaches recall@10 {recall:.3f} against exact search, "
+            f"below index.min_recall {floor}; raise index.nprobe / index.ef_search, or use index.type flat"
+        )
+
+
+def corpus_metrics(p: Params, store: GalleryStore, index: GalleryIndex, *, seed: int = 0) -> dict[str, float]:
+    """Retrieval quality of a labelled corpus: exact leave-one-out (≤ evaluation.exact_max_items items) or top-k from
+    its index on ``gallery.metric_queries`` sampled items. Unlabelled corpora have none ({})."""
+    labels = store.column("labels")
+    if (labels < 0).any():
+        return {}
+    ks = p.evaluation.cmc_k
+    if len(store) <= p.evaluation.exact_max_items:
+        whole = store.embeddings()
+        vecs = whole.vectors()
+        res = retrieval_metrics(
+            vecs, whole.labels, whole.ids, vecs, whole.labels, whole.ids, whole.retrieval_geometry, whole.curvature, ks
+        )
+        return {f"corpus/{k}": float(v) for k, v in res.items() if k != "n_queries"}
+    ids = store.column("ids")
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(store), size=min(p.gallery.metric_queries, len(store)), replace=False))
+    queries, q_ids, q_labels, start = [], [], [], 0
+    for part in store.parts():
+        n = len(part)
+        rows = pick[(pick >= start) & (pick < start + n)] - start
+        if rows.size:
+            queries.append(part.gallery.vectors()[rows])
+            q_ids.append(part.gallery.ids[rows])
+            q_labels.append(part.gallery.labels[rows])
+        start += n
+    k = max(max(ks), 100) + 1
+    _, found = index.search(np.concatenate(queries), k)
+    res = topk_metrics(found, np.concatenate(q_ids), np.concatenate(q_labels), ids, labels, ks=tuple(ks))
+    return {f"corpus/{key}": float(v) for key, v in res.items() if key != "n_queries"}

@@ -10,6 +10,7 @@ Batches come in the order of ``positions``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Iterator, Sequence
@@ -83,7 +84,7 @@ class ArraySource(ImageSource):
 
     Images asked for at another size are resized once and kept for every later batch. ``fingerprint`` defaults to
     the array fingerprint of images, labels and ids (computed once); pass the dataset's own to skip the hashing.
-    Workers default to 0: gathering in the main process is faster than shipping batches from worker processes.
+    Batches are always gathered in the calling process (no DataLoader workers).
     """
 
     def __init__(self, dataset: ArrayDataset, name: str = "array", *, fingerprint: str | None = None) -> None:
@@ -144,6 +145,9 @@ class ArraySource(ImageSource):
         return self.images_at(image_size).index_select(0, idx), labels.index_select(0, idx), ids.index_select(0, idx)
 
     def _loader(self, selection: np.ndarray, opts: LoaderOptions) -> DataLoader:
-        """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled)."""
+        """Batches ``(images uint8 (B, C, H, W), labels (B,), ids (B,))`` in ``positions`` order (or shuffled),
+        gathered in this process whatever ``workers`` asks: nothing is decoded, and shipping batches from worker
+        processes only costs (each would start a Python with torch)."""
         _, labels, ids = self.tensors
+        opts = dataclasses.replace(opts, workers=0)
         return opts.batched(TensorBatches(self.images_at(opts.size), labels, ids), selection, InlineLoader)

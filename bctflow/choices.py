@@ -2,7 +2,8 @@
 
 As ``Literal`` types, typer makes each a choice: ``--help`` lists the values, shell completion offers them, and the
 parser refuses any other value with the valid ones listed, before a command starts. The homes: the alignment-method
-catalog (every registered plugin, :mod:`components.losses.catalog`), the params schema (:mod:`flows.params`) and
+catalog (every registered plugin of :mod:`components.losses.catalog`, its names read from the plugins' source:
+importing them would import torch, and ``--help`` must start at once), the params schema (:mod:`flows.params`) and
 the benchmark scenarios (:mod:`benchmarks.scenario_names`). Benchmark profiles are not a fixed set (``--profile``
 also takes a YAML path), so they are only completed.
 """
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 
 from benchmarks.profile import PROFILE_DIR
 from benchmarks.scenario_names import ALL_SCENARIOS
-from components.losses.catalog import available_alignments
+from components.plugins import declared_names
 from flows.params import BackfillParams, IndexParams
 
 __all__ = ["Alignment", "BackfillOrder", "IndexType", "Scenario", "complete_profile"]
@@ -35,7 +36,7 @@ def _literal(values: tuple[str, ...] | list[str]) -> Any:
 
 
 #: every registered alignment method (a new plugin module is a new choice)
-Alignment = _literal(available_alignments())
+Alignment = _literal(declared_names("components.losses.methods", "register_alignment"))
 #: what a partial backfill re-embeds first (params ``backfill.order``)
 BackfillOrder = _literal(_schema_values(BackfillParams, "order"))
 #: the FAISS index types (params ``index.type``)

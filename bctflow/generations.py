@@ -26,8 +26,6 @@ from bctflow.shell import (
 )
 from components.errors import BctflowError, ConfigError
 from flows.params import GenerationSpec, Params, params_digest
-from flows.prefect_api import prefect_api
-from flows.workspace import Workspace, resolve_home
 
 if TYPE_CHECKING:
     from registry.lineage import LineageStore
@@ -49,7 +47,9 @@ def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> d
     read in one session before the flow (an interrupted commit, a finished rerun, the plan), once under the
     workspace lock and written once at the commit; the result carries the committed lineage (``lineage``)."""
     from flows.planning import make_plan
+    from flows.prefect_api import prefect_api
     from flows.steps.reconcile import finish_interrupted
+    from flows.workspace import Workspace
 
     try:
         with Workspace(home).lineage(params, readonly=True) as store:
@@ -100,6 +100,7 @@ def demo(
     """Fresh workspace, then every generation of params.yaml `generations:` on digits (the shipped params.yaml: g0 on
     classes 0–4, then g1 on all classes with HBCT + an independent reference)."""
     from bctflow.tables import compat_table, retrieval_table
+    from flows.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     ws = Workspace(h)
@@ -157,7 +158,9 @@ def run(
     classes: str | None = typer.Option(None, "--classes", help="class selection: all | 0-4 | 0,2,5"),
     fraction: float | None = typer.Option(None, "--fraction", help="random fraction of the selected training data"),
     alignment: Alignment | None = typer.Option(None, "--alignment", help="alignment method (default alignment.method)"),
-    epochs: int | None = typer.Option(None, "--epochs"),
+    epochs: int | None = typer.Option(
+        None, "--epochs", min=1, help="training epochs of this generation (default train.epochs)"
+    ),
     reference: bool | None = typer.Option(
         None, "--reference/--no-reference", help="also train an independent reference (P_com, P_up)"
     ),
@@ -174,6 +177,7 @@ def run(
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
     from bctflow.tables import compat_table, retrieval_table
+    from flows.workspace import resolve_home
 
     h = resolve_home(home)
     launch = {"train.nproc": nproc, "train.nnodes": nnodes, "train.rdzv_endpoint": rdzv_endpoint}
@@ -218,6 +222,7 @@ def train_node(
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     logging.getLogger("torch.distributed.elastic.rendezvous.dynamic_rendezvous").setLevel(logging.ERROR)
     from components.training.launch import serve_node
+    from flows.workspace import Workspace, resolve_home
 
     folder = job_dir or Workspace(resolve_home(home)).jobs_dir
     console.print(f"waiting for training jobs in {folder} (Ctrl-C stops)")
@@ -243,6 +248,7 @@ def chain(
     from bctflow.tables import compat_table, lineage_table
     from components.io import atomic_write_text
     from flows.chain import flat_metrics
+    from flows.workspace import Workspace, resolve_home
     from registry.data_snapshots import DataSnapshotStore
 
     h = resolve_home(home)
@@ -285,6 +291,7 @@ def snapshot(
     """Write the data manifest of every generation declared in params.yaml (what `bctflow chain --expect-data`
     checks; the `data` stage of dvc.yaml runs `bctflow stage data`)."""
     from flows.chain import write_manifests
+    from flows.workspace import Workspace, resolve_home
 
     p = parse_params(params, set_)
     try:
@@ -303,6 +310,7 @@ def lineage(
 ) -> None:
     """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
     from bctflow.tables import compat_table, lineage_table
+    from flows.workspace import resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, None)

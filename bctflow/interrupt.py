@@ -15,7 +15,8 @@ Prefect's flow engine swaps in its own SIGTERM bridge while a flow runs (it turn
 crash report sent to the API — which a group signal has just killed, hence the hang); that bridge
 serves runner-driven cancellation of deployed runs, which a `bctflow` command is not, so the
 console script disables it (``prefect.flow_engine.capture_sigterm``; a test catches a Prefect
-release that moves it).
+release that moves it). It does so the moment Prefect's flow engine is imported, not before: a
+command that runs no flow (``--version``, ``--help``, ``lineage``) never imports Prefect.
 
 A kill at any moment is what the lifecycle is built to survive (training and backfills resume,
 commits are transactional), so stopping mid-step loses at most that step's progress.
@@ -24,20 +25,23 @@ commits are transactional), so stopping mid-step loses at most that step's progr
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
-from collections.abc import Iterator
-from types import FrameType
+from collections.abc import Callable, Iterator, Sequence
+from importlib.machinery import ModuleSpec
+from types import FrameType, ModuleType
 
-import psutil
-
-__all__ = ["install_interrupt_handlers"]
+__all__ = ["after_import", "install_interrupt_handlers"]
 
 _GRACE_S = 3.0
+_FLOW_ENGINE = "prefect.flow_engine"
 
 
 def _stop_children() -> None:
+    import psutil
+
     me = psutil.Process()
     children = me.children(recursive=True)
     for child in children:
@@ -64,10 +68,47 @@ def _keep_our_sigterm() -> Iterator[None]:
     yield
 
 
-def install_interrupt_handlers() -> None:
-    """Route SIGINT and SIGTERM of this (main) process to the handler above, for the whole command."""
-    import prefect.flow_engine
+class _AfterImport:
+    """A one-shot finder at the head of ``sys.meta_path``: the module ``name``, executed by its own loader, then
+    handed to ``then``."""
 
-    prefect.flow_engine.capture_sigterm = _keep_our_sigterm  # see the module docstring
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)  # the module as the other finders find it
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            self.then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]  (this spec's own loader)
+        return spec
+
+
+def after_import(name: str, then: Callable[[ModuleType], None]) -> None:
+    """``then(module)`` once the module ``name`` is imported: now if it already is, else right after its import."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _keep_our_signals(flow_engine: ModuleType) -> None:
+    flow_engine.capture_sigterm = _keep_our_sigterm  # type: ignore[attr-defined]  (see the module docstring)
+
+
+def install_interrupt_handlers() -> None:
+    """Route SIGINT and SIGTERM of this (main) process to the handler above, for the whole command (Prefect's flow
+    engine keeps them when a flow runs)."""
+    after_import(_FLOW_ENGINE, _keep_our_signals)
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _handler)

@@ -24,8 +24,6 @@ from components.errors import BctflowError
 from flows.env import configure_environment
 from flows.lock import workspace_lock
 from flows.params import Params, apply_overrides
-from flows.prefect_api import prefect_api
-from flows.workspace import Workspace, resolve_home
 
 
 @app.command()
@@ -48,8 +46,10 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
+    from flows.prefect_api import prefect_api
     from flows.steps.reconcile import finish_interrupted
     from flows.steps.reembed import plan_backfill
+    from flows.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, set_)
@@ -87,6 +87,7 @@ def promote(
     import getpass
 
     from flows.steps.promotion import promote as do_promote
+    from flows.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     try:
@@ -111,6 +112,8 @@ def promote(
 @app.command(name="db-upgrade")
 def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
     """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
+    from flows.workspace import Workspace, resolve_home
+
     p = parse_params(params, None)
     try:
         with Workspace(resolve_home(home)).lineage(p, upgrade=True) as store:
@@ -131,6 +134,7 @@ def doctor(
 ) -> None:
     """Check that lineage, files, live pointer and MLflow registry agree (docs/commit-protocol.md)."""
     from flows.steps.reconcile import inspect_workspace
+    from flows.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     h = resolve_home(home)
@@ -169,6 +173,7 @@ def schedule(
     The schedule's one home is params.yaml `schedule:`; one nightly run at a time (docs/design.md §7.14)."""
     from flows.deployment import check_schedule, serve_limit
     from flows.deployment import write_prefect_yaml as write_yaml
+    from flows.workspace import resolve_home
 
     p = parse_params(params, None)
     sch = p.schedule
@@ -231,7 +236,10 @@ def bench(
     params: Path = ParamsOpt,
     set_: list[str] | None = SetOpt,
     bench_set: list[str] | None = typer.Option(
-        None, "--bench-set", help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3"
+        None,
+        "--bench-set",
+        metavar="KEY=VALUE",
+        help="override a benchmark setting, e.g. --bench-set old_class_fraction=0.3 (repeatable)",
     ),
     methods: str | None = typer.Option(None, "--methods", help="comma-separated subset of the profile's methods"),
     workers: int = typer.Option(
@@ -251,6 +259,7 @@ def bench(
     if scenario is None:
         fail(BctflowError("bctflow bench needs --scenario (the method table) or a subcommand: bctflow bench scale"))
     from benchmarks.run import run_benchmark
+    from flows.workspace import resolve_home
 
     announce_params(params)
     h = resolve_home(home)

@@ -3,6 +3,8 @@
 Every command parses params.yaml once (:func:`parse_params`) and reports bad input as one red line
 (:func:`fail`, exit code 2) before any Prefect server starts. Without ``--params``, a command reads ./params.yaml,
 or, where there is none (outside a repository), the defaults the package ships (:func:`params_file`).
+The command modules import what a command needs inside it, never at module level: ``--version`` and every
+``--help`` start without torch, Prefect, MLflow, DVC or FAISS (tests/bctflow/test_cli.py).
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
 from bctflow import __version__
 from components.errors import BctflowError
 from flows.params import DEFAULT_PARAMS_PATH, PACKAGED_PARAMS_PATH, Params, load_params
-from flows.workspace import Workspace
 
 if TYPE_CHECKING:
     from components.evaluation.lineage_timeline import Timeline
@@ -39,6 +41,19 @@ __all__ = [
     "timeline_of",
 ]
 
+
+def _flags_take_no_value() -> None:
+    """typer's help shows a flag's type as if it took a value (``--reset <bool>``, ``--help <bool>``); a flag takes
+    none, so its type column stays empty (every command's help, typer's own ``--help`` and completion flags too)."""
+    shown = typer.core.TyperOption.display_type_rich
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
 app = typer.Typer(no_args_is_help=True, help="Backward-compatible embedding lifecycle.")  # + shell completion
 # piped output (CI logs, `| tee`) gets 140 columns instead of rich's default 80
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -87,7 +102,9 @@ ParamsOpt = typer.Option(
     show_default=False,
     help="params.yaml to use (default: ./params.yaml, else the defaults bctflow ships)",
 )
-SetOpt = typer.Option(None, "--set", help="override a parameter, e.g. --set train.epochs=5 (repeatable)")
+SetOpt = typer.Option(
+    None, "--set", metavar="KEY=VALUE", help="override a parameter, e.g. --set train.epochs=5 (repeatable)"
+)
 
 
 def report_finished(findings: list) -> None:
@@ -129,11 +146,15 @@ def finish(state: Any, what: str) -> Any:
 
 def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
     """The ``bctflow lineage --json`` document of the workspace at ``home``."""
+    from flows.workspace import Workspace
+
     with Workspace(home).lineage(params, readonly=True) as store:
         return store.to_json()
 
 
 def timeline_of(params: Params, home: Path) -> Timeline:
     """The lineage's timeline (generations and backfills in the order they happened) of the workspace at ``home``."""
+    from flows.workspace import Workspace
+
     with Workspace(home).lineage(params, readonly=True) as store:
         return store.timeline()

@@ -124,3 +124,25 @@ def test_a_value_outside_the_choices_is_refused_by_the_parser_with_the_valid_one
     assert res.exit_code == 2
     assert f"Invalid value for '{args[-2]}'" in text and f"{args[-1]!r} is not one of {valid}" in text
     assert not home.exists()  # refused before the command ran
+
+
+def test_every_option_has_help_and_no_flag_shows_a_value_placeholder():
+    """The whole command tree: each option and argument says what it does, and a flag's help row shows no type
+    (``--reset <bool>`` read as if the flag took a value), typer's own ``--help`` included."""
+    from tests.bctflow.test_cli import command_paths
+
+    root = typer.main.get_command(app)
+    flags = 0
+    for path in command_paths():
+        cmd = root
+        for word in path:
+            cmd = cmd.commands[word]
+        ctx = cmd.make_context(" ".join(["bctflow", *path]), [], resilient_parsing=True)
+        for param in cmd.get_params(ctx):  # its options and arguments, then --help
+            where = f"bctflow {' '.join(path)} {param.opts}"
+            assert param.help, f"{where} has no help text"
+            if getattr(param, "is_flag", False):
+                flags += 1
+                assert param.display_type_rich(ctx) is None, where
+        assert "<bool>" not in _invoke([*path, "--help"]).output
+    assert flags >= 25  # --help of every command, --reset, --reference/--no-reference, --force, --json, ...

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.helpers import write_params
 
 
@@ -58,3 +59,22 @@ def test_an_interrupted_run_stops_within_5_s_with_one_line_and_no_orphans(tmp_pa
     assert f"stopped by {signal.Signals(sig).name}" in text and "Traceback" not in text
     time.sleep(0.5)
     assert not _group_alive(proc.pid), "a process of the command's group outlived it"
+
+
+def test_prefects_sigterm_bridge_is_disabled_when_its_flow_engine_loads_and_not_before(tmp_path: Path):
+    """The console script does not import Prefect to disable its bridge (a command that runs no flow never loads
+    it); the flow engine, once imported, runs its flows under bctflow's no-op in place of the bridge it calls."""
+    code = """
+import inspect, sys
+from bctflow import interrupt
+interrupt.install_interrupt_handlers()
+assert "prefect" not in sys.modules
+import prefect.flow_engine as engine
+assert "with capture_sigterm():" in inspect.getsource(engine)  # what a flow runs under, looked up by name
+assert engine.capture_sigterm is interrupt._keep_our_sigterm
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-3000:]

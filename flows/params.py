@@ -356,7 +356,7 @@ def params_from_dict(raw: dict[str, Any] | None, source: str = "params") -> Para
     try:
         return Params.model_validate(raw or {})
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, Params)) from None
 
 
 def load_params(

@@ -3,12 +3,17 @@
 The workspace's ``data/`` folder is a DVC repository (``dvc init --no-scm``;
 it also works nested inside the project's own DVC repo under ``dvc repro``).
 Each generation's manifest is ``dvc add``-ed; the DVC md5 of the manifest is
-the generation's data hash, and the DVC cache keeps every version.
+the generation's data hash, and the DVC cache keeps every version. DVC runs as a
+library, quietly (:func:`quiet_dvc`): its progress bars, spinners and routine lines
+stay off the console, which the snapshot step's own one line serves.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +21,45 @@ import yaml
 
 from components.data.selection import DataManifest
 
-__all__ = ["DataSnapshotStore", "SnapshotInfo"]
+__all__ = ["DataSnapshotStore", "SnapshotInfo", "quiet_dvc"]
+
+#: DVC's loggers; importing DVC gives each its own console handlers (as its command line wants)
+_DVC_LOGGERS = ("dvc", "dvc_objects", "dvc_data")
+
+
+@contextlib.contextmanager
+def quiet_dvc() -> Iterator[None]:
+    """DVC as a library, without console output of its own while the block runs.
+
+    Its INFO lines ("Initialized DVC repository.", printed twice: by DVC's own handler and again by the root
+    logger's) are dropped; a warning reaches the console once, through the root logger (DVC's own handlers are
+    detached); its progress bars (``dvc.progress``: shown unless that logger is above ERROR) and its status spinner
+    ("Checking graph", on DVC's rich error console) draw nothing.
+    """
+    from dvc.ui import ui
+    from rich.console import Console
+
+    loggers = [logging.getLogger(n) for n in _DVC_LOGGERS]
+    bars = logging.getLogger("dvc.progress")
+    saved = [(lg, lg.level, list(lg.handlers)) for lg in [*loggers, bars]]
+    spinner = ui.__dict__.get("error_console")  # a cached property: set on the instance once used
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+        for handler in list(lg.handlers):
+            lg.removeHandler(handler)
+    bars.setLevel(logging.CRITICAL)
+    ui.error_console = Console(stderr=True, quiet=True)  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        for lg, level, handlers in saved:
+            lg.setLevel(level)
+            for handler in handlers:
+                lg.addHandler(handler)
+        if spinner is None:
+            ui.__dict__.pop("error_console", None)
+        else:
+            ui.error_console = spinner  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -38,7 +81,8 @@ class DataSnapshotStore:
         from dvc.repo import Repo
 
         self.root.mkdir(parents=True, exist_ok=True)
-        Repo.init(str(self.root), no_scm=True)
+        with quiet_dvc():
+            Repo.init(str(self.root), no_scm=True)
 
     def snapshot(self, name: str, manifest: DataManifest) -> SnapshotInfo:
         """Write ``snapshots/<name>/manifest.json`` and ``dvc add`` it. Idempotent."""
@@ -50,7 +94,7 @@ class DataSnapshotStore:
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(manifest.to_json())
         os.replace(tmp, target)
-        with Repo(str(self.root)) as repo:
+        with quiet_dvc(), Repo(str(self.root)) as repo:
             repo.add(str(target))
         return SnapshotInfo(name, target, self.read_hash(name))
 

@@ -7,7 +7,8 @@ workspace's ``mlartifacts/`` any more, the workspace was copied or moved: every
 URI under the old root is rewritten to the same place under the new root, in
 one transaction, before anything is logged, so a copy never reads or writes the
 original's artifacts. A shared tracking store (PostgreSQL, a SQLite file outside
-the workspace) is never rewritten: its artifacts belong to all its workspaces.
+the workspace) is never rewritten: its artifacts belong to all its workspaces. A relocation is routine (every DVC
+stage runs in a copy of its parent's workspace), so its line is logged at INFO.
 """
 
 from __future__ import annotations
@@ -70,5 +71,5 @@ def relocate_artifacts(tracking_uri: str, old_root: str, new_root: str) -> int:
                 changed += res.rowcount or 0
     finally:
         engine.dispose()
-    log.warning("this workspace was copied or moved: %d MLflow artifact URIs now point under %s", changed, new_root)
+    log.info("this workspace was copied or moved: %d MLflow artifact URIs now point under %s", changed, new_root)
     return changed

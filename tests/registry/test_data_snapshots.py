@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 import yaml
@@ -59,3 +60,70 @@ def test_snapshot_is_stable_and_versioned_in_the_dvc_cache(tmp_path, manifests):
     assert other.data_hash == first.data_hash
     assert store.load("gen1").sha256 == m0.sha256
     assert not list((root / "snapshots" / "gen0").glob("*.tmp"))
+
+
+_ON_A_TERMINAL = """
+import logging, sys
+import numpy as np
+from components.data import DataManifest
+from registry.data_snapshots import DataSnapshotStore
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # a console that shows INFO
+m = DataManifest("digits", "fp", (0, 1), ("0", "1"), 1.0, 0, np.arange(5), np.zeros(5, dtype=np.int64))
+store = DataSnapshotStore(sys.argv[1])
+for name in ("gen_000", "gen_001"):
+    print("snapshot", name, store.snapshot(name, m).data_hash)
+"""
+
+
+def test_dvc_prints_nothing_of_its_own_on_a_terminal(tmp_path):
+    """On a terminal (a pty) with INFO logging on: the first snapshot initialises the DVC repository and both add a
+    manifest, and the console holds only the caller's lines: no "Initialized DVC repository." (it was printed twice),
+    no "Checking graph" spinner, no progress bar."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    main, child = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ON_A_TERMINAL, str(tmp_path / "data")], stdout=child, stderr=child, env=env
+    )
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=120) == 0, out.decode(errors="replace")[-3000:]
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode())  # colour and cursor codes (a colour reset at exit)
+    lines = text.replace("\r", "").splitlines()
+    assert [line.split()[:2] for line in lines if line.strip()] == [["snapshot", "gen_000"], ["snapshot", "gen_001"]], (
+        lines
+    )
+    assert (tmp_path / "data" / ".dvc").is_dir()
+
+
+def test_dvc_keeps_its_own_logging_outside_the_quiet_block(tmp_path, manifests):
+    import logging
+
+    from registry.data_snapshots import quiet_dvc
+
+    def state():
+        return [(lg.level, list(lg.handlers)) for lg in map(logging.getLogger, ("dvc", "dvc_data", "dvc.progress"))]
+
+    import dvc.repo  # noqa: F401 (DVC's console handlers are installed at import)
+
+    before = state()
+    assert before[0][1], "DVC installs console handlers of its own at import"
+    DataSnapshotStore(tmp_path / "data").snapshot("gen0", manifests[0])
+    assert state() == before
+    with quiet_dvc():
+        assert logging.getLogger("dvc").handlers == [] and logging.getLogger("dvc.progress").level == logging.CRITICAL

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from components.errors import ConfigError
+from flows.param_keys import generation_keys
 from flows.param_tags import sections, select
 from flows.params import GenerationSpec, Params
 
@@ -81,33 +82,13 @@ def results_dir(name: str) -> str:
     return f"{RESULTS}/{name}"
 
 
-def _alignment_keys(params: Params, spec: GenerationSpec) -> list[str]:
-    """The alignment entries an aligned generation reads: its method (unless the entry names it), λ and the
-    method's options (the ``independent`` method reads none)."""
-    method = spec.alignment or params.alignment.method
-    if method == "independent":
-        return []
-    keys = [] if spec.alignment else ["alignment.method"]
-    keys.append("alignment.weight")
-    if method in params.alignment.options:
-        keys.append(f"alignment.options.{method}")
-    return keys
-
-
 def param_keys(params: Params, index: int) -> list[str]:
-    """The params.yaml keys generation ``index`` of the chain depends on: those whose tag says they shape it
-    (flows/param_tags.py; for generation 0 not those of an aligned generation only), a node named whole when every
-    key under it does, the alignment's by method (:func:`_alignment_keys`), and ``generations.<index>``: its entry."""
+    """The params.yaml keys generation ``index`` of the chain depends on (:func:`flows.param_keys.generation_keys`:
+    those whose tag says they shape it, the alignment's by method) and ``generations.<index>``: its entry."""
     spec = params.declared_chain()[index]
-    aligned = index > 0
-    keys: list[str] = []
-    for name, section in sections(Params).items():
-        if name == "alignment":
-            keys.extend(_alignment_keys(params, spec) if aligned else [])
-        else:
-            keys.extend(select(section, name, lambda t: t.shapes_generation(aligned)))
-    keys.append(f"generations.{index}")
-    return keys
+    method, named = spec.alignment or params.alignment.method, spec.alignment is not None
+    keys = generation_keys(params, aligned=index > 0, method=method, named=named, run_options=False)
+    return [*keys, f"generations.{index}"]
 
 
 def _missing(raw: dict[str, Any], keys: list[str]) -> list[str]:

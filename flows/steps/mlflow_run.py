@@ -1,9 +1,12 @@
 """The generation's MLflow run, opened before anything trains (docs/design.md §7.17).
 
-:func:`open_run` right after the plan is checked under the workspace lock: the run's params are every key of
-params.yaml as this run resolved it (flattened: ``train.epochs``, ``alignment.weight`` …) and the generation's own
-choices (``generation.*``: alignment, ζ, epochs, parent …); params.yaml itself is logged under ``params/``; the tags
-name the generation, the Prefect flow run and the git commit. :func:`log_snapshot` adds the datasets the
+:func:`open_run` right after the plan is checked under the workspace lock: the run's params are the keys of
+params.yaml, as this run resolved them, that apply to this generation (flattened: ``train.epochs``,
+``alignment.weight`` …; :func:`flows.param_keys.generation_keys`: generation 0 trains with the base loss only, so it
+records no ``alignment.*``, and a generation whose entry names its method records no ``alignment.method``) and the
+generation's own choices (``generation.*``: what it trained with — ``generation.alignment`` is its model's method —,
+ζ, epochs, parent …); params.yaml itself is logged under ``params/``; the tags name the generation, the Prefect flow
+run and the git commit. :func:`log_snapshot` adds the datasets the
 generation used (MLflow dataset inputs: the training selection, digest = the DVC md5 of its manifest, and the
 evaluation split) and the DVC-snapshotted manifest under ``data/``. Training logs each epoch as it ends
 (:func:`log_training`); the reference φ* trains in a child run (:func:`open_reference_run`).
@@ -18,6 +21,8 @@ from typing import Any
 import yaml
 
 from flows.data import load_splits
+from flows.param_keys import generation_keys
+from flows.param_tags import pick
 from flows.planning import GenerationPlan
 from flows.provenance import git_commit, mlflow_run_url, prefect_flow_run
 from flows.steps.results import Snapshot, Trained
@@ -30,8 +35,18 @@ def run_name(plan: GenerationPlan) -> str:
     return f"gen-{plan.gen_id}-{plan.alignment}"
 
 
+def _applied_params(plan: GenerationPlan) -> dict[str, Any]:
+    """params.yaml as this run resolved it, less the keys that do not apply to this generation (the alignment of
+    generation 0, which trains with the base loss only; ``alignment.method`` where the entry names another method)."""
+    p = plan.params
+    named = plan.alignment != p.alignment.method
+    keys = generation_keys(p, aligned=plan.parent is not None, method=plan.alignment, named=named, run_options=True)
+    return {**pick(p.as_dict(), keys), "generations": p.as_dict()["generations"]}
+
+
 def _generation_params(plan: GenerationPlan) -> dict[str, Any]:
-    """What this generation chose, beside params.yaml's keys (its spec and what planning derived)."""
+    """What this generation chose and trained with, beside params.yaml's keys (its spec and what planning derived):
+    ``alignment`` is its model's method (``independent`` for generation 0, whatever ``alignment.method`` says)."""
     return {
         "id": plan.gen_id,
         "name": plan.name,
@@ -55,7 +70,8 @@ def _generation_params(plan: GenerationPlan) -> dict[str, Any]:
 def _description(plan: GenerationPlan, links: dict[str, str]) -> str:
     """The run's description (markdown, the run page's first lines)."""
     aligned = (
-        "generation 0: base loss only, its embeddings fill the live gallery"
+        "generation 0: base loss only (`independent`, whatever `alignment.method` says), its embeddings fill the "
+        "live gallery"
         if plan.parent is None
         else f"{plan.alignment}, aligned to g{plan.parent.id} (whose embeddings fill the live gallery)"
     )
@@ -65,6 +81,10 @@ def _description(plan: GenerationPlan, links: dict[str, str]) -> str:
         name = links.get("prefect.flow_run_name", links["prefect.flow_run_id"])
         where = f"[{name}]({links['prefect.flow_run_url']})" if "prefect.flow_run_url" in links else f"`{name}`"
         lines.append(f"Prefect flow run {where} (id `{links['prefect.flow_run_id']}`).")
+    lines.append(
+        "What it trained with: the `generation.*` params (`generation.alignment`: its model's method); the other "
+        "params are params.yaml's keys that apply to it (the whole file: `params/params.yaml`)."
+    )
     lines.append("The lineage so far: `lineage/lineage.png` (artifacts); the reference φ*: the nested run.")
     return "\n\n".join(lines)
 
@@ -90,7 +110,7 @@ def open_run(plan: GenerationPlan) -> str:
     spec = RunSpec(
         run_key=plan.run_key,
         name=run_name(plan),
-        params={**p.as_dict(), "generation": _generation_params(plan)},
+        params={**_applied_params(plan), "generation": _generation_params(plan)},
         tags=tags,
         files={"params": [params_file]},
         description=_description(plan, links),

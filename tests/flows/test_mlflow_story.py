@@ -88,6 +88,21 @@ def test_every_param_and_params_yaml_are_logged(story, tmp_path: Path):
     assert yaml.safe_load(Path(logged).read_text()) == p.as_dict()
 
 
+def test_generation_0_records_the_method_it_trained_with_not_the_alignment_it_did_not_use(story):
+    """params.yaml says `alignment.method: hbct`; generation 0 trains with the base loss only, so its run records
+    `generation.alignment: independent` and none of the keys that shape an aligned generation only."""
+    home, params_file, _, _, client = story
+    assert load_params(params_file).alignment.method == "hbct"
+    run = client.get_run(_generation(home, 0)["mlflow_run_id"])
+    params = run.data.params
+    assert params["generation.alignment"] == "independent" and params["generation.parent"] == "null"
+    assert not [k for k in params if k.startswith(("alignment.", "backfill.rules."))]
+    assert "geometry.delta_zeta" not in params and "evaluation.reference" not in params
+    assert params["geometry.zeta0"] == "1.0" and params["train.epochs"] == "1"  # what does shape it
+    assert params["train.device"] == "auto" and params["backfill.chunk_size"] == "256"  # how it ran
+    assert "base loss only (`independent`" in run.data.tags["mlflow.note.content"]
+
+
 def test_the_datasets_are_inputs_with_the_dvc_md5_as_digest(story):
     home, _, _, _, client = story
     g1 = _generation(home, 1)

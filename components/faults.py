@@ -1,8 +1,8 @@
 """Named crash points for the fault-injection tests: ``BCTFLOW_KILL_AT=<name>`` makes the process SIGKILL itself
 when it reaches that point, exactly as a power cut or an OOM kill would (no cleanup, no ``finally``).
 
-Points are placed at the step boundaries of the generation commit and of the backfill
-(docs/commit-protocol.md lists them); without the variable a point costs one dictionary lookup.
+Points are placed at the step boundaries of the generation commit and of the backfill, and after each training
+epoch's checkpoint (docs/commit-protocol.md lists them); without the variable a point costs one dictionary lookup.
 """
 
 from __future__ import annotations

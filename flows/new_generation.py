@@ -21,6 +21,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from components.faults import crash_point
 from flows import steps
 from flows.artifacts import generation_markdown
 from flows.data import load_splits, open_corpus
@@ -69,18 +70,35 @@ def snapshot_task(plan: GenerationPlan, run_id: str) -> steps.Snapshot:
     return snap
 
 
+def resume_line(plan: GenerationPlan, role: str, run_id: str) -> str | None:
+    """The one line a resumed training says before it goes on (None: it starts from scratch), e.g. "resuming g1
+    from epoch 3 of 5 (MLflow run …)": the epochs an earlier attempt of this very run staged, and the MLflow run its
+    epochs go on in (the same run, resumed by its run key and params: registry/tracking/runs.py)."""
+    done = steps.staged_epochs(plan, role)
+    if not done:
+        return None
+    who = plan.name if role == "model" else f"{plan.name}'s reference φ*"
+    epochs = plan.train_config(role).epochs
+    trained = ": it finished training in an earlier attempt" if done >= epochs else ""
+    return f"resuming {who} from epoch {done} of {epochs} (MLflow run {run_id}){trained}"
+
+
 @task(name="train", cache_policy=NO_CACHE)
 def train_task(plan: GenerationPlan, snap: steps.Snapshot, role: str, run_id: str) -> steps.Trained:
-    """Train the role; each epoch goes to the MLflow run as it ends (the reference φ* trains in a child run)."""
+    """Train the role; each epoch goes to the MLflow run as it ends (the reference φ* trains in a child run). A
+    resumed training says so first (:func:`resume_line`)."""
     log = get_run_logger()
     target = steps.open_reference_run(plan, run_id) if role == "reference" else run_id
     runs = plan.workspace.tracking(plan.params).runs
+    if (resuming := resume_line(plan, role, target)) is not None:
+        log.info(resuming)
     try:
 
         def on_epoch(epoch: int, rec: dict) -> None:
             terms = ", ".join(f"{k}={v:.3f}" for k, v in rec.items() if k not in ("epoch", "lr"))
             log.info("[%s] epoch %d/%d %s", role, epoch, plan.epochs, terms)
             runs.log_epochs(target, [rec])
+            crash_point("train.after_epoch")  # the fault-injection tests' kill after an epoch checkpoint
 
         # per batch: the loop reports (steps done, steps in all) after each step; the total is known from its first
         with progress_bar(f"g{plan.gen_id} {role}: training, {plan.epochs} epochs (batches)", None) as bar:

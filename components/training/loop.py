@@ -51,7 +51,15 @@ from components.training.distributed import (
 from components.training.meter import FINITE_CHECK_EVERY, EpochMeter, TrainingDivergedError
 from components.training.optim import build_optimizer, build_scheduler
 
-__all__ = ["TRAIN_FORMAT", "TrainConfig", "TrainResult", "TrainingDivergedError", "latest_checkpoint", "train_model"]
+__all__ = [
+    "TRAIN_FORMAT",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingDivergedError",
+    "epochs_done",
+    "latest_checkpoint",
+    "train_model",
+]
 
 TRAIN_FORMAT = "bctflow-train/1"
 _CKPT_RE = re.compile(r"^epoch_(\d{4,})\.pt$")
@@ -110,6 +118,14 @@ def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
         return None
     found = [(int(m.group(1)), p) for p in checkpoint_dir.iterdir() if (m := _CKPT_RE.match(p.name))]
     return max(found)[1] if found else None
+
+
+def epochs_done(checkpoint_dir: Path) -> int:
+    """The epochs the newest checkpoint in ``checkpoint_dir`` holds, from its name (0: none), without loading it:
+    where a training run again resumes (when the checkpoint is of this run; :func:`train_model` checks)."""
+    last = latest_checkpoint(checkpoint_dir)
+    found = _CKPT_RE.match(last.name) if last is not None else None
+    return int(found.group(1)) if found else 0
 
 
 def _prune(checkpoint_dir: Path, keep: int) -> None:

@@ -8,7 +8,8 @@ lineage transaction.
 0. :func:`open_run`       the generation's MLflow run, before anything trains (params, params.yaml, links)
 1. :func:`snapshot_data`  select the training data, snapshot its manifest with DVC (:func:`log_snapshot`: the
                           run's dataset inputs)
-2. :func:`train_role`     train the reference φ* (when planned, in a child run), then the model
+2. :func:`train_role`     train the reference φ* (when planned, in a child run), then the model; resumes from
+                          what an earlier attempt staged (:func:`staged_epochs`)
 3. :func:`embed_and_index` embed the evaluation gallery (and generation 0's serving corpus), build the FAISS index
 4. :func:`evaluate`       metrics, compatibility, diagnostics, backfill decision
 5. :func:`register`       into the run: metrics, artifacts, lineage picture, model; the model version
@@ -22,7 +23,7 @@ from flows.steps.mlflow_run import log_snapshot, log_training, open_reference_ru
 from flows.steps.registration import register
 from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
-from flows.steps.training import train_role
+from flows.steps.training import staged_epochs, train_role
 
 __all__ = [
     "PRODUCTION_ALIAS",
@@ -41,5 +42,6 @@ __all__ = [
     "rollback",
     "run_url",
     "snapshot_data",
+    "staged_epochs",
     "train_role",
 ]

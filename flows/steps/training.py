@@ -16,12 +16,21 @@ from components.training.data import training_data
 from components.training.device import cuda_available
 from components.training.job import NodeGroup, TrainJob
 from components.training.launch import train_distributed
-from components.training.loop import TrainResult
+from components.training.loop import TrainResult, epochs_done
 from flows.data import load_splits
 from flows.planning import GenerationPlan
 from flows.steps.results import Snapshot, Trained
 
-__all__ = ["train_role"]
+__all__ = ["staged_epochs", "train_role"]
+
+
+def staged_epochs(plan: GenerationPlan, role: str) -> int:
+    """The role's epochs that an earlier attempt of this run left in staging, where :func:`train_role` resumes: all
+    of them when its final model is there, else those of its newest epoch checkpoint (0: none). Planning refused any
+    that another run left (flows/planning/make.py), so the files' names tell it."""
+    if (plan.role_dir(role) / "model.pt").exists():
+        return plan.train_config(role).epochs
+    return epochs_done(plan.role_dir(role) / "checkpoints")
 
 
 def _finished(plan: GenerationPlan, role: str) -> Trained | None:

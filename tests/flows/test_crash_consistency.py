@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -82,12 +83,33 @@ def g0(tmp_path: Path, prefect_harness) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("point", GENERATION_POINTS)
-def test_a_generation_killed_at_each_commit_step_is_finished_by_the_same_command(g0, point):
+def test_a_generation_killed_at_each_commit_step_is_finished_by_the_same_command(g0, point, monkeypatch):
     home, params = g0
+    monkeypatch.setenv("COLUMNS", "300")  # Prefect's console lines unwrapped
     killed = _bctflow(["run", "--generation", "g1"], home, params, kill_at=point)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     again = _bctflow(["run", "--generation", "g1"], home, params)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    if point.startswith("generation."):  # killed before its commit, after training: the model is not trained again
+        assert re.search(r"resuming g1 from epoch 1 of 1 \(MLflow run \w+\): it finished training", again.stderr)
+    _assert_consistent(home, params, ["g0", "g1"])
+
+
+def test_a_training_killed_after_an_epoch_resumes_there_and_says_so_in_one_line(g0, monkeypatch):
+    """Killed right after epoch 1 of 2 was checkpointed (and logged to the MLflow run), the same command resumes from
+    that epoch in the same MLflow run, and says so before it trains."""
+    home, params = g0
+    monkeypatch.setenv("COLUMNS", "300")  # Prefect's console lines unwrapped
+    args = ["run", "--generation", "g1", "--epochs", "2"]
+    killed = _bctflow(args, home, params, kill_at="train.after_epoch")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    (run_id,) = re.findall(r"MLflow run (\w+): ", killed.stdout + killed.stderr)
+    assert "resuming" not in killed.stdout + killed.stderr
+    again = _bctflow(args, home, params)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    assert f"resuming g1 from epoch 1 of 2 (MLflow run {run_id})\n" in out and out.count("resuming") == 1
+    assert "[model] epoch 1/2" not in out and "[model] epoch 2/2" in out  # epoch 1 was not trained again
     _assert_consistent(home, params, ["g0", "g1"])
 
 

@@ -146,3 +146,11 @@ def test_every_option_has_help_and_no_flag_shows_a_value_placeholder():
                 assert param.display_type_rich(ctx) is None, where
         assert "<bool>" not in _invoke([*path, "--help"]).output
     assert flags >= 25  # --help of every command, --reset, --reference/--no-reference, --force, --json, ...
+
+
+def test_a_number_option_below_its_range_is_refused_by_the_parser(tmp_path: Path):
+    home = tmp_path / "ws"
+    res = _invoke(["run", "--epochs", "0", "--home", str(home)])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2 and "Invalid value for '--epochs': Input should be greater than or equal to 1" in text
+    assert not home.exists()  # refused before the command ran

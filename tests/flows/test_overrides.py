@@ -25,6 +25,10 @@ def test_a_typo_in_set_or_in_params_yaml_names_the_key_it_meant(tmp_path: Path):
     with pytest.raises(ConfigError) as err:
         load_params(path)
     assert str(err.value) == f"invalid parameters in {path}: train.epoch: unknown key; did you mean `train.epochs`?"
+    with pytest.raises(
+        ConfigError, match=r"overrides: train\.embed_dim: unknown key; did you mean `model\.embed_dim`\?$"
+    ):
+        load_params(REPO / "params.yaml", ["train.embed_dim=16"])  # the right name in the wrong section
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,12 @@
 """Training: one loop for every alignment method, device selection, embedding."""
 
+from components.training.checkpoints import latest_checkpoint
 from components.training.device import select_device
 from components.training.embed import Embeddings, embed_images, embed_split, embed_stream, retrieval_vectors
 from components.training.loop import (
     TrainConfig,
     TrainingDivergedError,
     TrainResult,
-    latest_checkpoint,
     train_model,
 )
 

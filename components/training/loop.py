@@ -20,7 +20,6 @@ logits — Lorentz MLR or linear).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from components.losses.base import AlignmentLoss, LossOutput
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import check_spec, load_torch_safe, read_spec, save_torch_atomic
 from components.models.encoder import EmbeddingModel
+from components.training.checkpoints import checkpoint_path, latest_checkpoint, prune_checkpoints
 from components.training.compile import Compile, CompileMode, compiled
 from components.training.context import alignment_context
 from components.training.data import TrainData, as_train_data
@@ -51,18 +51,9 @@ from components.training.distributed import (
 from components.training.meter import FINITE_CHECK_EVERY, EpochMeter, TrainingDivergedError
 from components.training.optim import build_optimizer, build_scheduler
 
-__all__ = [
-    "TRAIN_FORMAT",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingDivergedError",
-    "epochs_done",
-    "latest_checkpoint",
-    "train_model",
-]
+__all__ = ["TRAIN_FORMAT", "TrainConfig", "TrainResult", "TrainingDivergedError", "train_model"]
 
 TRAIN_FORMAT = "bctflow-train/1"
-_CKPT_RE = re.compile(r"^epoch_(\d{4,})\.pt$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,28 +101,6 @@ class TrainResult:
     #: hyperparameters the alignment method chose from data before training, with their reasons
     #: (:attr:`~components.losses.base.AlignmentLoss.choices`, e.g. HBCT's ε by the view_angle rule)
     choices: dict[str, Any] = field(default_factory=dict)
-
-
-def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The highest-epoch ``epoch_NNNN.pt`` in ``checkpoint_dir`` (None if there is none)."""
-    if not checkpoint_dir.is_dir():
-        return None
-    found = [(int(m.group(1)), p) for p in checkpoint_dir.iterdir() if (m := _CKPT_RE.match(p.name))]
-    return max(found)[1] if found else None
-
-
-def epochs_done(checkpoint_dir: Path) -> int:
-    """The epochs the newest checkpoint in ``checkpoint_dir`` holds, from its name (0: none), without loading it:
-    where a training run again resumes (when the checkpoint is of this run; :func:`train_model` checks)."""
-    last = latest_checkpoint(checkpoint_dir)
-    found = _CKPT_RE.match(last.name) if last is not None else None
-    return int(found.group(1)) if found else 0
-
-
-def _prune(checkpoint_dir: Path, keep: int) -> None:
-    found = sorted((int(m.group(1)), p) for p in checkpoint_dir.iterdir() if (m := _CKPT_RE.match(p.name)))
-    for _, p in found[:-keep]:
-        p.unlink(missing_ok=True)
 
 
 def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -357,7 +326,7 @@ def _save_epoch(run: _Run, checkpoint_dir: Path, run_key: str, epoch: int, histo
             "scheduler": run.sched.state_dict(),
             "history": history,
         },
-        checkpoint_dir / f"epoch_{epoch:04d}.pt",
+        checkpoint_path(checkpoint_dir, epoch),
     )
 
 
@@ -393,7 +362,7 @@ def train_model(
         history.append(record)
         if run.ranks.leader:  # every rank holds the same weights; one writes them
             _save_epoch(run, checkpoint_dir, run_key, epoch + 1, history)
-            _prune(checkpoint_dir, cfg.keep_checkpoints)
+            prune_checkpoints(checkpoint_dir, cfg.keep_checkpoints)
             if on_epoch is not None:
                 on_epoch(epoch + 1, record)
     if run.ranks.distributed:

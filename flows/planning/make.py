@@ -21,7 +21,7 @@ from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe
-from components.training.loop import latest_checkpoint
+from components.training.checkpoints import latest_checkpoint
 from flows.data import load_splits, select_generation_data
 from flows.params import GenerationSpec, Params, params_digest
 from flows.planning import past

@@ -12,11 +12,12 @@ from components.data.selection import DataManifest
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
+from components.training.checkpoints import epochs_done
 from components.training.data import training_data
 from components.training.device import cuda_available
 from components.training.job import NodeGroup, TrainJob
 from components.training.launch import train_distributed
-from components.training.loop import TrainResult, epochs_done
+from components.training.loop import TrainResult
 from flows.data import load_splits
 from flows.planning import GenerationPlan
 from flows.steps.results import Snapshot, Trained

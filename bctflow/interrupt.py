@@ -33,15 +33,15 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
 
-__all__ = ["after_import", "install_interrupt_handlers"]
+import psutil
+
+__all__ = ["install_interrupt_handlers"]
 
 _GRACE_S = 3.0
 _FLOW_ENGINE = "prefect.flow_engine"
 
 
 def _stop_children() -> None:
-    import psutil
-
     me = psutil.Process()
     children = me.children(recursive=True)
     for child in children:
@@ -94,7 +94,7 @@ class _AfterImport:
         return spec
 
 
-def after_import(name: str, then: Callable[[ModuleType], None]) -> None:
+def _after_import(name: str, then: Callable[[ModuleType], None]) -> None:
     """``then(module)`` once the module ``name`` is imported: now if it already is, else right after its import."""
     if name in sys.modules:
         then(sys.modules[name])
@@ -109,6 +109,6 @@ def _keep_our_signals(flow_engine: ModuleType) -> None:
 def install_interrupt_handlers() -> None:
     """Route SIGINT and SIGTERM of this (main) process to the handler above, for the whole command (Prefect's flow
     engine keeps them when a flow runs)."""
-    after_import(_FLOW_ENGINE, _keep_our_signals)
+    _after_import(_FLOW_ENGINE, _keep_our_signals)
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _handler)

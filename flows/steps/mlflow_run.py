@@ -38,10 +38,10 @@ def run_name(plan: GenerationPlan) -> str:
 def _applied_params(plan: GenerationPlan) -> dict[str, Any]:
     """params.yaml as this run resolved it, less the keys that do not apply to this generation (the alignment of
     generation 0, which trains with the base loss only; ``alignment.method`` where the entry names another method)."""
-    p = plan.params
+    p, raw = plan.params, plan.params.as_dict()
     named = plan.alignment != p.alignment.method
     keys = generation_keys(p, aligned=plan.parent is not None, method=plan.alignment, named=named, run_options=True)
-    return {**pick(p.as_dict(), keys), "generations": p.as_dict()["generations"]}
+    return {**pick(raw, keys), "generations": raw["generations"]}
 
 
 def _generation_params(plan: GenerationPlan) -> dict[str, Any]:

@@ -71,3 +71,12 @@ def test_no_consumer_asks_whether_a_split_is_in_memory_or_on_disk():
     assert [str(p.relative_to(REPO)) for p in consumers if branch.search(p.read_text())] == []
     asks = {str(p.relative_to(REPO)) for p in _sources(*PACKAGES) if ".resident()" in p.read_text()}
     assert asks == {"components/training/data.py"}
+
+
+def test_test_files_have_unique_names():
+    """The tests are not packages (pytest's default rootdir import mode): two test files of one name in two folders
+    cannot both be collected, so a clean checkout would fail to collect the second."""
+    names: dict[str, list[str]] = {}
+    for p in sorted((REPO / "tests").rglob("test_*.py")):
+        names.setdefault(p.name, []).append(str(p.relative_to(REPO)))
+    assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from bctflow import generations, operations, stages  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
-from bctflow.shell import app
+from bctflow.shell import app, error_line
+from components.errors import BctflowError
+from flows.env import startup_timeout
 from flows.progress import use_rich_logging
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The ``bctflow`` console script: on a terminal, log lines print above the progress bars (one rich console,
-    :mod:`flows.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the app."""
+    """The ``bctflow`` console script: the Prefect setting bctflow documents checked before Prefect is imported (a bad
+    value would fail its import with a traceback); on a terminal, log lines print above the progress bars (one rich
+    console, :mod:`flows.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the app."""
+    try:
+        startup_timeout()
+    except BctflowError as err:
+        error_line(err)
+        raise SystemExit(2) from None
     use_rich_logging()
     install_interrupt_handlers()
     app()

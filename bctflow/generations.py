@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -25,6 +26,7 @@ from bctflow.shell import (
     timeline_of,
 )
 from components.errors import BctflowError, ConfigError
+from flows.lock import NEW_GENERATION, workspace_lock
 from flows.params import GenerationSpec, Params, params_digest
 
 if TYPE_CHECKING:
@@ -45,29 +47,31 @@ def _already_committed(store: LineageStore, params: Params, spec: GenerationSpec
 def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> dict[str, Any]:
     """Plan (the run's only plan; refuses bad input before any server starts), then run the flow. The lineage is
     read in one session before the flow (an interrupted commit, a finished rerun, the plan), once under the
-    workspace lock and written once at the commit; the result carries the committed lineage (``lineage``)."""
+    workspace lock and written once at the commit; the result carries the committed lineage (``lineage``). The
+    workspace lock is taken before the Prefect server starts and held through the flow (which re-enters it)."""
     from flows.planning import make_plan
     from flows.prefect_api import prefect_api
     from flows.steps.reconcile import finish_interrupted
     from flows.workspace import Workspace
 
-    try:
-        with Workspace(home).lineage(params, readonly=True) as store:
-            report_finished(finish_interrupted(params, home, store))
-            done = _already_committed(store, params, spec)
-            if done is not None:
-                console.print(
-                    f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do"
-                )
-                return {"generation": done, "lineage": store.to_json()}
-            plan = make_plan(params, home, spec, store=store)
-        home.mkdir(parents=True, exist_ok=True)
-        prefect_api(home)  # the configured server, or this command's one temporary server (started once)
-    except BctflowError as err:
-        fail(err)
-    from flows.new_generation import new_generation
+    with contextlib.ExitStack() as held:
+        try:
+            with Workspace(home).lineage(params, readonly=True) as store:
+                report_finished(finish_interrupted(params, home, store))
+                done = _already_committed(store, params, spec)
+                if done is not None:
+                    console.print(
+                        f"generation {done} ({spec.name}) is already committed with these parameters; nothing to do"
+                    )
+                    return {"generation": done, "lineage": store.to_json()}
+                plan = make_plan(params, home, spec, store=store)
+            held.enter_context(workspace_lock(home, NEW_GENERATION, params.lineage.db_url))  # busy: one line, now
+            prefect_api(home)  # the configured server, or this command's one temporary server (started once)
+        except BctflowError as err:
+            fail(err)
+        from flows.new_generation import new_generation
 
-    return finish(new_generation(plan, return_state=True), "generation")
+        return finish(new_generation(plan, return_state=True), "generation")
 
 
 def _parse_classes(text: str | None) -> list[int] | str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from bctflow.shell import (
 )
 from components.errors import BctflowError
 from flows.env import configure_environment
-from flows.lock import workspace_lock
+from flows.lock import BACKFILL, workspace_lock
 from flows.params import Params, apply_overrides
 
 
@@ -53,19 +54,23 @@ def backfill(
 
     h = resolve_home(home)
     p = parse_params(params, set_)
-    try:
-        report_finished(finish_interrupted(p, h))
-        plan = plan_backfill(p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force)
-        prefect_api(h)  # the configured server, or this command's temporary one
-    except BctflowError as err:
-        fail(err)
-    from flows.backfill import backfill as backfill_flow
+    with contextlib.ExitStack() as held:
+        try:
+            report_finished(finish_interrupted(p, h))
+            plan = plan_backfill(
+                p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force
+            )
+            held.enter_context(workspace_lock(h, BACKFILL, p.lineage.db_url))  # before the server (the flow re-enters)
+            prefect_api(h)  # the configured server, or this command's temporary one
+        except BctflowError as err:
+            fail(err)
+        from flows.backfill import backfill as backfill_flow
 
-    items = ", ".join(f"{g.selected} of {g.total} {g.name} items" for g in plan.galleries)
-    console.print(
-        f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
-    )
-    res = finish(backfill_flow(plan, return_state=True), "backfill")
+        items = ", ".join(f"{g.selected} of {g.total} {g.name} items" for g in plan.galleries)
+        console.print(
+            f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
+        )
+        res = finish(backfill_flow(plan, return_state=True), "backfill")
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "

@@ -33,6 +33,7 @@ __all__ = [
     "app",
     "console",
     "err_console",
+    "error_line",
     "fail",
     "finish",
     "lineage_of",
@@ -113,8 +114,13 @@ def report_finished(findings: list) -> None:
         console.print(f"finished an interrupted commit: {f.what}", highlight=False)
 
 
-def fail(err: Exception) -> None:
+def error_line(err: Exception) -> None:
+    """The one red ``error:`` line of a refusal, on stderr."""
     err_console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
+
+
+def fail(err: Exception) -> None:
+    error_line(err)
     raise typer.Exit(2)
 
 

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.lock import workspace_lock
+from flows.lock import BACKFILL, workspace_lock
 from flows.progress import progress_bar
 from flows.steps import publish, reembed
 from flows.steps.reembed import BackfillPlan
@@ -90,7 +90,7 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
 @flow(name="backfill", log_prints=True)
 def backfill(plan: BackfillPlan) -> dict[str, Any]:
     """Re-embed (a fraction of) the live gallery with the plan's target generation."""
-    with workspace_lock(plan.workspace.home, "a backfill is running", plan.params.lineage.db_url):
+    with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
         plan = start_task(plan)
         before, total = embed_task(plan)
         index_dir, metrics = publish_task(plan)

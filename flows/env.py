@@ -1,6 +1,8 @@
 """Process environment for a bctflow command: workspace-local Prefect, no telemetry, no tracebacks for known errors.
 
-Must run before prefect is imported (Prefect reads its settings at import).
+Prefect reads its settings once, when it is first imported; a command imports it early (its signal handlers, its
+plan), so what is set here reaches the processes a command starts (Prefect's temporary server reads this
+environment) and the settings :mod:`flows.prefect_api` reads fresh, not Prefect's settings of the command itself.
 """
 
 from __future__ import annotations
@@ -9,9 +11,16 @@ import logging
 import os
 from pathlib import Path
 
-from components.errors import BctflowError
+from components.errors import BctflowError, ConfigError
 
-__all__ = ["KnownErrorFilter", "configure_environment", "quiet_environment"]
+__all__ = [
+    "STARTUP_TIMEOUT_S",
+    "STARTUP_TIMEOUT_VAR",
+    "KnownErrorFilter",
+    "configure_environment",
+    "quiet_environment",
+    "startup_timeout",
+]
 
 #: the loggers Prefect reports a failed task or flow run with (``logger.exception``: message + traceback)
 RUN_LOGGERS = ("prefect.task_runs", "prefect.flow_runs")
@@ -25,6 +34,30 @@ QUIET = {
     "GIT_PYTHON_REFRESH": "quiet",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
+
+
+#: Prefect's own setting of how long its temporary server may take to answer
+STARTUP_TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+#: bctflow's default for it: Prefect's 20 s is too short for a loaded machine (its start took 18–32 s at load 5–10)
+STARTUP_TIMEOUT_S = 120
+
+
+def startup_timeout() -> int:
+    """The seconds the temporary Prefect server may take to answer: the user's
+    ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``, else 120 (then set in the environment, for Prefect too).
+    ConfigError for a value that is not a whole number of seconds ≥ 1 (Prefect's own import fails on some with a
+    traceback, so the console script checks it first)."""
+    text = os.environ.setdefault(STARTUP_TIMEOUT_VAR, str(STARTUP_TIMEOUT_S))
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise ConfigError(
+            f"{STARTUP_TIMEOUT_VAR}={text!r}: the temporary Prefect server's startup timeout must be a whole number "
+            f"of seconds ≥ 1; set e.g. {STARTUP_TIMEOUT_VAR}=300, or unset it (default {STARTUP_TIMEOUT_S})"
+        )
+    return seconds
 
 
 def quiet_environment() -> None:
@@ -61,6 +94,6 @@ def configure_environment(home: Path) -> None:
         Path(os.environ["PREFECT_HOME"]).mkdir(
             parents=True, exist_ok=True
         )  # the ephemeral server keeps its database there
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    startup_timeout()
     quiet_environment()
     _quiet_known_failures()

@@ -7,6 +7,11 @@ one host.) Workspaces that share one PostgreSQL lineage database — on one host
 several — also serialise through the database: the run holds a session-level
 advisory lock (``pg_try_advisory_lock``) on a connection of its own, which the
 server releases by itself if the process dies.
+
+A command takes its workspace's lock before it starts its Prefect server (a second
+command is refused at once, before a server of its own loads the machine), and the
+flow it then runs takes it again in the same thread: the thread holding a workspace
+re-enters its lock; any other thread or process is refused.
 """
 
 from __future__ import annotations
@@ -15,17 +20,25 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from components.errors import LineageError
 
-__all__ = ["LINEAGE_LOCK_KEY", "database_lock", "workspace_lock"]
+__all__ = ["BACKFILL", "LINEAGE_LOCK_KEY", "NEW_GENERATION", "database_lock", "workspace_lock"]
 
 
 #: the advisory-lock key of a bctflow lineage (any 64-bit constant shared by every bctflow)
 LINEAGE_LOCK_KEY = 0x6263_7466_6C6F_77  # "bctflow"
+
+#: what a holder of the lock is doing, as a second command's refusal names it
+NEW_GENERATION = "a new generation is being created"
+BACKFILL = "a backfill is running"
+
+#: the workspaces this process holds (resolved home), each with the thread that holds it
+_HELD: dict[Path, int] = {}
 
 
 @contextlib.contextmanager
@@ -55,9 +68,18 @@ def database_lock(db_url: str | None, what: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def workspace_lock(home: Path, what: str, db_url: str | None = None) -> Iterator[None]:
-    """The workspace's lock file, then (``db_url``: a PostgreSQL lineage) the database's advisory lock."""
-    with _file_lock(home, what), database_lock(db_url, what):
+    """The workspace's lock file, then (``db_url``: a PostgreSQL lineage) the database's advisory lock; re-entered by
+    the thread that holds them."""
+    key, me = Path(home).resolve(), threading.get_ident()
+    if _HELD.get(key) == me:
         yield
+        return
+    with _file_lock(home, what), database_lock(db_url, what):
+        _HELD[key] = me
+        try:
+            yield
+        finally:
+            del _HELD[key]
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from components.faults import crash_point
 from flows import steps
 from flows.artifacts import generation_markdown
 from flows.data import load_splits, open_corpus
-from flows.lock import workspace_lock
+from flows.lock import NEW_GENERATION, workspace_lock
 from flows.planning import GenerationPlan, check_current
 from flows.progress import progress_bar
 from flows.transient import retry_condition
@@ -190,7 +190,7 @@ def rollback_task(plan: GenerationPlan, reg: RegistrationResult) -> None:
 def new_generation(plan: GenerationPlan) -> dict[str, Any]:
     """Create the planned generation in its workspace; return its evaluation summary and, under ``lineage``, the
     committed lineage document (``bctflow lineage --json``'s)."""
-    with workspace_lock(plan.workspace.home, "a new generation is being created", plan.params.lineage.db_url):
+    with workspace_lock(plan.workspace.home, NEW_GENERATION, plan.params.lineage.db_url):
         check_plan_task(plan)
         run_id = open_run_task(plan)
         with plan.workspace.tracking(plan.params).runs.active(run_id):  # system metrics; FINISHED / FAILED at the end

@@ -7,20 +7,36 @@ flow of the process; :func:`prefect_api` starts it before the first flow instead
 migrated template (:mod:`registry.prefect_db`), and imports what the flows' steps will need while the server boots
 on the other core (docs/design.md §7.12). It runs after the run is planned: bad input is refused before any server
 starts (docs/design.md §7.9).
+
+The temporary server may take ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` to answer (120 s unless the user
+sets it; Prefect's 20 s failed under load), and a start that does not answer in time is stopped and tried once more;
+then one error line says what happened and the three ways out. On Linux the server's process dies with the
+command's, even after a ``kill -9`` of the command (the parent-death signal, armed in the server's process).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import importlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from components.errors import ConfigError
-from flows.env import configure_environment
+from flows.env import STARTUP_TIMEOUT_VAR, configure_environment, startup_timeout
 from registry.prefect_db import seed_prefect_database
 
-__all__ = ["WARM_UP", "prefect_api"]
+__all__ = ["STARTS", "WARM_UP", "prefect_api"]
+
+#: starts of the temporary server before a command gives up (each waits up to the startup timeout)
+STARTS = 2
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 #: what the flows' steps import on first use (registration, the data snapshot, the plots) and MLflow's map of the
 #: installed packages (its first model log checks the model's pip requirements against it: seconds, once per
@@ -62,31 +78,86 @@ def _warm_up() -> None:
                 getattr(loaded, call)()
 
 
-def _start_temporary_server() -> str:
+class _LaunchDyingWithCommand:
+    """``subprocess`` as Prefect's server module sees it while it launches the server: its ``Popen`` arms Linux'
+    parent-death signal in the child before Prefect runs there, so the kernel kills the server when the thread that
+    started it ends — the command's main thread: when the command ends, even by ``kill -9``."""
+
+    def __init__(self) -> None:
+        self._parent = os.getpid()
+        self._prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    def _arm(self) -> None:  # in the child, between fork and exec
+        self._prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self._parent:  # the command died before the signal was armed
+            os._exit(1)
+
+    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        return subprocess.Popen(*args, preexec_fn=self._arm, **kwargs)
+
+
+def _server_class() -> type:
+    """Prefect's temporary server, started in a process that dies with the command where Linux can arrange it (the
+    death signal follows the starting thread: only the main thread lives as long as the command)."""
     from prefect.server.api.server import SubprocessASGIServer
+
+    on_main = threading.current_thread() is threading.main_thread()
+    return _dying_with_command() if sys.platform.startswith("linux") and on_main else SubprocessASGIServer
+
+
+@functools.cache
+def _dying_with_command() -> type:
+    import prefect.server.api.server as server_module
+
+    class DiesWithCommand(server_module.SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            server_module.subprocess = _LaunchDyingWithCommand()  # Prefect's own launch of its server, armed
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                server_module.subprocess = subprocess
+
+    return DiesWithCommand
+
+
+def _did_not_start(err: Exception, timeout: int) -> ConfigError:
+    exited = "exited with code" in str(err)  # Prefect's words when the server process ended before it answered
+    why = "exited before it answered (its error is above)" if exited else f"did not answer within {timeout} s"
+    return ConfigError(
+        f"the temporary Prefect server {why}, in {STARTS} starts{'' if exited else ' (a busy machine?)'}; nothing ran "
+        "and staged work is "
+        f"kept: run the command again, raise {STARTUP_TIMEOUT_VAR} (now {timeout}), or point PREFECT_API_URL at a "
+        "running `prefect server start`"
+    )
+
+
+def _start_temporary_server() -> str:
     from prefect.settings import Settings
 
-    server = SubprocessASGIServer()  # Prefect's one temporary server of this process (get_client finds it)
+    server = _server_class()()  # Prefect's one temporary server of this process (get_client finds it)
     if server.running:
         return server.api_url
+    timeout = startup_timeout()  # read now: Prefect read its own settings when the command imported it
     # the server's database, as the server will read its settings (the environment configure_environment set)
     database = Settings().server.database.connection_url.get_secret_value()
-    failed: list[BaseException] = []
-
-    def boot() -> None:
-        try:
-            seed_prefect_database(database)
-            server.start()  # waits until the server answers
-        except BaseException as err:
-            failed.append(err)
-
-    thread = threading.Thread(target=boot, name="prefect-server-start", daemon=True)
-    thread.start()
-    _warm_up()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return server.api_url
+    warm = threading.Thread(target=_warm_up, name="prefect-warm-up", daemon=True)
+    warm.start()  # while the server boots in its own process
+    try:
+        seed_prefect_database(database)
+        for _ in range(STARTS):
+            try:
+                server.start(timeout)  # waits until the server answers
+                return server.api_url
+            except Exception as err:  # Prefect's RuntimeError: no answer in time, or the process ended
+                failed = err
+                server.stop()  # the process that did not answer; the next start is a new server
+                server = _server_class()()
+        raise _did_not_start(failed, timeout)
+    finally:
+        warm.join()
 
 
 def prefect_api(home: Path) -> str:

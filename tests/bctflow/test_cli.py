@@ -1,5 +1,6 @@
 """The console script starts at once (bctflow/cli.py): `--version` and every command's `--help` import none of the
-heavy packages; a command imports what it needs when it runs."""
+heavy packages; a command imports what it needs when it runs. The Prefect setting bctflow documents is checked before
+Prefect is imported, whose own import would fail on a bad value with a traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import typer.main
 
 from bctflow import __version__
@@ -60,3 +62,15 @@ def test_version_and_every_help_import_no_heavy_package(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"bctflow {__version__}" in res.stdout and "Usage: bctflow stage generation" in res.stdout
     assert json.loads(res.stdout.splitlines()[-1]) == []
+
+
+def test_a_bad_startup_timeout_is_one_line_before_the_command_runs(monkeypatch, capsys):
+    from bctflow.cli import main
+
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "2m")
+    monkeypatch.setattr(sys, "argv", ["bctflow", "--version"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS='2m': ") and "\n" not in err

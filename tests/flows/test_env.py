@@ -4,6 +4,7 @@ A real flow run under prefect_test_harness."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from prefect import flow, task
@@ -40,3 +41,17 @@ def test_a_bctflow_error_is_reported_without_traceback_and_a_bug_with_one(prefec
     assert all(r.exc_info is None and "classes [10] do not exist" in r.getMessage() for r in known)  # ...in one line
     bug = _reports(caplog, ZeroDivisionError("division by zero"))
     assert bug and all(r.exc_info is not None for r in bug)
+
+
+def test_the_startup_timeout_is_prefects_setting_with_a_default_for_a_loaded_machine(monkeypatch):
+    from components.errors import ConfigError
+    from flows.env import STARTUP_TIMEOUT_S, STARTUP_TIMEOUT_VAR, startup_timeout
+
+    monkeypatch.delenv(STARTUP_TIMEOUT_VAR, raising=False)
+    assert startup_timeout() == STARTUP_TIMEOUT_S == 120 and os.environ[STARTUP_TIMEOUT_VAR] == "120"  # Prefect's too
+    monkeypatch.setenv(STARTUP_TIMEOUT_VAR, "300")
+    assert startup_timeout() == 300  # the user's value wins
+    for bad in ("2m", "0", "-5", ""):
+        monkeypatch.setenv(STARTUP_TIMEOUT_VAR, bad)
+        with pytest.raises(ConfigError, match=rf"{STARTUP_TIMEOUT_VAR}='{bad}': .* whole number of seconds ≥ 1"):
+            startup_timeout()

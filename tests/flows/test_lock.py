@@ -1,9 +1,10 @@
-"""One writer per workspace: a second run is refused at once, naming the holder."""
+"""One writer per workspace: a second run is refused at once, naming the holder; the thread holding it re-enters."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,31 @@ def test_the_lock_is_released_when_the_holder_fails(tmp_path: Path):
         raise RuntimeError("boom")
     with workspace_lock(tmp_path, "second"):
         pass
-    # a second open file in the same process conflicts too
-    with (
-        pytest.raises(LineageError, match="busy"),
-        workspace_lock(tmp_path, "outer"),
-        workspace_lock(tmp_path, "inner"),
-    ):
+
+
+def test_the_holding_thread_re_enters_the_lock_and_another_thread_is_refused(tmp_path: Path):
+    """A command holds its workspace from before its Prefect server starts, and the flow it runs in the same thread
+    takes the lock again; another thread of the process is refused as another process is."""
+    refused: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            with workspace_lock(tmp_path, "another thread"):
+                pass
+        except LineageError as err:
+            refused.append(err)
+
+    with workspace_lock(tmp_path, "a new generation is being created"):
+        with workspace_lock(tmp_path / ".", "the flow"):  # the same workspace, spelled otherwise
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+        assert "a new generation is being created" in (tmp_path / ".lock").read_text()  # the outer holder's words
+        thread = threading.Thread(target=other_thread)  # still held after the inner block
+        thread.start()
+        thread.join()
+    assert len(refused) == 2 and all("is busy" in str(e) for e in refused)
+    with workspace_lock(tmp_path, "next"):  # released by the outer block
         pass
 
 

@@ -1,6 +1,8 @@
 """The Prefect API of a command (flows/prefect_api.py, registry/prefect_db.py; docs/design.md §7.12): one temporary
-server for all the flows of a process, on a database seeded from a migrated template; a configured server is used
-and must answer. Real Prefect servers, in child processes where the test harness's server would stand in."""
+server for all the flows of a process, on a database seeded from a migrated template; a temporary server that does
+not answer in time is one error line; a configured server is used and must answer. Real Prefect servers, in child
+processes where the test harness's server would stand in. (That the server dies with a killed command:
+tests/bctflow/test_interrupt.py.)"""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -103,6 +107,39 @@ def test_a_configured_server_that_does_not_answer_is_one_error_line(tiny_params_
     assert err.startswith("error:") and url in err and "does not answer" in err and "PREFECT_API_URL" in err, err
     assert "Traceback" not in res.stdout + res.stderr
     assert not (home / "prefect").exists() and not (home / "staging").exists()  # no temporary server, nothing run
+
+
+@pytest.mark.parametrize("command", ["run", "stage"])
+def test_a_temporary_server_that_does_not_answer_in_time_is_one_error_line(tmp_path: Path, command: str):
+    """A real server that cannot answer within a 1 s startup timeout (its start takes seconds), as a server on a
+    loaded machine misses Prefect's 20 s: two starts, then one line and exit 2, for `bctflow run` and for what a DVC
+    generation stage runs; nothing is written. (It used to end in Prefect's 60-line traceback.)"""
+    from tests.helpers import write_params
+
+    params, home = tmp_path / "params.yaml", tmp_path / "ws"
+    write_params(params)
+    cli = [sys.executable, "-m", "bctflow.cli"]
+    if command == "run":
+        cmd = [*cli, "run", "--home", str(home), "--params", str(params)]
+    else:  # as dvc.yaml runs generation 0 (the data stage's manifest is only compared after the run)
+        manifest = tmp_path / "outputs" / "data" / "g0.json"
+        manifest.parent.mkdir(parents=True)
+        manifest.write_text("{}")
+        results = tmp_path / "results" / "g0"
+        cmd = [*cli, "stage", "generation", "g0", "--home", str(home), "--manifest", str(manifest)]
+        cmd += ["--results", str(results), "--params", str(params)]
+    env = _child_env(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1", BCTFLOW_HOME=str(tmp_path / "shared"))
+    res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = res.stdout + res.stderr
+    assert res.returncode == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    assert errors == [res.stderr.strip().splitlines()[-1]], output[-3000:]  # one line, the last
+    assert errors[0].startswith("error: the temporary Prefect server did not answer within 1 s, in 2 starts"), output
+    assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS (now 1)" in errors[0] and "PREFECT_API_URL" in errors[0]
+    assert output.count("Starting temporary server") == 2 and "Traceback" not in output  # tried twice
+    assert not (home / "staging").exists() and not (home / "generations").exists()
+    if command == "stage":
+        assert not results.exists()
 
 
 def test_a_configured_server_is_used(prefect_harness, tmp_path: Path, monkeypatch):

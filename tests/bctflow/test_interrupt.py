@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM (bctflow/interrupt.py): a real `bctflow run` child, interrupted while it trains, ends within
-5 s with one line and leaves no process of its group behind (Prefect's temporary server included). A `kill -9`,
-which no handler sees, takes the server with it too (flows/prefect_api.py), and a second command on the workspace the
-run holds is refused in one line before it starts a server of its own (bctflow/generations.py, flows/lock.py)."""
+5 s with one line and leaves no process of its group behind (Prefect's temporary server included). Of two commands
+started together on one workspace, one runs and the other is refused in one line before it starts a server of its
+own (bctflow/generations.py, flows/lock.py); a `kill -9` of the one that runs, which no handler sees, takes its server
+with it too (flows/prefect_api.py)."""
 
 from __future__ import annotations
 
@@ -27,20 +28,26 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _training_run(tmp_path: Path, sink, epochs: int = 40) -> tuple[subprocess.Popen, list[str]]:
-    """A real `bctflow run` in a session of its own, once its training has begun (its first epoch checkpoint is
-    written); the process and its command line."""
+def _params(tmp_path: Path, epochs: int) -> tuple[Path, Path]:
+    """The tiny params with ``epochs`` (long enough to be caught training) and the workspace."""
     params = tmp_path / "params.yaml"
-    write_params(params, [f"train.epochs={epochs}"])  # long enough to be caught training
-    home = tmp_path / "ws"
+    write_params(params, [f"train.epochs={epochs}"])
+    return params, tmp_path / "ws"
+
+
+def _start_run(tmp_path: Path, params: Path, home: Path, sink) -> subprocess.Popen:
+    """A real `bctflow run` in a session of its own, its output to ``sink``."""
     cmd = [sys.executable, "-m", "bctflow.cli", "run", "--home", str(home), "--params", str(params)]
-    proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+    return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+
+
+def _wait_training(proc: subprocess.Popen, home: Path, sink) -> None:
+    """Until the run's training has begun (its first epoch checkpoint is written)."""
     deadline = time.monotonic() + 240
-    while not list((home / "staging").glob("gen_000/checkpoints/epoch_*.pt")):  # training has begun
+    while not list((home / "staging").glob("gen_000/checkpoints/epoch_*.pt")):
         assert proc.poll() is None, Path(sink.name).read_text()[-3000:]
         assert time.monotonic() < deadline, "the run never started training"
         time.sleep(0.2)
-    return proc, cmd
 
 
 @pytest.mark.parametrize(
@@ -51,7 +58,9 @@ def _training_run(tmp_path: Path, sink, epochs: int = 40) -> tuple[subprocess.Po
 def test_an_interrupted_run_stops_within_5_s_with_one_line_and_no_orphans(tmp_path: Path, sig, to_group):
     out = tmp_path / "out.txt"
     with open(out, "w") as sink:
-        proc, _ = _training_run(tmp_path, sink)
+        params, home = _params(tmp_path, epochs=40)
+        proc = _start_run(tmp_path, params, home, sink)
+        _wait_training(proc, home, sink)
         t0 = time.monotonic()
         if to_group:  # as a terminal's Ctrl-C does
             os.killpg(proc.pid, sig)
@@ -90,28 +99,45 @@ assert engine.capture_sigterm is interrupt._keep_our_sigterm
     assert res.returncode == 0, res.stderr[-3000:]
 
 
-def test_a_second_command_on_a_held_workspace_is_one_line_and_kill_9_takes_the_server_along(tmp_path: Path):
-    out = tmp_path / "out.txt"
-    with open(out, "w") as sink:
-        proc, cmd = _training_run(tmp_path, sink, epochs=400)
-        try:
-            server = [p for p in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in p.cmdline()]
-            assert len(server) == 1, "the run's temporary Prefect server"
-            # the same command on the same workspace, while the first one trains: refused at the lock, before a
-            # Prefect server of its own would start (it used to start one, then fail in the flow or time out)
-            second = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-            lines = (second.stdout + second.stderr).strip().splitlines()
-            assert second.returncode == 2 and len(lines) == 1, second.stdout[-3000:] + second.stderr[-3000:]
-            assert lines[0].startswith(f"error: workspace {tmp_path / 'ws'} is busy: "), lines[0]
-            assert f'"pid": {proc.pid}' in lines[0] and "a new generation is being created" in lines[0]
+def _running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie (a killed process that the container's init has not reaped yet is gone)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
-            os.kill(proc.pid, signal.SIGKILL)  # no handler runs: only the kernel can take the server along
-            assert proc.wait(timeout=30) == -signal.SIGKILL
+
+def test_two_commands_started_together_one_runs_one_is_a_busy_line_and_kill_9_takes_the_server_along(tmp_path: Path):
+    """As in the issue: two `bctflow run` on one workspace started together. The one that plans second is refused at
+    the lock in one line, before a Prefect server of its own would start (it used to start one, then fail in the flow
+    or time out waiting for that server, with a traceback). The other trains; a `kill -9` of it, which no handler
+    sees, takes its Prefect server along (the parent-death signal)."""
+    params, home = _params(tmp_path, epochs=400)  # long enough to be caught training
+    outs = [tmp_path / "first.txt", tmp_path / "second.txt"]
+    with open(outs[0], "w") as first, open(outs[1], "w") as second:
+        procs = [_start_run(tmp_path, params, home, sink) for sink in (first, second)]
+        try:
+            deadline = time.monotonic() + 240
+            while all(p.poll() is None for p in procs):  # until one of them is refused
+                assert time.monotonic() < deadline, "neither command was refused"
+                time.sleep(0.2)
+            loser = next(i for i, p in enumerate(procs) if p.poll() is not None)
+            refused, run = procs[loser], procs[1 - loser]
+            text = outs[loser].read_text()
+            assert refused.returncode == 2 and len(text.strip().splitlines()) == 1, text[-3000:]
+            assert text.startswith(f"error: workspace {home} is busy: "), text
+            assert f'"pid": {run.pid}' in text and "a new generation is being created" in text
+
+            _wait_training(run, home, outs[1 - loser])
+            server = [p for p in psutil.Process(run.pid).children(recursive=True) if "uvicorn" in p.cmdline()]
+            assert len(server) == 1, "the run's temporary Prefect server"
+            os.kill(run.pid, signal.SIGKILL)  # no handler runs: only the kernel can take the server along
+            assert run.wait(timeout=30) == -signal.SIGKILL
             deadline = time.monotonic() + 5
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
+            while _running(server[0]) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert not server[0].is_running(), "the Prefect server outlived its command"
-            assert not _group_alive(proc.pid), "a process of the command's group outlived it"
+            assert not _running(server[0]), "the Prefect server outlived its command"
         finally:
-            if _group_alive(proc.pid):
-                os.killpg(proc.pid, signal.SIGKILL)
+            for p in procs:
+                if _group_alive(p.pid):
+                    os.killpg(p.pid, signal.SIGKILL)

@@ -1,8 +1,9 @@
 """Process environment for a bctflow command: workspace-local Prefect, no telemetry, no tracebacks for known errors.
 
-Prefect reads its settings once, when it is first imported; a command imports it early (its signal handlers, its
-plan), so what is set here reaches the processes a command starts (Prefect's temporary server reads this
-environment) and the settings :mod:`flows.prefect_api` reads fresh, not Prefect's settings of the command itself.
+Prefect reads its settings once, when it is first imported, which may be before a command calls
+:func:`configure_environment` (its plan may import Prefect): what is set here reaches the processes a command starts
+(Prefect's temporary server reads this environment) and the settings :mod:`flows.prefect_api` reads fresh. The
+console script sets the startup timeout's default before anything imports Prefect (bctflow/cli.py).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
     if gens or live:
         found = ", ".join(gens[:3]) + ("…" if len(gens) > 3 else "") + (" and a live gallery" if live else "")
         raise LineageError(
-            f"the lineage database {store.url} records no generation, but {ws.home} holds {found.lstrip(', ')}: the "
+            f"the lineage database {store.label} records no generation, but {ws.home} holds {found.lstrip(', ')}: the "
             "lineage is missing or was emptied. Restore it from a backup (or fix lineage.db_url); to start a new "
             "chain, use another --home"
         )

@@ -1,4 +1,10 @@
-"""Backbones from timm by name, with a small-image stem and local pretrained weights."""
+"""Backbones from timm by name, with a small-image stem and local pretrained weights; a forward check that they run.
+
+``model.backbone_kwargs`` go to timm's constructor as they are, so a value the constructor accepts may still build a
+network that cannot run (``channels: [8]`` for a four-stage ResNet): :func:`check_backbone_runs` runs one tiny batch
+through a backbone — on the meta device where it was built there, which computes nothing — so planning refuses it
+before training (flows/planning/checks.py).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from torch import nn
 
 from components.errors import CheckpointMismatchError, ConfigError, refusal_reason
 
-__all__ = ["apply_small_stem", "create_backbone", "load_pretrained_weights"]
+__all__ = ["apply_small_stem", "check_backbone_runs", "create_backbone", "load_pretrained_weights"]
 
 
 def apply_small_stem(model: nn.Module, in_chans: int) -> nn.Module:
@@ -93,8 +99,66 @@ def create_backbone(
         model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_chans, **(kwargs or {}))
     except TypeError as err:
         raise ConfigError(f"timm backbone {name!r} rejected model.backbone_kwargs {kwargs}: {err}") from None
+    except Exception as err:  # any other failure of the constructor on user-given options
+        if not kwargs:
+            raise
+        raise ConfigError(
+            f"timm backbone {name!r} rejected model.backbone_kwargs {kwargs} ({_reason(err)}); change or remove "
+            f"{', '.join(kwargs)} in model.backbone_kwargs"
+        ) from None
     if pretrained_path is not None:
         load_pretrained_weights(model, pretrained_path)
     if small_stem:
         apply_small_stem(model, in_chans)
-    return model, int(model.num_features)
+    # the width of the pooled output: after a conv head (MobileNetV3) that is head_hidden_size, not num_features
+    return model, int(getattr(model, "head_hidden_size", None) or model.num_features)
+
+
+def _reason(err: Exception) -> str:
+    text = str(err).splitlines()[0][:200] if str(err) else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _forward(backbone: nn.Module, device: torch.device | str, in_chans: int, size: int) -> torch.Tensor:
+    was_training = backbone.training
+    try:
+        with torch.no_grad():
+            return backbone.eval()(torch.zeros(2, in_chans, size, size, device=device))
+    finally:
+        backbone.train(was_training)
+
+
+def check_backbone_runs(
+    backbone: nn.Module, feat_dim: int, *, name: str, kwargs: dict[str, Any], in_chans: int, size: int
+) -> None:
+    """A batch of two ``in_chans``×``size``×``size`` images goes through ``backbone`` and comes out ``feat_dim`` wide;
+    ConfigError naming the backbone, its kwargs and the fix otherwise.
+
+    Runs on the backbone's device: on the meta device (a model built there to be checked) nothing is computed. An
+    operation the meta device cannot run is no refusal: the backbone is then materialised on the CPU, uninitialised
+    (``to_empty``), and run there."""
+    device = next(iter(backbone.parameters()), torch.empty(0)).device
+    try:
+        out = _forward(backbone, device, in_chans, size)
+    except Exception as err:
+        if device.type != "meta":
+            raise ConfigError(_cannot_run(name, kwargs, in_chans, size, err)) from None
+        try:
+            out = _forward(backbone.to_empty(device="cpu"), "cpu", in_chans, size)
+        except Exception as cpu_err:
+            raise ConfigError(_cannot_run(name, kwargs, in_chans, size, cpu_err)) from None
+    if out.ndim != 2 or out.shape[1] != feat_dim:
+        raise ConfigError(
+            f"timm backbone {name!r} outputs features of shape {tuple(out.shape[1:])}, not the {feat_dim} it declares; "
+            "choose another backbone"
+        )
+
+
+def _cannot_run(name: str, kwargs: dict[str, Any], in_chans: int, size: int, err: Exception) -> str:
+    where = f"timm backbone {name!r} with model.backbone_kwargs {kwargs}" if kwargs else f"timm backbone {name!r}"
+    fix = (
+        f"change or remove {', '.join(kwargs)} in model.backbone_kwargs (they must fit timm's {name} and each other)"
+        if kwargs
+        else "choose a backbone that takes them, or give its size options (e.g. img_size) in model.backbone_kwargs"
+    )
+    return f"{where} fails on {in_chans}×{size}×{size} images ({_reason(err)}); {fix}"

@@ -51,6 +51,16 @@ def test_a_bad_data_selection_is_refused_while_planning(tiny_params_file, tmp_pa
     [
         (["model.backbone=no_such_net"], ConfigError, ["unknown timm backbone 'no_such_net'"]),
         (["model.backbone_kwargs={no_such_kwarg: 1}"], ConfigError, ["rejected model.backbone_kwargs"]),
+        (  # builds, but its forward pass fails (one width for a four-stage ResNet)
+            ["model.backbone_kwargs={channels: [8]}"],
+            ConfigError,
+            ["timm backbone 'resnet18'", "model.backbone_kwargs {'channels': [8]}", "change or remove channels"],
+        ),
+        (  # its constructor fails with another exception than TypeError
+            ["model.backbone_kwargs={layers: [1]}"],
+            ConfigError,
+            ["timm backbone 'resnet18' rejected model.backbone_kwargs {'layers': [1]}", "ZeroDivisionError"],
+        ),
         (
             ["model.backbone=mobilenetv3_small_050", "model.backbone_kwargs={}", "model.small_stem=true"],
             ConfigError,

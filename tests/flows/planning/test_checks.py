@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import timm
 import torch
 from torch import nn
 
@@ -87,6 +88,15 @@ def test_pretrained_weights_of_another_architecture_are_refused_while_planning(t
         CheckpointMismatchError,
         ["no tensor in", "fits backbone"],
         [f"model.pretrained_path={foreign}"],
+    )
+    wider = tmp_path / "wider.pt"  # the same architecture at other widths: every name fits, no shape does
+    torch.save(timm.create_model("resnet18", num_classes=0, in_chans=1, channels=[16, 16, 32, 32]).state_dict(), wider)
+    _refused(
+        tiny_params_file,
+        tmp_path / "ws",
+        CheckpointMismatchError,
+        [f"pretrained weights {wider} do not fit backbone ResNet", "layer1.0.conv1.weight (file (16, 64, 3, 3)"],
+        [f"model.pretrained_path={wider}"],
     )
 
 

@@ -53,9 +53,14 @@ def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, 
         return LineageStore.empty(store_label(url))
 
 
-def open_tracking(configured: str | None, home: Path, experiment: str, model_name: str) -> MlflowStore:
-    """The MLflow tracking + model registry store; artifacts go to the workspace."""
-    return MlflowStore(tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR)
+def open_tracking(
+    configured: str | None, home: Path, experiment: str, model_name: str, *, readonly: bool = False
+) -> MlflowStore:
+    """The MLflow tracking + model registry store; artifacts go to the workspace. ``readonly``: a caller that only
+    reads (a copied workspace's artifact URIs are reported, not rewritten: :meth:`MlflowStore.moved_from`)."""
+    return MlflowStore(
+        tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR, readonly=readonly
+    )
 
 
 def check_tracking_store(configured: str | None, home: Path) -> None:

@@ -1,7 +1,8 @@
 """Crash consistency (docs/commit-protocol.md): a real `bctflow` child process SIGKILLs itself at each step boundary
 of the generation commit and of the backfill (components/faults.py), the same command is run again, and the
 workspace must then be consistent: lineage generations = MLflow versions, aliases = lineage, live/CURRENT loads and
-matches the lineage's pointer, no orphan folder, nothing left in staging or backfills/in_progress."""
+matches the lineage's pointer, no orphan folder, nothing left in staging or backfills/in_progress, every committed
+generation's MLflow run FINISHED."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         tagged = tracking.generation_versions()
         assert sorted(v for v, _ in tagged) == sorted(g.mlflow_version for g in gens)  # one version per generation
         versions = {g.id: g.mlflow_version for g in gens}
+        client = tracking.client()
+        assert [client.get_run(g.mlflow_run_id).info.status for g in gens] == ["FINISHED"] * len(gens)  # none left
         assert tracking.alias_version("production") == versions[store.production_generation_id()]
         ptr = store.live_pointer()
         assert tracking.alias_version("gallery") == versions[ptr.generation_id]

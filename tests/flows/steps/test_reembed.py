@@ -298,7 +298,11 @@ def test_a_workspace_written_before_part_stores_is_repaired_and_backfilled(linea
     live = LivePointer(old.live_dir)
     assert live.index().ntotal == N_GALLERY  # an old CURRENT still serves (through the version's folders)
     found = inspect_workspace(old, params)
-    assert [f.what for f in found] == ["live/CURRENT does not match the lineage's live pointer"]
+    moved = (  # a copy: doctor reports its MLflow URIs, only --repair (or a command that writes) rewrites them
+        f"the MLflow store's artifact URIs point under {(ws.home / 'mlartifacts').resolve().as_uri()}, not under this "
+        "workspace (it was copied or moved)"
+    )
+    assert [f.what for f in found] == ["live/CURRENT does not match the lineage's live pointer", moved]
     inspect_workspace(old, params, repair=True)
     assert live.pointer()["serving_index"] == str((old.generation_dir(0) / "index").resolve())
     assert inspect_workspace(old, params) == []

@@ -49,7 +49,7 @@ def backfill(
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
     from flows.prefect_api import prefect_api
     from flows.steps.reconcile import finish_interrupted
-    from flows.steps.reembed import plan_backfill
+    from flows.steps.reembed import finished_backfill, plan_backfill
     from flows.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
@@ -60,6 +60,14 @@ def backfill(
             plan = plan_backfill(
                 p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force
             )
+            done = finished_backfill(plan)
+            if done is not None:  # rerun after it finished (or after a kill just past its commit): nothing is written
+                more = "" if plan.kind == "full" else " (to re-embed more of it: another --fraction, --order or --seed)"
+                console.print(
+                    f"backfill {done} (generation {plan.target}, {plan.kind}) is already done: the live gallery is "
+                    f"the version it published; nothing to do{more}"
+                )
+                return
             held.enter_context(workspace_lock(h, BACKFILL, p.lineage.db_url))  # before the server (the flow re-enters)
             prefect_api(h)  # the configured server, or this command's temporary one
         except BctflowError as err:

@@ -103,10 +103,11 @@ class Workspace:
         """The lineage store params name (default: this workspace's); see :func:`registry.stores.open_lineage`."""
         return open_lineage(params.lineage.db_url, self.home, readonly=readonly, upgrade=upgrade)
 
-    def tracking(self, params: Params) -> MlflowStore:
-        """The MLflow store of params ``tracking`` (default: this workspace's)."""
+    def tracking(self, params: Params, *, readonly: bool = False) -> MlflowStore:
+        """The MLflow store of params ``tracking`` (default: this workspace's); ``readonly``: see
+        :func:`registry.stores.open_tracking`."""
         t = params.tracking
-        return open_tracking(t.mlflow_uri, self.home, t.experiment, t.registered_model)
+        return open_tracking(t.mlflow_uri, self.home, t.experiment, t.registered_model, readonly=readonly)
 
     def tracking_uri(self, params: Params) -> str:
         return tracking_uri(params.tracking.mlflow_uri, self.home)

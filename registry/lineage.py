@@ -45,7 +45,7 @@ from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 if TYPE_CHECKING:
     from components.evaluation.lineage_timeline import Timeline
 
-__all__ = ["LineageStore", "NoLineageError", "masked_url", "sqlite_path"]
+__all__ = ["LineageStore", "NoLineageError", "masked_url", "sqlite_path", "store_label"]
 
 
 class NoLineageError(LineageError):
@@ -67,6 +67,12 @@ def masked_url(url: str) -> str:
         return url
 
 
+def store_label(url: str) -> str:
+    """How messages name a database: the file of a SQLite URL, else the URL with its password masked."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else masked_url(url)
+
+
 def _sqlite_pragmas(engine: Engine) -> None:
     if engine.dialect.name != "sqlite":
         return
@@ -82,10 +88,20 @@ def _sqlite_pragmas(engine: Engine) -> None:
 class LineageStore:
     """Lineage database access. ``url``: any SQLAlchemy URL; ``readonly``: reads only, no schema changes."""
 
-    def __init__(self, url: str, *, readonly: bool = False, upgrade: bool = False, root: Path | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        readonly: bool = False,
+        upgrade: bool = False,
+        root: Path | None = None,
+        label: str | None = None,
+    ) -> None:
         """``upgrade``: migrate an older schema to this bctflow's (only ``bctflow db-upgrade`` asks). ``root``: the
-        workspace that stored paths are relative to (default: the folder of a SQLite file; none for other URLs)."""
-        self.url = masked_url(url)  # for messages: the password never shows
+        workspace that stored paths are relative to (default: the folder of a SQLite file; none for other URLs).
+        ``label``: how messages name the store (default :func:`store_label` of ``url``; an empty stand-in for a
+        lineage that does not exist yet names that lineage)."""
+        self.label = label or store_label(url)  # for messages: a SQLite file by its path, a password never shows
         self.readonly = readonly
         self.upgraded: list[str] | None = None
         path = sqlite_path(url)
@@ -96,7 +112,7 @@ class LineageStore:
             self.engine = create_engine(url)
         except (SQLAlchemyError, ValueError) as err:
             raise LineageError(
-                f"cannot open lineage database {self.url!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
+                f"cannot open lineage database {self.label!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
             ) from None
         _sqlite_pragmas(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -104,27 +120,35 @@ class LineageStore:
         if state.kind == "empty":
             if readonly:
                 self.engine.dispose()
-                raise NoLineageError(f"lineage database {self.url} holds no bctflow lineage; run `bctflow run` first")
+                raise NoLineageError(f"lineage database {self.label} holds no bctflow lineage; run `bctflow run` first")
             schema_version.create(self.engine)
         elif state.kind == "ahead":
             raise LineageError(
-                f"lineage database {self.url} has schema {state.revision}, newer than this bctflow's "
+                f"lineage database {self.label} has schema {state.revision}, newer than this bctflow's "
                 f"{schema_version.head_revision()}; upgrade bctflow"
             )
         elif state.kind == "behind" and upgrade and not readonly:
             self.upgraded = schema_version.upgrade(self.engine, root=self.paths.root)
         elif state.kind == "behind":
             raise LineageError(
-                f"lineage database {self.url} has schema {state.revision}, older than this bctflow's "
+                f"lineage database {self.label} has schema {state.revision}, older than this bctflow's "
                 f"{schema_version.head_revision()}; back it up, then run `bctflow db-upgrade` to migrate it"
             )
+
+    @classmethod
+    def empty(cls, label: str) -> LineageStore:
+        """An empty lineage in memory, read-only, standing in for the lineage ``label`` names while it does not exist
+        yet (read-only callers see "no generations"; messages name that lineage)."""
+        store = cls("sqlite://", label=label)
+        store.readonly = True
+        return store
 
     def _state(self) -> schema_version.SchemaState:
         try:
             return schema_version.schema_state(self.engine)
         except SQLAlchemyError as err:
             raise LineageError(
-                f"cannot read lineage database {self.url} ({type(err).__name__}: {str(err).splitlines()[0]}); check "
+                f"cannot read lineage database {self.label} ({type(err).__name__}: {str(err).splitlines()[0]}); check "
                 "lineage.db_url and that the server runs, or restore a damaged file from a backup"
             ) from None
 
@@ -151,7 +175,7 @@ class LineageStore:
 
     def _writable(self) -> None:
         if self.readonly:
-            raise LineageError(f"lineage database {self.url} was opened read-only; this operation writes")
+            raise LineageError(f"lineage database {self.label} was opened read-only; this operation writes")
 
     # ---- reads ---------------------------------------------------------------------------
     def next_generation_id(self) -> int:

@@ -98,6 +98,8 @@ class Generation(Base):
     checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: sha256 of the code that shapes a model (components/code_digest.py; revision 0004; None for rows written before)
     code_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: sha256 of its evaluation gallery's store.json, which lists every part's sha256 (revision 0006; None before it)
+    gallery_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     parent: Mapped[Generation | None] = relationship(remote_side=[id])
@@ -180,6 +182,9 @@ class GalleryPointer(Base):
     model_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: sha256 of the index's manifest.json, which holds every index file's sha256 (revision 0005; None before it)
     index_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: sha256 of the version's evaluation gallery store.json, which lists every part's sha256 (revision 0006; None
+    #: before it)
+    gallery_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class BackfillEvent(Base):

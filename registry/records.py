@@ -49,6 +49,8 @@ class GenerationRecord:
     checkpoint_sha256: str | None = None
     #: digest of the code that shapes a model (None: recorded before lineage revision 0004)
     code_digest: str | None = None
+    #: sha256 of its evaluation gallery's store.json (None: recorded before lineage revision 0006)
+    gallery_sha256: str | None = None
 
 
 @dataclass
@@ -92,6 +94,8 @@ class PointerRecord:
     model_sha256: str | None = None
     #: sha256 of the index's manifest.json (None: recorded before lineage revision 0005)
     index_sha256: str | None = None
+    #: sha256 of the version's evaluation gallery store.json (None: recorded before lineage revision 0006)
+    gallery_sha256: str | None = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import ConfigError
-from registry.lineage import LineageStore, NoLineageError, masked_url, sqlite_path
+from registry.lineage import LineageStore, NoLineageError, masked_url, sqlite_path, store_label
 from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
@@ -24,8 +24,6 @@ TRACKING_FILE = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
 #: what the default stores put in a workspace
 STORE_ENTRIES = (LINEAGE_FILE, TRACKING_FILE, ARTIFACTS_DIR)
-#: an empty lineage: stands in for one that does not exist yet, so read-only callers see "no generations"
-EMPTY_LINEAGE_URL = "sqlite://"
 #: the SQLite file header (https://www.sqlite.org/fileformat.html)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -48,16 +46,21 @@ def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, 
         return LineageStore(url, upgrade=upgrade, root=home)
     path = sqlite_path(url)
     if path is not None and (not path.is_file() or path.stat().st_size == 0):  # connecting would create the file
-        return LineageStore(EMPTY_LINEAGE_URL)
+        return LineageStore.empty(store_label(url))
     try:
         return LineageStore(url, readonly=True, root=home)
     except NoLineageError:
-        return LineageStore(EMPTY_LINEAGE_URL)
+        return LineageStore.empty(store_label(url))
 
 
-def open_tracking(configured: str | None, home: Path, experiment: str, model_name: str) -> MlflowStore:
-    """The MLflow tracking + model registry store; artifacts go to the workspace."""
-    return MlflowStore(tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR)
+def open_tracking(
+    configured: str | None, home: Path, experiment: str, model_name: str, *, readonly: bool = False
+) -> MlflowStore:
+    """The MLflow tracking + model registry store; artifacts go to the workspace. ``readonly``: a caller that only
+    reads (a copied workspace's artifact URIs are reported, not rewritten: :meth:`MlflowStore.moved_from`)."""
+    return MlflowStore(
+        tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR, readonly=readonly
+    )
 
 
 def check_tracking_store(configured: str | None, home: Path) -> None:

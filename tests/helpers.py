@@ -101,8 +101,9 @@ def train_config(**fields):
 
 
 def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) -> None:
-    """A real (tiny, random Lorentz) index saved at ``index_dir`` and named by ``live_dir/CURRENT``: what planning
-    verifies before training, for hand-made lineages (``seed``: its random points)."""
+    """A real (tiny, random Lorentz) index saved at ``index_dir``, its evaluation gallery beside it (unless one is
+    there) and ``live_dir/CURRENT`` naming it: what planning verifies before training, for hand-made lineages
+    (``seed``: its random points)."""
     from pathlib import Path
 
     import numpy as np
@@ -110,16 +111,23 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
 
     from components.geometry import expmap0
     from components.indexing import GalleryIndex
+    from components.indexing.gallery import GalleryEmbeddings
     from components.indexing.live import LivePointer
+    from components.indexing.store import PartWriter, StoredPart
+    from components.indexing.version import GalleryVersion
 
     z = np.random.default_rng(seed).normal(size=(40, 16))
-    GalleryIndex.build(
-        expmap0(torch.from_numpy(z), 1.0).numpy(),
-        np.arange(40),
-        geometry="lorentz",
-        curvature=1.0,
-        generation=generation,
-    ).save(index_dir)
+    points = expmap0(torch.from_numpy(z), 1.0).numpy()
+    GalleryIndex.build(points, np.arange(40), geometry="lorentz", curvature=1.0, generation=generation).save(index_dir)
+    store = GalleryVersion.of_index(index_dir).evaluation_store
+    if not store.is_dir():
+        rows = GalleryEmbeddings(
+            "lorentz", 1.0, z.astype(np.float32), points.astype(np.float32), np.arange(40), np.arange(40) % 5,
+            np.zeros(40, bool), np.zeros((40, 5), np.float32),
+        )  # fmt: skip
+        writer = PartWriter(store, chunk_size=40)
+        writer.add(StoredPart(rows, np.full(40, generation, np.int64)))
+        writer.finish()
     LivePointer(Path(live_dir)).switch(
         Path(index_dir), serving_index=str(index_dir), generation=generation, compatible_generations=[generation]
     )

@@ -12,11 +12,13 @@ class count for PSP / LSP.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,9 +32,32 @@ if TYPE_CHECKING:
     from components.models.spec import ModelSpec
     from components.training.embed import Embeddings
 
-__all__ = ["FEATURES", "GalleryEmbeddings"]
+__all__ = ["FEATURES", "GalleryEmbeddings", "read_npz"]
 
 FEATURES = ("embedding", "psp", "lsp")
+
+
+def _npz_reason(err: Exception) -> str:
+    """Why numpy could not read an ``.npz`` file, in words that never pass on numpy's advice to load it with
+    ``allow_pickle`` (which would run whatever code the file carries)."""
+    text = str(err)
+    if "allow_pickle" in text or "pickle" in text:
+        return "its bytes are not an .npz archive of arrays (damaged, or another format)"
+    return f"{type(err).__name__}: {text.splitlines()[0][:200] if text else 'unreadable'}"
+
+
+@contextlib.contextmanager
+def read_npz(path: Path) -> Iterator[Any]:
+    """The arrays of the gallery file ``path`` (an ``.npz``, read with ``allow_pickle=False``); a file that is missing,
+    damaged or lacks an array the block reads is an IndexIntegrityError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            yield arrays
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise IndexIntegrityError(
+            f"gallery embeddings {path} are missing or damaged ({_npz_reason(err)}); re-embed the gallery of that "
+            "generation"
+        ) from None
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -151,27 +176,21 @@ class GalleryEmbeddings:
     @classmethod
     def load_with(cls, path: Path, *extra: str) -> tuple[GalleryEmbeddings, dict[str, np.ndarray]]:
         """The gallery at ``path`` and the ``extra`` arrays saved beside it (one read of the file)."""
-        p = Path(path)
-        try:
-            with np.load(p, allow_pickle=False) as f:
-                compat = int(f["compat_dim"])
-                gallery = cls(
-                    geometry=str(f["geometry"]),
-                    curvature=float(f["curvature"]),
-                    z=f["z"],
-                    emb=f["emb"],
-                    ids=f["ids"],
-                    labels=f["labels"],
-                    clipped=f["clipped"],
-                    logits=f["logits"],
-                    features=str(f["features"]),
-                    compat_dim=None if compat < 0 else compat,
-                )
-                return gallery, {name: f[name] for name in extra}
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
-            raise IndexIntegrityError(
-                f"gallery embeddings {p} are missing or damaged ({err}); re-embed the gallery of that generation"
-            ) from None
+        with read_npz(Path(path)) as f:
+            compat = int(f["compat_dim"])
+            gallery = cls(
+                geometry=str(f["geometry"]),
+                curvature=float(f["curvature"]),
+                z=f["z"],
+                emb=f["emb"],
+                ids=f["ids"],
+                labels=f["labels"],
+                clipped=f["clipped"],
+                logits=f["logits"],
+                features=str(f["features"]),
+                compat_dim=None if compat < 0 else compat,
+            )
+            return gallery, {name: f[name] for name in extra}
 
     @classmethod
     def from_embeddings(

@@ -6,7 +6,9 @@ the re-embedded items of a backfill — is written as it is produced, ``chunk_si
 written atomically. A killed embedding keeps every finished part; :meth:`PartWriter.done_ids` tells the resumed run
 which items to skip. ``producer.txt`` names what embedded the parts (the model's sha256, the source's fingerprint):
 parts of another producer are stale and a writer opened for a new one starts over. :meth:`PartWriter.finish` writes
-``store.json`` (the parts in order, counts, geometry) last: a store without it is unfinished.
+``store.json`` (the parts in order with their counts and sha256, the geometry) last: a store without it is
+unfinished. The sha256 of ``store.json`` (:meth:`GalleryStore.digest`) therefore pins the whole gallery — the lineage
+records it for each evaluation gallery — and :meth:`GalleryStore.verify` checks the parts against it.
 
 Readers stream: :meth:`GalleryStore.parts` yields one part at a time, :meth:`GalleryStore.index_chunks` the
 retrieval vectors FAISS indexes; :meth:`GalleryStore.embeddings` puts a small gallery (the evaluation split) in
@@ -26,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from components.errors import IndexIntegrityError
-from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.gallery import GalleryEmbeddings, read_npz
 from components.indexing.mixed import item_uncertainty, mix_galleries
-from components.io import atomic_write_text
+from components.io import atomic_write_text, file_sha256
 
 __all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "link_store", "mix_stores"]
 
@@ -103,7 +105,10 @@ class PartWriter:
 
     def done_ids(self) -> np.ndarray:
         """Ids (sorted, int64) of every item in a finished part: a resumed run skips them."""
-        ids = [np.load(p, allow_pickle=False)["ids"] for p in self.part_files()]
+        ids = []
+        for p in self.part_files():
+            with read_npz(p) as arrays:
+                ids.append(arrays["ids"])
         return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
 
     def add(self, part: StoredPart, on_part: Callable[[], None] | None = None) -> None:
@@ -132,7 +137,7 @@ class PartWriter:
             raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the gallery source is empty")
         counts, meta, ids = [], None, []
         for f in files:
-            with np.load(f, allow_pickle=False) as arrays:
+            with read_npz(f) as arrays:
                 counts.append(len(arrays["ids"]))
                 ids.append(arrays["ids"])
                 if meta is None:
@@ -147,7 +152,8 @@ class PartWriter:
             raise IndexIntegrityError(
                 f"the gallery parts in {self.directory} hold duplicate ids; delete the folder and embed again"
             )
-        body = {**(meta or {}), "count": int(sum(counts)), "parts": [[f.name, c] for f, c in zip(files, counts)]}
+        parts = [[f.name, c, file_sha256(f)] for f, c in zip(files, counts)]
+        body = {**(meta or {}), "count": int(sum(counts)), "parts": parts}
         atomic_write_text(self.directory / STORE_FILE, json.dumps(body, indent=1) + "\n")
         return GalleryStore(self.directory)
 
@@ -168,9 +174,15 @@ class GalleryStore:
                 raise IndexIntegrityError(
                     f"{self.path} holds no {STORE_FILE}: the gallery embedding never finished; run it again to resume"
                 )
-            self.meta = json.loads(meta_path.read_text())
+            try:
+                meta = json.loads(meta_path.read_text())
+                self.meta = {**meta, "count": int(meta["count"]), "parts": list(meta["parts"])}
+            except (ValueError, KeyError, TypeError) as err:
+                raise IndexIntegrityError(
+                    f"{meta_path} is damaged ({type(err).__name__}); restore {self.path} from a backup or re-embed it"
+                ) from None
         elif self.path.is_file():
-            with np.load(self.path, allow_pickle=False) as f:
+            with read_npz(self.path) as f:
                 self.meta = {"count": len(f["ids"]), "parts": None}
         else:
             raise IndexIntegrityError(f"gallery {self.path} is missing; re-embed that gallery")
@@ -186,7 +198,32 @@ class GalleryStore:
     def part_paths(self) -> list[Path]:
         if self.meta["parts"] is None:
             return [self.path]
-        return [self.path / _PARTS / name for name, _ in self.meta["parts"]]
+        return [self.path / _PARTS / entry[0] for entry in self.meta["parts"]]
+
+    def digest(self) -> str:
+        """The sha256 that pins this gallery: of ``store.json``, which lists every part's sha256 (of the file itself
+        for a legacy single-file gallery)."""
+        return file_sha256(self.path if self.legacy else self.path / STORE_FILE)
+
+    def verify(self) -> None:
+        """Every part is the file ``store.json`` lists (its sha256; a store written before parts had one: a readable
+        part of the listed count). IndexIntegrityError naming the part otherwise."""
+        if self.legacy:
+            GalleryEmbeddings.load(self.path)  # one small file: readable whole
+            return
+        for entry, path in zip(self.meta["parts"], self.part_paths()):
+            if len(entry) > 2 and (not path.is_file() or file_sha256(path) != entry[2]):
+                raise IndexIntegrityError(
+                    f"gallery part {path} is not the file {self.path / STORE_FILE} lists (sha256 {entry[2][:12]}…): it "
+                    f"is missing, replaced or damaged; restore {self.path} from a backup or re-embed it"
+                )
+            if len(entry) <= 2:
+                with read_npz(path) as f:
+                    if len(f["ids"]) != entry[1]:
+                        raise IndexIntegrityError(
+                            f"gallery part {path} holds {len(f['ids'])} items, {self.path / STORE_FILE} lists "
+                            f"{entry[1]}; restore {self.path} from a backup or re-embed it"
+                        )
 
     def parts(self) -> Iterator[StoredPart]:
         """Each part in order (one in memory at a time)."""
@@ -205,7 +242,7 @@ class GalleryStore:
         if name in _STORED_COLUMNS and not self.legacy:
             out = []
             for path in self.part_paths():
-                with np.load(path, allow_pickle=False) as arrays:
+                with read_npz(path) as arrays:
                     out.append(arrays[name])
             return np.concatenate(out)
         out = []

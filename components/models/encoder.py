@@ -46,7 +46,8 @@ class EmbeddingModel(nn.Module):
             raise ValueError(f"norm_mean/norm_std must have 1 or {c} entries")
         self.register_buffer("norm_mean", mean)
         self.register_buffer("norm_std", std)
-        self.backbone, feat_dim = create_backbone(
+        #: the width of the backbone's pooled features, the head's input
+        self.backbone, self.feature_dim = create_backbone(
             spec.backbone,
             in_chans=c,
             small_stem=spec.small_stem,
@@ -55,7 +56,7 @@ class EmbeddingModel(nn.Module):
         )
         # the head first, then the classifier (the order the parameters are initialised in); every head gives the
         # classifier an embed_dim-wide input (+1 time coordinate for a Lorentz model)
-        self.head: nn.Module = head_kind(spec.head).build(spec, feat_dim)
+        self.head: nn.Module = head_kind(spec.head).build(spec, self.feature_dim)
         self.classifier: nn.Module = (
             LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
             if spec.geometry == "lorentz"

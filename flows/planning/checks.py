@@ -10,7 +10,8 @@ training is refused in seconds with one line (docs/bad-inputs.md):
 * ``train.device`` exists on this machine;
 * the labelled evaluation split has at least two images of every class (leave-one-out retrieval);
 * every model the generation trains builds: backbone name, ``backbone_kwargs``, ``small_stem``, pretrained
-  weights — on PyTorch's ``meta`` device, which allocates no memory;
+  weights — on PyTorch's ``meta`` device, which allocates no memory — and its backbone runs on a batch of the
+  generation's image size (``backbone_kwargs`` that build a network that cannot run);
 * the FAISS index config fits the galleries it will index (``nlist``, ``pq_m``, ``pq_nbits``).
 """
 
@@ -28,6 +29,7 @@ import torch
 from components.data.sources.split import SourceDataset
 from components.errors import ConfigError, DataError
 from components.models import ModelSpec, build_model
+from components.models.backbone import check_backbone_runs
 from components.training.device import select_device
 from flows.data import open_corpus
 from flows.params import Params
@@ -80,11 +82,21 @@ def check_evaluation_split(test: SourceDataset, dataset: str) -> None:
 
 
 def _build_on_meta(spec: ModelSpec, pretrained_path: str | None) -> int:
-    """Build the model on the meta device (no memory, no compute); its parameter count."""
+    """Build the model on the meta device (no memory, no compute) and run its backbone on a batch of the images it
+    will see (some ``backbone_kwargs`` only fail there); its parameter count."""
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")  # "copying … to a meta parameter … is a no-op": intended here
         model = build_model(spec, pretrained_path)
-    return sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())
+    check_backbone_runs(
+        model.backbone,
+        model.feature_dim,
+        name=spec.backbone,
+        kwargs=spec.backbone_kwargs,
+        in_chans=spec.in_chans,
+        size=spec.input_size or spec.image_size,
+    )
+    return n_params
 
 
 @dataclass(frozen=True)

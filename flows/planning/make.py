@@ -4,9 +4,10 @@
 (a dataset that is not there yet is fetched now, when downloads are on). It reads the lineage in one read-only
 session (an empty lineage stands in for one that does not exist yet) and the parent's checkpoint once, and refuses
 bad input — unknown alignment or dataset, ζ ≤ 0, K ≤ 0, Δζ < 0, a parent checkpoint that does not match its
-lineage record, a live gallery that cannot serve, a resumable checkpoint of another run, a data selection, a model,
-an index or a disk that will not do (:mod:`flows.planning.checks`) — with one line. The plan it returns is final:
-the flow takes it as its parameter and no step changes it (docs/design.md §7.9).
+lineage record, a live gallery that cannot serve, an evaluation gallery that is not the one the lineage pinned, a
+resumable checkpoint of another run, a data selection, a model, an index or a disk that will not do
+(:mod:`flows.planning.checks`) — with one line. The plan it returns is final: the flow takes it as its parameter and
+no step changes it (docs/design.md §7.9).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _plan(
     if parent is not None:
         past.check_live_gallery(ws, store)
     serving = past.serving_generations(store, parent, gen_id)
+    past.check_evaluation_galleries(store, parent, serving)  # what evaluation reads: the galleries the lineage pinned
     ids = tuple(sorted({s.id for s in serving}))
     history = past.compat_history(store, ids)
     digest = digest or params_digest(params)

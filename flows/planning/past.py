@@ -5,7 +5,9 @@
 * :func:`zeta_prev` — the ζ the next generation grows from (ζ₀'s rescaled copy after a ζ-restarting backfill);
 * :func:`serving_generations` / :func:`compat_history` — what evaluation measures the new generation against;
 * :func:`check_no_orphaned_workspace` / :func:`check_live_gallery` — a lineage that lost its rows, a live gallery
-  that cannot serve what the lineage says.
+  that cannot serve what the lineage says;
+* :func:`check_evaluation_galleries` — each gallery the new generation is measured on is the one the lineage pinned
+  (revision 0006), its parts the files its ``store.json`` lists.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from components.errors import CheckpointMismatchError, IndexIntegrityError, Line
 from components.evaluation import COMPAT_METRICS
 from components.indexing import MANIFEST_FILE
 from components.indexing.live import LivePointer
+from components.indexing.store import STORE_FILE, GalleryStore
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from components.models import ModelSpec
@@ -24,6 +27,7 @@ from flows.workspace import Workspace
 from registry.lineage import LineageStore
 
 __all__ = [
+    "check_evaluation_galleries",
     "check_live_gallery",
     "check_no_orphaned_workspace",
     "compat_history",
@@ -142,7 +146,7 @@ def check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
     if gens or live:
         found = ", ".join(gens[:3]) + ("…" if len(gens) > 3 else "") + (" and a live gallery" if live else "")
         raise LineageError(
-            f"the lineage database {store.url} records no generation, but {ws.home} holds {found.lstrip(', ')}: the "
+            f"the lineage database {store.label} records no generation, but {ws.home} holds {found.lstrip(', ')}: the "
             "lineage is missing or was emptied. Restore it from a backup (or fix lineage.db_url); to start a new "
             "chain, use another --home"
         )
@@ -169,3 +173,26 @@ def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
             )
     except IndexIntegrityError as err:
         raise IndexIntegrityError(f"the live gallery cannot serve: {err}") from None
+
+
+def check_evaluation_galleries(
+    store: LineageStore, parent: ParentRef | None, serving: tuple[ServingGeneration, ...]
+) -> None:
+    """Each evaluation gallery the new generation is measured on (``serving``) is the one the lineage pinned — the
+    live version's by its pointer row (the parent's), the others' by their generation rows; rows written before
+    revision 0006 pin none — and its parts are the files its ``store.json`` lists (sha256). IndexIntegrityError
+    naming the file and the fix otherwise."""
+    ptr = store.live_pointer()
+    for s in serving:
+        live = parent is not None and ptr is not None and s.id == parent.id
+        pin = ptr.gallery_sha256 if live and ptr is not None else store.generation(s.id).gallery_sha256
+        gallery = GalleryStore(Path(s.evaluation_gallery))
+        if pin is not None and gallery.digest() != pin:
+            pinned = gallery.path if gallery.legacy else gallery.path / STORE_FILE
+            raise IndexIntegrityError(
+                f"{pinned} is not the one the lineage pinned for generation {s.id}'s evaluation gallery (sha256 "
+                f"{pin[:12]}…, the file has another content): the gallery was replaced or edited; restore "
+                f"{gallery.path.parent} from a backup"
+                + (", or rebuild the live gallery with `bctflow backfill`" if live else "")
+            )
+        gallery.verify()

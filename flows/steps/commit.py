@@ -17,6 +17,7 @@ from typing import Any
 from components.errors import LineageError
 from components.faults import crash_point
 from components.indexing import MANIFEST_FILE
+from components.indexing.store import GalleryStore
 from components.io import file_sha256
 from flows.planning import GenerationPlan
 from flows.steps.reconcile import roll_forward
@@ -39,8 +40,8 @@ def _final(plan: GenerationPlan, staged: str | None) -> str | None:
 def _record(
     plan: GenerationPlan, snap: Snapshot, trained: Trained, reg: RegistrationResult, **facts: Any
 ) -> GenerationRecord:
-    """The generation's lineage row; ``facts``: index_path, reference_checkpoint_path, promoted and
-    compatible_with_live."""
+    """The generation's lineage row; ``facts``: index_path, gallery_sha256 (its evaluation gallery's pin),
+    reference_checkpoint_path, promoted and compatible_with_live."""
     p = plan.params
     return GenerationRecord(
         id=plan.gen_id,
@@ -85,7 +86,8 @@ def _pointer(
     plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool, index_sha256: str
 ) -> PointerRecord | None:
     """The new live pointer: generation 0 embeds the gallery (its index pinned by ``index_sha256``, the sha256 of
-    its manifest); a compatible generation may query it; else unchanged."""
+    its manifest, and its evaluation gallery as the generation row pins it); a compatible generation may query it;
+    else unchanged."""
     if plan.parent is None:
         return PointerRecord(
             plan.gen_id,
@@ -96,6 +98,7 @@ def _pointer(
             [plan.gen_id],
             model_sha256=record.checkpoint_sha256,
             index_sha256=index_sha256,
+            gallery_sha256=record.gallery_sha256,
         )
     if not compatible:
         return None
@@ -112,6 +115,7 @@ def _pointer(
         cur.backfill_id,
         cur.model_sha256,
         cur.index_sha256,
+        cur.gallery_sha256,
     )
 
 
@@ -161,6 +165,7 @@ def commit(
             trained,
             reg,
             index_path=_final(plan, gallery.index_dir) or "",
+            gallery_sha256=GalleryStore(Path(gallery.path)).digest(),  # staged bytes = final bytes (rename)
             promoted=promoted(plan, ev),
             reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
             compatible_with_live=ev.compatible,

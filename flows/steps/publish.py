@@ -169,6 +169,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             [plan.target],
             model_sha256=file_sha256(model_ckpt),
             index_sha256=file_sha256(index_dir / MANIFEST_FILE),
+            gallery_sha256=GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]

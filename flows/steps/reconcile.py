@@ -11,12 +11,17 @@ next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``
   gallery version recorded (a CURRENT written before it named its serving index gets the key);
 * MLflow aliases follow the lineage: ``production`` → the generation of the newest promotion,
   ``gallery`` → the generation whose embeddings the live gallery holds, ``gen-N`` → N's version;
-* the registered model's description shows the newest committed generation's lineage picture.
+* the registered model's description shows the newest committed generation's lineage picture;
+* a committed generation's MLflow run not marked FINISHED (its process was killed or stopped after the commit) ends
+  FINISHED.
 
 :func:`inspect_workspace` (``bctflow doctor``) also reports what it does not repair on its own:
 registered versions tagged with a generation the lineage does not hold (a run killed before its
 commit; the same command reuses the version, ``doctor --repair`` deletes it), folders without
-a lineage row, checkpoints whose bytes differ from the lineage.
+a lineage row, checkpoints whose bytes differ from the lineage, and the MLflow artifact URIs of a copied or moved
+workspace, or an MLflow store file that is gone. Without ``repair`` it writes nothing: the lineage and the MLflow
+store are opened read-only (the URIs that any writing command rewrites are reported instead, and a missing store file
+is not created).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from components.io import file_sha256
 from flows.lock import workspace_lock
 from flows.params import Params
 from flows.steps.lineage_view import model_description
-from flows.steps.reembed import IN_PROGRESS
+from flows.steps.reembed import IN_PROGRESS, finished_dir
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.tracking.registered_model import MlflowStore
@@ -126,6 +131,34 @@ def _description(tracking: MlflowStore, store: LineageStore, repair: bool) -> li
     return [Finding("the registered model's description does not show the newest generation's lineage", repair)]
 
 
+def _runs(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
+    """Committed generations whose MLflow run is not FINISHED: the process was killed after the commit, before the
+    run ended (RUNNING), or stopped right after it (KILLED); the rows say the generation is done, so its run ends
+    FINISHED."""
+    unfinished = tracking.runs.unfinished()
+    out = []
+    for g in store.generations():
+        run_id = g.mlflow_run_id
+        if run_id and run_id in unfinished:
+            if repair:
+                tracking.runs.end(run_id, "FINISHED")
+            what = f"generation {g.id}'s MLflow run {run_id} is {unfinished[run_id]}, not FINISHED, after its commit"
+            out.append(Finding(what, repair))
+    return out
+
+
+def _relocation(tracking: MlflowStore, repair: bool) -> list[Finding]:
+    """A copied or moved workspace whose MLflow store still names the old place's artifacts (what any writing
+    command rewrites first, :meth:`MlflowStore.relocate`)."""
+    old = tracking.moved_from()
+    if old is None:
+        return []
+    if repair:
+        tracking.relocate()
+    what = f"the MLflow store's artifact URIs point under {old}, not under this workspace (it was copied or moved)"
+    return [Finding(what, repair, "`bctflow doctor --repair` (or any command that writes) points them here")]
+
+
 def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
     """A backfill killed after its commit left ``in_progress``: give it its event's name, as the backfill would."""
     work = ws.backfills_dir / IN_PROGRESS
@@ -137,7 +170,7 @@ def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[F
     if event is None:
         return []  # not committed: the same command resumes it
     if repair:
-        work.rename(ws.backfills_dir / f"bf_{event.id:03d}")
+        work.rename(finished_dir(ws, event.id))
     return [Finding(f"backfill {event.id} was committed but its work folder was still {work}", repair)]
 
 
@@ -150,7 +183,8 @@ def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = Non
         done += _live(ws, store, True)
         crash_point("commit.after_pointer")
         if store.count():
-            done += _aliases(ws.tracking(params), store, True) + _description(ws.tracking(params), store, True)
+            tracking = ws.tracking(params)
+            done += _aliases(tracking, store, True) + _description(tracking, store, True) + _runs(tracking, store, True)
         done += _backfill_folder(ws, store, True)
         return [f for f in done if f.repaired]
 
@@ -182,11 +216,13 @@ def finish_interrupted(params: Params, home: Path, store: LineageStore | None = 
     with contextlib.nullcontext(store) if store is not None else ws.lineage(params, readonly=True) as reader:
         if not reader.count():
             return []
+        tracking = ws.tracking(params)
         pending = (
             _folders(ws, reader, False)
             + _live(ws, reader, False)
-            + _aliases(ws.tracking(params), reader, False)
-            + _description(ws.tracking(params), reader, False)
+            + _aliases(tracking, reader, False)
+            + _description(tracking, reader, False)
+            + _runs(tracking, reader, False)
             + _backfill_folder(ws, reader, False)
         )
     if not pending:
@@ -196,13 +232,19 @@ def finish_interrupted(params: Params, home: Path, store: LineageStore | None = 
 
 
 def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) -> list[Finding]:
-    """Every inconsistency between lineage, files, live pointer and registry (repaired where ``repair``)."""
+    """Every inconsistency between lineage, files, live pointer and registry (repaired where ``repair``; without it,
+    nothing is written)."""
     with ws.lineage(params, readonly=not repair) as store:
         found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
-        tracking = ws.tracking(params)
-        if store.count() or repair:
+        tracking = ws.tracking(params, readonly=not repair)
+        gone = tracking.missing_file()
+        if store.count() and gone is not None:  # a client would create an empty store: checked, not touched
+            what = f"the MLflow tracking store {gone} does not exist, though the lineage records generations"
+            found.append(Finding(what, fix="restore it from a backup (or point tracking.mlflow_uri at it)"))
+        elif store.count() or repair:
+            found += _relocation(tracking, repair)  # first: a writable store's first client would rewrite the URIs
             found += _aliases(tracking, store, repair) + _orphan_versions(tracking, store, repair)
-            found += _description(tracking, store, repair)
+            found += _description(tracking, store, repair) + _runs(tracking, store, repair)
         ids = {g.id for g in store.generations()}
         if ws.generations_dir.is_dir():
             for d in sorted(ws.generations_dir.glob("gen_*")):

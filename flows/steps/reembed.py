@@ -6,7 +6,8 @@ goes through the same code; the work happens in ``<home>/backfills/in_progress/`
 (:class:`~components.indexing.version.GalleryVersion`: ``gallery/``, ``corpus/gallery/``):
 
 1. :func:`plan_backfill` fixes the target generation, kind, fraction, order and the galleries with their item
-   counts. It writes nothing; :func:`start` (under the workspace lock) saves it as ``plan.json``, or resumes the
+   counts. It writes nothing; :func:`finished_backfill` says when it repeats the backfill that made the live gallery
+   (nothing to do); :func:`start` (under the workspace lock) saves it as ``plan.json``, or resumes the
    unfinished backfill that asked for the same thing and refuses a different request while one is unfinished, and
    fixes each gallery's items once (:func:`select_items`: all, or the fraction first in ``order`` over the live
    gallery's own vectors — highest hyperbolic uncertainty, random, or oldest stamps), saved in ``selection/``.
@@ -48,6 +49,8 @@ __all__ = [
     "IN_PROGRESS",
     "BackfillGallery",
     "BackfillPlan",
+    "finished_backfill",
+    "finished_dir",
     "gallery_model_checkpoint",
     "gallery_source",
     "live_store",
@@ -136,6 +139,35 @@ class BackfillPlan(BaseModel):
         same_source = self.source_in_workspace() == other.source_in_workspace()
         names = [g.name for g in self.galleries] == [g.name for g in other.galleries]
         return same_source and names and all(getattr(self, k) == getattr(other, k) for k in keys)
+
+    def repeats(self, done: BackfillPlan) -> bool:
+        """Whether this plan asks for what the finished backfill ``done`` did: the same generation, kind, fraction,
+        order, seed and galleries under the same params (the gallery it replaces is ``done``'s result)."""
+        keys = ("target", "kind", "fraction", "order", "seed", "forced", "restart_zeta", "zeta", "galleries")
+        return self.params.as_dict() == done.params.as_dict() and all(
+            getattr(self, k) == getattr(done, k) for k in keys
+        )
+
+
+def finished_dir(ws: Workspace, event_id: int) -> Path:
+    """Where a committed backfill's work folder is kept (its ``plan.json`` among its files)."""
+    return ws.backfills_dir / f"bf_{event_id:03d}"
+
+
+def finished_backfill(plan: BackfillPlan) -> int | None:
+    """The id of the committed backfill ``plan`` repeats (None: it has work to do): the live gallery is still the
+    version that backfill published, and its kept ``plan.json`` asked for the same thing — run again, it would
+    re-embed the same items with the same generation into a second, identical version and record a second event.
+    Reads only."""
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
+        event = next((e for e in store.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
+    if event is None:
+        return None  # the live gallery is a generation's own, or a backfill's whose record is gone
+    try:
+        done = BackfillPlan.model_validate_json((finished_dir(plan.workspace, event.id) / "plan.json").read_text())
+    except (OSError, ValidationError):
+        return None  # its work folder was removed, or an older bctflow wrote it: nothing to compare, so it runs
+    return int(event.id) if plan.repeats(done) else None
 
 
 def plan_backfill(

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.lineage import sqlite_path
 from registry.tracking.common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
 from registry.tracking.logged_model import link_version, log_embedder
 from registry.tracking.relocation import owns_tracking_store, relocate_artifacts
@@ -139,22 +140,31 @@ def _log_outputs(req: RegistrationRequest, client: Any) -> Any:
 class MlflowStore:
     """MLflow tracking + model registry at ``tracking_uri`` (``sqlite:///…`` by default)."""
 
-    def __init__(self, tracking_uri: str, experiment: str, model_name: str, artifact_root: Path) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment: str, model_name: str, artifact_root: Path, *, readonly: bool = False
+    ) -> None:
+        """``readonly``: for a caller that only reads (``bctflow doctor`` without ``--repair``): the artifact URIs of
+        a copied or moved workspace are left as they are (:meth:`moved_from` reports them), never rewritten."""
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.model_name = model_name
         self.artifact_root = Path(artifact_root)
-        self._located = False  # artifact URIs checked against the workspace's place (see _relocate)
+        self.readonly = readonly
+        self._located = False  # artifact URIs checked against the workspace's place (see relocate)
 
-    def client(self) -> Any:
-        """An MLflow client of this store (and the fluent API pointed at it)."""
+    def _client(self) -> Any:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
         mlflow.set_registry_uri(self.tracking_uri)
-        client = mlflow.MlflowClient(self.tracking_uri, self.tracking_uri)
-        if not self._located:
-            self._relocate(client)
+        return mlflow.MlflowClient(self.tracking_uri, self.tracking_uri)
+
+    def client(self) -> Any:
+        """An MLflow client of this store (and the fluent API pointed at it); the first one of a writable store
+        makes a copied or moved workspace's artifact URIs follow it (:meth:`relocate`)."""
+        client = self._client()
+        if not self._located and not self.readonly:
+            self.relocate(client)
         return client
 
     @property
@@ -162,16 +172,29 @@ class MlflowStore:
         """The store's runs: a generation's run is opened before it trains (:mod:`registry.tracking.runs`)."""
         return RunTracker(self)
 
-    def _relocate(self, client: Any) -> None:
-        """A workspace that owns its MLflow store and was copied or moved: its artifact URIs follow it first."""
-        self._located = True
-        if not owns_tracking_store(self.tracking_uri, self.artifact_root):
-            return
+    def missing_file(self) -> Path | None:
+        """The SQLite file this store names when it does not exist (None: it exists, or the store is a server); a
+        client would create it."""
+        db = sqlite_path(self.tracking_uri)
+        return db if db is not None and not db.is_file() else None
+
+    def moved_from(self, client: Any = None) -> str | None:
+        """The artifact root this store's URIs still point under when the workspace that owns it was copied or moved
+        (None: in place, no store yet, or a shared store, which is never rewritten). Reads only."""
+        db = sqlite_path(self.tracking_uri)
+        if db is None or not db.is_file() or not owns_tracking_store(self.tracking_uri, self.artifact_root):
+            return None
         with quiet_mlflow():
-            exp = client.get_experiment_by_name(self.experiment)
+            exp = (client or self._client()).get_experiment_by_name(self.experiment)
         here = self.artifact_root.resolve().as_uri()
-        if exp is not None and exp.artifact_location != here:
-            relocate_artifacts(self.tracking_uri, exp.artifact_location, here)
+        return exp.artifact_location if exp is not None and exp.artifact_location != here else None
+
+    def relocate(self, client: Any = None) -> int:
+        """A workspace that owns its MLflow store and was copied or moved: its artifact URIs follow it (one
+        transaction). Returns how many URIs were rewritten."""
+        self._located = True
+        old = self.moved_from(client)
+        return 0 if old is None else relocate_artifacts(self.tracking_uri, old, self.artifact_root.resolve().as_uri())
 
     def experiment_id(self, client: Any) -> str:
         """The experiment's id, creating it (artifacts under this workspace's root) the first time."""

@@ -128,6 +128,17 @@ class RunTracker:
             )
         return found[0].info.run_id if found else None
 
+    def unfinished(self) -> dict[str, str]:
+        """The experiment's runs not marked FINISHED, id → status (a run whose process was killed stays RUNNING;
+        one whose process was stopped after its generation's commit, KILLED)."""
+        with quiet_mlflow():
+            client = self.store.client()
+            exp = client.get_experiment_by_name(self.store.experiment)
+            if exp is None:
+                return {}
+            found = client.search_runs([exp.experiment_id], "attributes.status != 'FINISHED'", max_results=50_000)
+        return {r.info.run_id: r.info.status for r in found}
+
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         with quiet_mlflow():
             client = self.store.client()

@@ -80,7 +80,7 @@ def test_revision_0004_adds_the_code_digest_and_rows_before_it_read_none(db_url)
     assert "code_digest" not in {c["name"] for c in inspect(engine).get_columns("generations")}
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True)
-    assert upgraded.upgraded == ["migrated 0003_relative_paths → 0005_index_sha256"]  # through 0004
+    assert upgraded.upgraded == [f"migrated 0003_relative_paths → {schema_version.head_revision()}"]  # through 0004
     assert upgraded.generations()[0].code_digest is None  # unknown: the nightly check does not retrain for that
     upgraded.close()
 
@@ -106,6 +106,24 @@ def test_revision_0005_pins_the_live_index_and_rows_before_it_read_none(db_url):
     assert "index_sha256" not in {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
     engine.dispose()
     upgraded = LineageStore(db_url, upgrade=True)
-    assert upgraded.upgraded == ["migrated 0004_code_digest → 0005_index_sha256"]
+    assert upgraded.upgraded == [f"migrated 0004_code_digest → {schema_version.head_revision()}"]
     assert upgraded.live_pointer().index_sha256 is None  # unknown: the manifest's own checksums still apply
+    upgraded.close()
+
+
+def test_revision_0006_pins_each_evaluation_gallery_and_rows_before_it_read_none(db_url):
+    store = LineageStore(db_url)
+    pointer = PointerRecord(0, "/i/0/index", "g0", compatible_generations=[0], gallery_sha256="e" * 64)
+    store.commit_generation(GenerationBundle(generation_record(0, gallery_sha256="e" * 64), pointer=pointer))
+    assert store.live_pointer().gallery_sha256 == "e" * 64 and store.generation(0).gallery_sha256 == "e" * 64
+    store.close()
+    engine = create_engine(db_url)
+    schema_version.downgrade(engine, "0005_index_sha256")  # the lineage as the previous bctflow wrote it
+    assert "gallery_sha256" not in {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
+    assert "gallery_sha256" not in {c["name"] for c in inspect(engine).get_columns("generations")}
+    engine.dispose()
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == [f"migrated 0005_index_sha256 → {schema_version.head_revision()}"]
+    assert upgraded.live_pointer().gallery_sha256 is None  # unknown: the parts' own digests still apply
+    assert upgraded.generation(0).gallery_sha256 is None
     upgraded.close()

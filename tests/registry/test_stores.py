@@ -112,3 +112,25 @@ def test_a_newer_schema_is_refused(tmp_path: Path):
     con.close()
     with pytest.raises(LineageError, match="newer than this bctflow"):
         LineageStore(lineage_url(None, tmp_path), readonly=True)
+
+
+@pytest.mark.parametrize("state", ["missing", "zero bytes", "damaged"])
+def test_a_lineage_file_is_named_by_its_path_in_every_message(tmp_path: Path, state: str):
+    """A SQLite lineage is named by its file, never by a URL — nor by ``sqlite://``, the empty in-memory lineage that
+    stands in for a missing or zero-byte file in a read-only open."""
+    db = tmp_path / "lineage.db"
+    if state == "zero bytes":
+        db.write_bytes(b"")
+    if state == "damaged":
+        db.write_bytes(b"this is not a database" * 10)
+        with pytest.raises(LineageError) as info:
+            open_lineage(None, tmp_path, readonly=True)
+        msg = str(info.value)
+    else:
+        store = open_lineage(None, tmp_path, readonly=True)
+        with pytest.raises(LineageError) as info:
+            store.commit_generation(GenerationBundle(_record()))
+        store.close()
+        msg = str(info.value)
+        assert store.label == str(db)
+    assert f"lineage database {db} " in msg and "sqlite:" not in msg, msg

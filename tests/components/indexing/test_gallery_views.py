@@ -304,3 +304,13 @@ def test_cross_gallery_metrics_use_the_query_in_the_gallerys_space():
         assert got[k] == pytest.approx(direct[k], abs=1e-9), k
     with pytest.raises(ValueError):
         gallery_metrics(_euclid(4), q)
+
+
+def test_load_of_garbage_never_passes_on_numpys_pickle_advice(tmp_path):
+    path = tmp_path / "gallery.npz"
+    path.write_bytes(b"this is no gallery" * 50)  # numpy: "… load it unsafely using the allow_pickle= keyword …"
+    with pytest.raises(IndexIntegrityError) as info:
+        GalleryEmbeddings.load(path)
+    msg = str(info.value)
+    assert "allow_pickle" not in msg and "pickle.load" not in msg and "\n" not in msg, msg
+    assert f"gallery embeddings {path} are missing or damaged (its bytes are not an .npz archive of arrays" in msg

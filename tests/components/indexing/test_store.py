@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,54 @@ def test_a_finished_store_is_linked_into_another_folder_without_copying(tmp_path
     _gallery(np.arange(5)).save(tmp_path / "gallery.npz")
     with pytest.raises(IndexIntegrityError, match="single-file gallery, not a part store"):
         link_store(GalleryStore(tmp_path / "gallery.npz"), tmp_path / "nope")
+
+
+def _finished(tmp_path, name: str = "s") -> GalleryStore:
+    writer = PartWriter(tmp_path / name, chunk_size=4)
+    writer.add(_part(np.arange(10), generation=1))
+    return writer.finish()
+
+
+def test_store_json_pins_every_part_and_verify_finds_a_replaced_one(tmp_path):
+    """``store.json`` lists each part with its sha256, so the sha256 of ``store.json`` (:meth:`GalleryStore.digest`,
+    what the lineage pins) pins the whole gallery; :meth:`GalleryStore.verify` checks the parts against it."""
+    store = _finished(tmp_path)
+    store.verify()
+    digest = store.digest()
+    assert all(len(entry) == 3 and len(entry[2]) == 64 for entry in store.meta["parts"])
+    assert digest == _finished(tmp_path, "again").digest()  # the same rows, the same pin
+    other = PartWriter(tmp_path / "other", chunk_size=4)
+    other.add(_part(np.arange(10), generation=1, seed=5))
+    replacement = other.finish().part_paths()[1]
+    store.part_paths()[1].write_bytes(replacement.read_bytes())  # a valid part, but not this store's
+    with pytest.raises(IndexIntegrityError) as info:
+        GalleryStore(store.path).verify()
+    msg = str(info.value)
+    assert f"gallery part {store.part_paths()[1]} is not the file {store.path / 'store.json'} lists" in msg
+    assert "restore" in msg and "\n" not in msg
+    assert GalleryStore(store.path).digest() == digest  # store.json untouched: verify is what finds it
+
+
+@pytest.mark.parametrize("where", ["part", "store.json", "legacy gallery.npz"])
+def test_garbage_in_a_gallery_is_refused_without_numpys_pickle_advice(tmp_path, where: str):
+    """numpy refuses bytes it cannot read as an .npz archive with advice to load them with ``allow_pickle``, which
+    would run code the file carries: bctflow's message never passes it on."""
+    store = _finished(tmp_path)
+    garbage = b"this is no gallery" * 50
+    if where == "part":
+        meta = json.loads((store.path / "store.json").read_text())
+        meta["parts"] = [entry[:2] for entry in meta["parts"]]  # a store written before the parts' digests
+        (store.path / "store.json").write_text(json.dumps(meta))
+        store.part_paths()[0].write_bytes(garbage)
+        path = store.path
+    elif where == "store.json":
+        (store.path / "store.json").write_bytes(garbage)
+        path = store.path
+    else:
+        path = tmp_path / "gallery.npz"
+        path.write_bytes(garbage)
+    with pytest.raises(IndexIntegrityError) as info:
+        GalleryStore(path).verify()
+    msg = str(info.value)
+    assert "allow_pickle" not in msg and "pickle.load" not in msg and "\n" not in msg, msg
+    assert "damaged" in msg and ("re-embed" in msg or "restore" in msg), msg

@@ -10,6 +10,7 @@ from torch import nn
 from components.errors import CheckpointMismatchError, ConfigError
 from components.models.backbone import (
     apply_small_stem,
+    check_backbone_runs,
     create_backbone,
     load_pretrained_weights,
 )
@@ -99,10 +100,10 @@ def test_load_pretrained_weights_from_safetensors(tmp_path):
     assert not torch.equal(dst.state_dict()["conv1.weight"], src.state_dict()["conv1.weight"])
 
 
-def test_load_pretrained_weights_skips_wrong_shapes_and_refuses_foreign_files(tmp_path):
+def test_load_pretrained_weights_refuses_foreign_files(tmp_path):
     dst = _timm_resnet(2)
     path = tmp_path / "foreign.pt"
-    torch.save({"encoder.weight": torch.zeros(3, 3), "layer1.0.conv1.weight": torch.zeros(1, 1, 1, 1)}, path)
+    torch.save({"encoder.weight": torch.zeros(3, 3), "fc.weight": torch.zeros(1, 1, 1, 1)}, path)
     with pytest.raises(CheckpointMismatchError, match="no tensor"):
         load_pretrained_weights(dst, path)
     with pytest.raises(ConfigError, match="does not exist"):
@@ -123,3 +124,80 @@ def test_create_backbone_with_pretrained_path_loads_the_blocks(tmp_path):
     assert torch.equal(model.state_dict()["layer4.1.conv2.weight"], src.state_dict()["layer4.1.conv2.weight"])
     # the 7x7 stem does not fit the small 3x3 stem, which is freshly initialised
     assert model.conv1.weight.shape[-2:] == (3, 3)
+
+
+class _ItemNet(nn.Module):
+    """A backbone whose forward reads a value (``.item()``): it cannot run on the meta device, but it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1)[:, :1] * self.scale * float(x.sum().item() >= 0)
+
+
+class _BrokenNet(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.missing_layer(x)
+
+
+def test_a_backbone_that_runs_passes_the_forward_check_even_where_the_meta_device_cannot_run_it():
+    with torch.device("meta"):
+        model, feat = create_backbone("resnet18", in_chans=1, small_stem=True, kwargs=TINY)
+        item_net = _ItemNet()
+    check_backbone_runs(model, feat, name="resnet18", kwargs=TINY, in_chans=1, size=8)
+    check_backbone_runs(item_net, 1, name="item_net", kwargs={}, in_chans=1, size=8)  # re-run on the CPU: it runs
+
+
+def test_a_backbone_whose_forward_fails_is_refused_with_the_kwargs_to_change():
+    with torch.device("meta"):
+        model, feat = create_backbone("resnet18", in_chans=1, small_stem=True, kwargs={"channels": [8]})
+    with pytest.raises(ConfigError) as info:
+        check_backbone_runs(model, feat, name="resnet18", kwargs={"channels": [8]}, in_chans=1, size=8)
+    msg = str(info.value)
+    assert "timm backbone 'resnet18' with model.backbone_kwargs {'channels': [8]} fails on 1×8×8 images" in msg
+    assert "AttributeError" in msg and "change or remove channels in model.backbone_kwargs" in msg and "\n" not in msg
+    with pytest.raises(ConfigError, match=r"fails on 1×8×8 images .*choose a backbone that takes them"):
+        check_backbone_runs(_BrokenNet(), 1, name="broken", kwargs={}, in_chans=1, size=8)
+
+
+def test_the_feature_width_is_what_the_pooled_backbone_outputs():
+    """timm's MobileNetV3 has a conv head after pooling: its output is head_hidden_size wide, not num_features."""
+    with torch.device("meta"):
+        model, feat = create_backbone("mobilenetv3_small_050", in_chans=1, small_stem=False)
+    assert feat == 1024 and model.eval()(torch.zeros(2, 1, 32, 32, device="meta")).shape == (2, feat)
+    check_backbone_runs(model, feat, name="mobilenetv3_small_050", kwargs={}, in_chans=1, size=32)
+
+
+def test_pretrained_weights_of_other_shapes_are_refused_naming_every_tensor(tmp_path):
+    """Weights of the same architecture at other widths share every name but no shape (only BatchNorm's scalar
+    step counters fit): they are refused, never loaded in part."""
+    torch.manual_seed(1)
+    wider = timm.create_model("resnet18", pretrained=False, num_classes=0, in_chans=1, channels=[16, 16, 32, 32])
+    path = tmp_path / "wider.pt"
+    torch.save(wider.state_dict(), path)
+    dst = _timm_resnet(2)
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError) as info:
+        load_pretrained_weights(dst, path)
+    msg = str(info.value)
+    assert f"pretrained weights {path} do not fit backbone ResNet: " in msg and "\n" not in msg
+    assert "layer1.0.conv1.weight (file (16, 64, 3, 3), backbone (8, 64, 3, 3))" in msg
+    assert "tensors there have other shapes" in msg and "model.pretrained_path" in msg
+    assert all(torch.equal(dst.state_dict()[k], v) for k, v in before.items())  # nothing loaded
+
+
+def test_the_stem_the_small_stem_replaces_takes_no_pretrained_tensor(tmp_path):
+    """RGB ImageNet-style weights for a grey model: the 7×7 stem does not fit, which the small stem replaces anyway
+    (its tensors are not loaded); without the small stem the stem must fit."""
+    torch.manual_seed(1)
+    rgb = timm.create_model("resnet18", pretrained=False, num_classes=0, in_chans=3, **TINY)
+    path = tmp_path / "rgb.pt"
+    torch.save(rgb.state_dict(), path)
+    model, _ = create_backbone("resnet18", in_chans=1, small_stem=True, pretrained_path=path, kwargs=TINY)
+    assert torch.equal(model.state_dict()["layer1.0.conv1.weight"], rgb.state_dict()["layer1.0.conv1.weight"])
+    with pytest.raises(
+        CheckpointMismatchError, match=r"conv1\.weight \(file \(64, 3, 7, 7\), backbone \(64, 1, 7, 7\)\)"
+    ):
+        create_backbone("resnet18", in_chans=1, small_stem=False, pretrained_path=path, kwargs=TINY)

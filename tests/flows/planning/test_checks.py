@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import timm
 import torch
 from torch import nn
 
@@ -51,6 +52,16 @@ def test_a_bad_data_selection_is_refused_while_planning(tiny_params_file, tmp_pa
     [
         (["model.backbone=no_such_net"], ConfigError, ["unknown timm backbone 'no_such_net'"]),
         (["model.backbone_kwargs={no_such_kwarg: 1}"], ConfigError, ["rejected model.backbone_kwargs"]),
+        (  # builds, but its forward pass fails (one width for a four-stage ResNet)
+            ["model.backbone_kwargs={channels: [8]}"],
+            ConfigError,
+            ["timm backbone 'resnet18'", "model.backbone_kwargs {'channels': [8]}", "change or remove channels"],
+        ),
+        (  # its constructor fails with another exception than TypeError
+            ["model.backbone_kwargs={layers: [1]}"],
+            ConfigError,
+            ["timm backbone 'resnet18' rejected model.backbone_kwargs {'layers': [1]}", "ZeroDivisionError"],
+        ),
         (
             ["model.backbone=mobilenetv3_small_050", "model.backbone_kwargs={}", "model.small_stem=true"],
             ConfigError,
@@ -77,6 +88,15 @@ def test_pretrained_weights_of_another_architecture_are_refused_while_planning(t
         CheckpointMismatchError,
         ["no tensor in", "fits backbone"],
         [f"model.pretrained_path={foreign}"],
+    )
+    wider = tmp_path / "wider.pt"  # the same architecture at other widths: every name fits, no shape does
+    torch.save(timm.create_model("resnet18", num_classes=0, in_chans=1, channels=[16, 16, 32, 32]).state_dict(), wider)
+    _refused(
+        tiny_params_file,
+        tmp_path / "ws",
+        CheckpointMismatchError,
+        [f"pretrained weights {wider} do not fit backbone ResNet", "layer1.0.conv1.weight (file (16, 64, 3, 3)"],
+        [f"model.pretrained_path={wider}"],
     )
 
 

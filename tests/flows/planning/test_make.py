@@ -221,6 +221,8 @@ def test_a_lost_lineage_beside_committed_generations_is_refused(tiny_params_file
     if lost == "zero bytes":
         (home / "lineage.db").write_bytes(b"")
     before = files_under(home)
-    with pytest.raises(LineageError, match=r"records no generation, but .* holds gen_000, gen_001 and a live gallery"):
+    lost_rows = r"records no generation, but .* holds gen_000, gen_001 and a live gallery"
+    with pytest.raises(LineageError, match=lost_rows) as info:
         preflight(tiny_params_file, [], home, {"name": "g0", "classes": "all"})
+    assert f"the lineage database {home / 'lineage.db'} records" in str(info.value)  # the file, not sqlite://
     assert files_under(home) == before  # nothing trained, nothing registered, nothing written

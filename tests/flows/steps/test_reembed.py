@@ -6,13 +6,17 @@ part that is on disk; a live gallery written before part stores (``gallery.npz``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from bctflow.cli import app
 from components.errors import ConfigError, LineageError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
@@ -22,7 +26,7 @@ from components.indexing.version import SERVING_FILE, GalleryVersion
 from flows.data import load_splits
 from flows.params import Params, apply_overrides, load_params
 from flows.steps.reconcile import inspect_workspace
-from flows.steps.reembed import BackfillPlan, plan_backfill, reembed, select_items, start
+from flows.steps.reembed import BackfillPlan, finished_backfill, plan_backfill, reembed, select_items, start
 from flows.workspace import Workspace
 from registry.records import BackfillRecord, PointerRecord
 from tests.helpers import run_backfill, run_generation, write_params
@@ -294,7 +298,11 @@ def test_a_workspace_written_before_part_stores_is_repaired_and_backfilled(linea
     live = LivePointer(old.live_dir)
     assert live.index().ntotal == N_GALLERY  # an old CURRENT still serves (through the version's folders)
     found = inspect_workspace(old, params)
-    assert [f.what for f in found] == ["live/CURRENT does not match the lineage's live pointer"]
+    moved = (  # a copy: doctor reports its MLflow URIs, only --repair (or a command that writes) rewrites them
+        f"the MLflow store's artifact URIs point under {(ws.home / 'mlartifacts').resolve().as_uri()}, not under this "
+        "workspace (it was copied or moved)"
+    )
+    assert [f.what for f in found] == ["live/CURRENT does not match the lineage's live pointer", moved]
     inspect_workspace(old, params, repair=True)
     assert live.pointer()["serving_index"] == str((old.generation_dir(0) / "index").resolve())
     assert inspect_workspace(old, params) == []
@@ -314,3 +322,34 @@ def test_a_workspace_written_before_part_stores_is_repaired_and_backfilled(linea
     rest = np.setdiff1d(np.arange(N_GALLERY), oldest)
     assert np.array_equal(z[rest], before.z[rest])  # the others kept as they were
     assert live.serving_index() == version.evaluation_index.resolve() and inspect_workspace(old, params) == []
+
+
+def _bytes(home: Path) -> dict[str, str]:
+    """Every file of the workspace (lineage.db, mlflow.db, live/, backfills/ …) by its sha256."""
+    return {
+        str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest() for p in home.rglob("*") if p.is_file()
+    }
+
+
+def test_a_finished_backfill_run_again_is_already_done_and_changes_no_byte(lineage, tmp_path: Path):
+    params, ws = lineage
+    copy = Workspace(tmp_path / "copy")
+    subprocess.run(["cp", "-a", str(ws.home), str(copy.home)], check=True)
+    params_file = ws.home.parent / "params.yaml"  # the fixture's
+    done = run_backfill(copy.home, params_file, target=1)
+    assert finished_backfill(plan_backfill(params, copy, target=1)) == done["event"] == 1
+    # another request still has work to do: another generation, kind, or seed of a partial
+    assert finished_backfill(plan_backfill(params, copy, target=1, fraction=0.5, order="random")) is None
+    before = _bytes(copy.home)
+    again = CliRunner().invoke(
+        app, ["backfill", "--generation", "1", "--home", str(copy.home), "--params", str(params_file)]
+    )
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert (
+        "backfill 1 (generation 1, full) is already done: the live gallery is the version it published; nothing to do"
+        in said
+    )
+    assert _bytes(copy.home) == before  # the lineage, the MLflow registry, the live index: byte for byte
+    with copy.lineage(params, readonly=True) as store:
+        assert len(store.backfills()) == 1

@@ -1,0 +1,84 @@
+"""Rolling forward and `bctflow doctor` (flows/steps/reconcile.py): a committed generation's MLflow run that a kill
+left RUNNING (or a stop left KILLED) is ended FINISHED by the next command; `doctor` without `--repair` writes
+nothing — not the artifact URIs of a copied workspace's MLflow store, which it reports instead (`--repair` rewrites
+them), nor a missing MLflow store file, which it reports."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bctflow.cli import app
+from flows.params import load_params
+from flows.steps.reconcile import finish_interrupted, inspect_workspace
+from flows.workspace import Workspace
+from tests.helpers import run_generation, write_params
+
+
+@pytest.fixture(scope="module")
+def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+    """(home, params file) of a workspace holding generation 0, made by the real flow; tests work on copies."""
+    tmp = tmp_path_factory.mktemp("reconcile")
+    params = tmp / "params.yaml"
+    write_params(params)
+    home = tmp / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    return home, params
+
+
+def _copy(g0: tuple[Path, Path], tmp_path: Path) -> Path:
+    """The workspace copied as a user would (``cp -a``): its MLflow store still names the original's artifacts."""
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(g0[0]), str(copy)], check=True)
+    return copy
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "KILLED"])
+def test_roll_forward_ends_the_mlflow_run_of_a_committed_generation(g0, tmp_path, status):
+    """RUNNING: a kill -9 after the commit (the run never ended); KILLED: a Ctrl-C right after it."""
+    params, ws = load_params(g0[1]), Workspace(_copy(g0, tmp_path))
+    with ws.lineage(params, readonly=True) as store:
+        run_id = store.generation(0).mlflow_run_id
+    client = ws.tracking(params).client()
+    client.update_run(run_id, status)
+    what = f"generation 0's MLflow run {run_id} is {status}, not FINISHED, after its commit"
+    assert [f.what for f in inspect_workspace(ws, params)] == [what]
+    done = finish_interrupted(params, ws.home)  # what every command does before it plans
+    assert [(f.what, f.repaired) for f in done] == [(what, True)]
+    assert client.get_run(run_id).info.status == "FINISHED" and inspect_workspace(ws, params) == []
+
+
+def test_doctor_without_repair_writes_nothing_in_a_copied_workspace(g0, tmp_path):
+    copy, params_file = _copy(g0, tmp_path), g0[1]
+    before = _tree(copy)
+    found = CliRunner().invoke(app, ["doctor", "--home", str(copy), "--params", str(params_file)])
+    assert _tree(copy) == before  # not one byte written: the MLflow store still names the original's artifacts
+    assert found.exit_code == 1, found.output
+    moved = f"the MLflow store's artifact URIs point under {(g0[0] / 'mlartifacts').resolve().as_uri()}"
+    assert moved in " ".join(found.output.split()) and "not repaired" in found.output
+    repaired = CliRunner().invoke(app, ["doctor", "--repair", "--home", str(copy), "--params", str(params_file)])
+    assert repaired.exit_code == 0 and "repaired" in repaired.output, repaired.output
+    clean = CliRunner().invoke(app, ["doctor", "--home", str(copy), "--params", str(params_file)])
+    assert clean.exit_code == 0 and "workspace consistent" in clean.output, clean.output
+
+
+def test_doctor_without_repair_does_not_create_a_missing_mlflow_store(g0, tmp_path):
+    copy, params_file = _copy(g0, tmp_path), g0[1]
+    (copy / "mlflow.db").unlink()
+    before = _tree(copy)
+    found = CliRunner().invoke(app, ["doctor", "--home", str(copy), "--params", str(params_file)])
+    assert _tree(copy) == before and not (copy / "mlflow.db").exists()
+    assert found.exit_code == 1, found.output
+    assert f"the MLflow tracking store {copy / 'mlflow.db'} does not exist" in " ".join(found.output.split())

@@ -6,7 +6,9 @@ its parent stage's workspace into it — a workspace is self-contained and reloc
 its own and the parent's output is only read — runs the generation there, checks that it trained on exactly the
 manifest of the ``data`` stage, and writes ``results/<name>/``: ``metrics.json`` (``dvc metrics``),
 ``training.csv`` (per-epoch loss and accuracy) and ``compatibility.json`` (the compatibility matrix as rows, for the
-heatmap of ``.dvc/plots/compatibility.json``).
+heatmap of ``.dvc/plots/compatibility.json``) — data DVC draws with Vega-Lite, which its HTML page loads from a CDN —
+and the same two views as PNG images, ``training.png`` and ``compatibility.png`` (the pictures the generation's
+MLflow run holds, components/evaluation/plots.py), which ``dvc plots show`` shows with no network.
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ import io
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from components.errors import ConfigError
-from components.io import atomic_write_text
+from components.io import atomic_write_bytes, atomic_write_text
+from flows.artifacts import fmt
 from flows.params import Params, apply_overrides
 from flows.workspace import Workspace, resolve_home
 
 __all__ = [
+    "PNG_PLOTS",
     "compatibility_rows",
     "generation_metrics",
+    "plot_images",
     "prepare_workspace",
     "stage_params",
     "training_csv",
@@ -38,6 +45,10 @@ __all__ = [
 TRANSIENT = ("prefect", ".lock", "staging", "jobs")
 #: the lineage's metric blocks a generation's metrics.json carries
 BLOCKS = ("self", "cross", "parent_self", "p_com", "p_up")
+#: the images each stage writes beside its data: DVC image plots, shown offline (flows/dvc_yaml.py declares them)
+PNG_PLOTS = ("training.png", "compatibility.png")
+#: the metric of the compatibility heatmap (the one ``metrics.json`` summarises as ``compatibility_map``)
+HEATMAP_METRIC = "map"
 
 
 def stage_params(params: Params) -> Params:
@@ -130,9 +141,34 @@ def training_csv(history: list[dict[str, float]]) -> str:
     return buf.getvalue()
 
 
+def _png(draw: Callable[[Path], Path], out: Path) -> bytes:
+    """The bytes of the PNG ``draw`` saves (matplotlib names the format by the file's suffix, so it draws into a
+    temporary folder in ``out``; the caller writes the bytes atomically)."""
+    with tempfile.TemporaryDirectory(dir=out, prefix=".plot-") as tmp:
+        return draw(Path(tmp) / "plot.png").read_bytes()
+
+
+def plot_images(
+    name: str, history: list[dict[str, float]], compatibility: dict[str, Any], names: dict[int, str], out: Path
+) -> dict[str, bytes]:
+    """:data:`PNG_PLOTS` of generation ``name``: its training curves and the compatibility heatmap as of it (mAP)."""
+    from components.evaluation.plots import compat_heatmap, training_curves
+
+    block = compatibility[HEATMAP_METRIC]
+    labels = [names[i] for i in block["generations"]]
+    title = (
+        f"compatibility ({HEATMAP_METRIC}) as of {name}\n"
+        f"AC {fmt(block['ac'], 3)}, AA {fmt(block['aa'], 3)}, ACA {fmt(block['aca'], 3)}"
+    )
+    return {
+        "training.png": _png(lambda p: training_curves(p, history, f"generation {name}: training per epoch"), out),
+        "compatibility.png": _png(lambda p: compat_heatmap(p, block["matrix"], labels, title), out),
+    }
+
+
 def write_results(params: Params, home: Path, name: str, out: Path) -> list[Path]:
-    """``metrics.json``, ``training.csv`` and ``compatibility.json`` of generation ``name`` of the workspace
-    ``home``, written into ``out``; their paths."""
+    """``metrics.json``, ``training.csv``, ``compatibility.json`` and :data:`PNG_PLOTS` of generation ``name`` of the
+    workspace ``home``, written into ``out``; their paths."""
     from components.models.checkpoint import load_torch_safe
 
     with Workspace(home).lineage(params, readonly=True) as store:
@@ -140,12 +176,15 @@ def write_results(params: Params, home: Path, name: str, out: Path) -> list[Path
     entry = next(g for g in lineage if g["name"] == name)
     names = {g["id"]: g["name"] for g in lineage}
     history = list(load_torch_safe(Path(entry["checkpoint"]))["history"])
-    files = {
+    texts = {
         "metrics.json": json.dumps(generation_metrics(entry), indent=2) + "\n",
         "training.csv": training_csv(history),
         "compatibility.json": json.dumps(compatibility_rows(entry["compatibility"], names), indent=2) + "\n",
     }
     out.mkdir(parents=True, exist_ok=True)
-    for file, text in files.items():
+    images = plot_images(name, history, entry["compatibility"], names, out)
+    for file, text in texts.items():
         atomic_write_text(out / file, text)
-    return [out / f for f in files]
+    for file, data in images.items():
+        atomic_write_bytes(out / file, data)
+    return [out / f for f in (*texts, *images)]

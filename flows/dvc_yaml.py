@@ -14,7 +14,9 @@ Layout (what each stage writes):
   started as a copy of the parent stage's (DVC cache);
 * ``results/<name>/`` — stage ``<name>``: ``metrics.json``, ``training.csv``, ``compatibility.json`` (kept in Git,
   ``cache: false``, so every commit and experiment carries them: ``dvc exp show``, ``dvc metrics diff``,
-  ``dvc plots diff``).
+  ``dvc plots diff``), and the PNG images ``training.png`` and ``compatibility.png`` (the stage's ``plots:``, also
+  ``cache: false``): DVC draws the data plots with Vega-Lite, loaded from a CDN, so offline its page shows only the
+  images.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 
 from components.errors import ConfigError
+from flows.dvc_stage import PNG_PLOTS
 from flows.param_keys import generation_keys
 from flows.param_tags import sections, select
 from flows.params import GenerationSpec, Params
@@ -67,6 +70,7 @@ HEADER = """\
 #   <name>    : one stage per generation, in its own workspace outputs/<name>/workspace (a copy of its parent's),
 #               depending only on what shapes it: the parent's workspace, its manifest, the params it reads, the code;
 #               results/<name>/ holds its metrics and plot data (in Git: dvc exp show / metrics diff / plots diff)
+#               and its PNG plots (training curves, compatibility heatmap: `dvc plots show` shows them offline)
 """
 
 
@@ -146,6 +150,7 @@ def _generation_stage(params: Params, raw: dict[str, Any], index: int) -> dict[s
             {f"{res}/compatibility.json": {"cache": False}},
         ],
         "metrics": [{f"{res}/metrics.json": {"cache": False}}],
+        "plots": [{f"{res}/{png}": {"cache": False}} for png in PNG_PLOTS],
     }
 
 

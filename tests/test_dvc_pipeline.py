@@ -3,7 +3,8 @@
 
 `dvc repro` runs the data stage and one stage per generation; a second `dvc repro` is up to date; after committing,
 `dvc exp run -S alignment.weight=0.5` re-runs only g1's stage; `dvc exp show`, `dvc metrics diff`, `dvc params diff`
-show numbers; `dvc plots show` writes the training curves and the compatibility heatmap.
+show numbers; `dvc plots show` writes the training curves and the compatibility heatmap, as Vega-Lite data plots and
+as the PNG images each stage wrote (which the page shows with no network).
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from flows.dvc_stage import PNG_PLOTS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHAIN = ["g0", "g1"]
 
 
@@ -79,6 +83,12 @@ def check_repro(proj: Path) -> None:
     assert m1["backfill_required"] == chain[1]["backfill_required"]
     curve = (proj / "results" / "g1" / "training.csv").read_text().splitlines()
     assert curve[0].startswith("epoch,") and {"loss", "train_accuracy"} <= set(curve[0].split(",")) and len(curve) == 2
+    stages = yaml.safe_load((proj / "dvc.yaml").read_text())["stages"]
+    for name in CHAIN:  # each stage declares its PNG plots and wrote them
+        declared = [next(iter(p)) for p in stages[name]["plots"]]
+        assert declared == [f"results/{name}/training.png", f"results/{name}/compatibility.png"]
+        for png in declared:
+            assert (proj / png).read_bytes()[:8] == PNG_MAGIC, png
     cells = json.loads((proj / "results" / "g1" / "compatibility.json").read_text())
     assert {(c["query"], c["gallery"]) for c in cells if c["metric"] == "map"} == {
         ("g0", "g0"),
@@ -148,6 +158,11 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
     for title in ("training loss", "training accuracy", "compatibility as of g1"):
         assert title in page
     assert page.count('"query": "g1"') >= 2 and '"train_accuracy"' in page  # the data, not only the titles
+    # offline, DVC's Vega-Lite charts stay blank (their script comes from a CDN); the stages' PNGs are local files
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert {Path(i).name for i in images} == {f"workspace_results_{n}_{png}" for n in CHAIN for png in PNG_PLOTS}
+    for src in images:
+        assert (proj / "dvc_plots" / src).read_bytes()[:8] == PNG_MAGIC and "://" not in src
     plots = json.loads(dvc("plots", "diff", "HEAD", "--json", cwd=proj))
     heatmap = plots["data"]["compatibility"][0]["content"]
     assert {row["rev"] for row in heatmap["data"]["values"]} == {"HEAD", "workspace"}

@@ -40,6 +40,11 @@ def test_the_committed_dvc_yaml_is_what_the_generator_writes_from_params_yaml():
     template = REPO / ".dvc" / "plots" / "compatibility.json"
     assert template.is_file() and "<DVC_METRIC_DATA>" in template.read_text()
     assert [next(iter(p)) for p in doc["plots"]] == ["training loss", "training accuracy", "compatibility"]
+    for name in names:  # and each stage's PNG images, which `dvc plots show` shows with no network
+        assert doc["stages"][name]["plots"] == [
+            {f"results/{name}/training.png": {"cache": False}},
+            {f"results/{name}/compatibility.png": {"cache": False}},
+        ]
 
 
 def test_generation_0_depends_on_neither_the_alignment_nor_the_growth_of_zeta_nor_the_backfill_rules():

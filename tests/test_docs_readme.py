@@ -1,0 +1,50 @@
+"""README.md is read in five minutes: at most 200 lines, the two commands CI runs at its top, every page of docs/
+linked from it (and every link to docs/ pointing at a page that exists), and every example home relative."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import REPO
+
+README = REPO / "README.md"
+MAX_LINES = 200
+INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]"'
+COMMANDS = [f"{INSTALL} && .venv/bin/bctflow demo --reset", f"{INSTALL} && .venv/bin/python -m pytest"]
+DOC_LINK = re.compile(r"\]\((docs/[^)#\s]+\.md)(?:#[^)\s]*)?\)")
+ABSOLUTE_HOME = re.compile(r"(?:--home[ =]|BCTFLOW_HOME=)[/~][\w./]")
+
+
+def _readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def test_the_readme_is_at_most_200_lines():
+    lines = _readme().splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES}): move a section to docs/"
+
+
+def test_the_two_commands_open_the_readme_and_ci_runs_the_same_ones():
+    text = _readme()
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert first_block == COMMANDS, "the README's first code block is the demo command and the test command"
+    assert text.index("```bash") < 1200, "the two commands stand at the very top of the README"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert INSTALL in ci and "\n.venv/bin/python -m pytest" in ci, ".ci/run installs and tests as the README says"
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_link_exists():
+    linked = set(DOC_LINK.findall(_readme()))
+    missing = sorted(link for link in linked if not (REPO / link).is_file())
+    assert not missing, f"README.md links pages that do not exist: {missing}"
+    pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+    unlinked = sorted(pages - linked)
+    assert not unlinked, f"docs pages README.md does not link (add them to its Documentation table): {unlinked}"
+
+
+def test_examples_use_relative_homes():
+    texts = {"README.md": _readme()} | {
+        f"docs/{p.name}": p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))
+    }
+    absolute = [f"{name}: {m.group(0)}" for name, text in texts.items() for m in ABSOLUTE_HOME.finditer(text)]
+    assert not absolute, f"examples name absolute homes (use a relative one, e.g. --home runs/demo): {absolute}"

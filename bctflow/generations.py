@@ -310,7 +310,7 @@ def snapshot(
 def lineage(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
-    as_json: bool = typer.Option(False, "--json", help="print the lineage as a JSON array (schema in README)"),
+    as_json: bool = typer.Option(False, "--json", help="print the lineage as JSON (schema: docs/lineage-json.md)"),
 ) -> None:
     """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
     from bctflow.tables import compat_table, lineage_table

@@ -206,7 +206,7 @@ def schedule(
             "or the model-shaping code changed; one run at a time (a run due while one runs waits for it)."
         )
         console.print("  serve it from this process:      bctflow schedule --serve")
-        console.print('  or deploy it to a Prefect server (README "Nightly retraining"):')
+        console.print('  or deploy it to a Prefect server (docs/operations.md, "Nightly retraining"):')
         console.print("    prefect server start                    # another shell")
         console.print("    export PREFECT_API_URL=http://127.0.0.1:4200/api")
         console.print("    bctflow schedule --write-prefect-yaml   # after changing params.yaml `schedule:`")

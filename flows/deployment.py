@@ -41,7 +41,7 @@ DESCRIPTION = "Retrain a new generation when the data, the model-shaping paramet
 HEADER = """\
 # GENERATED from params.yaml `schedule:` by `bctflow schedule --write-prefect-yaml`; do not edit — change params.yaml
 # and run that command again (tests/flows/test_deployment.py checks that this file is what it writes).
-# Prefect deployment of bctflow's nightly retraining (README "Nightly retraining" has the whole recipe):
+# Prefect deployment of bctflow's nightly retraining (docs/operations.md, "Nightly retraining", has the whole recipe):
 #   export PREFECT_API_URL=http://127.0.0.1:4200/api   # the server `prefect server start` runs
 #   prefect work-pool create bctflow --type process
 #   prefect deploy --all                    # from the repository root

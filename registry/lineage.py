@@ -266,7 +266,7 @@ class LineageStore:
         return lineage_timeline(read_rows(self._sessions, self.paths), metric)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """The ``bctflow lineage --json`` document (schema in README.md), its roles read from the timeline."""
+        """The ``bctflow lineage --json`` document (docs/lineage-json.md), its roles read from the timeline."""
         from registry.lineage_json import lineage_document
         from registry.lineage_rows import read_rows
         from registry.timeline import lineage_timeline

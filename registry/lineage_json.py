@@ -1,4 +1,4 @@
-"""The lineage as one JSON document (``bctflow lineage --json``; schema in README.md)."""
+"""The lineage as one JSON document (``bctflow lineage --json``; schema in docs/lineage-json.md)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from bctflow.shell import (
     SetOpt,
     app,
     console,
+    err_console,
     fail,
     finish,
     lineage_of,
@@ -311,6 +312,12 @@ def lineage(
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
     as_json: bool = typer.Option(False, "--json", help="print the lineage as JSON (schema: docs/lineage-json.md)"),
+    png: Path | None = typer.Option(
+        None,
+        "--png",
+        metavar="PATH",
+        help="also write the lineage picture (each generation's state, with a legend) as a PNG to PATH",
+    ),
 ) -> None:
     """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
     from bctflow.tables import compat_table, lineage_table
@@ -319,11 +326,23 @@ def lineage(
     h = resolve_home(home)
     p = parse_params(params, None)
     try:
-        gens, timeline = lineage_of(p, h), timeline_of(p, h)
+        if png is not None and png.is_dir():
+            raise ConfigError(f"--png {png} is a directory; give the PNG file to write, e.g. --png {png}/lineage.png")
+        gens, timeline = lineage_of(p, h), timeline_of(p, h, p.backfill.rules.metric)
     except BctflowError as err:
         fail(err)
     if not gens:
         fail(BctflowError(f"no lineage in {h}; run `bctflow demo` or `bctflow run` first, or pass --home"))
+    if png is not None:
+        from components.evaluation.lineage_plot import lineage_picture
+
+        try:
+            png.parent.mkdir(parents=True, exist_ok=True)
+            n, b = len(timeline.generations), len(timeline.backfills)
+            lineage_picture(png, timeline, f"bctflow lineage as committed: {n} generation(s), {b} backfill(s)")
+        except OSError as err:
+            fail(ConfigError(f"--png {png}: cannot write it ({err.strerror or err}); pick a path you can write"))
+        err_console.print(f"wrote the lineage picture to {png}", soft_wrap=True, highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(gens, indent=2, default=str) + "\n")
         return

@@ -158,9 +158,10 @@ def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
         return store.to_json()
 
 
-def timeline_of(params: Params, home: Path) -> Timeline:
-    """The lineage's timeline (generations and backfills in the order they happened) of the workspace at ``home``."""
+def timeline_of(params: Params, home: Path, metric: str | None = None) -> Timeline:
+    """The lineage's timeline (generations and backfills in the order they happened) of the workspace at ``home``;
+    ``metric``: the metric of its generations' cross and old-old values (None: none)."""
     from flows.workspace import Workspace
 
     with Workspace(home).lineage(params, readonly=True) as store:
-        return store.timeline()
+        return store.timeline(metric)

@@ -3,10 +3,10 @@
 A rule is a function of the evidence and :class:`~flows.params.BackfillRules`, registered with ``@rule("<field>")``
 under the field of ``backfill.rules`` that enables and sets it (null disables it); that field's tag in
 flows/params.py makes it a parameter of an aligned generation's DVC stage. Each enabled rule yields a check
-``{rule, value, threshold, passed, detail}``; the decision is *required* when any check fails, and its reasons are
-the failed checks' details, in plain words. Whether the new generation is compatible with the live gallery is not
-decided here: it is a measured fact (:attr:`BackfillEvidence.compatible`) that the ``require_compatibility`` rule
-reads.
+``{rule, value, threshold, passed, detail, short}``; the decision is *required* when any check fails, and its reasons
+are the failed checks' details, in plain words (``short``: the same in a few characters, for the lineage picture).
+Whether the new generation is compatible with the live gallery is not decided here: it is a measured fact
+(:attr:`BackfillEvidence.compatible`) that the ``require_compatibility`` rule reads.
 """
 
 from __future__ import annotations
@@ -64,8 +64,17 @@ def rule(field: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def _check(name: str, value: float | None, threshold: float | None, passed: bool, detail: str) -> dict[str, Any]:
-    return {"rule": name, "value": value, "threshold": threshold, "passed": bool(passed), "detail": detail}
+def _check(
+    name: str, value: float | None, threshold: float | None, passed: bool, detail: str, short: str
+) -> dict[str, Any]:
+    return {
+        "rule": name,
+        "value": value,
+        "threshold": threshold,
+        "passed": bool(passed),
+        "detail": detail,
+        "short": short,
+    }
 
 
 @rule("require_compatibility")
@@ -79,6 +88,7 @@ def _compatibility(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any]
             False,
             f"the new model cannot query generation {live}'s gallery ({ev.incompatibility}); the gallery must be "
             "re-embedded",
+            f"cannot query g{live}'s gallery",
         )
     if not rules.require_compatibility:
         return None
@@ -91,6 +101,7 @@ def _compatibility(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any]
         ev.compatible,
         f"empirical compatibility {'holds' if ev.compatible else 'fails'} against live gallery generation {live}: "
         f"cross {m} {c:.4f} {rel} its self {m} {s:.4f}",
+        f"cross {c:.3f} {rel} old {s:.3f}",
     )
 
 
@@ -102,10 +113,18 @@ def _p_com_floor(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] |
     v = ev.p_com.get(m)
     if v is None:
         return _check(
-            "p_com_floor", None, floor, True, "P_com not measured (no independent reference trained); rule skipped"
+            "p_com_floor",
+            None,
+            floor,
+            True,
+            "P_com not measured (no independent reference trained); rule skipped",
+            "P_com not measured",
         )
     ok = v >= floor
-    return _check("p_com_floor", v, floor, ok, f"P_com({m}) {v:.3f} {'≥' if ok else '<'} floor {floor:.3f}")
+    rel = "≥" if ok else "<"
+    return _check(
+        "p_com_floor", v, floor, ok, f"P_com({m}) {v:.3f} {rel} floor {floor:.3f}", f"P_com {v:.2f} {rel} {floor:.2f}"
+    )
 
 
 @rule("zeta_ceiling")
@@ -114,8 +133,14 @@ def _zeta_ceiling(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] 
     if ceiling is None or ev.zeta is None:
         return None
     ok = ev.zeta <= ceiling + 1e-12
+    rel = "≤" if ok else ">"
     return _check(
-        "zeta_ceiling", ev.zeta, ceiling, ok, f"clip radius ζ {ev.zeta:.2f} {'≤' if ok else '>'} ceiling {ceiling:.2f}"
+        "zeta_ceiling",
+        ev.zeta,
+        ceiling,
+        ok,
+        f"clip radius ζ {ev.zeta:.2f} {rel} ceiling {ceiling:.2f}",
+        f"ζ {ev.zeta:.2f} {rel} {ceiling:.2f}",
     )
 
 
@@ -126,12 +151,14 @@ def _generations_since_backfill(ev: BackfillEvidence, rules: BackfillRules) -> d
         return None
     n = ev.generations_since_backfill
     ok = n <= limit
+    rel = "≤" if ok else ">"
     return _check(
         "max_generations_since_backfill",
         float(n),
         float(limit),
         ok,
-        f"{n} generation(s) since the gallery was last embedded {'≤' if ok else '>'} limit {limit}",
+        f"{n} generation(s) since the gallery was last embedded {rel} limit {limit}",
+        f"{n} gens since backfill {rel} {limit}",
     )
 
 
@@ -141,13 +168,15 @@ def _clip_fraction(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any]
     if top is None or f is None:
         return None
     ok = f <= top
+    rel = "≤" if ok else ">"
     return _check(
         "clip_fraction_max",
         f,
         top,
         ok,
-        f"{f:.0%} of gallery embeddings sit on the clip radius {'≤' if ok else '>'} {top:.0%}"
+        f"{f:.0%} of gallery embeddings sit on the clip radius {rel} {top:.0%}"
         + ("" if ok else " (the time axis has no room left to encode confidence)"),
+        f"clip {f:.0%} {rel} {top:.0%}",
     )
 
 

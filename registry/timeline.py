@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Step, Timeline
+from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Step, Timeline, short_reasons
 from registry import orm
 from registry.lineage_rows import LineageRows, cross_block, parent_self_block
 
@@ -23,6 +23,8 @@ def _on(values: Mapping[str, float | None] | None, metric: str | None) -> float 
 
 
 def _generation(rows: LineageRows, g: orm.Generation, metric: str | None, forced: bool) -> GenerationStep:
+    """``g``'s step: its roles, cross / old-old values on ``metric`` and backfill decision."""
+    decision = rows.decisions.get(g.id)
     return GenerationStep(
         gen_id=g.id,
         name=g.name,
@@ -35,6 +37,9 @@ def _generation(rows: LineageRows, g: orm.Generation, metric: str | None, forced
         old_old=_on(parent_self_block(rows, g), metric),
         promoted=bool(g.promoted),
         forced=forced,
+        backfill_required=None if decision is None else decision.required,
+        backfill_reasons=() if decision is None else tuple(decision.reasons),
+        backfill_short=() if decision is None else short_reasons(decision.checks),
     )
 
 

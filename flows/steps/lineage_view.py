@@ -3,7 +3,8 @@
 The lineage's timeline (:meth:`registry.lineage.LineageStore.timeline`) with the generation being registered at its
 end, drawn by :func:`components.evaluation.lineage_plot.lineage_picture` into the generation's staging folder; the
 registration logs it as ``lineage/lineage.png`` and the registered model's description shows the newest committed
-generation's (docs/design.md §7.17).
+generation's (docs/design.md §7.17). Each version's description leads with its generation's state in one line
+(:meth:`~components.evaluation.lineage_timeline.Timeline.state`), kept current by :func:`with_state`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from components.evaluation.lineage_plot import lineage_picture
-from components.evaluation.lineage_timeline import GenerationStep, Timeline
+from components.evaluation.lineage_timeline import GenerationStep, Timeline, short_reasons
 from flows.planning import GenerationPlan
 from flows.steps.results import Evaluation
 from registry.lineage import LineageStore
 from registry.tracking.registered_model import MODEL_DESCRIPTION
 
-__all__ = ["LINEAGE_ARTIFACT", "draw_lineage", "model_description", "registering_timeline"]
+__all__ = ["LINEAGE_ARTIFACT", "draw_lineage", "model_description", "registering_timeline", "with_state"]
 
 #: where the picture lies in each generation's run
 LINEAGE_ARTIFACT = "lineage/lineage.png"
@@ -26,7 +27,8 @@ LINEAGE_ARTIFACT = "lineage/lineage.png"
 
 def registering_timeline(plan: GenerationPlan, ev: Evaluation, promoted: bool) -> Timeline:
     """The committed lineage as planned (:attr:`GenerationPlan.timeline`) with this generation — registered, not yet
-    committed — at its end; cross and old-old on the decision metric. ``promoted``: it passed the promotion gate."""
+    committed — at its end; cross and old-old on the decision metric, and the evaluation's backfill decision.
+    ``promoted``: it passed the promotion gate."""
     metric = plan.params.backfill.rules.metric
     cross, old = ev.summary.get("cross") or {}, ev.summary.get("parent_self") or {}
     step = GenerationStep(
@@ -40,6 +42,9 @@ def registering_timeline(plan: GenerationPlan, ev: Evaluation, promoted: bool) -
         cross=cross.get(metric),
         old_old=old.get(metric),
         promoted=promoted,
+        backfill_required=ev.decision.required if plan.parent else None,
+        backfill_reasons=tuple(ev.decision.reasons),
+        backfill_short=short_reasons(ev.decision.checks),
     )
     return plan.timeline.with_pending(step)
 
@@ -67,6 +72,18 @@ def model_description(store: LineageStore) -> str | None:
             f"[{g.mlflow_run_id}](#/runs/{g.mlflow_run_id}), artifact `{LINEAGE_ARTIFACT}`):",
             f"![lineage as of generation {g.id}](get-artifact?path={path}&run_uuid={g.mlflow_run_id})",
             "Boxes: generations (alignment, ζ, version; ✓/✗ the decision metric's cross vs old-old against the live "
-            "gallery); arcs: the generation each aligned to; diamonds: backfills; ★ production.",
+            "gallery), framed green / red by compatibility with the live gallery, filled amber when a backfill is "
+            "required (the reason under the box); above: ★ production, promoted or not promoted; below: the live "
+            "gallery's generation; arcs: the generation each aligned to; diamonds: backfills. The legend is on the "
+            "figure.",
         ]
     )
+
+
+def with_state(description: str, state: str) -> str:
+    """A version's ``description`` led by the one-line ``state``: its first paragraph replaced — or, in a description
+    written before versions led with their state (it opens with ``Generation N (…)``), put before it."""
+    head, _, rest = description.partition("\n\n")
+    if not description or head.startswith("Generation "):
+        return "\n\n".join(filter(None, [state, description]))
+    return "\n\n".join(filter(None, [state, rest]))

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from components.errors import ConfigError, LineageError
 from flows.params import Params
 from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.reconcile import restate_versions
 from flows.steps.registration import gate_failures
 from flows.workspace import Workspace
 
@@ -54,6 +55,7 @@ def promote(
 
             store.record_promotion(gen_id, forced=bool(force and failed), by=by, reason=text, before_commit=move_alias)
             undo.pop_all()
+        restate_versions(tracking, store)  # the versions' one-line states: this one's and the one it replaced
         ptr = store.live_pointer()
         accepted = (ptr.compatible_generations or [ptr.generation_id]) if ptr else []
         return {

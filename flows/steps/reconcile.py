@@ -14,6 +14,8 @@ next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``
 * the registered model's description shows the newest committed generation's lineage picture;
 * a committed generation's MLflow run not marked FINISHED (its process was killed or stopped after the commit) ends
   FINISHED.
+* each registered version's description leads with its generation's state as the lineage has it now (a later
+  promotion or backfill changes an older generation's state).
 
 :func:`inspect_workspace` (``bctflow doctor``) also reports what it does not repair on its own:
 registered versions tagged with a generation the lineage does not hold (a run killed before its
@@ -37,13 +39,13 @@ from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.lock import workspace_lock
 from flows.params import Params
-from flows.steps.lineage_view import model_description
+from flows.steps.lineage_view import model_description, with_state
 from flows.steps.reembed import IN_PROGRESS, finished_dir
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.tracking.registered_model import MlflowStore
 
-__all__ = ["PUBLISHING", "Finding", "finish_interrupted", "inspect_workspace", "roll_forward"]
+__all__ = ["PUBLISHING", "Finding", "finish_interrupted", "inspect_workspace", "restate_versions", "roll_forward"]
 
 #: written into ``backfills/in_progress/`` just before a backfill's commit: the index it publishes
 PUBLISHING = "PUBLISHING"
@@ -159,6 +161,27 @@ def _relocation(tracking: MlflowStore, repair: bool) -> list[Finding]:
     return [Finding(what, repair, "`bctflow doctor --repair` (or any command that writes) points them here")]
 
 
+def _version_states(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
+    timeline, described = store.timeline(), tracking.version_descriptions()
+    out = []
+    for g in timeline.generations:
+        if g.version is None or g.version not in described:
+            continue
+        want = with_state(described[g.version], timeline.state(g.gen_id))
+        if want == described[g.version]:
+            continue
+        if repair:
+            tracking.set_version_description(g.version, want)
+        out.append(Finding(f"MLflow version {g.version}'s description does not lead with g{g.gen_id}'s state", repair))
+    return out
+
+
+def restate_versions(tracking: MlflowStore, store: LineageStore) -> list[Finding]:
+    """Lead every registered version's description with its generation's state as the lineage has it now (after a
+    promotion, which changes the promoted generation's state and the one it replaced); what it rewrote."""
+    return _version_states(tracking, store, True)
+
+
 def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
     """A backfill killed after its commit left ``in_progress``: give it its event's name, as the backfill would."""
     work = ws.backfills_dir / IN_PROGRESS
@@ -185,6 +208,7 @@ def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = Non
         if store.count():
             tracking = ws.tracking(params)
             done += _aliases(tracking, store, True) + _description(tracking, store, True) + _runs(tracking, store, True)
+            done += _version_states(tracking, store, True)
         done += _backfill_folder(ws, store, True)
         return [f for f in done if f.repaired]
 
@@ -223,6 +247,7 @@ def finish_interrupted(params: Params, home: Path, store: LineageStore | None = 
             + _aliases(tracking, reader, False)
             + _description(tracking, reader, False)
             + _runs(tracking, reader, False)
+            + _version_states(tracking, reader, False)
             + _backfill_folder(ws, reader, False)
         )
     if not pending:
@@ -245,6 +270,7 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
             found += _relocation(tracking, repair)  # first: a writable store's first client would rewrite the URIs
             found += _aliases(tracking, store, repair) + _orphan_versions(tracking, store, repair)
             found += _description(tracking, store, repair) + _runs(tracking, store, repair)
+            found += _version_states(tracking, store, repair)
         ids = {g.id for g in store.generations()}
         if ws.generations_dir.is_dir():
             for d in sorted(ws.generations_dir.glob("gen_*")):

@@ -55,14 +55,16 @@ def _chain_step(s: GenerationStep | BackfillStep) -> str:
 
 
 def chain_description(plan: GenerationPlan, timeline: Timeline, decision: DecisionRecord) -> str:
-    """The lineage in order, with ζ per step and the backfills between generations; ``timeline``: the lineage with
-    this generation pending at its end (:func:`flows.steps.lineage_view.registering_timeline`)."""
+    """The version's description: its state in one line first (:meth:`Timeline.state`: what MLflow's versions table
+    shows), then the lineage in order, with ζ per step and the backfills between generations; ``timeline``: the
+    lineage with this generation pending at its end (:func:`flows.steps.lineage_view.registering_timeline`)."""
     aligned_to = (
         "nothing (generation 0: base loss only)"
         if plan.parent is None
         else f"generation {plan.parent.id}, whose embeddings fill the live gallery"
     )
     lines = [
+        timeline.state(plan.gen_id),
         f"Generation {plan.gen_id} ({plan.name}) of the bctflow lineage.",
         "Chain: " + " → ".join(_chain_step(s) for s in timeline.steps),
         f"Aligned to: {aligned_to}.",

@@ -339,6 +339,21 @@ class MlflowStore:
                 return []
         return [(str(v.version), v.tags["bctflow.generation"]) for v in found if "bctflow.generation" in v.tags]
 
+    def version_descriptions(self) -> dict[str, str]:
+        """Every registered version's description, by version."""
+        from mlflow.exceptions import MlflowException
+
+        with quiet_mlflow():
+            try:
+                found = self.client().search_model_versions(f"name='{self.model_name}'")
+            except MlflowException:
+                return {}
+        return {str(v.version): v.description or "" for v in found}
+
+    def set_version_description(self, version: str, text: str) -> None:
+        with quiet_mlflow():
+            self.client().update_model_version(self.model_name, version, description=text)
+
     def delete_version(self, version: str) -> None:
         """Delete a registered version, its logged model and its run (an orphan no lineage row refers to: the
         abandoned attempt is undone whole)."""

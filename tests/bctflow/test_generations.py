@@ -1,5 +1,6 @@
 """`bctflow demo` runs params.yaml's `generations:` (bctflow/generations.py): the chain it plans is the declared one,
-and a params.yaml that declares none is refused before anything is written."""
+and a params.yaml that declares none is refused before anything is written. `bctflow lineage --png` draws the
+committed lineage."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from tests.helpers import run_generation, write_params
+from tests.helpers import lineage_story, run_generation, write_params
 
 
 def _demo(tmp_path: Path, generations: str) -> tuple[int, str, Path]:
@@ -85,3 +86,24 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
     assert len(made) == 1 and seen == made  # the last step ran on the very plan make_plan returned
     assert len(opens) <= 3 and opens.count(False) == 1, opens  # read, read under the lock, write the commit
     assert reads.count(parent) == 1, reads
+
+
+def test_lineage_png_writes_the_picture_of_the_committed_lineage_and_refuses_a_folder(tmp_path: Path):
+    home, params = tmp_path / "ws", tmp_path / "params.yaml"
+    home.mkdir()
+    lineage_story(home / "lineage.db").close()
+    write_params(params)
+    out = tmp_path / "pictures" / "lineage.png"  # its folder is made
+    lineage = ["lineage", "--home", str(home), "--params", str(params)]
+    res = CliRunner().invoke(app, [*lineage, "--png", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"wrote the lineage picture to {out}" in res.output and "★ production (forced)" in res.output  # + table
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    res = CliRunner().invoke(app, [*lineage, "--png", str(tmp_path)])
+    assert res.exit_code == 2
+    assert f"error: --png {tmp_path} is a directory; give the PNG file to write" in " ".join(res.output.split())
+    under_a_file = params / "lineage.png"  # its "folder" is a file
+    res = CliRunner().invoke(app, [*lineage, "--png", str(under_a_file)])
+    assert res.exit_code == 2
+    assert f"error: --png {under_a_file}: cannot write it (" in " ".join(res.output.split())
+    assert "pick a path you can write" in res.output

@@ -66,6 +66,13 @@ def test_p_com_floor_zeta_ceiling_generation_limit_and_clip_saturation():
     assert failed == {"p_com_floor", "zeta_ceiling", "max_generations_since_backfill", "clip_fraction_max"}
     assert len(d.reasons) == 4
     assert any("no room left to encode confidence" in r for r in d.reasons)
+    # each failed check says it in a few characters too: what the lineage picture prints under the box
+    assert [c["short"] for c in d.checks if not c["passed"]] == [
+        "P_com 0.30 < 0.50",
+        "ζ 1.20 > 1.10",
+        "1 gens since backfill > 0",
+        "clip 50% > 40%",
+    ]
 
 
 def test_missing_reference_skips_p_com_rule_without_failing():
@@ -88,6 +95,7 @@ def test_gallery_the_model_cannot_query_requires_backfill():
         BackfillRules(require_compatibility=False),
     )
     assert d.required and "cannot query generation 0" in d.reasons[0]
+    assert d.checks[0]["short"] == "cannot query g0's gallery"
 
 
 def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
@@ -103,6 +111,7 @@ def test_rules_read_the_compatibility_fact_and_skip_it_when_not_required():
         "passed": False,
         "detail": "empirical compatibility fails against live gallery generation 0: "
         "cross map 0.5500 ≤ its self map 0.6000",
+        "short": "cross 0.550 ≤ old 0.600",
     }
 
 

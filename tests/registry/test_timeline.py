@@ -11,7 +11,7 @@ from sqlalchemy import update
 from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
 from registry import orm
 from registry.lineage import LineageStore
-from registry.records import BackfillRecord, GenerationBundle, PointerRecord
+from registry.records import BackfillRecord, DecisionRecord, GenerationBundle, PointerRecord
 from tests.helpers import generation_record, lineage_story
 
 
@@ -47,6 +47,33 @@ def test_the_steps_are_the_lineage_in_the_order_it_happened(tmp_path: Path):
         bare = store.timeline()
     assert bare.metric is None and (bare.generations[1].cross, bare.generations[1].old_old) == (None, None)
     assert [type(s) for s in bare.steps] == [type(s) for s in timeline.steps] and bare.backfills == (backfill,)
+
+
+def test_each_generation_carries_its_backfill_decision_in_words_and_in_short(tmp_path: Path):
+    """What the picture and the version's state line read: the decision, its reasons, and each failed check's short
+    text (a check recorded before rules wrote one: its rule and numbers)."""
+    clip = {"rule": "clip_fraction_max", "value": 0.99, "threshold": 0.95, "passed": False, "short": "clip 99% > 95%"}
+    old = {"rule": "zeta_ceiling", "value": 1.4, "threshold": 1.3, "passed": False}
+    ok = {"rule": "compatibility", "value": 0.6, "threshold": 0.5, "passed": True, "short": "cross 0.600 > old 0.500"}
+    with LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}") as store:
+        store.commit_generation(
+            GenerationBundle(
+                generation_record(0, None, promoted=True),
+                decision=DecisionRecord(False, [], [], None),
+                pointer=PointerRecord(0, "/i/0", "g0", compatible_generations=[0]),
+                promotion=(None, "generation 0"),
+            )
+        )
+        g1 = generation_record(1, 0, mlflow_version="2", promoted=False)
+        g1.compatible_with_live = True
+        reasons = ["99% of gallery embeddings sit on the clip radius > 95%", "clip radius ζ 1.40 > ceiling 1.30"]
+        store.commit_generation(GenerationBundle(g1, decision=DecisionRecord(True, reasons, [ok, clip, old], 0)))
+        timeline = store.timeline()
+    g0, g1_step = timeline.generations
+    assert (g0.backfill_required, g0.backfill_reasons, g0.backfill_short) == (False, (), ())
+    assert g1_step.backfill_required and g1_step.backfill_reasons == tuple(reasons)
+    assert g1_step.backfill_short == ("clip 99% > 95%", "zeta_ceiling 1.4 vs 1.3")
+    assert timeline.state(1).startswith("backfill required, not promoted: 99% of gallery embeddings")
 
 
 def test_generations_and_backfills_interleave_by_time_not_by_id(tmp_path: Path):

@@ -67,6 +67,7 @@ def test_with_require_compatibility_off_a_promoted_generation_is_served_by_the_l
     store = ws.lineage(params, readonly=True)
     g1 = store.generation(1)
     assert g1.compatible_with_live is False and not g1.promoted
+    assert tracking.version_descriptions()["2"].startswith("not promoted; not compatible with the live gallery\n\n")
     assert not _queries_accepted(home, 1) and tracking.alias_version(PRODUCTION_ALIAS) == "1"  # g0 still serves
 
     compatible = _commit(home, params_file, "g2", compatible=True)
@@ -105,8 +106,10 @@ def test_a_failed_commit_leaves_the_files_the_pointer_and_the_alias_untouched(g0
 
 
 def test_the_model_description_follows_the_lineage(g0_workspace):
-    """After a commit the registered model's description shows the new generation's lineage picture; one that
-    lags (a process killed between the commit and the description) is reported by `doctor` and rolled forward."""
+    """After a commit the registered model's description shows the new generation's lineage picture, and each
+    version's description leads with its generation's state as the lineage has it now (g0's changed: g1 replaced it
+    in production); one that lags (a process killed between the commit and the descriptions, a description written
+    before versions led with their state) is reported by `doctor` and rolled forward."""
     home, params_file = g0_workspace
     plan = _commit(home, params_file, "g1", compatible=True)
     ws, params = plan.workspace, plan.params
@@ -116,9 +119,21 @@ def test_the_model_description_follows_the_lineage(g0_workspace):
     description = tracking.model_description()
     assert f"get-artifact?path=lineage%2Flineage.png&run_uuid={g1.mlflow_run_id}" in description
     assert f"[{g1.mlflow_run_id}](#/runs/{g1.mlflow_run_id})" in description
-    tracking.set_model_description("stale")
-    assert [f.what for f in inspect_workspace(ws, params)] == [
-        "the registered model's description does not show the newest generation's lineage"
+    versions = tracking.version_descriptions()
+    assert versions["2"].split("\n\n")[:2] == [
+        "production; compatible with the live gallery",
+        "Generation 1 (g1) of the bctflow lineage.",
     ]
-    assert [f.repaired for f in roll_forward(ws, params)] == [True]
+    assert versions["1"].split("\n\n")[:2] == [
+        "promoted, no longer production; its embeddings fill the live gallery",
+        "Generation 0 (g0) of the bctflow lineage.",
+    ]
+    tracking.set_model_description("stale")
+    tracking.set_version_description("1", versions["1"].partition("\n\n")[2])  # as written before state lines
+    assert [f.what for f in inspect_workspace(ws, params)] == [
+        "the registered model's description does not show the newest generation's lineage",
+        "MLflow version 1's description does not lead with g0's state",
+    ]
+    assert [f.repaired for f in roll_forward(ws, params)] == [True, True]
     assert tracking.model_description() == description and inspect_workspace(ws, params) == []
+    assert tracking.version_descriptions() == versions

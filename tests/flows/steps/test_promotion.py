@@ -132,6 +132,10 @@ def test_a_forced_promotion_is_recorded_and_moves_the_alias(workspace):
     uri = ws.tracking_uri(params)
     tag = MlflowClient(uri, uri).get_model_version(MODEL, "2").tags["bctflow.promotion"]
     assert tag.startswith("promoted (forced by alice at ")
+    # the versions' one-line states follow: what MLflow's versions table shows
+    described = ws.tracking(params).version_descriptions()
+    assert described["2"] == "production (forced); not compatible with the live gallery"
+    assert described["1"] == "promoted, no longer production; its embeddings fill the live gallery"
 
 
 def test_a_forced_promotion_without_a_reason_records_the_overridden_gate(workspace):

@@ -87,12 +87,27 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
     assert (pending.gen_id, pending.parent_id, pending.compatible, pending.version) == (1, 0, True, None)
     assert (timeline.production, timeline.live, timeline.metric) == (1, 0, plan.params.backfill.rules.metric)
     assert no.split("\n\n") == [
+        "production; compatible with the live gallery",  # the state first: MLflow's versions table shows it
         "Generation 1 (g1) of the bctflow lineage.",
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, this version]",
         "Aligned to: generation 0, whose embeddings fill the live gallery.",
         "Backfill required: no.",
     ]
     assert yes.split("\n\n")[-1] == "Backfill required: yes — ζ above the ceiling; clip saturated."
+    # a generation whose evaluation required a backfill: the picture's pending box and the state line say so
+    clip = "99% of gallery embeddings sit on the clip radius > 95%"
+    required = DecisionRecord(True, [clip], [COMPAT_OK, {**CLIP_FAIL, "short": "clip 99% > 95%"}], 0)
+    refused = registering_timeline(plan, _evaluation(required, compatible=True), False)
+    *_, pending = refused.steps
+    assert isinstance(pending, GenerationStep) and not pending.promoted
+    assert (pending.backfill_required, pending.backfill_reasons, pending.backfill_short) == (
+        True,
+        (clip,),
+        ("clip 99% > 95%",),
+    )
+    assert chain_description(plan, refused, required).split("\n\n")[0] == (
+        f"backfill required, not promoted: {clip}; compatible with the live gallery"
+    )
 
 
 def _record(gid: int, zeta: float) -> GenerationRecord:
@@ -125,7 +140,7 @@ def test_the_chain_puts_backfills_where_they_happened(g0, tmp_path: Path):
     plan = g1.model_copy(update={"gen_id": 2, "name": "g2", "zeta": 1.2, "parent": parent, "timeline": timeline})
     decision = DecisionRecord(False, [], [], 1)
     text = chain_description(plan, registering_timeline(plan, _evaluation(decision), False), decision)
-    chain = text.split("\n\n")[1]
+    chain = text.split("\n\n")[2]
     assert chain == (
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, v2] → "
         "⟲ full backfill with g1 (539/539 items, ζ restarts at 1.00) → g2 [hbct, ζ=1.20, aligned to g1, this version]"
@@ -176,6 +191,7 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     mv = client.get_model_version(model, reg.version)
     assert int(reg.version) > 1 and mv.run_id == reg.run_id
     assert mv.description == expected_description
+    assert mv.description.split("\n\n")[0] == "not promoted; not compatible with the live gallery"
     tags = mv.tags
     assert tags["bctflow.generation"] == "1" and tags["bctflow.parent_generation"] == "0"
     assert tags["bctflow.parent_version"] == "1" and tags["bctflow.alignment"] == "hbct"

@@ -19,7 +19,14 @@ from flows.steps.results import Evaluation
 from registry.lineage import LineageStore
 from registry.tracking.registered_model import MODEL_DESCRIPTION
 
-__all__ = ["LINEAGE_ARTIFACT", "draw_lineage", "model_description", "registering_timeline", "with_state"]
+__all__ = [
+    "LINEAGE_ARTIFACT",
+    "draw_lineage",
+    "model_description",
+    "picture_markdown",
+    "registering_timeline",
+    "with_state",
+]
 
 #: where the picture lies in each generation's run
 LINEAGE_ARTIFACT = "lineage/lineage.png"
@@ -56,6 +63,13 @@ def draw_lineage(plan: GenerationPlan, timeline: Timeline) -> Path:
     return lineage_picture(plan.staging_dir / "lineage.png", timeline, title)
 
 
+def picture_markdown(run_id: str, alt: str) -> str:
+    """The lineage picture of run ``run_id`` (its artifact :data:`LINEAGE_ARTIFACT`) inline in an MLflow description:
+    the MLflow server's ``get-artifact`` endpoint, relative, so it shows on the registered model's and the version's
+    pages alike."""
+    return f"![{alt}](get-artifact?path={quote(LINEAGE_ARTIFACT, safe='')}&run_uuid={run_id})"
+
+
 def model_description(store: LineageStore) -> str | None:
     """The registered model's description by the lineage: what the model is, and the newest committed generation's
     lineage picture, shown inline (the run's artifact through the MLflow server's ``get-artifact`` endpoint) with a
@@ -64,13 +78,12 @@ def model_description(store: LineageStore) -> str | None:
     if not gens or gens[-1].mlflow_run_id is None:
         return None
     g = gens[-1]
-    path = quote(LINEAGE_ARTIFACT, safe="")
     return "\n\n".join(
         [
             MODEL_DESCRIPTION,
             f"**The lineage** as of generation {g.id} ({g.name}, version {g.mlflow_version}; its run "
             f"[{g.mlflow_run_id}](#/runs/{g.mlflow_run_id}), artifact `{LINEAGE_ARTIFACT}`):",
-            f"![lineage as of generation {g.id}](get-artifact?path={path}&run_uuid={g.mlflow_run_id})",
+            picture_markdown(g.mlflow_run_id, f"lineage as of generation {g.id}"),
             "Boxes: generations (alignment, ζ, version; ✓/✗ the decision metric's cross vs old-old against the live "
             "gallery), framed green / red by compatibility with the live gallery, filled amber when a backfill is "
             "required (the reason under the box); above: ★ production, promoted or not promoted; below: the live "

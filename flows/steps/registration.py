@@ -12,7 +12,7 @@ from components.evaluation.lineage_timeline import BackfillStep, GenerationStep,
 from components.faults import crash_point
 from flows.data import load_splits
 from flows.planning import GenerationPlan
-from flows.steps.lineage_view import draw_lineage, registering_timeline
+from flows.steps.lineage_view import LINEAGE_ARTIFACT, draw_lineage, picture_markdown, registering_timeline
 from flows.steps.mlflow_run import log_training
 from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from registry.records import DecisionRecord
@@ -54,10 +54,11 @@ def _chain_step(s: GenerationStep | BackfillStep) -> str:
     return f"g{s.gen_id} [{s.alignment}, ζ={_zeta(s.zeta)}{aligned}, {version}]"
 
 
-def chain_description(plan: GenerationPlan, timeline: Timeline, decision: DecisionRecord) -> str:
+def chain_description(plan: GenerationPlan, timeline: Timeline, decision: DecisionRecord, run_id: str) -> str:
     """The version's description: its state in one line first (:meth:`Timeline.state`: what MLflow's versions table
-    shows), then the lineage in order, with ζ per step and the backfills between generations; ``timeline``: the
-    lineage with this generation pending at its end (:func:`flows.steps.lineage_view.registering_timeline`)."""
+    shows), then the lineage in order, with ζ per step and the backfills between generations, then the lineage
+    picture its run ``run_id`` holds; ``timeline``: the lineage with this generation pending at its end
+    (:func:`flows.steps.lineage_view.registering_timeline`)."""
     aligned_to = (
         "nothing (generation 0: base loss only)"
         if plan.parent is None
@@ -69,6 +70,8 @@ def chain_description(plan: GenerationPlan, timeline: Timeline, decision: Decisi
         "Chain: " + " → ".join(_chain_step(s) for s in timeline.steps),
         f"Aligned to: {aligned_to}.",
         f"Backfill required: {'yes — ' + '; '.join(decision.reasons) if decision.required else 'no'}.",
+        f"The lineage as this version was registered (its run's `{LINEAGE_ARTIFACT}`):",
+        picture_markdown(run_id, f"lineage as generation {plan.gen_id} is registered"),
     ]
     return "\n\n".join(lines)
 
@@ -118,7 +121,7 @@ def _request(
         data_hash=snap.data_hash,
         checkpoint=Path(trained.checkpoint),
         example=example_images(load_splits(p, ws).test),
-        description=chain_description(plan, timeline, ev.decision),
+        description=chain_description(plan, timeline, ev.decision, run_id),
         run_id=run_id,
         metrics={**_run_metrics(trained, ev), "model/curvature": trained.curvature},
         artifacts={  # the data manifest went to data/ when the snapshot was taken (flows/steps/mlflow_run.py)

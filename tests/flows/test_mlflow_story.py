@@ -169,11 +169,15 @@ def test_the_lineage_picture_is_on_every_run_and_in_the_model_description(story,
     newest = _generation(home, 1)["mlflow_run_id"]
     description = client.get_registered_model(MODEL).description
     assert f"get-artifact?path=lineage%2Flineage.png&run_uuid={newest}" in description
-    # each version's description leads with its generation's state (what MLflow's versions table shows)
+    # each version's description leads with its generation's state (what MLflow's versions table shows) and ends
+    # with the picture its own run holds
     with LineageStore(f"sqlite:///{home / 'lineage.db'}", readonly=True) as store:
         timeline = store.timeline()
     for g in timeline.generations:
-        assert client.get_model_version(MODEL, g.version).description.split("\n\n")[0] == timeline.state(g.gen_id)
+        described = client.get_model_version(MODEL, g.version).description.split("\n\n")
+        assert described[0] == timeline.state(g.gen_id)
+        run_id = _generation(home, g.gen_id)["mlflow_run_id"]
+        assert described[-1].endswith(f"(get-artifact?path=lineage%2Flineage.png&run_uuid={run_id})")
     tags = client.get_model_version(MODEL, "2").tags
     assert list(tags)[:4] == [
         "bctflow.generation",

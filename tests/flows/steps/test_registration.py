@@ -78,8 +78,10 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
     with plan.workspace.lineage(plan.params, readonly=True) as store:
         g = store.generation(0)
     timeline = registering_timeline(plan, _evaluation(no_decision, compatible=True), True)
-    no = chain_description(plan, timeline, no_decision)
-    yes = chain_description(plan, timeline, DecisionRecord(True, ["ζ above the ceiling", "clip saturated"], [], 0))
+    no = chain_description(plan, timeline, no_decision, "run1")
+    yes = chain_description(
+        plan, timeline, DecisionRecord(True, ["ζ above the ceiling", "clip saturated"], [], 0), "run1"
+    )
     assert g.mlflow_version == "1"
     # the picture's steps: g0, then g1 pending at the end, with its cross / old-old on the decision metric
     *_, pending = timeline.steps
@@ -92,8 +94,10 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, this version]",
         "Aligned to: generation 0, whose embeddings fill the live gallery.",
         "Backfill required: no.",
+        "The lineage as this version was registered (its run's `lineage/lineage.png`):",
+        "![lineage as generation 1 is registered](get-artifact?path=lineage%2Flineage.png&run_uuid=run1)",
     ]
-    assert yes.split("\n\n")[-1] == "Backfill required: yes — ζ above the ceiling; clip saturated."
+    assert yes.split("\n\n")[-3] == "Backfill required: yes — ζ above the ceiling; clip saturated."
     # a generation whose evaluation required a backfill: the picture's pending box and the state line say so
     clip = "99% of gallery embeddings sit on the clip radius > 95%"
     required = DecisionRecord(True, [clip], [COMPAT_OK, {**CLIP_FAIL, "short": "clip 99% > 95%"}], 0)
@@ -105,7 +109,7 @@ def test_the_chain_lists_the_lineage_and_the_planned_generation(g0):
         (clip,),
         ("clip 99% > 95%",),
     )
-    assert chain_description(plan, refused, required).split("\n\n")[0] == (
+    assert chain_description(plan, refused, required, "run1").split("\n\n")[0] == (
         f"backfill required, not promoted: {clip}; compatible with the live gallery"
     )
 
@@ -139,7 +143,7 @@ def test_the_chain_puts_backfills_where_they_happened(g0, tmp_path: Path):
         timeline = store.timeline(g1.params.backfill.rules.metric)
     plan = g1.model_copy(update={"gen_id": 2, "name": "g2", "zeta": 1.2, "parent": parent, "timeline": timeline})
     decision = DecisionRecord(False, [], [], 1)
-    text = chain_description(plan, registering_timeline(plan, _evaluation(decision), False), decision)
+    text = chain_description(plan, registering_timeline(plan, _evaluation(decision), False), decision, "run2")
     chain = text.split("\n\n")[2]
     assert chain == (
         "Chain: g0 [independent, ζ=1.00, v1] → g1 [hbct, ζ=1.20, aligned to g0, v2] → "
@@ -178,9 +182,8 @@ def test_register_creates_the_version_with_its_tags_and_aliases(staged):
     ev = Evaluation(
         [], DerivedMetrics(), {"clip_fraction_gallery": 0.5}, decision, {"self": {"map": 0.7}}, [], [], False
     )
-    expected_description = chain_description(plan, registering_timeline(plan, ev, False), decision)
-
     run_id = open_run(plan)
+    expected_description = chain_description(plan, registering_timeline(plan, ev, False), decision, run_id)
     log_snapshot(plan, run_id, snap)
     reg = register(plan, snap, trained, gallery, ev, run_id)
 

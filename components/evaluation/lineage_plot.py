@@ -79,7 +79,7 @@ def lineage_figure(timeline: Timeline, title: str) -> Any:
     ax.set_ylim(-0.98, 0.56)
     ax.axis("off")
     ax.set_title(title, fontsize=10)
-    _legend(ax, columns=max(2, min(6, int(width // 2.2))))
+    _legend(ax, columns=max(2, min(6, int(width // 2.9))))  # a legend column takes ~2.6 inches
     fig.tight_layout()
     return fig
 
@@ -90,7 +90,7 @@ def lineage_picture(path: Path, timeline: Timeline, title: str) -> Path:
 
     fig = lineage_figure(timeline, title)
     try:
-        fig.savefig(path, format="png")
+        fig.savefig(path, format="png", bbox_inches="tight", pad_inches=0.15)  # the legend whole
     finally:
         plt.close(fig)
     return path

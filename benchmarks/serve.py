@@ -258,7 +258,7 @@ def run_serve_bench(
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
         switcher.join(30)
-    res["torch_threads"] = os.cpu_count()
+    res["cpu_cores"] = os.cpu_count()
     (out / "serve.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
     md = out / "report.md"
     md.write_text(_report(res, command))

@@ -68,11 +68,13 @@ def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: 
             422, f"generation {generation} is not in the lineage (it has {list(facts.known)}); `bctflow lineage`"
         )
     if generation not in facts.compatible:
+        fix = f"query with generation {version.query_generation}'s model"
+        if generation > facts.generation:  # a newer model: its backfill would make the gallery serve it
+            fix = f"backfill the gallery with generation {generation}, or {fix}"
         raise QueryError(
             409,
             f"generation {generation}'s vectors cannot search the live gallery (embedded by generation "
-            f"{facts.generation}; it serves the queries of generations {list(facts.compatible)}): backfill the "
-            f"gallery with generation {generation}, or query with generation {version.query_generation}'s model",
+            f"{facts.generation}; it serves the queries of generations {list(facts.compatible)}): {fix}",
         )
     if not isinstance(vector, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector):
         raise QueryError(422, "`vector` must be a JSON list of numbers (the query's embedding)")

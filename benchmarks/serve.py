@@ -11,6 +11,10 @@
    ``steady_p99_ms`` (before) vs ``swap_p99_ms`` (from the switch until 1 s after the first answer of the new version),
    ``failed_requests``, ``mixed_responses``, ``swap_s``;
 6. ``refused_incompatible``: generation 0 vectors against the backfilled gallery (all must get 409).
+
+Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``:
+CPU milliseconds per query of the service process and of the load generator (both on the same cores);
+``forward_cpu_ms_per_item``: the bare forward's; ``load_average_1m_*``: the machine's load around the measurements.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import yaml
 
 from benchmarks.scale import _bctflow, _params
@@ -43,6 +48,11 @@ from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
 
 __all__ = ["run_serve_bench"]
+
+#: torch's intra-op threads, the service's and the bare forward's alike: on 2 cores shared with the load generator
+#: (and other work) a 2-thread forward's spinning threads lose their core and crawl (12–2,300 items/s measured from
+#: one run to the next); one thread is steady
+_TORCH_THREADS = 1
 
 
 def _free_port() -> int:
@@ -93,6 +103,23 @@ def _batch_sizes(base: str) -> tuple[float, float]:
     return values.get("sum", 0.0), values.get("count", 0.0)
 
 
+class _Cpu:
+    """CPU seconds the service process and this one (the load generator) spent between two reads."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.start = self._read()
+
+    def _read(self) -> tuple[float, float]:
+        t = self.proc.cpu_times()
+        return t.user + t.system, time.process_time()
+
+    def per_query_ms(self, n: int) -> tuple[float, float]:
+        """(service, load generator) CPU milliseconds per query over ``n`` queries since construction."""
+        end = self._read()
+        return tuple(1000 * (b - a) / max(n, 1) for a, b in zip(self.start, end))  # type: ignore[return-value]
+
+
 def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, seconds: float = 3.0) -> float:
     index = GalleryIndex.load(index_dir)
     index.search(q[:1], 10, query_generation=gen)
@@ -104,6 +131,7 @@ def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, seconds: float = 3.
 
 
 def _bare_qps(ckpt: Path, images: np.ndarray, batch: int, seconds: float = 3.0) -> float:
+    """Items/s of the model's bare batched forward (``_TORCH_THREADS`` threads, as the service runs it)."""
     import torch
 
     from components.models import load_model
@@ -111,19 +139,25 @@ def _bare_qps(ckpt: Path, images: np.ndarray, batch: int, seconds: float = 3.0) 
 
     model = RetrievalEmbedder(load_model(ckpt).eval())
     x = torch.from_numpy(np.ascontiguousarray(images[:batch]))
-    n, t0 = 0, time.perf_counter()
+    n, t0, threads = 0, time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(_TORCH_THREADS)
     with torch.inference_mode():
         model(x)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             model(x)
             n += len(x)
-    return n / (time.perf_counter() - t0)
+    qps = n / (time.perf_counter() - t0)
+    torch.set_num_threads(threads)
+    return qps
 
 
 def _start_service(home: Path, params_path: Path, port: int, log: Callable[[str], None]) -> subprocess.Popen:
+    """``bctflow serve`` as a child process, its output in ``serve.log`` beside the workspace."""
     cmd = [sys.executable, "-m", "bctflow.cli", "serve", "--home", str(home), "--params", str(params_path)]
-    proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "OMP_NUM_THREADS": str(_TORCH_THREADS)}
+    with open(home.parent / "serve.log", "w") as sink:
+        proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=sink, stderr=subprocess.STDOUT, env=env)
     deadline = time.time() + 180
     while time.time() < deadline:
         try:
@@ -151,6 +185,7 @@ def run_serve_bench(
 ) -> Path:
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
     corpus_dir = work.parent / f"corpus-{items}"
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
@@ -162,6 +197,7 @@ def run_serve_bench(
     params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     common = ["--home", str(home), "--params", str(params_path)]
     res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency, "seconds": seconds}
+    res["torch_threads"] = _TORCH_THREADS
     res["run_g0_s"] = _bctflow(["run", *common, "--generation", "g0"], log)["seconds"]
     res["run_g1_s"] = _bctflow(["run", *common, "--generation", "g1"], log)["seconds"]
     t = time.perf_counter()
@@ -188,6 +224,7 @@ def run_serve_bench(
     proc = _start_service(home, params_path, port, log)
     url = f"http://127.0.0.1:{port}"
     try:
+        load_start = os.getloadavg()[0]  # other processes on the machine: the service and the load share it
         gen0 = httpx.get(f"{url}/generations").json()
         qgen = int(gen0["image_queries_embedded_by"])
         ready.wait(120)
@@ -199,8 +236,10 @@ def run_serve_bench(
             return {"path": "/search?k=10", "content": pngs[i % len(pngs)], "headers": {"content-type": "image/png"}}
 
         run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up
+        cpu = _Cpu(proc.pid)
         v = run_load(url, vec, concurrency=concurrency, seconds=seconds)
         ok = [s for s in v.samples if s.status == 200]
+        res["vector_service_cpu_ms"], res["vector_client_cpu_ms"] = cpu.per_query_ms(len(v.samples))
         wall = max(s.end for s in v.samples) - v.t0
         res.update(vector_qps=len(ok) / wall, vector_p50_ms=percentile_ms(ok, 50), vector_p99_ms=percentile_ms(ok, 99))
         res["vector_failed"] = len(v.samples) - len(ok)
@@ -208,7 +247,9 @@ def run_serve_bench(
         res["vector_vs_inprocess"] = res["vector_qps"] / res["inprocess_search_qps"]
 
         s0, c0 = _batch_sizes(url)
+        cpu = _Cpu(proc.pid)
         m = run_load(url, img, concurrency=concurrency, seconds=seconds)
+        res["image_service_cpu_ms"], res["image_client_cpu_ms"] = cpu.per_query_ms(len(m.samples))
         s1, c1 = _batch_sizes(url)
         ok = [s for s in m.samples if s.status == 200]
         wall = max(s.end for s in m.samples) - m.t0
@@ -217,6 +258,7 @@ def run_serve_bench(
         ckpt = home / "generations" / f"gen_{qgen:03d}" / "model.pt"
         res["bare_forward_qps"] = _bare_qps(ckpt, images, max(1, round(res["mean_image_batch"])))
         res["image_vs_bare"] = res["image_qps"] / res["bare_forward_qps"]
+        res["forward_cpu_ms_per_item"] = 1000 * _TORCH_THREADS / res["bare_forward_qps"]
 
         switched: dict[str, float] = {}
         half = seconds
@@ -247,6 +289,7 @@ def run_serve_bench(
         after = httpx.get(f"{url}/generations").json()
         res["after_swap"] = {k: after[k] for k in ("production_generation", "compatible_generations")}
         res["after_swap"]["version"] = after["live_gallery"]["version"]
+        res["after_swap"]["last_reload_error"] = httpx.get(f"{url}/health").json()["last_reload_error"]
         refused = [
             httpx.post(f"{url}/search", json={"vector": vectors[i].tolist(), "generation": 0, "k": 10})
             for i in range(100)
@@ -259,6 +302,7 @@ def run_serve_bench(
         proc.wait(20)
         switcher.join(30)
     res["cpu_cores"] = os.cpu_count()
+    res["load_average_1m_at_start"], res["load_average_1m_at_end"] = load_start, os.getloadavg()[0]
     (out / "serve.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
     md = out / "report.md"
     md.write_text(_report(res, command))
@@ -290,6 +334,12 @@ def _report(r: dict[str, Any], command: str) -> str:
         "| key | value |",
         "|---|---|",
         *(f"| `{k}` | {f(k)} |" for k in r if not isinstance(r[k], dict)),
+        "",
+        f"Where the CPU goes (image queries): the service spent {f('image_service_cpu_ms')} ms of CPU per query, of "
+        f"which the forward is {f('forward_cpu_ms_per_item')} ms (the bare forward per item at the same batch size, "
+        f"{r['torch_threads']} torch thread); the rest is HTTP, routing, decoding, batching, search and JSON. The load "
+        f"generator spent {f('image_client_cpu_ms')} ms per query on the same cores. Load average (1 min) "
+        f"{f('load_average_1m_at_start')} when the measurements began, {f('load_average_1m_at_end')} at the end.",
         "",
         f"After the swap: {json.dumps(r['after_swap'])}.",
         "",

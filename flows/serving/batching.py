@@ -17,7 +17,8 @@ __all__ = ["DynamicBatcher"]
 
 
 class DynamicBatcher:
-    """Answers ``submit(version, item)`` by calling ``run(version, items)`` on batches of concurrent items."""
+    """Answers ``submit(version, item)`` by calling ``run(version, items)`` on batches of concurrent items; an
+    answer that is an exception is raised to that item's caller alone."""
 
     def __init__(
         self,
@@ -88,5 +89,9 @@ class DynamicBatcher:
                             fut.set_exception(err)
                     continue
                 for (_, _, fut), answer in zip(group, answers):
-                    if not fut.done():
+                    if fut.done():
+                        continue
+                    if isinstance(answer, Exception):
+                        fut.set_exception(answer)
+                    else:
                         fut.set_result(answer)

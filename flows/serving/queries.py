@@ -40,7 +40,7 @@ class VectorQuery:
 
 @dataclass(frozen=True)
 class ImageQuery:
-    image: np.ndarray  # (H, W, C) uint8 at the model's input size
+    data: bytes  # the image file's bytes: decoded in the batch's thread (one thread hop per batch, not per query)
     k: int
 
 
@@ -158,17 +158,36 @@ def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[
     return [(scores[i][own[i]][:k], ids[i][own[i]][:k]) for i in range(len(q))]
 
 
-def answer_images(version: ServedVersion, queries: list[ImageQuery], merge: str) -> list[dict[str, Any]]:
-    """Image queries of one version: one forward pass per model, then the search (merged by rank when asked)."""
-    images = np.stack([q.image for q in queries])
-    k = max(q.k for q in queries)
+def answer_images(
+    version: ServedVersion, queries: list[ImageQuery], merge: str, max_pixels: int
+) -> list[dict[str, Any] | QueryError]:
+    """Image queries of one version: each decoded (a bad one answers with its QueryError, the others go on), one
+    forward pass per model, then the search (merged by rank when asked)."""
+    answers: list[dict[str, Any] | QueryError] = []
+    decoded: list[np.ndarray] = []
+    for q in queries:
+        try:
+            decoded.append(decode_query(q.data, version, max_pixels))
+            answers.append({})
+        except QueryError as err:
+            answers.append(err)
+    good = [i for i, a in enumerate(answers) if not isinstance(a, QueryError)]
+    if good:
+        hits = _search_images(version, np.stack(decoded), [queries[i].k for i in good], merge)
+        for i, h in zip(good, hits):
+            answers[i] = h
+    return answers
+
+
+def _search_images(version: ServedVersion, images: np.ndarray, ks: list[int], merge: str) -> list[dict[str, Any]]:
+    k = max(ks)
     gens = sorted(version.mix) if merge == "rank" and len(version.mix) > 1 else [version.query_generation]
     if len(gens) == 1:
         scores, ids = version.index.search(_embed(version, images, gens[0]), k, query_generation=gens[0])
-        return [_hits(version, scores[i, : q.k], ids[i, : q.k], gens[0]) for i, q in enumerate(queries)]
+        return [_hits(version, scores[i, :qk], ids[i, :qk], gens[0]) for i, qk in enumerate(ks)]
     lists = {g: _own_lists(version, _embed(version, images, g), g, k) for g in gens}
     out = []
-    for i, q in enumerate(queries):
-        s, d, _ = merge_by_rank([lists[g][i] for g in gens], q.k)
+    for i, qk in enumerate(ks):
+        s, d, _ = merge_by_rank([lists[g][i] for g in gens], qk)
         out.append(_hits(version, s, d, gens))
     return out

@@ -4,7 +4,8 @@
    and g1; a full backfill with g1 re-embedded and published beforehand, not yet switched;
 2. ``bctflow serve`` started as a real process on a free loopback port;
 3. vector queries at ``concurrency`` → ``vector_qps`` / p50 / p99, against ``inprocess_search_qps`` (the same index
-   searched in this process, one query per call: the requests' shape);
+   searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also
+   ``inprocess_search_qps_batch1``, one query per call, for reference);
 4. image queries → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare batched
    forward at the mean served batch size, read from ``/metrics``);
 5. image queries while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
@@ -92,13 +93,13 @@ def _png(images: np.ndarray, i: int) -> bytes:
     return buf.getvalue()
 
 
-def _batch_sizes(base: str) -> tuple[float, float]:
-    """(sum, count) of the image batch-size histogram in /metrics."""
+def _batch_sizes(base: str, kind: str) -> tuple[float, float]:
+    """(sum, count) of the batch-size histogram of ``kind`` (image | vector) in /metrics."""
     text = httpx.get(f"{base}/metrics").text
     values = {}
     for line in text.splitlines():
         for key in ("sum", "count"):
-            if line.startswith(f"bctflow_serve_batch_size_{key}") and 'kind="image"' in line:
+            if line.startswith(f"bctflow_serve_batch_size_{key}") and f'kind="{kind}"' in line:
                 values[key] = float(line.split()[-1])
     return values.get("sum", 0.0), values.get("count", 0.0)
 
@@ -120,13 +121,15 @@ class _Cpu:
         return tuple(1000 * (b - a) / max(n, 1) for a, b in zip(self.start, end))  # type: ignore[return-value]
 
 
-def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, seconds: float = 3.0) -> float:
+def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, batch: int, seconds: float = 3.0) -> float:
+    """Queries/s of the index searched in this process, ``batch`` queries per call, k = 10."""
     index = GalleryIndex.load(index_dir)
-    index.search(q[:1], 10, query_generation=gen)
+    index.search(q[:batch], 10, query_generation=gen)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        index.search(q[n % len(q) : n % len(q) + 1], 10, query_generation=gen)
-        n += 1
+        start = n % (len(q) - batch + 1)
+        index.search(q[start : start + batch], 10, query_generation=gen)
+        n += batch
     return n / (time.perf_counter() - t0)
 
 
@@ -236,21 +239,26 @@ def run_serve_bench(
             return {"path": "/search?k=10", "content": pngs[i % len(pngs)], "headers": {"content-type": "image/png"}}
 
         run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up
+        s0, c0 = _batch_sizes(url, "vector")
         cpu = _Cpu(proc.pid)
         v = run_load(url, vec, concurrency=concurrency, seconds=seconds)
+        s1, c1 = _batch_sizes(url, "vector")
+        res["mean_vector_batch"] = (s1 - s0) / max(c1 - c0, 1)
         ok = [s for s in v.samples if s.status == 200]
         res["vector_service_cpu_ms"], res["vector_client_cpu_ms"] = cpu.per_query_ms(len(v.samples))
         wall = max(s.end for s in v.samples) - v.t0
         res.update(vector_qps=len(ok) / wall, vector_p50_ms=percentile_ms(ok, 50), vector_p99_ms=percentile_ms(ok, 99))
         res["vector_failed"] = len(v.samples) - len(ok)
-        res["inprocess_search_qps"] = _inprocess_qps(old_index, vectors, 0)
+        batch = max(1, round(res["mean_vector_batch"]))
+        res["inprocess_search_qps"] = _inprocess_qps(old_index, vectors, 0, batch)
+        res["inprocess_search_qps_batch1"] = _inprocess_qps(old_index, vectors, 0, 1)
         res["vector_vs_inprocess"] = res["vector_qps"] / res["inprocess_search_qps"]
 
-        s0, c0 = _batch_sizes(url)
+        s0, c0 = _batch_sizes(url, "image")
         cpu = _Cpu(proc.pid)
         m = run_load(url, img, concurrency=concurrency, seconds=seconds)
         res["image_service_cpu_ms"], res["image_client_cpu_ms"] = cpu.per_query_ms(len(m.samples))
-        s1, c1 = _batch_sizes(url)
+        s1, c1 = _batch_sizes(url, "image")
         ok = [s for s in m.samples if s.status == 200]
         wall = max(s.end for s in m.samples) - m.t0
         res.update(image_qps=len(ok) / wall, image_p50_ms=percentile_ms(ok, 50), image_p99_ms=percentile_ms(ok, 99))

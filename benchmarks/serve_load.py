@@ -83,9 +83,7 @@ async def _run(
     timeout = aiohttp.ClientTimeout(total=30.0)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         until, budget = load.t0 + seconds, [max_requests]
-        tasks = [
-            asyncio.create_task(_client(session, base, request, until, budget, load)) for _ in range(concurrency)
-        ]
+        tasks = [asyncio.create_task(_client(session, base, request, until, budget, load)) for _ in range(concurrency)]
         if during is not None:
             await asyncio.get_running_loop().run_in_executor(None, during, load.t0)
         await asyncio.gather(*tasks)

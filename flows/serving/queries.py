@@ -160,18 +160,19 @@ def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[
 
 def answer_images(
     version: ServedVersion, queries: list[ImageQuery], merge: str, max_pixels: int
-) -> list[dict[str, Any] | QueryError]:
-    """Image queries of one version: each decoded (a bad one answers with its QueryError, the others go on), one
-    forward pass per model, then the search (merged by rank when asked)."""
-    answers: list[dict[str, Any] | QueryError] = []
+) -> list[dict[str, Any] | Exception]:
+    """Image queries of one version: each decoded (one that fails answers with its error, a QueryError or whatever
+    the decoder raised, and the others go on), one forward pass per model, then the search (merged by rank when
+    asked)."""
+    answers: list[dict[str, Any] | Exception] = []
     decoded: list[np.ndarray] = []
     for q in queries:
         try:
             decoded.append(decode_query(q.data, version, max_pixels))
             answers.append({})
-        except QueryError as err:
+        except Exception as err:  # that query's caller gets it (a 4xx, or a 500); its batch goes on
             answers.append(err)
-    good = [i for i, a in enumerate(answers) if not isinstance(a, QueryError)]
+    good = [i for i, a in enumerate(answers) if not isinstance(a, Exception)]
     if good:
         hits = _search_images(version, np.stack(decoded), [queries[i].k for i in good], merge)
         for i, h in zip(good, hits):

@@ -11,6 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from flows.params import load_params
+from flows.serving.queries import ImageQuery, QueryError, answer_images
+from flows.serving.version import load_version
+from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running
 
 LIMITS = ["serve.max_k=50", "serve.max_pixels=1024", "serve.max_body_bytes=200000", "serve.max_queries=4"]
@@ -152,3 +156,20 @@ def test_a_base64_image_in_json_is_answered_like_its_bytes(service):
     assert raw["ids"] == wrapped["ids"]
     refused = httpx.get(f"{url}/metrics").text
     assert 'bctflow_serve_refused_queries_total{status="422"}' in refused
+
+
+def test_an_image_that_does_not_decode_fails_alone_and_its_batch_is_answered(served_ws):
+    """Images are decoded in their batch's thread: a bad one gets its error, the others in that batch their hits."""
+    home, params_file = served_ws
+    version = load_version(Workspace(home), load_params(params_file), device="cpu", merge="none")
+    noise = [Image.fromarray(np.random.default_rng(s).integers(0, 255, (8, 8), dtype=np.uint8)) for s in (0, 1)]
+    pngs = []
+    for img in noise:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        pngs.append(buf.getvalue())
+    queries = [ImageQuery(pngs[0], 5), ImageQuery(b"not an image", 5), ImageQuery(pngs[1], 3)]
+    answers = answer_images(version, queries, "none", max_pixels=1024)
+    assert isinstance(answers[1], QueryError) and answers[1].status == 415
+    assert [len(a["ids"]) for a in (answers[0], answers[2])] == [5, 3]  # type: ignore[index]
+    assert answers[0]["answered_by"]["version"] == version.number  # type: ignore[index]

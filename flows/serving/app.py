@@ -53,8 +53,8 @@ def _error(status: int, message: str) -> Response:
 class _Guard:
     """Pure ASGI middleware around every route: the bearer token, request counts by status, latency.
 
-    (``@app.middleware("http")`` would wrap each request in a task and a memory stream of its own: a large share of
-    a small query's cost.)
+    (``@app.middleware("http")`` would wrap each request in a task and a memory stream of its own, per-request work
+    a small query does not need.)
     """
 
     def __init__(self, app: ASGIApp, *, metrics: ServeMetrics, token: str | None) -> None:

@@ -8,7 +8,7 @@ and writes nothing. The commands live in :mod:`bctflow.generations` and
 
 from __future__ import annotations
 
-from bctflow import generations, operations, stages  # noqa: F401 (registers the commands)
+from bctflow import generations, operations, serve, stages  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError

@@ -21,12 +21,16 @@ from benchmarks.report import report_header, write_report_files
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import make_scenario
 from components.evaluation import COMPAT_METRICS, gallery_metrics
+from components.evaluation.retrieval import retrieval_scores
+from components.evaluation.topk import topk_metrics
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.mixed import backfill_order, mix_galleries
+from components.indexing.mixed import backfill_order, merge_by_rank, mix_galleries
 
 __all__ = ["FRACTIONS", "run_partial_backfill"]
 
 FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
+#: queries of the served-mAP measurement (each ranks the whole gallery twice)
+SERVED_QUERIES = 2000
 
 
 @dataclass
@@ -42,7 +46,7 @@ class CurveResult:
 def run_partial_backfill(bench: Bench, method: str = "hbct", random_seeds: int = 5) -> CurveResult:
     old, new = _curve_models(bench, method)
     ks = tuple(bench.params.evaluation.cmc_k)
-    curves = {"uncertainty": _curve(old.test, new.test, backfill_order(old.test, "uncertainty", seed=0), ks)}
+    curves = {"uncertainty": _curve(old.test, new.test, backfill_order(old.test, "uncertainty", seed=0), ks, True)}
     runs = [_curve(old.test, new.test, backfill_order(old.test, "random", seed=s), ks) for s in range(random_seeds)]
     curves["random"] = {k: list(np.mean([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
     spread = {k: list(np.std([r[k] for r in runs], axis=0)) for k in COMPAT_METRICS}
@@ -99,12 +103,43 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
     return old, new
 
 
+def served_maps(old: GalleryEmbeddings, new: GalleryEmbeddings, mixed: GalleryEmbeddings, pos: np.ndarray) -> dict:
+    """mAP@R of what ``bctflow serve`` answers over the mixed gallery (items at ``pos`` re-embedded by ``new``):
+    ``served_map``, new queries over every vector (``serve.merge: none``); ``served_map_rank``, each generation's
+    vectors ranked by its own query and the lists merged by rank (``serve.merge: rank``). Full-depth lists, the
+    first :data:`SERVED_QUERIES` queries, leave-one-out."""
+    geo, k = mixed.retrieval_geometry, mixed.curvature
+    nq = min(len(new), SERVED_QUERIES)
+    gallery, ids = mixed.vectors(), mixed.ids
+    is_new = np.zeros(len(mixed), dtype=bool)
+    is_new[pos] = True
+    s_new = retrieval_scores(new.vectors_against(mixed)[:nq], gallery, geo, k)
+    s_old = retrieval_scores(old.vectors_against(mixed)[:nq], gallery, geo, k)
+    plain = ids[np.argsort(-s_new, axis=1, kind="stable")]
+    merged = np.empty_like(plain)
+    for i in range(nq):
+        lists = []
+        for scores, own in ((s_new[i], is_new), (s_old[i], ~is_new)):
+            rows = np.flatnonzero(own)
+            rows = rows[np.argsort(-scores[rows], kind="stable")]
+            lists.append((scores[rows], ids[rows]))
+        merged[i] = merge_by_rank(lists, len(ids))[1]
+
+    def map_r(neighbours: np.ndarray) -> float:
+        return topk_metrics(neighbours, new.ids[:nq], new.labels[:nq], ids, mixed.labels, ks=(1,))["map@R"]
+
+    return {"served_map": map_r(plain), "served_map_rank": map_r(merged)}
+
+
 def _curve(
-    old: GalleryEmbeddings, new: GalleryEmbeddings, order: np.ndarray, ks: tuple[int, ...]
+    old: GalleryEmbeddings, new: GalleryEmbeddings, order: np.ndarray, ks: tuple[int, ...], served: bool = False
 ) -> dict[str, list[float]]:
-    """CMC@1 and mAP of ``new``'s queries at each of :data:`FRACTIONS`, the first f·N of ``order`` (N,) backfilled."""
+    """CMC@1 and mAP of ``new``'s queries at each of :data:`FRACTIONS`, the first f·N of ``order`` (N,) backfilled;
+    ``served``: also the served mAP@R without and with ``serve.merge: rank`` (:func:`served_maps`)."""
     n = len(old)
     out: dict[str, list[float]] = {"cmc@1": [], "map": []}
+    if served:
+        out |= {"served_map": [], "served_map_rank": []}
     for f in FRACTIONS:
         pos = np.sort(order[: round(f * n)])
         part = replace(
@@ -120,6 +155,9 @@ def _curve(
         m = gallery_metrics(new, mixed, ks=ks)
         out["cmc@1"].append(m["cmc@1"])
         out["map"].append(m["map"])
+        if served:
+            for key, value in served_maps(old, new, mixed, pos).items():
+                out[key].append(value)
     return out
 
 
@@ -182,6 +220,7 @@ def _partial_lines(res: CurveResult, ctx: dict[str, Any], area: dict[str, float]
         "by the new model, chosen by the old vectors' hyperbolic uncertainty (highest first) or at random "
         f"(mean ± std over {len(res.seeds)} seeds). Old self: {old_self}; new self: {new_self}.",
         "",
+        *_served_lines(res),
         "| fraction | CMC@1 uncertainty | CMC@1 random | mAP uncertainty | mAP random (± std) "
         "| mAP gain of uncertainty |",
         "|---:|---:|---:|---:|---:|---:|",
@@ -199,6 +238,25 @@ def _partial_lines(res: CurveResult, ctx: dict[str, Any], area: dict[str, float]
         "",
         "Plot: `curve.png`.",
     ]
+
+
+def _served_lines(res: CurveResult) -> list[str]:
+    """What ``bctflow serve`` answers at each fraction (uncertainty order): mAP@R without and with merge by rank."""
+    u = res.curves["uncertainty"]
+    if "served_map" not in u:
+        return []
+    lines = [
+        "Served mAP@R (uncertainty order; what `bctflow serve` answers, full-depth lists): `serve.merge: none` "
+        "searches the mixed gallery with the new model's query; `serve.merge: rank` searches each generation's "
+        "vectors with its own model's query and merges the lists by rank (Seo et al., WACV'25).",
+        "",
+        "| fraction | served mAP@R (merge: none) | served mAP@R (merge: rank) | rank − none |",
+        "|---:|---:|---:|---:|",
+    ]
+    for i, f in enumerate(res.fractions):
+        a, b = u["served_map"][i], u["served_map_rank"][i]
+        lines.append(f"| {f:.2f} | {a:.4f} | {b:.4f} | {b - a:+.4f} |")
+    return [*lines, ""]
 
 
 def _write_partial_csv(res: CurveResult, path: Path) -> None:

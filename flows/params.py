@@ -32,6 +32,7 @@ from pydantic import (
 from components.errors import ConfigError
 from flows.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
 from flows.param_tags import AlignedModel, AlignedOutput, Data, Model, Output, RunOption, pick, sections, select
+from flows.serve_params import ServeParams
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
@@ -318,6 +319,7 @@ class Params(_Strict):
     tracking: TrackingParams = TrackingParams()
     lineage: LineageParams = LineageParams()
     schedule: ScheduleParams = ScheduleParams()
+    serve: ServeParams = ServeParams()
 
     @model_validator(mode="after")
     def _unique_generation_names(self) -> Params:

@@ -9,6 +9,9 @@ the same geometry, width and curvature) plus a per-item generation stamp.
   about gain most from the new model — bctflow's uncertainty-prioritised backfill;
 * ``random``: a seeded permutation;
 * ``oldest``: items embedded by the oldest generation first (ties random).
+
+While a partial backfill runs, :func:`merge_by_rank` serves the mixed gallery the way Seo et al. (WACV'25) do: each
+generation's vectors are searched with that generation's own query and the ranked lists are merged by rank.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from components.indexing.gallery import GalleryEmbeddings
 
-__all__ = ["ORDERS", "backfill_order", "item_uncertainty", "mix_galleries", "order_items"]
+__all__ = ["ORDERS", "backfill_order", "item_uncertainty", "merge_by_rank", "mix_galleries", "order_items"]
 
 ORDERS = ("uncertainty", "random", "oldest")
 
@@ -92,3 +95,23 @@ def mix_galleries(current: GalleryEmbeddings, part: GalleryEmbeddings, positions
         clipped=put(current.clipped, part.clipped),
         logits=logits,
     )
+
+
+def merge_by_rank(lists: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge per-generation ranked lists by rank (Seo et al., WACV'25): the first of every list, then the seconds, ….
+
+    ``lists``: one (scores (m,), ids (m,)) per generation, each best first, each searched with that generation's own
+    query over that generation's vectors only (id -1: no item). Items of equal rank are ordered by score (their own
+    generation's), ties by list order. Returns the top ``k`` as (scores, ids, list index) (each (<= k,)).
+    """
+    ranks, scores, ids, source = [], [], [], []
+    for i, (s, d) in enumerate(lists):
+        keep = np.asarray(d) >= 0
+        n = int(keep.sum())
+        ranks.append(np.arange(n))
+        scores.append(np.asarray(s, dtype=np.float64)[keep])
+        ids.append(np.asarray(d, dtype=np.int64)[keep])
+        source.append(np.full(n, i, dtype=np.int64))
+    r, s, d, src = (np.concatenate(a) for a in (ranks, scores, ids, source))
+    order = np.lexsort((src, -s, r))[:k]  # by rank, then by score (descending), then by list
+    return s[order], d[order], src[order]

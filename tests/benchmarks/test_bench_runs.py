@@ -204,9 +204,13 @@ def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
         assert res.curves[order]["cmc@1"][-1] == pytest.approx(new_self["cmc@1"])
     assert res.curves["uncertainty"]["map"][0] == res.curves["random"]["map"][0]  # f = 0: pure cross retrieval
     assert res.spread["map"][0] == 0.0 and res.spread["map"][-1] == 0.0
+    served = res.curves["uncertainty"]
+    assert served["served_map"][-1] == pytest.approx(served["served_map_rank"][-1])  # f = 1: one generation, no merge
+    assert len(served["served_map_rank"]) == len(FRACTIONS)
     assert old.key  # the old model is the cached one the curve used
     md = write_partial_report(res, CTX, tmp_path / "pb")
     assert (tmp_path / "pb" / "curve.png").stat().st_size > 1000 and "Area under the mAP curve" in md.read_text()
+    assert "served mAP@R (merge: rank)" in md.read_text()
 
 
 def test_method_params_override_only_that_methods_model(tmp_path: Path):

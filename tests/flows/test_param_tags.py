@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from flows.param_tags import Model, RunOption, Shapes, leaf_tags, pick, sections, select
 from flows.params import Params, apply_overrides, load_params, params_digest
+from flows.serve_params import ServeParams
 from tests.conftest import REPO
 
 # --- the lists as they were hand-kept before the tags (flows/params.py, flows/dvc_yaml.py) ---
@@ -62,6 +63,7 @@ OLD_NEVER = {
     "lineage.db_url",
     "schedule.cron",
     "schedule.timezone",
+    *(f"serve.{k}" for k in ServeParams.model_fields),  # the query service's settings (added with it)
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

@@ -159,3 +159,14 @@ def test_the_pointer_serves_the_index_it_records_and_an_old_pointer_reads_the_ve
     assert live.index().ntotal == 40 and live.serving_index() == version.evaluation_index.resolve()
     # so the roll-forward (any command, or doctor --repair) rewrites it with the key
     assert not live.matches(version.evaluation_index, serving_index=version.evaluation_index)
+
+
+def test_merge_by_rank_interleaves_the_lists_by_rank_then_score():
+    from components.indexing.mixed import merge_by_rank
+
+    new = (np.array([0.9, 0.5, 0.1]), np.array([10, 11, 12]))
+    old = (np.array([0.95, 0.2, -1.0]), np.array([20, 21, -1]))  # -1: no third item
+    scores, ids, src = merge_by_rank([new, old], 5)
+    assert ids.tolist() == [20, 10, 11, 21, 12]  # rank 1 of both (higher score first), then rank 2, …
+    assert src.tolist() == [1, 0, 0, 1, 0] and scores[0] == 0.95
+    assert merge_by_rank([new, old], 2)[1].tolist() == [20, 10]

@@ -1,0 +1,362 @@
+"""``bctflow bench serve``: the query service under a bounded load on loopback, over a gallery of the scale corpus.
+
+1. the scale corpus (:mod:`benchmarks.scale_corpus`) and ``bctflow run`` g0 (its gallery, indexed with ``--index``)
+   and g1; a full backfill with g1 re-embedded and published beforehand, not yet switched;
+2. ``bctflow serve`` started as a real process on a free loopback port;
+3. vector queries at ``concurrency`` → ``vector_qps`` / p50 / p99, against ``inprocess_search_qps`` (the same index
+   searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also
+   ``inprocess_search_qps_batch1``, one query per call, for reference);
+4. image queries → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare batched
+   forward at the mean served batch size, read from ``/metrics``);
+5. image queries while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
+   ``steady_p99_ms`` (before) vs ``swap_p99_ms`` (from the switch until 1 s after the first answer of the new version),
+   ``failed_requests``, ``mixed_responses``, ``swap_s``;
+6. ``refused_incompatible``: generation 0 vectors against the backfilled gallery (all must get 409).
+
+Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``:
+CPU milliseconds per query of the service process and of the load generator (both on the same cores);
+``forward_cpu_ms_per_item``: the bare forward's; ``load_average_1m_*``: the machine's load around the measurements.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+import yaml
+
+from benchmarks.scale import _bctflow, _params
+from benchmarks.scale_corpus import build_scale_corpus
+from benchmarks.serve_load import percentile_ms, run_load
+from components.data.catalog import load_dataset
+from components.indexing import GalleryIndex
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from flows.params import params_from_dict
+
+__all__ = ["run_serve_bench"]
+
+#: torch's intra-op (and FAISS's OpenMP) threads, the service's and the in-process baselines' alike: on 2 cores shared
+#: with the load generator (and other work) a 2-thread forward's spinning threads lose their core and crawl (12–2,300
+#: items/s measured from one run to the next; in-process HNSW search 1,320 vs 10,110 q/s); one thread is steady
+_TORCH_THREADS = 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[str, float]]:
+    """A full backfill with g1: re-embedded and published, not switched. Returns (plan, index dir, metrics)."""
+    from flows.steps import publish, reembed
+    from flows.workspace import Workspace
+
+    p = params_from_dict(raw, "serve benchmark params")
+    plan = reembed.start(reembed.plan_backfill(p, Workspace(home), target=1, fraction=1.0))
+    reembed.reembed(plan, lambda n: None)
+    index_dir, metrics = publish.publish(plan)
+    return plan, str(index_dir), metrics
+
+
+def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any) -> None:
+    """Child process: import and open everything first, then switch the live pointer when told."""
+    from flows.steps import publish
+
+    plan.workspace.tracking(plan.params)
+    ready.set()
+    go.wait()
+    publish.switch(plan, Path(index_dir), metrics)
+
+
+def _png(images: np.ndarray, i: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    img = images[i % len(images)]
+    Image.fromarray(img[:, :, 0] if img.shape[2] == 1 else img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _batch_sizes(base: str, kind: str) -> tuple[float, float]:
+    """(sum, count) of the batch-size histogram of ``kind`` (image | vector) in /metrics."""
+    text = httpx.get(f"{base}/metrics").text
+    values = {}
+    for line in text.splitlines():
+        for key in ("sum", "count"):
+            if line.startswith(f"bctflow_serve_batch_size_{key}") and f'kind="{kind}"' in line:
+                values[key] = float(line.split()[-1])
+    return values.get("sum", 0.0), values.get("count", 0.0)
+
+
+class _Cpu:
+    """CPU seconds the service process and this one (the load generator) spent between two reads."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.start = self._read()
+
+    def _read(self) -> tuple[float, float]:
+        t = self.proc.cpu_times()
+        return t.user + t.system, time.process_time()
+
+    def per_query_ms(self, n: int) -> tuple[float, float]:
+        """(service, load generator) CPU milliseconds per query over ``n`` queries since construction."""
+        end = self._read()
+        return tuple(1000 * (b - a) / max(n, 1) for a, b in zip(self.start, end))  # type: ignore[return-value]
+
+
+def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, batch: int, seconds: float = 3.0) -> float:
+    """Queries/s of the index searched in this process, ``batch`` queries per call, k = 10, FAISS on
+    ``_TORCH_THREADS`` OpenMP threads like the service (started with ``OMP_NUM_THREADS``)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(_TORCH_THREADS)
+    index = GalleryIndex.load(index_dir)
+    index.search(q[:batch], 10, query_generation=gen)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        start = n % (len(q) - batch + 1)
+        index.search(q[start : start + batch], 10, query_generation=gen)
+        n += batch
+    qps = n / (time.perf_counter() - t0)
+    faiss.omp_set_num_threads(threads)
+    return qps
+
+
+def _bare_qps(ckpt: Path, images: np.ndarray, batch: int, seconds: float = 3.0) -> float:
+    """Items/s of the model's bare batched forward (``_TORCH_THREADS`` threads, as the service runs it)."""
+    import torch
+
+    from components.models import load_model
+    from components.models.export import RetrievalEmbedder
+
+    model = RetrievalEmbedder(load_model(ckpt).eval())
+    x = torch.from_numpy(np.ascontiguousarray(images[:batch]))
+    n, t0, threads = 0, time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(_TORCH_THREADS)
+    with torch.inference_mode():
+        model(x)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            model(x)
+            n += len(x)
+    qps = n / (time.perf_counter() - t0)
+    torch.set_num_threads(threads)
+    return qps
+
+
+def _start_service(home: Path, params_path: Path, port: int, log: Callable[[str], None]) -> subprocess.Popen:
+    """``bctflow serve`` as a child process, its output in ``serve.log`` beside the workspace."""
+    cmd = [sys.executable, "-m", "bctflow.cli", "serve", "--home", str(home), "--params", str(params_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(_TORCH_THREADS)}
+    with open(home.parent / "serve.log", "w") as sink:
+        proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=sink, stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json().get("ready"):
+                log(f"service ready on port {port}")
+                return proc
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("bctflow serve never became ready")
+
+
+def run_serve_bench(
+    out: Path,
+    work: Path,
+    *,
+    items: int,
+    index_type: str,
+    concurrency: int,
+    seconds: float,
+    profile: str,
+    command: str,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
+    corpus_dir = work.parent / f"corpus-{items}"
+    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
+    build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
+    raw = _params(profile, corpus_dir, index_type, 8192, 1, None)
+    home = work / "ws"
+    subprocess.run(["rm", "-rf", str(home)], check=True)
+    home.mkdir(parents=True)
+    params_path = work / "params.yaml"
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    common = ["--home", str(home), "--params", str(params_path)]
+    res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency, "seconds": seconds}
+    res["torch_threads"] = _TORCH_THREADS
+    res["run_g0_s"] = _bctflow(["run", *common, "--generation", "g0"], log)["seconds"]
+    res["run_g1_s"] = _bctflow(["run", *common, "--generation", "g1"], log)["seconds"]
+    t = time.perf_counter()
+    plan, new_index, metrics = _prepare_backfill(home, raw)
+    res["backfill_prepare_s"] = time.perf_counter() - t
+    live = LivePointer(home / "live")
+    old_index = live.serving_index()
+    store = GalleryStore(GalleryVersion.of_index(live.pointer()["index"]).serving().gallery)
+    vectors = next(store.parts()).gallery.vectors()[:2000]
+    images = base.images[:256]
+    if images.ndim == 3:
+        images = images[:, :, :, None]
+    import torch
+
+    from components.data.sources.decode import resize_uint8  # the corpus's images are 16×16
+
+    images = resize_uint8(torch.from_numpy(images).permute(0, 3, 1, 2), 16).permute(0, 2, 3, 1).numpy()
+    pngs = [_png(images, i) for i in range(len(images))]
+    ctx = mp.get_context("spawn")
+    ready, go = ctx.Event(), ctx.Event()
+    switcher = ctx.Process(target=_switch_when_told, args=(plan, new_index, metrics, ready, go))
+    switcher.start()
+    port = _free_port()
+    proc = _start_service(home, params_path, port, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        load_start = os.getloadavg()[0]  # other processes on the machine: the service and the load share it
+        gen0 = httpx.get(f"{url}/generations").json()
+        qgen = int(gen0["image_queries_embedded_by"])
+        ready.wait(120)
+
+        def vec(i: int) -> dict[str, Any]:
+            return {"path": "/search", "json": {"vector": vectors[i % len(vectors)].tolist(), "generation": 0, "k": 10}}
+
+        def img(i: int) -> dict[str, Any]:
+            return {"path": "/search?k=10", "content": pngs[i % len(pngs)], "headers": {"content-type": "image/png"}}
+
+        run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up
+        s0, c0 = _batch_sizes(url, "vector")
+        cpu = _Cpu(proc.pid)
+        v = run_load(url, vec, concurrency=concurrency, seconds=seconds)
+        s1, c1 = _batch_sizes(url, "vector")
+        res["mean_vector_batch"] = (s1 - s0) / max(c1 - c0, 1)
+        ok = [s for s in v.samples if s.status == 200]
+        res["vector_service_cpu_ms"], res["vector_client_cpu_ms"] = cpu.per_query_ms(len(v.samples))
+        wall = max(s.end for s in v.samples) - v.t0
+        res.update(vector_qps=len(ok) / wall, vector_p50_ms=percentile_ms(ok, 50), vector_p99_ms=percentile_ms(ok, 99))
+        res["vector_failed"] = len(v.samples) - len(ok)
+        batch = max(1, round(res["mean_vector_batch"]))
+        res["inprocess_search_qps"] = _inprocess_qps(old_index, vectors, 0, batch)
+        res["inprocess_search_qps_batch1"] = _inprocess_qps(old_index, vectors, 0, 1)
+        res["vector_vs_inprocess"] = res["vector_qps"] / res["inprocess_search_qps"]
+
+        s0, c0 = _batch_sizes(url, "image")
+        cpu = _Cpu(proc.pid)
+        m = run_load(url, img, concurrency=concurrency, seconds=seconds)
+        res["image_service_cpu_ms"], res["image_client_cpu_ms"] = cpu.per_query_ms(len(m.samples))
+        s1, c1 = _batch_sizes(url, "image")
+        ok = [s for s in m.samples if s.status == 200]
+        wall = max(s.end for s in m.samples) - m.t0
+        res.update(image_qps=len(ok) / wall, image_p50_ms=percentile_ms(ok, 50), image_p99_ms=percentile_ms(ok, 99))
+        res["mean_image_batch"] = (s1 - s0) / max(c1 - c0, 1)
+        ckpt = home / "generations" / f"gen_{qgen:03d}" / "model.pt"
+        res["bare_forward_qps"] = _bare_qps(ckpt, images, max(1, round(res["mean_image_batch"])))
+        res["image_vs_bare"] = res["image_qps"] / res["bare_forward_qps"]
+        res["forward_cpu_ms_per_item"] = 1000 * _TORCH_THREADS / res["bare_forward_qps"]
+
+        switched: dict[str, float] = {}
+        half = seconds
+
+        def swap(t0: float) -> None:
+            time.sleep(max(0.0, t0 + half - time.perf_counter()))
+            switched["at"] = time.perf_counter() - t0
+            go.set()
+
+        before = int(gen0["live_gallery"]["version"])
+        w = run_load(url, img, concurrency=concurrency, seconds=2 * half + 6, during=swap)
+        new = [s for s in w.samples if s.status == 200 and s.body["answered_by"]["version"] != before]
+        first = min((s.end - w.t0 for s in new), default=float("nan"))
+        at = switched["at"]
+        steady = [s for s in w.window(0, at) if s.status == 200]
+        swapping = [s for s in w.window(at, first + 1.0) if s.status == 200]
+        res["swap_s"] = first - at
+        res["steady_p99_ms"], res["swap_p99_ms"] = percentile_ms(steady, 99), percentile_ms(swapping, 99)
+        res["steady_requests"], res["swap_window_requests"] = len(steady), len(swapping)
+        res["failed_requests"] = sum(s.status != 200 for s in w.samples)
+        res["mixed_responses"] = sum(
+            any(g != s.body["answered_by"]["gallery_generation"] for g in s.body["generations"])
+            for s in w.samples
+            if s.status == 200
+        )
+        res["answered_by_new_version"] = len(new)
+        res["swap_p99_vs_steady"] = res["swap_p99_ms"] / res["steady_p99_ms"]
+        after = httpx.get(f"{url}/generations").json()
+        res["after_swap"] = {k: after[k] for k in ("production_generation", "compatible_generations")}
+        res["after_swap"]["version"] = after["live_gallery"]["version"]
+        res["after_swap"]["last_reload_error"] = httpx.get(f"{url}/health").json()["last_reload_error"]
+        refused = [
+            httpx.post(f"{url}/search", json={"vector": vectors[i].tolist(), "generation": 0, "k": 10})
+            for i in range(100)
+        ]
+        res["incompatible_queries"] = len(refused)
+        res["refused_incompatible"] = sum(r.status_code == 409 for r in refused)
+        res["refusal_example"] = refused[0].json().get("error")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        switcher.join(30)
+    res["cpu_cores"] = os.cpu_count()
+    res["load_average_1m_at_start"], res["load_average_1m_at_end"] = load_start, os.getloadavg()[0]
+    (out / "serve.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+    md = out / "report.md"
+    md.write_text(_report(res, command))
+    return md
+
+
+def _report(r: dict[str, Any], command: str) -> str:
+    def f(k: str) -> str:
+        v = r[k]
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    checks = [
+        ("failed_requests = 0", r["failed_requests"] == 0),
+        ("mixed_responses = 0", r["mixed_responses"] == 0),
+        ("swap_p99_ms ≤ 1.2 × steady_p99_ms", r["swap_p99_ms"] <= 1.2 * r["steady_p99_ms"]),
+        ("every incompatible query refused (409)", r["refused_incompatible"] == r["incompatible_queries"]),
+        ("vector_vs_inprocess ≥ 0.3", r["vector_vs_inprocess"] >= 0.3),
+        ("image_vs_bare ≥ 0.8", r["image_vs_bare"] >= 0.8),
+    ]
+    lines = [
+        f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']}",
+        "",
+        f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
+        "",
+        "| check | holds |",
+        "|---|---|",
+        *(f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks),
+        "",
+        "| key | value |",
+        "|---|---|",
+        *(f"| `{k}` | {f(k)} |" for k in r if not isinstance(r[k], dict)),
+        "",
+        f"Where the CPU goes (image queries): the service spent {f('image_service_cpu_ms')} ms of CPU per query, of "
+        f"which the forward is {f('forward_cpu_ms_per_item')} ms (the bare forward per item at the same batch size, "
+        f"{r['torch_threads']} torch thread); the rest is HTTP, routing, decoding, batching, search and JSON. The load "
+        f"generator spent {f('image_client_cpu_ms')} ms per query on the same cores. Load average (1 min) "
+        f"{f('load_average_1m_at_start')} when the measurements began, {f('load_average_1m_at_end')} at the end.",
+        "",
+        f"After the swap: {json.dumps(r['after_swap'])}.",
+        "",
+    ]
+    return "\n".join(lines)

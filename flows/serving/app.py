@@ -1,0 +1,243 @@
+"""The HTTP app (FastAPI): ``POST /search``, ``POST /search/batch``, ``GET /health``, ``GET /generations``,
+``GET /metrics``, ``POST /admin/reload``. docs/serving.md documents every route.
+
+A request takes the serving version once, when it starts, and answers from it alone; the response names it
+(``answered_by``). Bad input gets a 4xx with ``{"error": "<one line>"}`` and the service keeps serving. With a
+bearer token (``BCTFLOW_SERVE_TOKEN``) every route but ``/health`` needs ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from flows.serving.batching import DynamicBatcher
+from flows.serving.metrics import ServeMetrics
+from flows.serving.queries import (
+    ImageQuery,
+    QueryError,
+    answer_images,
+    answer_vectors,
+    check_k,
+    check_vector_query,
+)
+from flows.serving.swap import SwapManager
+
+__all__ = ["create_app"]
+
+_JSON = "application/json"
+#: the routes (the metrics' endpoint label; any other path counts as "other")
+_ROUTES = frozenset({"/search", "/search/batch", "/health", "/generations", "/metrics", "/admin/reload"})
+
+
+def _json_response(body: Any, status: int = 200) -> Response:
+    """A JSON response encoded by orjson (several times faster than the standard library's encoder)."""
+    return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+
+def _error(status: int, message: str) -> Response:
+    return _json_response({"error": message}, status)
+
+
+class _Guard:
+    """Pure ASGI middleware around every route: the bearer token, request counts by status, latency.
+
+    (``@app.middleware("http")`` would wrap each request in a task and a memory stream of its own, per-request work
+    a small query does not need.)
+    """
+
+    def __init__(self, app: ASGIApp, *, metrics: ServeMetrics, token: str | None) -> None:
+        self.app, self.metrics = app, metrics
+        self.bearer = None if token is None else f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0, path = time.perf_counter(), scope["path"]
+        endpoint = path if path in _ROUTES else "other"  # a bounded label set whatever paths clients send
+        status = 500
+        if self.bearer is not None and path != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.bearer):
+                await _error(401, "missing or wrong bearer token; send Authorization: Bearer <token>")(
+                    scope, receive, send
+                )
+                self.metrics.requests.labels(endpoint, "401").inc()
+                return
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            if 400 <= status < 500:
+                self.metrics.refused.labels(str(status)).inc()
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise QueryError(413, f"the request body is {declared} bytes, more than serve.max_body_bytes ({limit})")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise QueryError(413, f"the request body is more than serve.max_body_bytes ({limit}) bytes")
+    return bytes(data)
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data)  # the standard parser: it reads NaN / Infinity, refused below with their own line
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise QueryError(400, f"the body is not valid JSON ({err.__class__.__name__}: {err}); fix the JSON") from None
+    if not isinstance(body, dict):
+        raise QueryError(422, 'the JSON body must be an object such as {"vector": [...], "generation": 0, "k": 10}')
+    return body
+
+
+def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
+    """The app over ``manager``'s live version (loaded already); ``token``: the bearer token every route but
+    ``/health`` requires (None: none)."""
+    params, metrics = manager.params.serve, manager.metrics
+    images = DynamicBatcher(
+        lambda v, qs: answer_images(v, qs, params.merge, params.max_pixels),
+        max_batch=params.max_batch,
+        max_wait_ms=params.max_wait_ms,
+        on_batch=metrics.batch.labels("image").observe,
+    )
+    vectors = DynamicBatcher(
+        answer_vectors,
+        max_batch=params.max_batch,
+        max_wait_ms=params.max_wait_ms,
+        on_batch=metrics.batch.labels("vector").observe,
+    )
+
+    async def watch() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(params.watch_interval_s)
+            with contextlib.suppress(Exception):  # a failed load is reported by the manager, never fatal
+                if await loop.run_in_executor(manager.loader, manager.changed):
+                    await loop.run_in_executor(manager.loader, manager.reload)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        images.start()
+        vectors.start()
+        watcher = asyncio.get_running_loop().create_task(watch())
+        yield
+        watcher.cancel()
+        await images.stop()
+        await vectors.stop()
+        manager.close()
+
+    app = FastAPI(title="bctflow serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    app.add_middleware(_Guard, metrics=metrics, token=token)
+
+    async def one_query(version: Any, body: dict[str, Any] | None, data: bytes, k: Any) -> Any:
+        if body is None:  # image bytes
+            return await images.submit(version, ImageQuery(data, check_k(k, params.max_k)))
+        kk = check_k(body.get("k", 10), params.max_k)
+        if "image" in body:
+            return await images.submit(version, ImageQuery(_b64(body["image"]), kk))
+        if "vector" not in body:
+            raise QueryError(422, "send `vector` + `generation` (a query vector) or `image` (base64), or image bytes")
+        return await vectors.submit(version, check_vector_query(version, body["vector"], body.get("generation"), kk))
+
+    @app.post("/search")
+    async def search(request: Request) -> Response:
+        version = manager.current  # this request answers from this version alone
+        try:
+            data = await _body(request, params.max_body_bytes)
+            is_json = request.headers.get("content-type", "").split(";")[0].strip() == _JSON
+            body = _json(data) if is_json else None
+            return _json_response(await one_query(version, body, data, request.query_params.get("k", 10)))
+        except QueryError as err:
+            return _error(err.status, err.message)
+
+    @app.post("/search/batch")
+    async def search_batch(request: Request) -> Response:
+        version = manager.current
+        try:
+            body = _json(await _body(request, params.max_body_bytes))
+            queries = body.get("queries")
+            if not isinstance(queries, list) or not queries:
+                raise QueryError(422, '`queries` must be a non-empty list of {"vector", "generation"} or {"image"}')
+            if len(queries) > params.max_queries:
+                raise QueryError(413, f"{len(queries)} queries in one batch, more than serve.max_queries")
+            k = body.get("k", 10)
+            for q in queries:
+                if not isinstance(q, dict):
+                    raise QueryError(422, "every entry of `queries` must be a JSON object")
+            prepared = [{"k": k, **q} for q in queries]
+            results = await asyncio.gather(*(one_query(version, q, b"", None) for q in prepared))
+            return _json_response({"results": list(results), "answered_by": version.describe()})
+        except QueryError as err:
+            return _error(err.status, err.message)
+
+    @app.get("/health")
+    async def health() -> Response:
+        v = manager.current
+        body = {
+            "live": True,
+            "ready": v is not None,
+            "version": manager.describe(),
+            "lineage_reachable": manager.lineage_reachable,
+            "last_reload_error": manager.last_error,
+        }
+        return _json_response(body, 200 if v is not None else 503)
+
+    @app.get("/generations")
+    async def generations() -> Response:
+        v = manager.current
+        f = v.facts
+        return _json_response(
+            {
+                "live_gallery": {**v.describe(), "generation_mix": {str(g): n for g, n in v.mix.items()}},
+                "production_generation": f.production,
+                "image_queries_embedded_by": v.query_generation,
+                "compatible_generations": list(f.compatible),
+                "lineage_generations": list(f.known),
+                "merge": params.merge,
+            }
+        )
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/admin/reload")
+    async def reload() -> Response:
+        result = await asyncio.get_running_loop().run_in_executor(manager.loader, lambda: manager.reload(force=True))
+        return _json_response(result, 200 if result["error"] is None else 409)
+
+    return app
+
+
+def _b64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise QueryError(422, "`image` must be the image's bytes as a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise QueryError(422, "`image` is not valid base64; encode the image's bytes with base64") from None

@@ -1,0 +1,30 @@
+"""The service's Prometheus metrics (``GET /metrics``), in a registry of its own (one per app)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["ServeMetrics"]
+
+_LATENCY = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class ServeMetrics:
+    """Request counts by endpoint and status, latency and batch-size histograms, swaps, refused queries."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("bctflow_serve_requests", "requests answered", ["endpoint", "status"], registry=r)
+        self.latency = Histogram(
+            "bctflow_serve_request_seconds", "request latency", ["endpoint"], buckets=_LATENCY, registry=r
+        )
+        self.batch = Histogram("bctflow_serve_batch_size", "queries per batch", ["kind"], buckets=_BATCH, registry=r)
+        self.swaps = Counter("bctflow_serve_swaps", "live versions swapped in", registry=r)
+        self.swap_failures = Counter("bctflow_serve_swap_failures", "new versions that failed to load", registry=r)
+        self.refused = Counter("bctflow_serve_refused_queries", "queries refused", ["status"], registry=r)
+        self.version = Gauge("bctflow_serve_version", "the live version answering queries", registry=r)
+
+    def text(self) -> bytes:
+        """The Prometheus text format."""
+        return generate_latest(self.registry)

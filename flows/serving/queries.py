@@ -1,0 +1,194 @@
+"""The queries the service answers: checked request values in, ranked hits out (no HTTP here).
+
+Every refusal is a :class:`QueryError` with the HTTP status it deserves and one line naming the problem and the fix:
+a vector of the wrong width or with NaN/inf, an unknown generation (422), a generation whose queries the live gallery
+cannot serve (409, the lineage's compatibility), a bad ``k``, a file that is not an image. Answering runs one batch of
+queries against one :class:`~flows.serving.version.ServedVersion`: image queries are embedded in one forward pass
+(``torch.inference_mode``), vectors searched in one FAISS call; with ``serve.merge: rank`` a mixed gallery is searched
+per generation, each with its own query, and the lists merged by rank (:func:`components.indexing.mixed.merge_by_rank`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from components.indexing.mixed import merge_by_rank
+from flows.serving.version import ServedVersion
+
+__all__ = ["ImageQuery", "QueryError", "VectorQuery", "answer_images", "answer_vectors", "check_k", "decode_query"]
+
+
+class QueryError(Exception):
+    """A refused query: ``status`` (4xx) and a one-line ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class VectorQuery:
+    vector: np.ndarray  # (D,) float64, checked
+    generation: int
+    k: int
+
+
+@dataclass(frozen=True)
+class ImageQuery:
+    data: bytes  # the image file's bytes: decoded in the batch's thread (one thread hop per batch, not per query)
+    k: int
+
+
+def check_k(k: Any, max_k: int) -> int:
+    """``k`` as an int in 1..max_k, else QueryError 422."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        try:
+            k = int(str(k)) if isinstance(k, str) else None
+        except ValueError:
+            k = None
+        if k is None:
+            raise QueryError(422, f"k must be a whole number from 1 to {max_k}; pass e.g. k=10")
+    if not 1 <= k <= max_k:
+        raise QueryError(422, f"k={k} is out of range: ask for 1 to {max_k} neighbours (serve.max_k)")
+    return k
+
+
+def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: int) -> VectorQuery:
+    """A vector query checked against the live version: known generation, compatible, right width, finite."""
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        raise QueryError(422, "a vector query needs `generation`: the id of the generation that embedded it")
+    facts = version.facts
+    if generation not in facts.known:
+        raise QueryError(
+            422, f"generation {generation} is not in the lineage (it has {list(facts.known)}); `bctflow lineage`"
+        )
+    if generation not in facts.compatible:
+        fix = f"query with generation {version.query_generation}'s model"
+        if generation > facts.generation:  # a newer model: its backfill would make the gallery serve it
+            fix = f"backfill the gallery with generation {generation}, or {fix}"
+        raise QueryError(
+            409,
+            f"generation {generation}'s vectors cannot search the live gallery (embedded by generation "
+            f"{facts.generation}; it serves the queries of generations {list(facts.compatible)}): {fix}",
+        )
+    if not isinstance(vector, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector):
+        raise QueryError(422, "`vector` must be a JSON list of numbers (the query's embedding)")
+    if len(vector) != version.index.dim:
+        raise QueryError(
+            422, f"the vector has {len(vector)} values but the live gallery holds {version.index.dim}-wide vectors"
+        )
+    v = np.asarray(vector, dtype=np.float64)
+    if not np.isfinite(v).all():
+        raise QueryError(422, "the vector holds NaN or infinite values; send the finite embedding")
+    return VectorQuery(v, generation, k)
+
+
+def decode_query(data: bytes, version: ServedVersion, max_pixels: int) -> np.ndarray:
+    """Image bytes (PNG, JPEG, … or a uint8 ``.npy``) decoded and resized as the gallery's sources are, (H, W, C)."""
+    from components.data.sources.decode import NPY_MAGIC, decode_image, image_info, resize_uint8
+    from components.errors import DataError
+
+    if not data:
+        raise QueryError(422, "the request body is empty; send the query image's bytes (PNG, JPEG, …)")
+    hint = "send a PNG, JPEG, BMP, WebP or uint8 .npy image"
+    try:
+        channels, h, w = image_info(data, name="the query", hint=hint)
+        if h * w > max_pixels:
+            raise QueryError(
+                413, f"the query image is {w}×{h} pixels, more than serve.max_pixels ({max_pixels}); send it smaller"
+            )
+        if data[:6] == NPY_MAGIC and channels != version.channels:
+            raise QueryError(
+                422, f"the query array has {channels} channel(s) but the model takes {version.channels}; convert it"
+            )
+        img = decode_image(data, channels=version.channels, name="the query", hint=hint)
+    except DataError as err:
+        raise QueryError(415, str(err)) from None
+    img = resize_uint8(img[None], version.image_size)[0]
+    return img.permute(1, 2, 0).numpy()
+
+
+def _hits(version: ServedVersion, scores: np.ndarray, ids: np.ndarray, query_gen: int | list[int]) -> dict[str, Any]:
+    keep = ids >= 0
+    s, d = scores[keep], ids[keep]
+    return {
+        "ids": d.tolist(),
+        "scores": [float(x) if math.isfinite(x) else None for x in s],
+        "generations": version.stamps_of(d).tolist(),
+        "query_generation": query_gen,
+        "answered_by": version.describe(),
+    }
+
+
+def answer_vectors(version: ServedVersion, queries: list[VectorQuery]) -> list[dict[str, Any]]:
+    """Checked vector queries of one version, searched one FAISS call per query generation."""
+    out: list[dict[str, Any] | None] = [None] * len(queries)
+    for gen in {q.generation for q in queries}:
+        rows = [i for i, q in enumerate(queries) if q.generation == gen]
+        k = max(queries[i].k for i in rows)
+        scores, ids = version.index.search(np.stack([queries[i].vector for i in rows]), k, query_generation=gen)
+        for j, i in enumerate(rows):
+            out[i] = _hits(version, scores[j, : queries[i].k], ids[j, : queries[i].k], gen)
+    return out  # type: ignore[return-value]
+
+
+def _embed(version: ServedVersion, images: np.ndarray, gen: int) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        x = torch.from_numpy(images).to(version.device)
+        return version.embedders[gen](x).cpu().numpy().astype(np.float64)
+
+
+def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each query's top-k among the vectors stamped ``gen`` (searched deeper until k are found or none are left)."""
+    n, total = int((version.stamps == gen).sum()), version.index.ntotal
+    depth = min(total, max(k, 1) * max(1, math.ceil(total / max(n, 1))))
+    while True:
+        scores, ids = version.index.search(q, depth, query_generation=None)
+        own = version.stamps_of(ids) == gen
+        if depth >= total or own.sum(axis=1).min() >= min(k, n):
+            break
+        depth = min(total, depth * 2)
+    return [(scores[i][own[i]][:k], ids[i][own[i]][:k]) for i in range(len(q))]
+
+
+def answer_images(
+    version: ServedVersion, queries: list[ImageQuery], merge: str, max_pixels: int
+) -> list[dict[str, Any] | Exception]:
+    """Image queries of one version: each decoded (one that fails answers with its error, a QueryError or whatever
+    the decoder raised, and the others go on), one forward pass per model, then the search (merged by rank when
+    asked)."""
+    answers: list[dict[str, Any] | Exception] = []
+    decoded: list[np.ndarray] = []
+    for q in queries:
+        try:
+            decoded.append(decode_query(q.data, version, max_pixels))
+            answers.append({})
+        except Exception as err:  # that query's caller gets it (a 4xx, or a 500); its batch goes on
+            answers.append(err)
+    good = [i for i, a in enumerate(answers) if not isinstance(a, Exception)]
+    if good:
+        hits = _search_images(version, np.stack(decoded), [queries[i].k for i in good], merge)
+        for i, h in zip(good, hits):
+            answers[i] = h
+    return answers
+
+
+def _search_images(version: ServedVersion, images: np.ndarray, ks: list[int], merge: str) -> list[dict[str, Any]]:
+    k = max(ks)
+    gens = sorted(version.mix) if merge == "rank" and len(version.mix) > 1 else [version.query_generation]
+    if len(gens) == 1:
+        scores, ids = version.index.search(_embed(version, images, gens[0]), k, query_generation=gens[0])
+        return [_hits(version, scores[i, :qk], ids[i, :qk], gens[0]) for i, qk in enumerate(ks)]
+    lists = {g: _own_lists(version, _embed(version, images, g), g, k) for g in gens}
+    out = []
+    for i, qk in enumerate(ks):
+        s, d, _ = merge_by_rank([lists[g][i] for g in gens], qk)
+        out.append(_hits(version, s, d, gens))
+    return out

@@ -1,0 +1,116 @@
+"""Zero-downtime swaps: a new live version is loaded beside the serving one and switched in by one reference
+assignment.
+
+The manager notices a new version by polling ``live/CURRENT`` and the lineage (the live pointer row, the production
+generation) every ``serve.watch_interval_s``, or on ``POST /admin/reload``. Loading runs in a low-priority thread of
+its own; a request holds the version it started on until it answers, so in-flight requests finish on it, and the old
+version is released (garbage-collected, logged) once no request holds it. A load that fails (a corrupt index, a
+checksum that is not the lineage's pin, a missing model) leaves the old version serving; the error is kept for
+``/health`` and logged, and the same pointer is not retried until it changes or a reload is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from components.errors import BctflowError
+from flows.params import Params
+from flows.serving.metrics import ServeMetrics
+from flows.serving.version import ServedVersion, load_version, pointer_fingerprint
+from flows.workspace import Workspace
+
+__all__ = ["SwapManager"]
+
+log = logging.getLogger("bctflow.serve")
+
+
+def _low_priority() -> None:
+    """The loader thread yields the CPU to the request threads (Linux: a thread's nice value is its own)."""
+    with contextlib.suppress(OSError, AttributeError):  # other platforms: the default priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+class SwapManager:
+    """Holds the serving version and swaps in new ones."""
+
+    def __init__(self, ws: Workspace, params: Params, metrics: ServeMetrics, *, device: str) -> None:
+        self.ws, self.params, self.metrics, self.device = ws, params, metrics, device
+        self.current: ServedVersion | None = None
+        self.last_error: str | None = None
+        self.lineage_reachable = True
+        self._lock = threading.Lock()
+        self._loaded_key: str | None = None
+        self._failed_key: str | None = None
+        self._store: Any = None
+        self.loader = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="bctflow-serve-load", initializer=_low_priority
+        )
+
+    def key(self) -> str:
+        """What identifies the live version: CURRENT's bytes and the lineage's pointer row and production."""
+        try:
+            if self._store is None:
+                self._store = self.ws.lineage(self.params, readonly=True)
+            ptr, prod = self._store.live_pointer(), self._store.production_generation_id()
+            self.lineage_reachable = True
+        except Exception as err:  # an unreachable lineage is reported in /health, not raised
+            self.lineage_reachable = False
+            self._store = None
+            log.warning("the lineage is not reachable: %s", err)
+            return self._loaded_key or ""
+        return f"{pointer_fingerprint(self.ws)}:{ptr.id if ptr else None}:{prod}"
+
+    def reload(self, *, force: bool = False) -> dict[str, Any]:
+        """Load the live version if it changed (or ``force``) and swap it in; a failure keeps the old one."""
+        with self._lock:
+            key = self.key()
+            if not force and key in (self._loaded_key, self._failed_key):
+                return {"swapped": False, "version": self.describe(), "error": self.last_error}
+            t0 = time.perf_counter()
+            try:
+                new = load_version(self.ws, self.params, device=self.device, merge=self.params.serve.merge)
+            except (BctflowError, OSError, ValueError, RuntimeError) as err:
+                self._failed_key = key
+                self.last_error = f"the new live version was not loaded, version {self._number()} keeps serving: {err}"
+                self.metrics.swap_failures.inc()
+                log.error("%s", self.last_error)
+                if self.current is None:
+                    raise
+                return {"swapped": False, "version": self.describe(), "error": self.last_error}
+            old, self.current = self.current, new  # the swap: one reference assignment
+            self._loaded_key, self._failed_key, self.last_error = key, None, None
+            self.metrics.swaps.inc()
+            self.metrics.version.set(new.number)
+            log.info(
+                "serving version %d (gallery generation %d, queries of %s) loaded in %.2f s",
+                new.number,
+                new.facts.generation,
+                list(new.facts.compatible),
+                time.perf_counter() - t0,
+            )
+            if old is not None:
+                weakref.finalize(old, log.info, "version %d released: no request holds it", old.number)
+            return {"swapped": True, "version": self.describe(), "error": None}
+
+    def _number(self) -> int | None:
+        return None if self.current is None else self.current.number
+
+    def describe(self) -> dict[str, Any] | None:
+        return None if self.current is None else self.current.describe()
+
+    def changed(self) -> bool:
+        """True when the live version differs from the served one (and did not already fail to load)."""
+        key = self.key()
+        return key not in (self._loaded_key, self._failed_key)
+
+    def close(self) -> None:
+        self.loader.shutdown(wait=False, cancel_futures=True)
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,217 @@
+"""One served version of the live gallery: its index, its vectors' generation stamps and the models that embed
+queries, loaded beside the serving one and verified against the lineage before it may replace it.
+
+What may be served comes from the lineage, never from a guess: the newest live-pointer row names the gallery, the
+generations whose queries it accepts, the sha256 of its index manifest and of its model; ``live/CURRENT`` must name
+the same index. An image query is embedded by the production generation when the gallery accepts its queries,
+otherwise by the gallery's own model. A failed check raises :class:`~components.errors.IndexIntegrityError` (or
+:class:`~components.errors.CheckpointMismatchError`) and the caller keeps serving what it had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.errors import CheckpointMismatchError, IndexIntegrityError
+from components.indexing import GalleryIndex
+from components.indexing.faiss_index import MANIFEST_FILE
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from components.io import file_sha256
+from flows.params import Params
+from flows.workspace import Workspace
+
+__all__ = ["LineageFacts", "ServedVersion", "lineage_facts", "load_version", "pointer_fingerprint"]
+
+
+@dataclass(frozen=True)
+class LineageFacts:
+    """What the lineage says about the live gallery, read in one session."""
+
+    pointer_id: int
+    generation: int
+    index_path: str
+    compatible: tuple[int, ...]
+    index_sha256: str | None
+    #: generation → (checkpoint path, its pinned sha256 or None): the live gallery's model first
+    checkpoints: dict[int, tuple[str, str | None]]
+    production: int | None
+    known: tuple[int, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the live pointer row or the production generation changes."""
+        return f"{self.pointer_id}:{self.production}"
+
+
+def lineage_facts(ws: Workspace, params: Params) -> LineageFacts:
+    """The live gallery's facts from the lineage (IndexIntegrityError when it has no live gallery)."""
+    with ws.lineage(params, readonly=True) as store:
+        ptr = store.live_pointer()
+        if ptr is None:
+            raise IndexIntegrityError(f"the lineage of {ws.home} has no live gallery; create generation 0 first")
+        gens = store.generations()
+        production = store.production_generation_id()
+    checkpoints = {g.id: (g.checkpoint_path, g.checkpoint_sha256) for g in gens}
+    if ptr.model_checkpoint:
+        checkpoints[ptr.generation_id] = (ptr.model_checkpoint, ptr.model_sha256)
+    return LineageFacts(
+        pointer_id=int(ptr.id),
+        generation=int(ptr.generation_id),
+        index_path=str(ptr.index_path),
+        compatible=tuple(int(g) for g in (ptr.compatible_generations or [ptr.generation_id])),
+        index_sha256=ptr.index_sha256,
+        checkpoints=checkpoints,
+        production=production,
+        known=tuple(g.id for g in gens),
+    )
+
+
+@dataclass
+class ServedVersion:
+    """Everything one live version answers with; shared read-only by the requests that started on it."""
+
+    number: int  # live/CURRENT's version
+    facts: LineageFacts
+    index: GalleryIndex
+    index_dir: Path
+    index_name: str  # the serving index, relative to the workspace
+    stamp_ids: np.ndarray  # the gallery's ids, sorted
+    stamps: np.ndarray  # the generation that embedded each of them
+    query_generation: int  # the generation that embeds image queries
+    embedders: dict[int, Any]  # generation → RetrievalEmbedder (the query generation; every stamp's for merge)
+    image_size: int
+    channels: int
+    device: str
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def mix(self) -> dict[int, int]:
+        """Gallery items per generation stamp."""
+        gens, counts = np.unique(self.stamps, return_counts=True)
+        return {int(g): int(c) for g, c in zip(gens, counts)}
+
+    def stamps_of(self, ids: np.ndarray) -> np.ndarray:
+        """The generation stamp of each gallery id (-1 for -1: no hit)."""
+        pos = np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
+        return np.where(ids >= 0, self.stamps[pos], -1)
+
+    def describe(self) -> dict[str, Any]:
+        """The version as responses name it."""
+        return {
+            "version": self.number,
+            "gallery_generation": self.facts.generation,
+            "index": self.index_name,
+            "compatible_generations": list(self.facts.compatible),
+        }
+
+
+def _checkpoint(path: str, pinned: str | None, gen: int) -> Any:
+    from components.models.checkpoint import read_checkpoint
+
+    ckpt = read_checkpoint(Path(path))
+    if pinned is not None and ckpt.sha256 != pinned:
+        raise CheckpointMismatchError(
+            f"generation {gen}'s model {path} is not the file the lineage pinned (sha256 {pinned[:12]}…); restore it "
+            "from a backup"
+        )
+    return ckpt
+
+
+def _embedder(path: str, pinned: str | None, gen: int, device: str) -> Any:
+    import torch
+
+    from components.models.export import RetrievalEmbedder
+
+    model = _checkpoint(path, pinned, gen).model(device=device)
+    with torch.inference_mode():
+        return RetrievalEmbedder(model).eval()
+
+
+def _stamps(index_dir: Path, gen: int) -> tuple[np.ndarray, np.ndarray]:
+    store = GalleryStore(GalleryVersion.of_index(index_dir).serving().gallery, generation=gen)
+    ids, stamps = store.column("ids").astype(np.int64), store.column("stamps").astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], stamps[order]
+
+
+def _relative(path: Path, home: Path) -> str:
+    try:
+        return path.resolve().relative_to(home.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def load_version(ws: Workspace, params: Params, *, device: str, merge: str) -> ServedVersion:
+    """Load and verify the live version: CURRENT against the lineage's pointer row, the index manifest against its
+    pinned sha256, every file against its manifest checksum, each model against its pinned sha256."""
+    facts = lineage_facts(ws, params)
+    live = LivePointer(ws.live_dir)
+    pointer = live.pointer()
+    if pointer is None or not live.matches(facts.index_path, generation=facts.generation):
+        raise IndexIntegrityError(
+            f"{live.pointer_path} does not name the live index the lineage records ({facts.index_path}); "
+            "`bctflow doctor --repair` rewrites it from the lineage"
+        )
+    manifest = Path(facts.index_path) / MANIFEST_FILE
+    if facts.index_sha256 and (not manifest.is_file() or file_sha256(manifest) != facts.index_sha256):
+        raise IndexIntegrityError(
+            f"{manifest} is not the manifest the lineage pinned for generation {facts.generation}'s gallery (sha256 "
+            f"{facts.index_sha256[:12]}…); restore that folder from a backup or rebuild it with `bctflow backfill`"
+        )
+    index_dir = live.serving_index()
+    index = GalleryIndex.load(index_dir).with_compatible_generations(facts.compatible)
+    stamp_ids, stamps = _stamps(Path(facts.index_path), facts.generation)
+    query_gen = facts.production if facts.production in facts.compatible else facts.generation
+    wanted = {query_gen}
+    if merge == "rank":
+        wanted |= {int(g) for g in np.unique(stamps)}
+    embedders = {}
+    for g in sorted(wanted):
+        if g not in facts.checkpoints:
+            raise IndexIntegrityError(f"generation {g} stamps the live gallery but is not in the lineage")
+        embedders[g] = _embedder(*facts.checkpoints[g], g, device)
+    spec = embedders[query_gen].model.spec
+    version = ServedVersion(
+        number=int(pointer.get("version", 0)),
+        facts=facts,
+        index=index,
+        index_dir=Path(index_dir),
+        index_name=_relative(Path(index_dir), ws.home),
+        stamp_ids=stamp_ids,
+        stamps=stamps,
+        query_generation=query_gen,
+        embedders=embedders,
+        image_size=int(spec.image_size),
+        channels=int(spec.in_chans),
+        device=device,
+    )
+    _warm_up(version)
+    return version
+
+
+def _warm_up(version: ServedVersion) -> None:
+    """One query through every model and the index before the version serves (lazy FAISS and torch set-up)."""
+    import torch
+
+    blank = torch.zeros((1, version.image_size, version.image_size, version.channels), dtype=torch.uint8)
+    with torch.inference_mode():
+        for embedder in version.embedders.values():
+            vec = embedder(blank.to(version.device)).cpu().numpy().astype(np.float64)
+            version.index.search(vec, 1, query_generation=None)
+
+
+def pointer_fingerprint(ws: Workspace) -> str:
+    """A digest of live/CURRENT's bytes ('' when missing): changes when the pointer is switched."""
+    path = LivePointer(ws.live_dir).pointer_path
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,99 @@
+"""A served workspace, made once per session by the real flows: generation 0 (digits 0–4) and generation 1 (all
+classes); and a service running in a thread of the test process on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.helpers import run_generation, write_params
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def served_ws(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+    """(home, params file): generation 0 live, generation 1 trained on every class (not yet backfilled)."""
+    root = tmp_path_factory.mktemp("served")
+    params = root / "params.yaml"
+    write_params(params, ["serve.watch_interval_s=0.2", "serve.max_k=50"])
+    home = root / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    run_generation(home, params, {"name": "g1"})
+    return home, params
+
+
+@pytest.fixture
+def ws_copy(served_ws, tmp_path) -> tuple[Path, Path]:
+    """A copy of the served workspace a test may change (the lineage stores paths relative to it)."""
+    home, params = served_ws
+    copy = tmp_path / "ws"
+    shutil.copytree(home, copy, symlinks=True)
+    return copy, params
+
+
+def gallery_vectors(home: Path, n: int = 4) -> np.ndarray:
+    """The first ``n`` vectors of the live gallery (queries of its own generation)."""
+    from components.indexing.live import LivePointer
+    from components.indexing.store import GalleryStore
+    from components.indexing.version import GalleryVersion
+
+    index = LivePointer(home / "live").pointer()["index"]
+    part = next(GalleryStore(GalleryVersion.of_index(index).serving().gallery).parts())
+    return part.gallery.vectors()[:n]
+
+
+@contextlib.contextmanager
+def running(
+    home: Path, params_file: Path, overrides: list[str] | None = None, token: str | None = None
+) -> Iterator[str]:
+    """The app on a free loopback port, in a thread of this process (uvicorn, real HTTP); yields its base URL."""
+    import uvicorn
+
+    from components.training.device import select_device
+    from flows.params import load_params
+    from flows.serving.app import create_app
+    from flows.serving.metrics import ServeMetrics
+    from flows.serving.swap import SwapManager
+    from flows.workspace import Workspace
+
+    p = load_params(params_file, overrides)
+    manager = SwapManager(Workspace(home), p, ServeMetrics(), device=str(select_device("cpu")))
+    manager.reload(force=True)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(manager, token=token), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def wait_for(url: str, predicate, timeout: float = 30.0) -> dict:
+    """GET ``url`` until ``predicate(json)`` holds (AssertionError after ``timeout`` s)."""
+    deadline = time.time() + timeout
+    body: dict = {}
+    while time.time() < deadline:
+        body = httpx.get(url, timeout=5).json()
+        if predicate(body):
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never satisfied the condition; last answer {body}")

@@ -1,0 +1,175 @@
+"""Bad input to the running service: each gets a 4xx with one line, and the service answers the next good query."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from flows.params import load_params
+from flows.serving.queries import ImageQuery, QueryError, answer_images
+from flows.serving.version import load_version
+from flows.workspace import Workspace
+from tests.flows.serving.conftest import gallery_vectors, running
+
+LIMITS = ["serve.max_k=50", "serve.max_pixels=1024", "serve.max_body_bytes=200000", "serve.max_queries=4"]
+
+
+@pytest.fixture(scope="module")
+def service(served_ws):
+    home, params = served_ws
+    with running(home, params, LIMITS) as url:
+        yield url, gallery_vectors(home, 1)[0]
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def _png(w: int, h: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((h, w), np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _vec(v, **kw) -> dict:
+    return {"json": {"vector": v, "generation": 0, **kw}}
+
+
+#: (case, route, request keyword arguments (a callable of the good vector), status, words of the one-line error)
+CASES = [
+    (
+        "malformed JSON",
+        "/search",
+        lambda v: {"content": b"{not json", "headers": {"content-type": "application/json"}},
+        400,
+        "not valid JSON",
+    ),
+    ("a JSON array", "/search", lambda v: {"json": [1, 2]}, 422, "must be an object"),
+    (
+        "NaN in the vector",
+        "/search",
+        lambda v: {
+            "content": json.dumps({"vector": [float("nan")] * len(v), "generation": 0}),
+            "headers": {"content-type": "application/json"},
+        },
+        422,
+        "NaN or infinite",
+    ),
+    (
+        "inf in the vector",
+        "/search",
+        lambda v: {
+            "content": json.dumps({"vector": [float("inf"), *v.tolist()[1:]], "generation": 0}),
+            "headers": {"content-type": "application/json"},
+        },
+        422,
+        "NaN or infinite",
+    ),
+    ("a vector of the wrong width", "/search", lambda v: _vec(v.tolist()[:-1]), 422, "-wide vectors"),
+    ("a vector of strings", "/search", lambda v: _vec(["a"] * len(v)), 422, "list of numbers"),
+    (
+        "an unknown generation",
+        "/search",
+        lambda v: {"json": {"vector": v.tolist(), "generation": 99}},
+        422,
+        "not in the lineage",
+    ),
+    (
+        "a vector without its generation",
+        "/search",
+        lambda v: {"json": {"vector": v.tolist()}},
+        422,
+        "needs `generation`",
+    ),
+    ("k = 0", "/search", lambda v: _vec(v.tolist(), k=0), 422, "out of range"),
+    ("k above serve.max_k", "/search", lambda v: _vec(v.tolist(), k=51), 422, "out of range"),
+    ("k not a number", "/search", lambda v: _vec(v.tolist(), k="ten"), 422, "whole number"),
+    (
+        "bytes that are not an image",
+        "/search",
+        lambda v: {"content": b"GIF89a-not-really", "headers": {"content-type": "image/png"}},
+        415,
+        "cannot decode image",
+    ),
+    (
+        "an empty body",
+        "/search",
+        lambda v: {"content": b"", "headers": {"content-type": "image/png"}},
+        422,
+        "body is empty",
+    ),
+    (
+        "a uint8 array with 4 channels",
+        "/search",
+        lambda v: {"content": _npy(np.zeros((8, 8, 4), np.uint8))},
+        415,
+        "not uint8 (H, W[, 1|3])",
+    ),
+    (
+        "an RGB array for a grey model",
+        "/search",
+        lambda v: {"content": _npy(np.zeros((8, 8, 3), np.uint8))},
+        422,
+        "channel(s) but the model takes 1",
+    ),
+    ("an image above serve.max_pixels", "/search", lambda v: {"content": _png(64, 64)}, 413, "serve.max_pixels"),
+    ("a body above serve.max_body_bytes", "/search", lambda v: {"content": b"0" * 200001}, 413, "serve.max_body_bytes"),
+    (
+        "more queries than serve.max_queries",
+        "/search/batch",
+        lambda v: {"json": {"queries": [{"vector": v.tolist(), "generation": 0}] * 5}},
+        413,
+        "serve.max_queries",
+    ),
+    ("a batch without queries", "/search/batch", lambda v: {"json": {"queries": []}}, 422, "non-empty list"),
+    ("an image that is not base64", "/search", lambda v: {"json": {"image": "%%%"}}, 422, "not valid base64"),
+    ("JSON with neither vector nor image", "/search", lambda v: {"json": {"k": 3}}, 422, "send `vector`"),
+]
+
+
+@pytest.mark.parametrize(("case", "route", "request_kw", "status", "words"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_a_4xx_with_one_line_and_the_service_keeps_serving(
+    service, case, route, request_kw, status, words
+):
+    url, good = service
+    r = httpx.post(f"{url}{route}", **request_kw(good), timeout=30)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert words in error and "\n" not in error
+    ok = httpx.post(f"{url}/search", json={"vector": good.tolist(), "generation": 0, "k": 2}, timeout=30)
+    assert ok.status_code == 200 and len(ok.json()["ids"]) == 2
+
+
+def test_a_base64_image_in_json_is_answered_like_its_bytes(service):
+    url, _ = service
+    png = _png(8, 8)
+    raw = httpx.post(f"{url}/search?k=3", content=png, headers={"content-type": "image/png"}).json()
+    wrapped = httpx.post(f"{url}/search", json={"image": base64.b64encode(png).decode(), "k": 3}).json()
+    assert raw["ids"] == wrapped["ids"]
+    refused = httpx.get(f"{url}/metrics").text
+    assert 'bctflow_serve_refused_queries_total{status="422"}' in refused
+
+
+def test_an_image_that_does_not_decode_fails_alone_and_its_batch_is_answered(served_ws):
+    """Images are decoded in their batch's thread: a bad one gets its error, the others in that batch their hits."""
+    home, params_file = served_ws
+    version = load_version(Workspace(home), load_params(params_file), device="cpu", merge="none")
+    noise = [Image.fromarray(np.random.default_rng(s).integers(0, 255, (8, 8), dtype=np.uint8)) for s in (0, 1)]
+    pngs = []
+    for img in noise:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        pngs.append(buf.getvalue())
+    queries = [ImageQuery(pngs[0], 5), ImageQuery(b"not an image", 5), ImageQuery(pngs[1], 3)]
+    answers = answer_images(version, queries, "none", max_pixels=1024)
+    assert isinstance(answers[1], QueryError) and answers[1].status == 415
+    assert [len(a["ids"]) for a in (answers[0], answers[2])] == [5, 3]  # type: ignore[index]
+    assert answers[0]["answered_by"]["version"] == version.number  # type: ignore[index]

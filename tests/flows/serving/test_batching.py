@@ -1,0 +1,55 @@
+"""Dynamic batching: concurrent queries answered in one call, a failed item failing alone, versions never mixed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from flows.serving.batching import DynamicBatcher
+
+
+def _double(version: str, items: list[int]) -> list[int | Exception]:
+    return [ValueError(f"{x} is negative") if x < 0 else 2 * x for x in items]
+
+
+def _gather(*submits: tuple[str, int]) -> tuple[list[int | BaseException], list[int]]:
+    """Submit concurrently to a batcher (50 ms window); (each item's answer or exception, the batch sizes)."""
+    sizes: list[int] = []
+
+    async def go() -> list[int | BaseException]:
+        batcher = DynamicBatcher(_double, max_batch=8, max_wait_ms=50, on_batch=sizes.append)
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit(v, x) for v, x in submits), return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(go()), sizes
+
+
+def test_a_bad_item_fails_alone_and_its_batch_answers_the_rest():
+    answers, sizes = _gather(("v1", 1), ("v1", -1), ("v1", 3))
+    assert sizes == [3]  # one call for the three concurrent items
+    assert answers[0] == 2 and answers[2] == 6
+    assert isinstance(answers[1], ValueError) and "-1 is negative" in str(answers[1])
+
+
+def test_a_batch_never_mixes_versions():
+    answers, sizes = _gather(("v1", 1), ("v2", 2), ("v1", 3))
+    assert answers == [2, 4, 6]
+    assert sorted(sizes) == [1, 2]  # v1's two items together, v2's alone
+
+
+def test_max_batch_bounds_a_batch():
+    max_batch = 2
+    sizes: list[int] = []
+
+    async def go() -> list[int]:
+        batcher = DynamicBatcher(_double, max_batch=max_batch, max_wait_ms=50, on_batch=sizes.append)
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit("v", x) for x in range(5)))
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(go()) == [0, 2, 4, 6, 8]
+    assert max(sizes) <= max_batch and sum(sizes) == 5

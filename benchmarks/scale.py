@@ -191,6 +191,16 @@ def _cosine_index(store: GalleryStore, config: IndexConfig, queries: int = 2000)
     }
 
 
+def fresh_workspace(work: Path, raw: dict) -> tuple[Path, list[str]]:
+    """An empty workspace ``work/ws`` and ``work/params.yaml`` holding ``raw``: (home, the CLI's --home/--params)."""
+    home = work / "ws"
+    subprocess.run(["rm", "-rf", str(home)], check=True)
+    home.mkdir(parents=True)
+    params_path = work / "params.yaml"
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return home, ["--home", str(home), "--params", str(params_path)]
+
+
 def _params(
     profile: str, corpus: Path, index_type: str, chunk: int, epochs: int, workers: int | None
 ) -> dict[str, Any]:
@@ -232,12 +242,7 @@ def run_scale(
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")
     raw = _params(profile, corpus_dir, index_type, chunk_size, epochs, workers)
-    home = work / "ws"
-    subprocess.run(["rm", "-rf", str(home)], check=True)
-    home.mkdir(parents=True)
-    params_path = work / "params.yaml"
-    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    common = ["--home", str(home), "--params", str(params_path)]
+    home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {
         "items": items,
         "index_type": index_type,

@@ -36,9 +36,8 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-import yaml
 
-from benchmarks.scale import _bctflow, _params
+from benchmarks.scale import _bctflow, _params, fresh_workspace
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import percentile_ms, run_load
 from components.data.catalog import load_dataset
@@ -200,12 +199,7 @@ def run_serve_bench(
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     raw = _params(profile, corpus_dir, index_type, 8192, 1, None)
-    home = work / "ws"
-    subprocess.run(["rm", "-rf", str(home)], check=True)
-    home.mkdir(parents=True)
-    params_path = work / "params.yaml"
-    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    common = ["--home", str(home), "--params", str(params_path)]
+    home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency, "seconds": seconds}
     res["torch_threads"] = _TORCH_THREADS
     res["run_g0_s"] = _bctflow(["run", *common, "--generation", "g0"], log)["seconds"]
@@ -231,7 +225,7 @@ def run_serve_bench(
     switcher = ctx.Process(target=_switch_when_told, args=(plan, new_index, metrics, ready, go))
     switcher.start()
     port = _free_port()
-    proc = _start_service(home, params_path, port, log)
+    proc = _start_service(home, work / "params.yaml", port, log)
     url = f"http://127.0.0.1:{port}"
     try:
         load_start = os.getloadavg()[0]  # other processes on the machine: the service and the load share it

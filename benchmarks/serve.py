@@ -39,7 +39,7 @@ import psutil
 
 from benchmarks.scale import _bctflow, _params, fresh_workspace
 from benchmarks.scale_corpus import build_scale_corpus
-from benchmarks.serve_load import percentile_ms, run_load
+from benchmarks.serve_load import Request, percentile_ms, run_load
 from components.data.catalog import load_dataset
 from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
@@ -233,11 +233,14 @@ def run_serve_bench(
         qgen = int(gen0["image_queries_embedded_by"])
         ready.wait(120)
 
-        def vec(i: int) -> dict[str, Any]:
-            return {"path": "/search", "json": {"vector": vectors[i % len(vectors)].tolist(), "generation": 0, "k": 10}}
+        vec_requests = [Request.json("/search", {"vector": v.tolist(), "generation": 0, "k": 10}) for v in vectors]
+        img_requests = [Request("/search?k=10", png, "image/png") for png in pngs]
 
-        def img(i: int) -> dict[str, Any]:
-            return {"path": "/search?k=10", "content": pngs[i % len(pngs)], "headers": {"content-type": "image/png"}}
+        def vec(i: int) -> Request:
+            return vec_requests[i % len(vec_requests)]
+
+        def img(i: int) -> Request:
+            return img_requests[i % len(img_requests)]
 
         run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up
         s0, c0 = _batch_sizes(url, "vector")

@@ -24,7 +24,7 @@ class ServeParams(BaseModel):
     #: ``rank`` embeds an image query with every generation in the gallery and merges the lists by rank
     merge: RunOption[Literal["none", "rank"]] = "none"
     max_batch: RunOption[int] = Field(64, gt=0)  # queries per forward pass / FAISS call (dynamic batching)
-    max_wait_ms: RunOption[float] = Field(2.0, ge=0.0)  # how long a batch waits for more queries
+    max_wait_ms: RunOption[float] = Field(2.0, ge=0.0)  # how long an image query waits for others (vectors: none)
     max_k: RunOption[int] = Field(1000, gt=0)  # the largest k a query may ask for
     max_queries: RunOption[int] = Field(256, gt=0)  # queries in one POST /search/batch
     max_body_bytes: RunOption[int] = Field(8 << 20, gt=0)  # the largest request body

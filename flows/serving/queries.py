@@ -19,7 +19,17 @@ import numpy as np
 from components.indexing.mixed import merge_by_rank
 from flows.serving.version import ServedVersion
 
-__all__ = ["ImageQuery", "QueryError", "VectorQuery", "answer_images", "answer_vectors", "check_k", "decode_query"]
+__all__ = [
+    "EmbeddedImages",
+    "ImageQuery",
+    "QueryError",
+    "VectorQuery",
+    "answer_vectors",
+    "check_k",
+    "decode_query",
+    "embed_images",
+    "search_images",
+]
 
 
 class QueryError(Exception):
@@ -58,6 +68,9 @@ def check_k(k: Any, max_k: int) -> int:
     return k
 
 
+_NUMBERS = {int, float}  # the JSON numbers' types (bool is not one: a subclass of int, its own type here)
+
+
 def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: int) -> VectorQuery:
     """A vector query checked against the live version: known generation, compatible, right width, finite."""
     if isinstance(generation, bool) or not isinstance(generation, int):
@@ -76,7 +89,7 @@ def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: 
             f"generation {generation}'s vectors cannot search the live gallery (embedded by generation "
             f"{facts.generation}; it serves the queries of generations {list(facts.compatible)}): {fix}",
         )
-    if not isinstance(vector, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector):
+    if not isinstance(vector, list) or not set(map(type, vector)) <= _NUMBERS:
         raise QueryError(422, "`vector` must be a JSON list of numbers (the query's embedding)")
     if len(vector) != version.index.dim:
         raise QueryError(
@@ -158,35 +171,51 @@ def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[
     return [(scores[i][own[i]][:k], ids[i][own[i]][:k]) for i in range(len(q))]
 
 
-def answer_images(
-    version: ServedVersion, queries: list[ImageQuery], merge: str, max_pixels: int
-) -> list[dict[str, Any] | Exception]:
-    """Image queries of one version: each decoded (one that fails answers with its error, a QueryError or whatever
-    the decoder raised, and the others go on), one forward pass per model, then the search (merged by rank when
-    asked)."""
-    answers: list[dict[str, Any] | Exception] = []
+@dataclass
+class EmbeddedImages:
+    """A batch of image queries after :func:`embed_images`: each query's answer so far (an exception where its image
+    did not decode, else None), the ``k`` of those that did, and their embeddings ``(B, D)`` by query generation."""
+
+    answers: list[dict[str, Any] | Exception | None]
+    ks: list[int]
+    embeddings: dict[int, np.ndarray]
+
+
+def embed_images(version: ServedVersion, queries: list[ImageQuery], merge: str, max_pixels: int) -> EmbeddedImages:
+    """The first stage of an image batch: each query decoded (one that fails keeps its error, a QueryError or whatever
+    the decoder raised, and the others go on), then one forward pass per query generation — the gallery's query
+    generation, or with ``merge: rank`` over a mixed gallery every generation in it."""
+    answers: list[dict[str, Any] | Exception | None] = []
     decoded: list[np.ndarray] = []
     for q in queries:
         try:
             decoded.append(decode_query(q.data, version, max_pixels))
-            answers.append({})
+            answers.append(None)
         except Exception as err:  # that query's caller gets it (a 4xx, or a 500); its batch goes on
             answers.append(err)
-    good = [i for i, a in enumerate(answers) if not isinstance(a, Exception)]
-    if good:
-        hits = _search_images(version, np.stack(decoded), [queries[i].k for i in good], merge)
-        for i, h in zip(good, hits):
-            answers[i] = h
-    return answers
-
-
-def _search_images(version: ServedVersion, images: np.ndarray, ks: list[int], merge: str) -> list[dict[str, Any]]:
-    k = max(ks)
+    ks = [q.k for q, a in zip(queries, answers) if a is None]
     gens = sorted(version.mix) if merge == "rank" and len(version.mix) > 1 else [version.query_generation]
+    images = np.stack(decoded) if decoded else None
+    return EmbeddedImages(answers, ks, {g: _embed(version, images, g) for g in gens} if images is not None else {})
+
+
+def search_images(version: ServedVersion, batch: EmbeddedImages) -> list[dict[str, Any] | Exception]:
+    """The second stage: the embedded queries searched (one generation: one FAISS call; several: each generation's
+    vectors with its own query, the lists merged by rank, Seo et al.); runs while the next batch is embedded."""
+    if not batch.embeddings:
+        return batch.answers  # type: ignore[return-value]  # every image failed to decode
+    hits = _search_embedded(version, batch.embeddings, batch.ks)
+    found = iter(hits)
+    return [next(found) if a is None else a for a in batch.answers]
+
+
+def _search_embedded(version: ServedVersion, embeddings: dict[int, np.ndarray], ks: list[int]) -> list[dict[str, Any]]:
+    k = max(ks)
+    gens = sorted(embeddings)
     if len(gens) == 1:
-        scores, ids = version.index.search(_embed(version, images, gens[0]), k, query_generation=gens[0])
+        scores, ids = version.index.search(embeddings[gens[0]], k, query_generation=gens[0])
         return [_hits(version, scores[i, :qk], ids[i, :qk], gens[0]) for i, qk in enumerate(ks)]
-    lists = {g: _own_lists(version, _embed(version, images, g), g, k) for g in gens}
+    lists = {g: _own_lists(version, embeddings[g], g, k) for g in gens}
     out = []
     for i, qk in enumerate(ks):
         s, d, _ = merge_by_rank([lists[g][i] for g in gens], qk)

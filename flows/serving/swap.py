@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -26,15 +27,29 @@ from flows.serving.metrics import ServeMetrics
 from flows.serving.version import ServedVersion, load_version, pointer_fingerprint
 from flows.workspace import Workspace
 
-__all__ = ["SwapManager"]
+__all__ = ["SwapManager", "retire"]
 
 log = logging.getLogger("bctflow.serve")
+
+#: seconds the loader waits for in-flight requests to let go of a replaced version before dropping it anyway
+RETIRE_WAIT_S = 10.0
 
 
 def _low_priority() -> None:
     """The loader thread yields the CPU to the request threads (Linux: a thread's nice value is its own)."""
     with contextlib.suppress(OSError, AttributeError):  # other platforms: the default priority
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+def retire(retiring: list[ServedVersion]) -> None:
+    """Drop the replaced version (``retiring``'s one item) in the calling thread — the low-priority loader — once the
+    requests that started on it let go of it: freeing an index and its models takes milliseconds that would otherwise
+    land on whichever request let go last. After ``RETIRE_WAIT_S`` it is dropped anyway (an idle batcher may hold it
+    until its next query)."""
+    deadline = time.monotonic() + RETIRE_WAIT_S
+    while retiring and sys.getrefcount(retiring[0]) > 2 and time.monotonic() < deadline:  # the list's, the call's
+        time.sleep(0.01)
+    retiring.clear()
 
 
 class SwapManager:
@@ -68,7 +83,14 @@ class SwapManager:
         return f"{pointer_fingerprint(self.ws)}:{ptr.id if ptr else None}:{prod}"
 
     def reload(self, *, force: bool = False) -> dict[str, Any]:
-        """Load the live version if it changed (or ``force``) and swap it in; a failure keeps the old one."""
+        """Load the live version if it changed (or ``force``) and swap it in; a failure keeps the old one. The old
+        version is let go of here, once no request holds it (see :func:`retire`)."""
+        retiring: list[ServedVersion] = []
+        result = self._swap(force, retiring)
+        retire(retiring)
+        return result
+
+    def _swap(self, force: bool, retiring: list[ServedVersion]) -> dict[str, Any]:
         with self._lock:
             key = self.key()
             if not force and key in (self._loaded_key, self._failed_key):
@@ -97,6 +119,8 @@ class SwapManager:
             )
             if old is not None:
                 weakref.finalize(old, log.info, "version %d released: no request holds it", old.number)
+                retiring.append(old)
+                del old
             return {"swapped": True, "version": self.describe(), "error": None}
 
     def _number(self) -> int | None:

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from flows.params import load_params
-from flows.serving.queries import ImageQuery, QueryError, answer_images
+from flows.serving.queries import ImageQuery, QueryError, embed_images, search_images
 from flows.serving.version import load_version
 from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running
@@ -132,6 +132,14 @@ CASES = [
     ("a batch without queries", "/search/batch", lambda v: {"json": {"queries": []}}, 422, "non-empty list"),
     ("an image that is not base64", "/search", lambda v: {"json": {"image": "%%%"}}, 422, "not valid base64"),
     ("JSON with neither vector nor image", "/search", lambda v: {"json": {"k": 3}}, 422, "send `vector`"),
+    ("a multipart upload without a file", "/search", lambda v: {"files": {"k": (None, "3")}}, 422, "holds no file"),
+    (
+        "a multipart body without its boundary",
+        "/search",
+        lambda v: {"content": b"--x\r\n", "headers": {"content-type": "multipart/form-data"}},
+        400,
+        "multipart upload is malformed",
+    ),
 ]
 
 
@@ -148,18 +156,20 @@ def test_bad_input_gets_a_4xx_with_one_line_and_the_service_keeps_serving(
     assert ok.status_code == 200 and len(ok.json()["ids"]) == 2
 
 
-def test_a_base64_image_in_json_is_answered_like_its_bytes(service):
+def test_a_base64_image_in_json_or_a_multipart_upload_is_answered_like_its_bytes(service):
     url, _ = service
     png = _png(8, 8)
     raw = httpx.post(f"{url}/search?k=3", content=png, headers={"content-type": "image/png"}).json()
     wrapped = httpx.post(f"{url}/search", json={"image": base64.b64encode(png).decode(), "k": 3}).json()
-    assert raw["ids"] == wrapped["ids"]
+    uploaded = httpx.post(f"{url}/search", files={"image": ("q.png", png, "image/png")}, data={"k": "3"}).json()
+    assert raw["ids"] == wrapped["ids"] == uploaded["ids"] and len(raw["ids"]) == 3
     refused = httpx.get(f"{url}/metrics").text
     assert 'bctflow_serve_refused_queries_total{status="422"}' in refused
 
 
 def test_an_image_that_does_not_decode_fails_alone_and_its_batch_is_answered(served_ws):
-    """Images are decoded in their batch's thread: a bad one gets its error, the others in that batch their hits."""
+    """Images are decoded in their batch's first stage: a bad one gets its error, the others in that batch their
+    hits."""
     home, params_file = served_ws
     version = load_version(Workspace(home), load_params(params_file), device="cpu", merge="none")
     noise = [Image.fromarray(np.random.default_rng(s).integers(0, 255, (8, 8), dtype=np.uint8)) for s in (0, 1)]
@@ -169,7 +179,7 @@ def test_an_image_that_does_not_decode_fails_alone_and_its_batch_is_answered(ser
         img.save(buf, format="PNG")
         pngs.append(buf.getvalue())
     queries = [ImageQuery(pngs[0], 5), ImageQuery(b"not an image", 5), ImageQuery(pngs[1], 3)]
-    answers = answer_images(version, queries, "none", max_pixels=1024)
+    answers = search_images(version, embed_images(version, queries, "none", max_pixels=1024))
     assert isinstance(answers[1], QueryError) and answers[1].status == 415
     assert [len(a["ids"]) for a in (answers[0], answers[2])] == [5, 3]  # type: ignore[index]
     assert answers[0]["answered_by"]["version"] == version.number  # type: ignore[index]

@@ -53,3 +53,35 @@ def test_max_batch_bounds_a_batch():
 
     assert asyncio.run(go()) == [0, 2, 4, 6, 8]
     assert max(sizes) <= max_batch and sum(sizes) == 5
+
+
+def test_stages_run_in_order_and_the_next_batch_is_embedded_while_the_last_is_searched():
+    """Two stages in threads of their own: every answer passes through both; a failing second stage fails its batch
+    alone."""
+    import threading
+
+    seen: dict[str, set[str]] = {"first": set(), "second": set()}
+
+    def first(version: str, items: list[int]) -> list[int]:
+        seen["first"].add(threading.current_thread().name)
+        return [x + 1 for x in items]
+
+    def second(version: str, state: list[int]) -> list[int]:
+        seen["second"].add(threading.current_thread().name)
+        if version == "bad":
+            raise RuntimeError("search failed")
+        return [10 * x for x in state]
+
+    async def go() -> list[int | BaseException]:
+        batcher = DynamicBatcher(first, second, max_batch=4, max_wait_ms=20, name="t")
+        batcher.start()
+        try:
+            subs = [batcher.submit("v", x) for x in range(6)] + [batcher.submit("bad", 7)]
+            return await asyncio.gather(*subs, return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    answers = asyncio.run(go())
+    assert answers[:6] == [10 * (x + 1) for x in range(6)]
+    assert isinstance(answers[6], RuntimeError)
+    assert seen["first"].isdisjoint(seen["second"]) and all(len(v) == 1 for v in seen.values())

@@ -75,3 +75,28 @@ def test_a_backfill_switch_is_noticed_and_swapped_in_and_a_mixed_gallery_is_serv
         assert merged["query_generation"] == [0, 1]
         assert set(merged["generations"]) == {0, 1}  # each generation's vectors found by its own query
         assert len(merged["ids"]) == 20 == len(set(merged["ids"]))
+
+
+def test_a_replaced_version_is_dropped_in_the_loader_thread_once_no_request_holds_it():
+    """Freeing the old index and models happens in the loader, not on the request that let go of it last."""
+    import threading
+    import time
+    import weakref
+
+    from flows.serving.swap import retire
+
+    class Version:  # stands in for a ServedVersion: only its lifetime matters here
+        pass
+
+    freed_in: list[str] = []
+    old = Version()
+    weakref.finalize(old, lambda: freed_in.append(threading.current_thread().name))
+    request_holds, retiring = [old], [old]
+    del old
+    loader = threading.Thread(target=retire, args=(retiring,), name="loader")
+    loader.start()
+    time.sleep(0.2)
+    assert freed_in == []  # a request still answers from it
+    request_holds.clear()  # the request answers and lets go
+    loader.join(5)
+    assert freed_in == ["loader"]

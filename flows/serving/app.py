@@ -78,7 +78,7 @@ class _Guard:
                 await _error(401, "missing or wrong bearer token; send Authorization: Bearer <token>")(
                     scope, receive, send
                 )
-                self.metrics.requests.labels(endpoint, "401").inc()
+                self.metrics.answered(endpoint, 401, time.perf_counter() - t0)
                 return
 
         async def send_status(message: Message) -> None:
@@ -90,10 +90,7 @@ class _Guard:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            if 400 <= status < 500:
-                self.metrics.refused.labels(str(status)).inc()
-            self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+            self.metrics.answered(endpoint, status, time.perf_counter() - t0)
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -220,7 +217,7 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
         try:
             data = await _body(request, params.max_body_bytes)
             kind = request.headers.get("content-type", "").split(";")[0].strip()
-            k = request.query_params.get("k", 10)
+            k = request.query_params.get("k", 10) if request.scope["query_string"] else 10
             if kind == "multipart/form-data":
                 data, k = await _upload(request, data, k)
             body = _json(data) if kind == _JSON else None

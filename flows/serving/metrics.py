@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["ServeMetrics"]
@@ -24,6 +26,21 @@ class ServeMetrics:
         self.swap_failures = Counter("bctflow_serve_swap_failures", "new versions that failed to load", registry=r)
         self.refused = Counter("bctflow_serve_refused_queries", "queries refused", ["status"], registry=r)
         self.version = Gauge("bctflow_serve_version", "the live version answering queries", registry=r)
+        self._children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+        """Count one answered request (and a refused one, 4xx) and observe its latency. The labelled children are
+        looked up once per (endpoint, status) — ``labels()`` takes a lock and builds a key on every call."""
+        children = self._children.get((endpoint, status))
+        if children is None:
+            refused = self.refused.labels(str(status)) if 400 <= status < 500 else None
+            children = (self.requests.labels(endpoint, str(status)), refused, self.latency.labels(endpoint))
+            self._children[(endpoint, status)] = children
+        count, refused, latency = children
+        count.inc()
+        if refused is not None:
+            refused.inc()
+        latency.observe(seconds)
 
     def text(self) -> bytes:
         """The Prometheus text format."""

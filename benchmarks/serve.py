@@ -5,7 +5,8 @@
 2. ``bctflow serve`` started as a real process on a free loopback port;
 3. vector queries at ``concurrency`` → ``vector_qps`` / p50 / p99, against ``inprocess_search_qps`` (the same index
    searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also
-   ``inprocess_search_qps_batch1``, one query per call, for reference);
+   ``inprocess_search_qps_batch1``, one query per call — the shape each request carries — beside it:
+   ``vector_vs_inprocess_batch1``);
 4. image queries → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare batched
    forward at the mean served batch size, read from ``/metrics``);
 5. image queries while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
@@ -257,6 +258,7 @@ def run_serve_bench(
         res["inprocess_search_qps"] = _inprocess_qps(old_index, vectors, 0, batch)
         res["inprocess_search_qps_batch1"] = _inprocess_qps(old_index, vectors, 0, 1)
         res["vector_vs_inprocess"] = res["vector_qps"] / res["inprocess_search_qps"]
+        res["vector_vs_inprocess_batch1"] = res["vector_qps"] / res["inprocess_search_qps_batch1"]
 
         s0, c0 = _batch_sizes(url, "image")
         cpu = _Cpu(proc.pid)
@@ -331,7 +333,8 @@ def _report(r: dict[str, Any], command: str) -> str:
         ("mixed_responses = 0", r["mixed_responses"] == 0),
         ("swap_p99_ms ≤ 1.2 × steady_p99_ms", r["swap_p99_ms"] <= 1.2 * r["steady_p99_ms"]),
         ("every incompatible query refused (409)", r["refused_incompatible"] == r["incompatible_queries"]),
-        ("vector_vs_inprocess ≥ 0.3", r["vector_vs_inprocess"] >= 0.3),
+        ("vector_vs_inprocess ≥ 0.3 (in-process at the mean served batch)", r["vector_vs_inprocess"] >= 0.3),
+        ("vector_vs_inprocess_batch1 ≥ 0.3 (in-process at one query per call)", r["vector_vs_inprocess_batch1"] >= 0.3),
         ("image_vs_bare ≥ 0.8", r["image_vs_bare"] >= 0.8),
     ]
     lines = [
@@ -352,6 +355,12 @@ def _report(r: dict[str, Any], command: str) -> str:
         f"{r['torch_threads']} torch thread); the rest is HTTP, routing, decoding, batching, search and JSON. The load "
         f"generator spent {f('image_client_cpu_ms')} ms per query on the same cores. Load average (1 min) "
         f"{f('load_average_1m_at_start')} when the measurements began, {f('load_average_1m_at_end')} at the end.",
+        "",
+        f"Vector queries: each request carries one query; the service batches concurrent ones (mean "
+        f"{f('mean_vector_batch')} per FAISS call), so it is compared with the index searched in-process at that "
+        f"batch ({f('inprocess_search_qps')} q/s) and at one query per call ({f('inprocess_search_qps_batch1')} q/s). "
+        f"The service spent {f('vector_service_cpu_ms')} ms of CPU per vector query, the load generator "
+        f"{f('vector_client_cpu_ms')} ms.",
         "",
         f"After the swap: {json.dumps(r['after_swap'])}.",
         "",

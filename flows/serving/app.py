@@ -213,7 +213,7 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
 
     @route("/search", "POST")
     async def search(request: Request) -> Response:
-        version = manager.current  # this request answers from this version alone
+        version = manager.acquire()  # this request answers from this version alone
         try:
             data = await _body(request, params.max_body_bytes)
             kind = request.headers.get("content-type", "").split(";")[0].strip()
@@ -224,10 +224,12 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
             return _json_response(await one_query(version, body, data, k))
         except QueryError as err:
             return _error(err.status, err.message)
+        finally:
+            manager.release(version)
 
     @route("/search/batch", "POST")
     async def search_batch(request: Request) -> Response:
-        version = manager.current
+        version = manager.acquire()
         try:
             body = _json(await _body(request, params.max_body_bytes))
             queries = body.get("queries")
@@ -244,6 +246,8 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
             return _json_response({"results": list(results), "answered_by": version.describe()})
         except QueryError as err:
             return _error(err.status, err.message)
+        finally:
+            manager.release(version)
 
     @route("/health", "GET")
     async def health(_: Request) -> Response:

@@ -3,10 +3,11 @@ assignment.
 
 The manager notices a new version by polling ``live/CURRENT`` and the lineage (the live pointer row, the production
 generation) every ``serve.watch_interval_s``, or on ``POST /admin/reload``. Loading runs in a low-priority thread of
-its own; a request holds the version it started on until it answers, so in-flight requests finish on it, and the old
-version is released (garbage-collected, logged) once no request holds it. A load that fails (a corrupt index, a
-checksum that is not the lineage's pin, a missing model) leaves the old version serving; the error is kept for
-``/health`` and logged, and the same pointer is not retried until it changes or a reload is asked for.
+its own; a request holds the version it started on until it answers (counted: :meth:`SwapManager.acquire`), so
+in-flight requests finish on it, and the old version's index and models are let go of in the loader (logged) once
+they have answered. A load that fails (a corrupt index, a checksum that is not the lineage's pin, a missing model)
+leaves the old version serving; the error is kept for ``/health`` and logged, and the same pointer is not retried
+until it changes or a reload is asked for.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import threading
 import time
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,7 +26,7 @@ from flows.serving.metrics import ServeMetrics
 from flows.serving.version import ServedVersion, load_version, pointer_fingerprint
 from flows.workspace import Workspace
 
-__all__ = ["SwapManager", "retire"]
+__all__ = ["SwapManager"]
 
 log = logging.getLogger("bctflow.serve")
 
@@ -41,17 +40,6 @@ def _low_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
-def retire(retiring: list[ServedVersion]) -> None:
-    """Drop the replaced version (``retiring``'s one item) in the calling thread — the low-priority loader — once the
-    requests that started on it let go of it: freeing an index and its models takes milliseconds that would otherwise
-    land on whichever request let go last. After ``RETIRE_WAIT_S`` it is dropped anyway (an idle batcher may hold it
-    until its next query)."""
-    deadline = time.monotonic() + RETIRE_WAIT_S
-    while retiring and sys.getrefcount(retiring[0]) > 2 and time.monotonic() < deadline:  # the list's, the call's
-        time.sleep(0.01)
-    retiring.clear()
-
-
 class SwapManager:
     """Holds the serving version and swaps in new ones."""
 
@@ -60,7 +48,8 @@ class SwapManager:
         self.current: ServedVersion | None = None
         self.last_error: str | None = None
         self.lineage_reachable = True
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one reload at a time
+        self._count_lock = threading.Lock()  # the versions' in-flight counts
         self._loaded_key: str | None = None
         self._failed_key: str | None = None
         self._store: Any = None
@@ -87,8 +76,35 @@ class SwapManager:
         version is let go of here, once no request holds it (see :func:`retire`)."""
         retiring: list[ServedVersion] = []
         result = self._swap(force, retiring)
-        retire(retiring)
+        for old in retiring:
+            self.retire(old)
         return result
+
+    def acquire(self) -> ServedVersion:
+        """The serving version, counted as in use by one more request until :meth:`release`."""
+        with self._count_lock:
+            v = self.current
+            assert v is not None, "no version loaded"
+            v.in_flight += 1
+            return v
+
+    def release(self, v: ServedVersion) -> None:
+        with self._count_lock:
+            v.in_flight -= 1
+
+    def retire(self, old: ServedVersion) -> None:
+        """Release a replaced version here, in the low-priority loader, once the requests that started on it have
+        answered (it is no longer current, so none starts on it). After ``RETIRE_WAIT_S`` it is left to the garbage
+        collector and a warning logged."""
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        while time.monotonic() < deadline:
+            with self._count_lock:
+                if old.in_flight == 0:
+                    old.release()
+                    log.info("version %d released: no request holds it", old.number)
+                    return
+            time.sleep(0.01)
+        log.warning("version %d still answers %d requests after %g s", old.number, old.in_flight, RETIRE_WAIT_S)
 
     def _swap(self, force: bool, retiring: list[ServedVersion]) -> dict[str, Any]:
         with self._lock:
@@ -118,9 +134,7 @@ class SwapManager:
                 time.perf_counter() - t0,
             )
             if old is not None:
-                weakref.finalize(old, log.info, "version %d released: no request holds it", old.number)
                 retiring.append(old)
-                del old
             return {"swapped": True, "version": self.describe(), "error": None}
 
     def _number(self) -> int | None:

@@ -91,6 +91,14 @@ class ServedVersion:
     channels: int
     device: str
     loaded_at: float = field(default_factory=time.time)
+    #: requests answering from this version now (changed under the manager's lock: :meth:`SwapManager.acquire`)
+    in_flight: int = 0
+
+    def release(self) -> None:
+        """Let go of the index and the models (no request may use the version afterwards): their memory is freed
+        in the calling thread, the loader's, instead of on whichever request let go of the version last."""
+        self.index = None  # type: ignore[assignment]
+        self.embedders = {}
 
     @property
     def mix(self) -> dict[int, int]:

@@ -77,26 +77,34 @@ def test_a_backfill_switch_is_noticed_and_swapped_in_and_a_mixed_gallery_is_serv
         assert len(merged["ids"]) == 20 == len(set(merged["ids"]))
 
 
-def test_a_replaced_version_is_dropped_in_the_loader_thread_once_no_request_holds_it():
-    """Freeing the old index and models happens in the loader, not on the request that let go of it last."""
+def test_a_replaced_version_is_released_in_the_loader_once_the_requests_on_it_answer(tmp_path):
+    """The old index and models are let go of in the loader thread, after the last request that started on the old
+    version answered — never under a request still using it, never on a request's thread."""
     import threading
     import time
-    import weakref
 
-    from flows.serving.swap import retire
+    from flows.params import params_from_dict
+    from flows.serving.metrics import ServeMetrics
+    from flows.serving.swap import SwapManager
+    from flows.workspace import Workspace
 
-    class Version:  # stands in for a ServedVersion: only its lifetime matters here
-        pass
+    class Version:  # the part of a ServedVersion the manager counts and releases
+        def __init__(self, number: int) -> None:
+            self.number, self.in_flight, self.released_in = number, 0, None
 
-    freed_in: list[str] = []
-    old = Version()
-    weakref.finalize(old, lambda: freed_in.append(threading.current_thread().name))
-    request_holds, retiring = [old], [old]
-    del old
-    loader = threading.Thread(target=retire, args=(retiring,), name="loader")
+        def release(self) -> None:
+            self.released_in = threading.current_thread().name
+
+    manager = SwapManager(Workspace(tmp_path), params_from_dict({}, "test"), ServeMetrics(), device="cpu")
+    old = manager.current = Version(1)  # type: ignore[assignment]
+    request = manager.acquire()  # a request starts on version 1
+    manager.current = Version(2)  # type: ignore[assignment]  # the swap
+    loader = threading.Thread(target=manager.retire, args=(old,), name="loader")
     loader.start()
     time.sleep(0.2)
-    assert freed_in == []  # a request still answers from it
-    request_holds.clear()  # the request answers and lets go
+    assert old.released_in is None  # the request still answers from it
+    assert manager.acquire() is manager.current  # new requests start on version 2
+    manager.release(request)
     loader.join(5)
-    assert freed_in == ["loader"]
+    assert old.released_in == "loader"
+    manager.close()

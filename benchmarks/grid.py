@@ -8,10 +8,11 @@ the model's cache key (submitted once; a model already in the cache is not submi
 the models it starts from (its old model and φ*).
 
 Two waves. The first holds every model known before anything is trained: seed 0's old models and φ* of every head,
-every trained method × head × λ at seed 0, and of the further seeds whatever does not wait on seed 0's results (the
-old models and φ* of a geometry with one head; a method's new model when it also has one λ). The second, after the
-first, holds the rest of the further seeds: their λ, head and ``best_baseline`` are chosen on the validation split
-from seed 0's models (:func:`~benchmarks.scenarios.seed0_choices`, the same code ``run_table`` runs).
+every configuration (head × λ × options grid) of every trained method at seed 0, and of the further seeds whatever
+does not wait on seed 0's results (the old models and φ* of a geometry with one head; a method's new model when it
+has one configuration). The second, after the first, holds the rest of the further seeds: their configuration and
+``best_baseline`` are chosen on the validation split from seed 0's models (:func:`~benchmarks.scenarios.seed0_choices`,
+the same code ``run_table`` runs).
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ from benchmarks.scenarios import (
     Scenario,
     base_models,
     best_baseline,
-    entry_weights,
+    entry_configs,
+    extra_seed_names,
     extra_seed_plan,
     seed0_base_models,
     seed0_choices,
     selections,
+    simplex_seed_plan,
     train_entry,
 )
 from components.errors import ConfigError
+from components.training import TrainingDivergedError
 from flows.params import Params
 
 __all__ = ["describe", "local_threads", "train_grid"]
@@ -93,8 +97,18 @@ def _train_task(
     worker = get_worker()
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // worker.state.nthreads))
     t0 = time.perf_counter()
-    model = _worker_bench(args).train_model(label, req)
-    return {"key": model.key, "label": label, "seconds": time.perf_counter() - t0, "worker": worker.name}
+    bench = _worker_bench(args)
+    try:
+        key, diverged = bench.train_model(label, req).key, None
+    except TrainingDivergedError as err:  # recorded in the cache; the table leaves the configuration out
+        key, diverged = bench.model_ref(label, req).key, str(err)
+    return {
+        "key": key,
+        "label": label,
+        "seconds": time.perf_counter() - t0,
+        "worker": worker.name,
+        "diverged": diverged,
+    }
 
 
 class _Planner:
@@ -141,8 +155,9 @@ class _Planner:
                     f"{fut.key.removeprefix('bench-model-')}: the cluster's bctflow or params differ from this one's"
                 )
             self.done.add(res["key"])
+            what = f"diverged ({res['diverged']})" if res.get("diverged") else "trained"
             self._log(
-                f"[grid] {len(self.done)}/{len(self.futures)} trained {res['label']} in {res['seconds']:.0f} s "
+                f"[grid] {len(self.done)}/{len(self.futures)} {what} {res['label']} in {res['seconds']:.0f} s "
                 f"on worker {res['worker']}"
             )
 
@@ -153,35 +168,37 @@ def _first_wave(plan: _Planner, sc: Scenario) -> None:
     old_sel, new_sel = selections(plan.bench, sc)
     by_head = seed0_base_models(plan, sc, old_sel, new_sel)
     trained = [e for e in s.methods if e.method not in SIMPLEX]
+    configs = {e.name: entry_configs(plan, e) for e in trained}
     for entry in trained:
-        for head in s.heads(entry.geometry):
-            old, ref = by_head[entry.geometry][head.name]
-            for w in entry_weights(plan, entry):
-                train_entry(plan, sc, entry, new_sel, plan.params, w, s.seeds[0], old, ref, head)
+        for cfg in configs[entry.name]:
+            old, ref = by_head[entry.geometry][cfg.head.name]
+            train_entry(plan, sc, entry, new_sel, plan.params, cfg, s.seeds[0], old, ref)
     # further seeds: a method with one head has its lineage (old model, φ*) known now, and its new model too when it
-    # has one λ; a best_baseline among several is not known, but its Euclidean lineage is (all share the heads)
-    one_head = {
-        e.name: (entry_weights(plan, e)[0], s.heads(e.geometry)[0]) for e in trained if len(s.heads(e.geometry)) == 1
-    }
+    # has one configuration; a best_baseline among several is not known, but its Euclidean lineage is (all share the
+    # heads)
+    one_head = {e.name: configs[e.name][0] for e in trained if len(s.heads(e.geometry)) == 1}
     baselines = [e.name for e in trained if e.geometry == "euclidean"]
     stand_in = baselines[0] if baselines else None
-    for entry, w, head, seed in extra_seed_plan(s, one_head, stand_in):
-        old, ref = base_models(plan, sc, old_sel, new_sel, seed, head)
-        known = entry.name in s.extra_seed_methods or len(baselines) == 1
-        if known and len(entry_weights(plan, entry)) == 1:
-            train_entry(plan, sc, entry, new_sel, plan.params, w, seed, old, ref, head)
+    named = extra_seed_names(s, None)
+    for entry, cfg, seed in extra_seed_plan(s, one_head, stand_in):
+        old, ref = base_models(plan, sc, old_sel, new_sel, seed, cfg.head)
+        known = entry.name in named or len(baselines) == 1
+        if known and len(configs[entry.name]) == 1:
+            train_entry(plan, sc, entry, new_sel, plan.params, cfg, seed, old, ref)
+    for _entry, head, seed in simplex_seed_plan(s, None):  # PSP / LSP: the first head's lineage at each seed
+        base_models(plan, sc, old_sel, new_sel, seed, head)
 
 
 def _second_wave(plan: _Planner, sc: Scenario) -> None:
-    """Submit the further seeds' models at the λ and head chosen on seed 0's (cached) models."""
+    """Submit the further seeds' models in the configuration chosen on seed 0's (cached) models."""
     quiet = copy.copy(plan.bench)
     quiet.log = lambda _m: None
     old_sel, new_sel = selections(quiet, sc)
     chosen, val_p_com, _ = seed0_choices(quiet, sc, new_sel, seed0_base_models(quiet, sc, old_sel, new_sel))
-    choices = {n: (c[0], c[3]) for n, c in chosen.items()}
-    for entry, w, head, seed in extra_seed_plan(plan.settings, choices, best_baseline(quiet, val_p_com)):
-        old, ref = base_models(plan, sc, old_sel, new_sel, seed, head)
-        train_entry(plan, sc, entry, new_sel, plan.params, w, seed, old, ref, head)
+    choices = {n: c.config for n, c in chosen.items()}
+    for entry, cfg, seed in extra_seed_plan(plan.settings, choices, best_baseline(quiet, val_p_com)):
+        old, ref = base_models(plan, sc, old_sel, new_sel, seed, cfg.head)
+        train_entry(plan, sc, entry, new_sel, plan.params, cfg, seed, old, ref)
 
 
 def _quiet_kill(record: logging.LogRecord) -> bool:

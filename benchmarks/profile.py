@@ -8,7 +8,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from benchmarks.selection import P_UP_FLOOR
 from components.errors import ConfigError
+from components.losses import choose_alignment
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
 __all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "HeadEntry", "MethodEntry", "Profile", "load_profile"]
@@ -31,6 +33,22 @@ class MethodEntry(_Strict):
     weight: float | None = None  # fixed λ (default: params alignment.weight)
     #: params overrides for this method's new model only, e.g. {"geometry.delta_zeta": 0.1} (ablations)
     params: dict[str, Any] = Field(default_factory=dict)
+    #: the method's own options tried at seed 0, every combination, over ``options`` (e.g. {"tau": [0.5, 1.0]}: its
+    #: temperature); each combination is one more configuration per head and λ
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _grid_lists(self) -> MethodEntry:
+        empty = [k for k, v in self.grid.items() if not v]
+        if empty:
+            raise ValueError(f"method {self.name!r}: grid {empty} must list at least one value each")
+        for k, values in self.grid.items():
+            for v in values:
+                try:  # an option the method does not have, or a value it refuses, fails here, before any training
+                    choose_alignment(self.method, {**self.options, k: v})
+                except ConfigError as err:
+                    raise ValueError(f"method {self.name!r}: grid {k}={v!r}: {err}") from None
+        return self
 
 
 class HeadEntry(_Strict):
@@ -64,12 +82,13 @@ class Arch(_Strict):
 class BenchSettings(_Strict):
     methods: list[MethodEntry]
     seeds: list[int] = Field(default_factory=lambda: [0, 1])
-    #: methods retrained with the extra seeds ("best_baseline" = the best tuned Euclidean baseline)
+    #: methods retrained with the extra seeds at the configuration chosen at seed 0 ("best_baseline" = the Euclidean
+    #: method with the best validation mAP P_com; "all" = every method, PSP / LSP on each seed's own φ*)
     extra_seed_methods: list[str] = Field(default_factory=lambda: ["hbct", "best_baseline"])
     validation_fraction: float = Field(0.1, gt=0.0, lt=0.5)
     tune_weights: list[float] = Field(default_factory=lambda: [0.3, 1.0])
-    #: a tuned run "does not hurt the new model" when its validation self mAP ≥ this × φ*'s
-    tune_self_tolerance: float = Field(0.98, gt=0.0, le=1.0)
+    #: the selection rule's constraint (benchmarks/selection.py): validation mAP P_up ≥ this
+    p_up_floor: float = Field(P_UP_FLOOR, le=0.0)
     old_arch: Arch
     new_arch: Arch
     old_fraction: float = Field(0.3, gt=0.0, le=1.0)  # ext_data

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report_stats import by_method, diagnostics_against_references, seed_statistics
+from benchmarks.rows import option_text
 from benchmarks.scenarios import Row, Scenario, TableResult
+from benchmarks.selection import RULE_TEXT
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
 
@@ -61,7 +63,10 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     lines += _table_intro(sc, ctx)
     lines += _old_self_table(first)
     lines += _compat_tables(first, ctx)
-    lines += _seed_spread(res)
+    header, body, tests = seed_statistics(res.rows)
+    lines += _section("Every method over the seeds", header, "---|---|---|---", body)
+    lines += _spread_notes(res)
+    lines += _references(res)
     lines += _diagnostics_table(res.rows)
     lines += _heads_table(res.heads)
     lines += _table_notes(res, first)
@@ -76,25 +81,37 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
             "rows": [r.as_dict() for r in res.rows],
             "base_models": res.models,
             "heads_tried": res.heads,
+            "configurations": {n: rs[0].configurations for n, rs in by_method(res.rows).items()},
+            "paired_tests": tests,
         },
     )
 
 
 def _table_intro(sc: Scenario, ctx: dict[str, Any]) -> list[str]:
-    """Report lines: the backbones, epochs and λ selection of a table, how P_com / P_up are measured."""
+    """Report lines: the backbones, epochs and selection rule of a table, how P_com / P_up are measured."""
+    floor = ctx.get("p_up_floor")
+    rule = (
+        RULE_TEXT.format(floor=floor) + f", on the validation split from λ ∈ {ctx['tune_weights']} for *tuned* methods"
+        if floor is not None
+        else f"λ from {ctx['tune_weights']} and the head chosen on the validation split by the earlier rule (the best "
+        f"validation cross mAP among runs whose validation self mAP ≥ {ctx.get('tune_tol', 0):g}× the reference's, "
+        "else the best validation self mAP)"
+    )
     return [
         f"Backbones: old `{sc.old_arch.backbone} {sc.old_arch.backbone_kwargs}`, "
         f"new `{sc.new_arch.backbone} {sc.new_arch.backbone_kwargs}`; "
-        f"epochs {ctx['epochs']}. λ is selected on the validation split from {ctx['tune_weights']} for methods marked "
-        "*tuned* (the best validation cross mAP among runs whose validation self mAP "
-        f"≥ {ctx['tune_tol']:g}× the reference's); HBCT uses the paper's fixed "
-        "λ = 0.3, τ = 0.5, β = 0.01. Every number below is on the test gallery.",
+        f"epochs {ctx['epochs']}. Selection: {rule}. Every number below is on the test gallery.",
         "",
         "Each method is measured in its own retrieval space: old self and φ* self (the independent reference, "
         "same architecture and data as the new model) are in that space, "
         "so P_com = (cross − old self)/(φ* self − old self) and P_up = (self − φ* self)/φ* self.",
         "",
     ]
+
+
+def _head(r: Row) -> str:
+    """A row's head and options-grid values, "—" when it has neither."""
+    return " ".join(x for x in (r.head, option_text(r.options)) if x) or "—"
 
 
 def _old_self_table(first: dict[str, Row]) -> list[str]:
@@ -121,75 +138,41 @@ def _compat_tables(first: dict[str, Row], ctx: dict[str, Any]) -> list[str]:
             "",
             f"## {k.upper().replace('MAP', 'mAP')} (seed {ctx['seeds'][0]})",
             "",
-            "| method | space | λ | old self | self | cross | P_up | P_com | P_com denominator | train s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| method | space | head | λ | old self | self | cross | gain | P_up | P_com | P_com denominator "
+            "| train s |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in first.values():
             flag = " ⚠" if abs(r.p_com_den[k]) < ILL_CONDITIONED else ""
             weight = fmt(r.weight, 2) if r.weight is not None else "—"
             lines.append(
-                f"| {r.name} | {r.geometry}/{r.space} | {weight} | {fmt(r.old_self[k])} | {fmt(r.self_[k])} | "
-                f"{fmt(r.cross[k])} | {fmt(r.p_up[k])} | {fmt(r.p_com[k], 3)}{flag} | {fmt(r.p_com_den[k])} | "
-                f"{fmt(r.seconds, 0)} |"
+                f"| {r.name} | {r.geometry}/{r.space} | {_head(r)} | {weight} | {fmt(r.old_self[k])} | "
+                f"{fmt(r.self_[k])} | {fmt(r.cross[k])} | {fmt(r.cross[k] - r.old_self[k])} | {fmt(r.p_up[k])} | "
+                f"{fmt(r.p_com[k], 3)}{flag} | {fmt(r.p_com_den[k])} | {fmt(r.seconds, 0)} |"
             )
     return lines
 
 
-def _mean_std(vals: list[float | None]) -> str:
-    """``"mean ± population std"`` of the values that are not None, "—" when there are none."""
-    v = [x for x in vals if x is not None]
-    return "—" if not v else f"{statistics.mean(v):.4f} ± {statistics.pstdev(v):.4f}"
+def _spread_notes(res: TableResult) -> list[str]:
+    """Report lines under the seed statistics: what the columns are."""
+    best = f" Best Euclidean baseline by validation mAP P_com: **{res.best_baseline}**." if res.best_baseline else ""
+    return [
+        "",
+        "Mean ± sample std (ddof 1) over the seeds; each seed trains its own old model, φ* and new model, in the "
+        "configuration chosen at seed 0. *configs*: the configurations the method was tried with at seed 0; "
+        "*gain*: cross − old self, what a new query gains on the old gallery; *paired t p*: two-sided paired t-test "
+        "of the method's test mAP P_com against the other method with the best mean over the same seeds." + best,
+    ]
 
 
-def _seed_spread(res: TableResult) -> list[str]:
-    """Report lines: mean ± std over the seeds of the methods run with more than one seed (none if no such method)."""
-    multi: dict[str, list[Row]] = {}
-    for r in res.rows:
-        multi.setdefault(r.name, []).append(r)
-    multi = {n: rs for n, rs in multi.items() if len(rs) > 1}
-    if not multi:
+def _references(res: TableResult) -> list[str]:
+    """Report lines: the Lorentz rows' diagnostics beside this table's unaligned and saturated references."""
+    header, body, where = diagnostics_against_references(res.rows, res.heads)
+    if not body:
         return []
-    lines = [
-        "",
-        "## Seed-to-seed spread",
-        "",
-        f"Best Euclidean baseline (chosen by validation mAP P_com): **{res.best_baseline}**.",
-        "",
-        "| method | seeds | self mAP | cross mAP | P_com mAP | its denominator | P_up mAP | cross CMC@1 | P_com CMC@1 "
-        "| its denominator |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for n, rs in multi.items():
-        lines.append(
-            f"| {n} | {', '.join(str(r.seed) for r in rs)} | {_mean_std([r.self_['map'] for r in rs])} | "
-            f"{_mean_std([r.cross['map'] for r in rs])} | {_mean_std([r.p_com['map'] for r in rs])} | "
-            f"{_mean_std([r.p_com_den['map'] for r in rs])} | {_mean_std([r.p_up['map'] for r in rs])} | "
-            f"{_mean_std([r.cross['cmc@1'] for r in rs])} | {_mean_std([r.p_com['cmc@1'] for r in rs])} | "
-            f"{_mean_std([r.p_com_den['cmc@1'] for r in rs])} |"
-        )
-    lines += [
-        "",
-        "(mean ± population std over the seeds; each seed trains its own old model, φ* and new model, with the "
-        "head and λ chosen at seed 0)",
-    ]
-    diag = {n: rs for n, rs in multi.items() if all(r.diagnostics for r in rs)}
-    if diag:
-        body = [
-            [
-                n,
-                ", ".join(str(r.seed) for r in rs),
-                *(_mean_std([r.diagnostics.get(k) for r in rs]) for k in SPREAD_DIAG),
-            ]
-            for n, rs in diag.items()
-        ]
-        lines += _section(
-            "HBCT diagnostics over the seeds (test gallery)", ["method", "seeds", *SPREAD_DIAG], "---|---", body
-        )
-    return lines
-
-
-#: the HBCT diagnostics the seed-spread section gives as mean ± std (the issue's saturation and cone checks)
-SPREAD_DIAG = ("clip_fraction_new", "uncertainty_std_new", "epsilon", "in_cone_fraction", "uncertainty_std_old")
+    title = "Lorentz diagnostics against this dataset's references (test gallery)"
+    lines = _section(title, header, "---|---|---", body)
+    return [*lines, "", f"÷ φ*: the new model's uncertainty std over its own unaligned φ*'s; {where}."]
 
 
 def _diagnostics_table(rows: list[Row]) -> list[str]:
@@ -204,18 +187,28 @@ def _diagnostics_table(rows: list[Row]) -> list[str]:
 
 
 def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
-    """Report lines: every (method, head) tried at seed 0 with its validation mAP P_com and, for Lorentz heads, the
-    test-gallery clip fraction / uncertainty std of the new model, its old model and φ* (none if one head only)."""
-    if len({(h["method"], h["head"]) for h in heads}) == len({h["method"] for h in heads}):
+    """Report lines: every configuration tried at seed 0 with its validation mAP P_com and P_up, whether it was
+    chosen, and for Lorentz heads the test-gallery clip fraction / uncertainty std of the new model, its old model and
+    φ* (none if every method had one configuration)."""
+    if len(heads) == len({h["method"] for h in heads}):
         return []
     cols = ("clip_fraction_new", "clip_fraction_old", "clip_fraction_ref", "uncertainty_std_new", "uncertainty_std_ref")
     body = [
-        [h["method"], h["head"], fmt(h["weight"], 2), fmt(h["val_p_com"], 3), "yes" if h["kept"] else "no"]
+        [
+            h["method"],
+            h["head"],
+            option_text(h.get("options", {})) or "—",
+            fmt(h["weight"], 2),
+            fmt(h.get("val_p_com"), 3),
+            fmt(h.get("val_p_up"), 3),
+            "**yes**" if h.get("chosen") else ("diverged" if h.get("diverged") else ""),
+        ]
         + [fmt(h.get(c), 3) for c in cols]
         for h in heads
     ]
-    title = "Heads tried (seed 0; chosen on validation mAP P_com, diagnostics on the test gallery)"
-    return _section(title, ["method", "head", "λ", "val mAP P_com", "keeps self", *cols], "---|---|---:|---:|---", body)
+    title = "Configurations tried (seed 0; chosen on validation, diagnostics on the test gallery)"
+    header = ["method", "head", "options", "λ", "val mAP P_com", "val mAP P_up", "chosen", *cols]
+    return _section(title, header, "---|---|---|---:|---:|---:|---", body)
 
 
 def _section(title: str, header: list[str], text_align: str, body: list[list[str]]) -> list[str]:
@@ -244,9 +237,9 @@ def _table_notes(res: TableResult, first: dict[str, Row]) -> list[str]:
     if ill:
         notes.append(f"- ⚠ ill-conditioned P_com (|denominator| < {ILL_CONDITIONED:g}): " + "; ".join(ill))
     notes += [
-        f"- λ selection for **{r.name}**: {r.selection}"
+        f"- selection for **{r.name}**: {r.selection}"
         for r in first.values()
-        if r.selection not in ("fixed", "training-free")
+        if r.selection not in ("fixed", "training-free", "not applicable")
     ]
     base = "; ".join(
         f"{g} old {m['old']['seconds']:.0f}s, φ* {m['reference']['seconds']:.0f}s" for g, m in res.models.items()
@@ -276,7 +269,11 @@ _CSV_COLUMNS = [
     "geometry",
     "space",
     "seed",
+    "head",
+    "options",
     "weight",
+    "configurations",
+    "selection_rule",
     "metric",
     "old_self",
     "self",
@@ -304,7 +301,11 @@ def _write_table_csv(res: TableResult, path: Path) -> None:
                         r.geometry,
                         r.space,
                         r.seed,
+                        r.head,
+                        json.dumps(r.options, sort_keys=True),
                         r.weight,
+                        r.configurations,
+                        r.selection_rule,
                         k,
                         r.old_self[k],
                         r.self_[k],

@@ -15,7 +15,7 @@ from components.evaluation import DerivedMetrics
 from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
 from components.losses import MethodDiagnostics, choose_alignment
 
-__all__ = ["Row", "radius_diagnostics", "simplex_row", "table_row"]
+__all__ = ["Row", "option_text", "radius_diagnostics", "simplex_row", "table_row"]
 
 
 @dataclass
@@ -39,11 +39,27 @@ class Row:
     seconds: float | None
     diagnostics: dict[str, float | None] = field(default_factory=dict)
     note: str = ""
+    #: the chosen configuration's head and options-grid values (benchmarks/scenarios.py Config)
+    head: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    #: how many configurations the method was tried with at seed 0, and the rule that chose among them
+    #: (benchmarks/selection.py SELECTION_RULES; "training-free" / "not applicable" for PSP / LSP)
+    configurations: int | None = None
+    selection_rule: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["self"] = d.pop("self_")
         return d
+
+
+def option_text(options: dict[str, Any], sep: str = " ") -> str:
+    """Options-grid values as ``k=v`` pairs joined by ``sep`` (numbers in their shortest form)."""
+    show = [
+        f"{k}={v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k}={v}"
+        for k, v in options.items()
+    ]
+    return sep.join(show)
 
 
 def table_row(
@@ -59,6 +75,10 @@ def table_row(
     space: str = "embedding",
     seconds: float | None,
     note: str = "",
+    head: str = "",
+    options: dict[str, Any] | None = None,
+    configurations: int | None = None,
+    selection_rule: str = "",
 ) -> Row:
     self_m = bench.metrics(new, new)
     cross = bench.metrics(new, old)
@@ -72,7 +92,7 @@ def table_row(
     diag: dict[str, float | None] = {**own.settings, **own.measured}
     if entry.geometry == "lorentz" and space == "embedding":
         seen = list(old.spec.class_order)
-        diag = {**radius_diagnostics({"new": new, "old": old}), **diag}
+        diag = {**radius_diagnostics({"new": new, "old": old, "ref": ref}), **diag}
         diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
             old.test.z, old.test.labels, seen, old.test.curvature
         )
@@ -97,6 +117,10 @@ def table_row(
         seconds,
         diag,
         note,
+        head,
+        dict(options or {}),
+        configurations,
+        selection_rule,
     )
 
 
@@ -127,6 +151,8 @@ def simplex_row(
             space=kind,
             seconds=None,
             note=str(err),
+            configurations=1,
+            selection_rule="not applicable",
         )
     note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
     return table_row(
@@ -141,4 +167,6 @@ def simplex_row(
         space=kind,
         seconds=0.0,
         note=note,
+        configurations=1,
+        selection_rule="training-free",
     )

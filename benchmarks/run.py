@@ -19,6 +19,7 @@ from benchmarks.report_sequential import write_sequential_report
 from benchmarks.runner import Bench
 from benchmarks.scenario_names import ALL_SCENARIOS
 from benchmarks.scenarios import make_scenario, run_table
+from benchmarks.selection import RULE_TEXT
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from components.training.device import select_device
@@ -64,7 +65,8 @@ def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]
         "seeds": prof.bench.seeds,
         "epochs": {"default": p.train.epochs, **prof.bench.scenario_epochs},
         "tune_weights": prof.bench.tune_weights,
-        "tune_tol": prof.bench.tune_self_tolerance,
+        "p_up_floor": prof.bench.p_up_floor,
+        "selection_rule": RULE_TEXT.format(floor=prof.bench.p_up_floor),
         "date": datetime.date.today().isoformat(),
     }
 

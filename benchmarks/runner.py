@@ -5,7 +5,8 @@ selection, method + options, λ, seed, training config, parent and target
 models); its checkpoint, its embeddings of the validation split and of the
 test gallery, and its wall time are stored under ``<out>/cache/<key>/``.
 Epoch checkpoints live there too, so even a model interrupted mid-training
-resumes from its last epoch.
+resumes from its last epoch. A model whose loss became non-finite leaves ``diverged.json`` there instead, and a
+rerun raises the same :class:`~components.training.TrainingDivergedError` without training it again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
 from components.losses import AlignmentChoice, AlignmentLoss
 from components.models import ModelSpec, build_model, load_model, save_model
-from components.training import TrainConfig, TrainResult, embed_split, train_model
+from components.training import TrainConfig, TrainingDivergedError, TrainResult, embed_split, train_model
 from components.training.data import training_data
 from components.training.device import cuda_available
 from flows.data import dataset_splits
@@ -198,11 +199,19 @@ class Bench:
         folder = self.cache / key
         if self.is_cached(key):
             return _load_cached(folder, key, label, spec)
+        diverged = folder / "diverged.json"
+        if diverged.exists():  # a model whose loss became non-finite: trained once, not again on a resume
+            raise TrainingDivergedError(json.loads(diverged.read_text())["error"] + f" (recorded in {diverged})")
         self.log(
             f"  training {label} ({req.method}, {req.geometry}, λ={cfg.align_weight}, seed={req.seed}, "
             f"{len(req.data)} samples, {cfg.epochs} epochs)"
         )
-        result = self._fit(spec, req, cfg, loss, folder, key, align=align)
+        try:
+            result = self._fit(spec, req, cfg, loss, folder, key, align=align)
+        except TrainingDivergedError as err:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(diverged, json.dumps({"label": label, "error": str(err)}))
+            raise
         val, test, embed_seconds = self._embed_and_save(result.model, folder)
         meta = {
             "label": label,

@@ -10,29 +10,54 @@
 Per method the table reports, in the method's own retrieval space (Euclidean
 embeddings, Lorentz embeddings, or PSP / LSP features): the old model's self
 score, the new model's self and cross scores, P_up and P_com with its
-denominator (docs/design.md §6). λ is selected on the validation split for methods marked
-``tune`` (the best run that does not hurt the new model, as in the HBCT paper
-§5.1); the test split only ever produces the reported numbers.
+denominator (docs/design.md §6). Each trained method's configuration — head × λ (``tune``) × its own
+options ``grid`` (a temperature) — is chosen at seed 0 on the validation split by the one rule of
+:mod:`benchmarks.selection`; the test split only ever produces the reported numbers.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.profile import BenchSettings, HeadEntry, MethodEntry
-from benchmarks.rows import Row, radius_diagnostics, simplex_row, table_row
+from benchmarks.rows import Row, option_text, radius_diagnostics, simplex_row, table_row
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
+from benchmarks.selection import Scored, select_configuration
 from components.data import DataManifest
+from components.evaluation import p_com, p_up
+from components.training import TrainingDivergedError
 from flows.params import Params, apply_overrides
 
-__all__ = ["SCENARIOS", "SIMPLEX", "Row", "Scenario", "TableResult", "make_scenario", "run_table"]
+__all__ = ["SCENARIOS", "SIMPLEX", "Chosen", "Config", "Row", "Scenario", "TableResult", "make_scenario", "run_table"]
 
 SIMPLEX = ("psp", "lsp")
 
-#: a trained method's seed-0 choice: (λ, model, how λ and the head were chosen, head)
-Choice = tuple[float, BenchModel, str, HeadEntry]
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of a trained method: its head, λ and the point of its options ``grid``."""
+
+    head: HeadEntry
+    weight: float
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def tag(self, geometry: str) -> str:
+        """The label part of a model of this configuration, before ``/λ=…`` (the head's name, the grid's values)."""
+        return _head_tag(self.head, geometry) + "".join(f"/{option_text({k: v})}" for k, v in self.options.items())
+
+
+@dataclass
+class Chosen:
+    """A trained method's seed-0 choice: its configuration and model, the rule that chose it, the grid's size."""
+
+    config: Config
+    model: BenchModel
+    rule: str
+    configurations: int
+    detail: str
 
 
 def _entry_zeta(p: Any, entry: MethodEntry) -> float:
@@ -48,24 +73,23 @@ def train_entry(
     entry: MethodEntry,
     sel: DataManifest,
     p: Params,
-    w: float,
+    cfg: Config,
     seed: int,
     old: BenchModel,
     ref: BenchModel,
-    head: HeadEntry | None = None,
 ) -> BenchModel:
-    """A method's new model in a scenario at alignment weight ``w`` and ``seed`` (trained, or from the cache), with
-    ``head`` (a head of the protocol for the entry's geometry; None: the params' own)."""
-    extra = _head_params(head, entry.geometry)
+    """A method's new model in a scenario in configuration ``cfg`` (its head: one of the protocol's for the entry's
+    geometry) at ``seed`` (trained, or from the cache)."""
+    extra = _head_params(cfg.head, entry.geometry)
     return bench.train_model(
-        f"{entry.name}{_head_tag(head, entry.geometry)}/λ={w:g}/seed={seed}",
+        f"{entry.name}{cfg.tag(entry.geometry)}/λ={cfg.weight:g}/seed={seed}",
         ModelRequest(
             sel,
             geometry=entry.geometry,
             arch=sc.new_arch,
             method=entry.method,
-            options=entry.options,
-            weight=w,
+            options={**entry.options, **cfg.options},
+            weight=cfg.weight,
             seed=seed,
             zeta=_entry_zeta(p, entry),
             old=old,
@@ -85,27 +109,29 @@ def _head_tag(head: HeadEntry | None, geometry: str) -> str:
     return f"/{head.name}" if _head_params(head, geometry) else ""
 
 
-def _select(
-    bench: Bench, candidates: list[tuple[float, BenchModel]], old: BenchModel, ref: BenchModel
-) -> tuple[float, BenchModel, str]:
-    """The best run that does not hurt the new model, on the VALIDATION split (HBCT paper §5.1)."""
-    if len(candidates) == 1:
-        w, m = candidates[0]
-        return w, m, "fixed"
-    tol = bench.settings.tune_self_tolerance
-    ref_self = bench.metrics(ref, ref, "val")["map"]
-    scored = []
-    for w, m in candidates:
-        scored.append((w, m, bench.metrics(m, old, "val")["map"], bench.metrics(m, m, "val")["map"]))
-    ok = [t for t in scored if t[3] >= tol * ref_self]
-    pool, rule = (
-        (ok, f"max val cross mAP with val self ≥ {tol:g}×φ*")
-        if ok
-        else (scored, "no λ kept val self; max val self mAP")
-    )
-    best = max(pool, key=lambda t: t[2] if ok else t[3])
-    detail = ", ".join(f"λ={w:g}: cross {c:.3f} self {s:.3f}" for w, _, c, s in scored)
-    return best[0], best[1], f"{rule} (φ* val self {ref_self:.3f}; {detail})"
+def entry_configs(bench: Bench, entry: MethodEntry) -> list[Config]:
+    """Every configuration a trained method is tried with at seed 0: each head of its geometry × each point of its
+    options grid × each λ (the tuning grid, or its one fixed λ), in that order."""
+    keys = list(entry.grid)
+    points = [dict(zip(keys, vals)) for vals in itertools.product(*(entry.grid[k] for k in keys))]
+    return [
+        Config(head, w, point)
+        for head in bench.settings.heads(entry.geometry)
+        for point in points
+        for w in entry_weights(bench, entry)
+    ]
+
+
+def validation_scores(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> dict[str, float | None]:
+    """mAP P_com (None unless φ* beats the old model), its denominator and mAP P_up on the validation split, against
+    the model's own old model and φ*."""
+    old_self, ref_self = bench.metrics(old, old, "val")["map"], bench.metrics(ref, ref, "val")["map"]
+    pc, den = p_com(bench.metrics(model, old, "val")["map"], old_self, ref_self)
+    return {
+        "val_p_com": pc if den > 0 else None,
+        "val_p_com_den": den,
+        "val_p_up": p_up(bench.metrics(model, model, "val")["map"], ref_self),
+    }
 
 
 @dataclass
@@ -114,9 +140,9 @@ class TableResult:
     rows: list[Row]
     best_baseline: str | None
     models: dict[str, dict[str, Any]]
-    #: every (method, head) tried at seed 0: validation mAP P_com, whether it kept self, and for Lorentz models the
-    #: gallery clip fraction and uncertainty std of the new model, its old model and φ* (:func:`_radius`, roles
-    #: new / old / ref)
+    #: every configuration tried at seed 0: method, head, λ, options, validation mAP P_com (and its denominator) and
+    #: P_up, whether it was chosen, and for Lorentz models the test-gallery radius diagnostics of the new model, its
+    #: old model and φ* (:func:`radius_diagnostics`, roles new / old / ref)
     heads: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -126,26 +152,52 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
     old_sel, new_sel = selections(bench, sc)
     by_head = seed0_base_models(bench, sc, old_sel, new_sel)
     bases = {g: hb[s.heads(g)[0].name] for g, hb in by_head.items()}
-    chosen, val_p_com, heads = seed0_choices(bench, sc, new_sel, by_head)
+    chosen, val_p_com, tried = seed0_choices(bench, sc, new_sel, by_head)
     rows: list[Row] = []
     for entry in s.methods:
         old, ref = bases[entry.geometry]
         if entry.method in SIMPLEX:
             rows.append(simplex_row(bench, entry, new_sel, old, ref, seeds[0]))
             continue
-        w, model, how, head = chosen[entry.name]
-        old, ref = by_head[entry.geometry][head.name]
-        rows.append(
-            table_row(bench, entry, model, old, ref, seed=seeds[0], weight=w, selection=how, seconds=model.seconds)
-        )
+        c = chosen[entry.name]
+        old, ref = by_head[entry.geometry][c.config.head.name]
+        rows.append(_row(bench, entry, c, c.model, old, ref, seeds[0], c.detail))
     best = best_baseline(bench, val_p_com)
-    rows += _extra_seed_rows(bench, sc, old_sel, new_sel, {n: (c[0], c[3]) for n, c in chosen.items()}, best)
+    rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
     models = {
         g if i == 0 else f"{g}/{name}": {"old": b[0].meta, "reference": b[1].meta}
         for g, hb in by_head.items()
         for i, (name, b) in enumerate(hb.items())
     }
-    return TableResult(sc, rows, best, models, heads)
+    return TableResult(sc, rows, best, models, tried)
+
+
+def _row(
+    bench: Bench,
+    entry: MethodEntry,
+    c: Chosen,
+    model: BenchModel,
+    old: BenchModel,
+    ref: BenchModel,
+    seed: int,
+    detail: str,
+) -> Row:
+    """A trained method's row at ``seed``, in its chosen configuration ``c``."""
+    return table_row(
+        bench,
+        entry,
+        model,
+        old,
+        ref,
+        seed=seed,
+        weight=c.config.weight,
+        selection=detail,
+        seconds=model.seconds,
+        head=c.config.head.name,
+        options=dict(c.config.options),
+        configurations=c.configurations,
+        selection_rule=c.rule,
+    )
 
 
 def selections(bench: Bench, sc: Scenario) -> tuple[DataManifest, DataManifest]:
@@ -166,20 +218,19 @@ def seed0_base_models(
 
 def seed0_choices(
     bench: Bench, sc: Scenario, new_sel: DataManifest, by_head: dict[str, dict[str, tuple[BenchModel, BenchModel]]]
-) -> tuple[dict[str, Choice], dict[str, float], list[dict[str, Any]]]:
-    """Every trained method's seed-0 model, λ and head (:func:`_tuned_model`), its validation mAP P_com, and the
-    heads tried: ``(chosen, val_p_com, heads)``."""
-    chosen: dict[str, Choice] = {}
+) -> tuple[dict[str, Chosen], dict[str, float], list[dict[str, Any]]]:
+    """Every trained method's seed-0 choice (:func:`_choose`), its validation mAP P_com (−inf where undefined), and
+    every configuration tried: ``(chosen, val_p_com, tried)``."""
+    chosen: dict[str, Chosen] = {}
     val_p_com: dict[str, float] = {}
-    heads: list[dict[str, Any]] = []
+    tried: list[dict[str, Any]] = []
     for entry in bench.settings.methods:
         if entry.method in SIMPLEX:
             continue
         bench.log(f"[{sc.name}] {entry.name}")
-        chosen[entry.name] = _tuned_model(bench, sc, entry, new_sel, by_head[entry.geometry], heads)
-        _, model, _, head = chosen[entry.name]
-        val_p_com[entry.name] = _val_p_com(bench, model, *by_head[entry.geometry][head.name])
-    return chosen, val_p_com, heads
+        chosen[entry.name], score = _choose(bench, sc, entry, new_sel, by_head[entry.geometry], tried)
+        val_p_com[entry.name] = float("-inf") if score is None else score
+    return chosen, val_p_com, tried
 
 
 def best_baseline(bench: Bench, val_p_com: dict[str, float]) -> str | None:
@@ -189,25 +240,39 @@ def best_baseline(bench: Bench, val_p_com: dict[str, float]) -> str | None:
     return max(baselines, key=lambda m: val_p_com[m.name]).name if baselines else None
 
 
+def extra_seed_names(settings: BenchSettings, best: str | None) -> set[str]:
+    """The methods run with the further seeds: ``extra_seed_methods`` with ``best_baseline`` = ``best`` and ``all`` =
+    every method (PSP / LSP: on each seed's own φ*, :func:`simplex_seed_plan`)."""
+    names = set(settings.extra_seed_methods)
+    if "all" in names:
+        names |= {m.name for m in settings.methods}
+    return {best if n == "best_baseline" else n for n in names} - {None, "all", "best_baseline"}
+
+
 def extra_seed_plan(
-    settings: BenchSettings, chosen: dict[str, tuple[float, HeadEntry]], best: str | None
-) -> list[tuple[MethodEntry, float, HeadEntry, int]]:
-    """The further-seed models of ``extra_seed_methods`` (``best_baseline``: ``best``) as ``(entry, λ, head, seed)``,
-    at the λ and head ``chosen`` at seed 0 (an entry not in ``chosen`` has none)."""
-    extra = {best if n == "best_baseline" else n for n in settings.extra_seed_methods} - {None}
+    settings: BenchSettings, chosen: dict[str, Config], best: str | None
+) -> list[tuple[MethodEntry, Config, int]]:
+    """The further-seed models of ``extra_seed_methods`` (:func:`extra_seed_names`) as ``(entry, configuration,
+    seed)``, in the configuration ``chosen`` at seed 0 (an entry not in ``chosen`` has none)."""
+    extra = extra_seed_names(settings, best)
     return [
-        (entry, *chosen[entry.name], seed)
+        (entry, chosen[entry.name], seed)
         for entry in settings.methods
         if entry.name in extra and entry.name in chosen
         for seed in settings.seeds[1:]
     ]
 
 
-def _val_p_com(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> float:
-    """mAP P_com on the validation split, against the model's own old model and φ* (−inf when undefined)."""
-    old_self, ref_self = bench.metrics(old, old, "val")["map"], bench.metrics(ref, ref, "val")["map"]
-    den = ref_self - old_self
-    return (bench.metrics(model, old, "val")["map"] - old_self) / den if den > 0 else float("-inf")
+def simplex_seed_plan(settings: BenchSettings, best: str | None) -> list[tuple[MethodEntry, HeadEntry, int]]:
+    """The training-free methods' further seeds as ``(entry, head, seed)``: each on the old model and φ* of its
+    geometry's first head at that seed, as at seed 0."""
+    extra = extra_seed_names(settings, best)
+    return [
+        (entry, settings.heads(entry.geometry)[0], seed)
+        for entry in settings.methods
+        if entry.method in SIMPLEX and entry.name in extra
+        for seed in settings.seeds[1:]
+    ]
 
 
 def base_models(
@@ -233,39 +298,55 @@ def entry_weights(bench: Bench, entry: MethodEntry) -> list[float]:
     return list(bench.settings.tune_weights) if entry.tune else [fixed]
 
 
-def _tuned_model(
+def _describe(cfg: Config) -> str:
+    """A configuration in words: head, grid values, λ."""
+    return " ".join(x for x in (cfg.head.name, option_text(cfg.options), f"λ={cfg.weight:g}") if x)
+
+
+def _choose(
     bench: Bench,
     sc: Scenario,
     entry: MethodEntry,
     new_sel: DataManifest,
     by_head: dict[str, tuple[BenchModel, BenchModel]],
     record: list[dict[str, Any]],
-) -> Choice:
-    """A trained method's seed-0 model: ``(λ, model, how λ and the head were chosen, head)``.
-
-    Per head of the entry's geometry (``euclidean_heads`` / ``lorentz_heads``, each with its own old model and φ*:
-    ``by_head``), λ is chosen by :func:`_select`; across heads, the one with the best validation mAP P_com among
-    those whose choice kept validation self mAP (else the best validation self mAP). Each head tried is appended
-    to ``record``."""
+) -> tuple[Chosen, float | None]:
+    """A trained method's seed-0 choice among every configuration of :func:`entry_configs` (each head with its own
+    old model and φ*: ``by_head``), by :func:`~benchmarks.selection.select_configuration`, and its validation mAP
+    P_com. Each configuration tried is appended to ``record``; one whose training diverged is recorded as such and
+    never chosen (validation scores None)."""
     s, p = bench.settings, bench.params
-    weights = entry_weights(bench, entry)
-    tried = []
-    for head in s.heads(entry.geometry):
-        old, ref = by_head[head.name]
-        cands = [(w, train_entry(bench, sc, entry, new_sel, p, w, s.seeds[0], old, ref, head)) for w in weights]
-        w, m, how = _select(bench, cands, old, ref)
-        kept = bench.metrics(m, m, "val")["map"] >= s.tune_self_tolerance * bench.metrics(ref, ref, "val")["map"]
-        tried.append((head, w, m, how, kept, _val_p_com(bench, m, old, ref), bench.metrics(m, m, "val")["map"]))
-        record.append({"method": entry.name, "head": head.name, "weight": w, "val_p_com": tried[-1][5], "kept": kept})
+    cfgs = entry_configs(bench, entry)
+    models: list[BenchModel | None] = []
+    scores: list[Scored] = []
+    first = len(record)
+    for cfg in cfgs:
+        old, ref = by_head[cfg.head.name]
+        tried = {"method": entry.name, "head": cfg.head.name, "weight": cfg.weight, "options": dict(cfg.options)}
+        try:
+            m = train_entry(bench, sc, entry, new_sel, p, cfg, s.seeds[0], old, ref)
+        except TrainingDivergedError as err:  # a configuration that cannot train is one the rule cannot choose
+            bench.log(f"[{sc.name}] {entry.name} {_describe(cfg)} diverged: {err}")
+            models.append(None)
+            scores.append(Scored(None, None))
+            record.append(tried | {"val_p_com": None, "val_p_com_den": None, "val_p_up": None, "chosen": False})
+            record[-1]["diverged"] = str(err)
+            continue
+        val = validation_scores(bench, m, old, ref)
+        models.append(m)
+        scores.append(Scored(val["val_p_com"], val["val_p_up"]))
+        record.append(tried | val | {"chosen": False})
         if entry.geometry == "lorentz":
             record[-1] |= radius_diagnostics({"new": m, "old": old, "ref": ref})
-    if len(tried) == 1:
-        head, w, m, how = tried[0][:4]
-        return w, m, how, head
-    kept = [t for t in tried if t[4]]
-    best = max(kept, key=lambda t: t[5]) if kept else max(tried, key=lambda t: t[6])
-    scores = ", ".join(f"{t[0].name}: val mAP P_com {t[5]:.3f}{'' if t[4] else ' (hurts self)'}" for t in tried)
-    return best[1], best[2], f"head {best[0].name} ({scores}); {best[3]}", best[0]
+    i, rule = select_configuration(scores, s.p_up_floor)
+    model = models[i]
+    if model is None:
+        raise TrainingDivergedError(f"every configuration of {entry.name} diverged; lower train.lr or tune_weights")
+    record[first + i]["chosen"] = True
+    failed = sum(m is None for m in models)
+    note = f", {failed} diverged" if failed else ""
+    detail = f"{_describe(cfgs[i])}: {rule} (floor {s.p_up_floor:g}; {len(cfgs)} configurations{note})"
+    return Chosen(cfgs[i], model, rule, len(cfgs), detail), scores[i].val_p_com
 
 
 def _extra_seed_rows(
@@ -273,17 +354,19 @@ def _extra_seed_rows(
     sc: Scenario,
     old_sel: DataManifest,
     new_sel: DataManifest,
-    chosen: dict[str, tuple[float, HeadEntry]],
+    chosen: dict[str, Chosen],
     best: str | None,
 ) -> list[Row]:
     """Rows of the further seeds of ``extra_seed_methods`` (:func:`extra_seed_plan`); each seed with its own old
     model and φ*."""
     rows: list[Row] = []
-    for entry, w, head, seed in extra_seed_plan(bench.settings, chosen, best):
-        old, ref = base_models(bench, sc, old_sel, new_sel, seed, head)
+    configs = {n: c.config for n, c in chosen.items()}
+    for entry, cfg, seed in extra_seed_plan(bench.settings, configs, best):
+        old, ref = base_models(bench, sc, old_sel, new_sel, seed, cfg.head)
         bench.log(f"[{sc.name}] {entry.name} seed {seed}")
-        m = train_entry(bench, sc, entry, new_sel, bench.params, w, seed, old, ref, head)
-        rows.append(
-            table_row(bench, entry, m, old, ref, seed=seed, weight=w, selection="λ from seed 0", seconds=m.seconds)
-        )
+        m = train_entry(bench, sc, entry, new_sel, bench.params, cfg, seed, old, ref)
+        rows.append(_row(bench, entry, chosen[entry.name], m, old, ref, seed, "configuration from seed 0"))
+    for entry, head, seed in simplex_seed_plan(bench.settings, best):
+        old, ref = base_models(bench, sc, old_sel, new_sel, seed, head)
+        rows.append(simplex_row(bench, entry, new_sel, old, ref, seed))
     return rows

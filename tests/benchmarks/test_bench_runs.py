@@ -17,6 +17,7 @@ from benchmarks.report_sequential import write_sequential_report
 from benchmarks.rerender import rerender_table
 from benchmarks.runner import Bench, ModelRequest
 from benchmarks.scenarios import make_scenario, run_table
+from benchmarks.selection import SELECTION_RULES
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from flows.params import apply_overrides, load_params
@@ -31,7 +32,7 @@ def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
         [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
     )
     bench = BenchSettings(
-        methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], tune_weights=[0.3, 1.0], **settings
+        methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], **{"tune_weights": [0.3, 1.0], **settings}
     )
     profile = Profile(name="tiny", description="test", bench=bench)
     logs: list[str] = []
@@ -53,7 +54,8 @@ CTX = {
     "seeds": [0, 1],
     "epochs": {},
     "tune_weights": [0.3, 1.0],
-    "tune_tol": 0.98,
+    "p_up_floor": -0.01,
+    "selection_rule": "the rule",
     "date": "today",
     "wall_seconds": 1.0,
 }
@@ -86,7 +88,10 @@ def test_ext_class_table(tmp_path: Path):
                 assert r.p_com[k] == pytest.approx((r.cross[k] - r.old_self[k]) / den)
             assert r.p_up[k] == pytest.approx((r.self_[k] - r.ref_self[k]) / r.ref_self[k])
     bct = res.rows[0]
-    assert bct.weight in (0.3, 1.0) and "val" in bct.selection  # chosen on the validation split
+    assert bct.weight in (0.3, 1.0) and "val mAP" in bct.selection  # chosen on the validation split
+    assert bct.selection_rule in SELECTION_RULES and bct.configurations == 2  # one head × λ ∈ {0.3, 1}
+    assert {r.configurations for r in res.rows if r.name == "hbct"} == {1}  # fixed λ, one head: still the rule
+    assert res.rows[3].selection == "configuration from seed 0" and res.rows[3].selection_rule == bct.selection_rule
     psp = res.rows[1]
     assert psp.space == "psp" and psp.p_up["map"] == 0.0 and psp.seconds == 0.0
     hb = res.rows[2]
@@ -98,7 +103,7 @@ def test_ext_class_table(tmp_path: Path):
     }
     md = write_table_report(res, CTX, tmp_path / "report")
     text = md.read_text()
-    assert "| bct | euclidean/embedding |" in text and "P_com denominator" in text and "Seed-to-seed spread" in text
+    assert "| bct | euclidean/embedding |" in text and "P_com denominator" in text and "Every method over the" in text
     rows = list(csv.DictReader((tmp_path / "report" / "results.csv").open()))
     assert {r["method"] for r in rows} == {"bct", "psp", "hbct"} and len(rows) == 5 * 3
     hb_csv = [r for r in rows if r["method"] == "hbct"]  # a Lorentz row carries its diagnostics as columns
@@ -113,15 +118,18 @@ def test_ext_class_table(tmp_path: Path):
     assert not any(m.strip().startswith("training") for m in b2.logs)  # type: ignore[attr-defined]
     assert [r.cross for r in res2.rows] == [r.cross for r in res.rows]
     # the seed spread gives every mean P_com its mean denominator; a report re-rendered from results.json is the same
-    spread = text[text.index("## Seed-to-seed spread") :]
-    den = statistics.mean(r.p_com_den["map"] for r in res.rows if r.name == "hbct")
-    assert "| P_com mAP | its denominator |" in spread and f"{den:.4f} ± " in spread
+    spread = text[text.index("## Every method over the seeds") :]
+    den = [r.p_com_den["map"] for r in res.rows if r.name == "hbct"]
+    assert "| P_com mAP | its denominator |" in spread and f"{statistics.mean(den):.4f} ± " in spread
+    assert f" ± {statistics.stdev(den):.4f} |" in spread  # the sample std
     # and the HBCT diagnostics the issue judges (saturation, uncertainty spread, the cone) as mean ± std per method
     hb_rows = [r for r in res.rows if r.name == "hbct"]
     clip = statistics.mean(r.diagnostics["clip_fraction_new"] for r in hb_rows)
-    section = spread[spread.index("## HBCT diagnostics over the seeds") :].split("\n## ")[0]
-    diag_line = next(x for x in section.splitlines() if x.startswith("| hbct | 0, 1 |"))
-    assert f"| {clip:.4f} ± " in diag_line and "| 0.1000 ± 0.0000 |" in diag_line  # ε 0.1 on both seeds
+    section = spread[spread.index("## Lorentz diagnostics against this dataset's references") :].split("\n## ")[0]
+    diag_line = next(x for x in section.splitlines() if x.startswith("| hbct | params | 0, 1 |"))
+    assert f"| {clip:.3f} ± " in diag_line and "| 0.100 ± 0.000 |" in diag_line  # ε 0.1 on both seeds
+    top = max(h["clip_fraction_new"] for h in res.heads if h["method"] == "hbct")  # the table's own reference
+    assert ("saturated reference: hbct on head params" if top >= 0.5 else "no configuration tried saturated") in section
     assert "| bct |" not in section  # a Euclidean method has no such diagnostics
     rendered = rerender_table(tmp_path / "report")
     assert rendered.read_text() == text
@@ -182,6 +190,14 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
         load_profile(str(bad))
     with pytest.raises(ConfigError, match=f"available: {', '.join(names)} "):
         load_profile("no-such-profile")
+    arch = "old_arch: {backbone: resnet18}, new_arch: {backbone: resnet18}"
+    for grid, needle in (
+        ("{tau: [1.0]}", "grid tau=1.0: alignment 'bct' has no option"),
+        ("{tau: []}", "grid \\[.tau.\\] must list at least one value"),
+    ):
+        bad.write_text(f"bench: {{methods: [{{name: b, method: bct, grid: {grid}}}], {arch}}}\n")
+        with pytest.raises(ConfigError, match=needle):
+            load_profile(str(bad))
 
 
 def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
@@ -246,18 +262,18 @@ def test_each_method_gets_the_head_chosen_on_validation_with_its_own_old_model_a
     b = tiny_bench(tmp_path, methods, euclidean_heads=heads, lorentz_heads=lorentz, extra_seed_methods=["bct"])
     res = run_table(b, make_scenario(b, "ext_class"))
     hbct = next(r for r in res.rows if r.name == "hbct")
-    assert "clip: val mAP P_com" in hbct.selection and "tanh: val mAP P_com" in hbct.selection
+    assert hbct.head in ("clip", "tanh") and hbct.configurations == 2 and hbct.selection_rule in SELECTION_RULES
     assert hbct.diagnostics["clip_fraction_new"] is not None
     # every head tried is reported, the Lorentz ones with the radius diagnostics of new model, old model and φ*
     tried = {(h["method"], h["head"]): h for h in res.heads}
     assert set(tried) == {("bct", "bn_cosine"), ("bct", "linear"), ("hbct", "clip"), ("hbct", "tanh")}
     assert 0 <= tried["hbct", "tanh"]["clip_fraction_ref"] <= 1 and "clip_fraction_ref" not in tried["bct", "linear"]
     md = write_table_report(res, CTX, tmp_path / "report").read_text()
-    assert "## Heads tried" in md and "| hbct | tanh |" in md
+    assert "## Configurations tried" in md and "| hbct | tanh |" in md
+    assert [h["chosen"] for h in res.heads].count(True) == 2  # one configuration per method
     bct = [r for r in res.rows if r.name == "bct"]
-    assert len(bct) == 2 and bct[0].selection.startswith("head ")
-    assert "bn_cosine: val mAP P_com" in bct[0].selection and "linear: val mAP P_com" in bct[0].selection
-    chosen = bct[0].selection.split()[1]
+    assert len(bct) == 2 and bct[0].selection.startswith(bct[0].head) and bct[1].head == bct[0].head
+    chosen = bct[0].head
     assert chosen in ("bn_cosine", "linear")
     specs = {}
     for d in (tmp_path / "cache" / "cache").glob("*/done.json"):
@@ -287,3 +303,19 @@ TANH = {"geometry.radial": "tanh"}
 def _cached(tmp: Path) -> list[tuple[str, Path]]:
     """(label, done.json path) of every model in a tiny bench's cache."""
     return [(json.loads(d.read_text())["label"], d) for d in (tmp / "cache" / "cache").glob("*/done.json")]
+
+
+def test_a_configuration_that_diverges_is_recorded_never_chosen_and_not_trained_again(tmp_path: Path):
+    """λ = 1e39 (beyond float32) makes bct's loss non-finite: that configuration is left out of the choice (the
+    table goes on), its divergence is stored in the cache, and a rerun does not train it again."""
+    methods = [{"name": "bct", "method": "bct", "tune": True}]
+    b = tiny_bench(tmp_path, methods, extra_seed_methods=[], tune_weights=[0.3, 1e39])
+    res = run_table(b, make_scenario(b, "ext_class"))
+    bad = next(h for h in res.heads if h["weight"] == 1e39)
+    assert "non-finite" in bad["diverged"] and bad["val_p_up"] is None and not bad["chosen"]
+    assert res.rows[0].weight == 0.3 and "1 diverged" in res.rows[0].selection
+    assert "| diverged |" in write_table_report(res, CTX, tmp_path / "report").read_text()
+    b2 = tiny_bench(tmp_path, methods, extra_seed_methods=[], tune_weights=[0.3, 1e39])
+    again = run_table(b2, make_scenario(b2, "ext_class"))
+    assert not any(m.strip().startswith("training") for m in b2.logs)  # type: ignore[attr-defined]
+    assert "recorded in" in next(h for h in again.heads if h["weight"] == 1e39)["diverged"]

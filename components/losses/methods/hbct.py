@@ -14,7 +14,8 @@ Ablations (HBCT Appendix, Tables 3-5): ``entailment: false``; ``contrast:
 infonce`` (q → 0), ``distortion`` (L_mdist = mean d(h_o, h_n)) or ``none``;
 ``distance``: geodesic (Eq. 3) / squared_lorentz (Law et al. 2019:
 ‖x−y‖²_L = −2/K − 2⟨x,y⟩_L) / inner (−⟨x,y⟩_L − 1/K); ``fixed_q`` replaces
-the uncertainty weighting by a constant; ``entail_weight`` is λ_entail of
+the uncertainty weighting by a constant, ``shuffle_q`` permutes it across the batch (the same weights, detached
+from their items: a control for whether the per-item uncertainty matters); ``entail_weight`` is λ_entail of
 Eq. (16). Curvature (Table 3) and ζ_n (Table 4) are model settings
 (``geometry.curvature`` / ``learn_curvature``, ``geometry.delta_zeta``); with a
 learnable K the alignment terms are computed on the old model's hyperboloid.
@@ -89,6 +90,8 @@ class HBCTOptions:
     distance: Distance = "geodesic"
     q_min: float = 1e-3
     fixed_q: float | None = None
+    #: each step, the per-anchor q of a random permutation of the batch's items (a control for the weighting)
+    shuffle_q: bool = False
     mask_same_class: bool = False
 
     def __post_init__(self) -> None:
@@ -233,6 +236,8 @@ class HBCT(AlignmentLoss):
             terms["entail"] = o.entail_weight * per_item.mean()
             stats["in_cone_fraction"] = inside.float().mean().detach()
         q = uncertainty(h_o).clamp_min(o.q_min) if o.fixed_q is None else torch.full_like(h_o[:, 0], o.fixed_q)
+        if o.shuffle_q:
+            q = q[torch.randperm(q.shape[0], device=q.device)]
         stats["q_mean"] = q.mean().detach()
 
         if o.contrast in ("rince", "infonce"):

@@ -18,7 +18,7 @@ TINY = {"channels": [8, 8, 16, 16]}
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
 
-def _old_model(geometry: str, classifier: str = "cosine", mlr_scale: float = 1.0):
+def _old_model(geometry: str, classifier: str = "cosine", mlr_scale: float = 1.0, classifier_scale: float = 16.0):
     torch.manual_seed(0)
     spec = tiny_spec(
         backbone_kwargs=TINY,
@@ -27,6 +27,7 @@ def _old_model(geometry: str, classifier: str = "cosine", mlr_scale: float = 1.0
         class_order=(4, 7, 1),
         classifier=classifier,
         mlr_scale=mlr_scale,
+        classifier_scale=classifier_scale,
     )
     model = build_model(spec).eval()
     model.requires_grad_(False)  # as the training loop freezes it
@@ -79,6 +80,19 @@ def test_influence_is_old_classifier_cross_entropy_on_known_samples(geometry, ml
     # the label map matters: without the permutation the loss is different
     ident = _bct(old, geometry, torch.tensor([0, 1, 2, -1]))(new, None, labels)
     assert float(ident.terms["influence"]) != pytest.approx(float(expected), rel=1e-4)
+
+
+@pytest.mark.parametrize("scale", [1.0, 16.0])
+def test_a_linear_parent_is_applied_at_its_own_scale(scale):
+    """The benchmark's linear head (linear + bias at model.classifier_scale 1): the influence loss scores the new
+    embedding with the parent's rows and bias at the parent's scale, s·(ê W^T + b)."""
+    old = _old_model("euclidean", classifier="linear", classifier_scale=scale)
+    method = _bct(old, "euclidean", torch.tensor([1, 2, 0, -1]))
+    _z, new = _new_output("euclidean")
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    w, b = old.classifier.fc.weight, old.classifier.fc.bias
+    expected = F.cross_entropy(scale * (new.emb @ w.t() + b), torch.tensor([1, 2, 0, 1, 2, 0, 1, 2]))
+    assert float(method(new, None, labels).terms["influence"]) == pytest.approx(float(expected), rel=1e-5)
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])

@@ -150,6 +150,25 @@ def test_fixed_q_replaces_uncertainty_weighting():
     assert float(a.terms["contrast"]) == pytest.approx(float(expected), rel=1e-4)
 
 
+def test_shuffle_q_weights_each_anchor_with_another_items_uncertainty():
+    """shuffle_q (the control of the uncertainty weighting): RINCE with q permuted by the step's random permutation
+    — the same weights, their mean unchanged, detached from their items."""
+    torch.manual_seed(6)
+    z_o = torch.randn(6, 3) * torch.linspace(0.1, 2.0, 6)[:, None]  # different radii: different q per item
+    z_n = torch.randn(6, 3) * 0.5
+    torch.manual_seed(11)
+    a = _hbct({"entailment": False, "shuffle_q": True})(_out(z_n), _out(z_o), torch.arange(6))
+    b = _hbct({"entailment": False})(_out(z_n), _out(z_o), torch.arange(6))
+    torch.manual_seed(11)
+    perm = torch.randperm(6)
+    assert not torch.equal(perm, torch.arange(6))
+    q = (1.0 - torch.tanh(z_o.double().norm(dim=-1))).clamp_min(1e-3)
+    s = -pairwise_geodesic_distance(expmap0(z_n.double()), expmap0(z_o.double())) / 0.5
+    assert float(a.terms["contrast"]) == pytest.approx(float(rince(s, q[perm], 0.01).mean()), rel=1e-4)
+    assert float(a.terms["contrast"]) != pytest.approx(float(b.terms["contrast"]), rel=1e-3)
+    assert a.stats["q_mean"] == pytest.approx(float(b.stats["q_mean"]), rel=1e-5)
+
+
 def test_mask_same_class_changes_loss_only_with_shared_labels():
     torch.manual_seed(5)
     z_o, z_n = torch.randn(4, 3) * 0.5, torch.randn(4, 3) * 0.5

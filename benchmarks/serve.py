@@ -299,6 +299,7 @@ def run_serve_bench(
             if s.status == 200
         )
         res["answered_by_new_version"] = len(new)
+        res["swap_timeline"] = _timeline(w, at, first)
         res["swap_p99_vs_steady"] = res["swap_p99_ms"] / res["steady_p99_ms"]
         after = httpx.get(f"{url}/generations").json()
         res["after_swap"] = {k: after[k] for k in ("production_generation", "compatible_generations")}
@@ -321,6 +322,19 @@ def run_serve_bench(
     md = out / "report.md"
     md.write_text(_report(res, command))
     return md
+
+
+def _timeline(load: Any, at: float, first: float, step: float = 0.25) -> list[dict[str, float]]:
+    """The swap run in ``step``-second buckets around the switch (``at``) and the first new answer (``first``): each
+    bucket's start (s since the switch), requests started in it, their p50 and p99 (ms) — where a slow window sits."""
+    out = []
+    t = max(0.0, at - 2.0)
+    while t < first + 2.0:
+        bucket = [s for s in load.window(t, t + step) if s.status == 200]
+        p50, p99 = percentile_ms(bucket, 50), percentile_ms(bucket, 99)
+        out.append({"t": round(t - at, 3), "n": len(bucket), "p50": p50, "p99": p99})
+        t += step
+    return out
 
 
 def _report(r: dict[str, Any], command: str) -> str:
@@ -348,7 +362,7 @@ def _report(r: dict[str, Any], command: str) -> str:
         "",
         "| key | value |",
         "|---|---|",
-        *(f"| `{k}` | {f(k)} |" for k in r if not isinstance(r[k], dict)),
+        *(f"| `{k}` | {f(k)} |" for k in r if not isinstance(r[k], dict | list)),
         "",
         f"Where the CPU goes (image queries): the service spent {f('image_service_cpu_ms')} ms of CPU per query, of "
         f"which the forward is {f('forward_cpu_ms_per_item')} ms (the bare forward per item at the same batch size, "
@@ -363,6 +377,13 @@ def _report(r: dict[str, Any], command: str) -> str:
         f"{f('vector_client_cpu_ms')} ms.",
         "",
         f"After the swap: {json.dumps(r['after_swap'])}.",
+        "",
+        "The swap run in 0.25 s buckets (t: seconds since the switch; the new version first answered at "
+        f"t = {r['swap_s']:.2f} s):",
+        "",
+        "| t (s) | requests | p50 (ms) | p99 (ms) |",
+        "|---|---|---|---|",
+        *(f"| {b['t']:+.2f} | {b['n']} | {b['p50']:.1f} | {b['p99']:.1f} |" for b in r.get("swap_timeline", [])),
         "",
     ]
     return "\n".join(lines)

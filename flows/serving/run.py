@@ -7,6 +7,7 @@ and exits within 5 s.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 import os
@@ -60,6 +61,7 @@ def serve(ws: Workspace, params: Params, host: str, port: int, announce: Callabl
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=DRAIN_S, access_log=False
     )
+    gc.freeze()  # see SwapManager.reload: the collector never walks what the service started with
     server = uvicorn.Server(config)
     v = manager.current
     assert v is not None

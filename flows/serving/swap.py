@@ -13,6 +13,7 @@ until it changes or a reload is asked for.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -78,6 +79,10 @@ class SwapManager:
         result = self._swap(force, retiring)
         for old in retiring:
             self.retire(old)
+        # The long-lived objects (modules, models, indexes: millions) move to the collector's permanent generation:
+        # a full collection walking them held the GIL for 769 ms in the middle of a reload, every request stalled
+        # (measured by a gc callback during `bench serve`'s swap). Freed versions go by reference counting.
+        gc.freeze()
         return result
 
     def acquire(self) -> ServedVersion:

@@ -118,7 +118,8 @@ class SwapManager:
                 return {"swapped": False, "version": self.describe(), "error": self.last_error}
             t0 = time.perf_counter()
             try:
-                new = load_version(self.ws, self.params, device=self.device, merge=self.params.serve.merge)
+                merge = self.params.serve.merge
+                new = load_version(self.ws, self.params, device=self.device, merge=merge, store=self._store)
             except (BctflowError, OSError, ValueError, RuntimeError) as err:
                 self._failed_key = key
                 self.last_error = f"the new live version was not loaded, version {self._number()} keeps serving: {err}"

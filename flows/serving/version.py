@@ -10,6 +10,7 @@ otherwise by the gallery's own model. A failed check raises :class:`~components.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -51,14 +52,16 @@ class LineageFacts:
         return f"{self.pointer_id}:{self.production}"
 
 
-def lineage_facts(ws: Workspace, params: Params) -> LineageFacts:
-    """The live gallery's facts from the lineage (IndexIntegrityError when it has no live gallery)."""
-    with ws.lineage(params, readonly=True) as store:
-        ptr = store.live_pointer()
+def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFacts:
+    """The live gallery's facts from the lineage (IndexIntegrityError when it has no live gallery), read through
+    ``store`` (an open read-only LineageStore: a service keeps one — opening one reads the schema's migration scripts,
+    Python work that holds the GIL while requests wait) or a store opened for the call."""
+    with contextlib.nullcontext(store) if store is not None else ws.lineage(params, readonly=True) as lineage:
+        ptr = lineage.live_pointer()
         if ptr is None:
             raise IndexIntegrityError(f"the lineage of {ws.home} has no live gallery; create generation 0 first")
-        gens = store.generations()
-        production = store.production_generation_id()
+        gens = lineage.generations()
+        production = lineage.production_generation_id()
     checkpoints = {g.id: (g.checkpoint_path, g.checkpoint_sha256) for g in gens}
     if ptr.model_checkpoint:
         checkpoints[ptr.generation_id] = (ptr.model_checkpoint, ptr.model_sha256)
@@ -157,10 +160,11 @@ def _relative(path: Path, home: Path) -> str:
         return str(path)
 
 
-def load_version(ws: Workspace, params: Params, *, device: str, merge: str) -> ServedVersion:
+def load_version(ws: Workspace, params: Params, *, device: str, merge: str, store: Any = None) -> ServedVersion:
     """Load and verify the live version: CURRENT against the lineage's pointer row, the index manifest against its
-    pinned sha256, every file against its manifest checksum, each model against its pinned sha256."""
-    facts = lineage_facts(ws, params)
+    pinned sha256, every file against its manifest checksum, each model against its pinned sha256 (``store``: an
+    open read-only LineageStore to read the lineage through, :func:`lineage_facts`)."""
+    facts = lineage_facts(ws, params, store)
     live = LivePointer(ws.live_dir)
     pointer = live.pointer()
     if pointer is None or not live.matches(facts.index_path, generation=facts.generation):

@@ -1,0 +1,363 @@
+"""``gallery.store: milvus`` — each gallery version a Milvus collection, the live gallery a Milvus alias.
+
+One code path for Milvus Lite (``gallery.uri``: a local file, the embedded file-backed Milvus of the
+``milvus-lite`` package) and a Milvus server or cluster (``http://host:19530``). A gallery version's vectors are the
+collection ``<gallery.name>_g<N>_v<k>`` (``_corpus`` for a serving corpus): one row per item — ``id`` (primary
+key), ``generation`` (the stamp), ``model`` (the model that embedded it) and ``vector`` (unit rows for cosine; Lorentz
+points, time first, searched by inner product with the query's time negated). The collection's property
+``bctflow.facts`` records
+its generation, geometry, curvature and the stamps it accepts, so a write checks them without bctflow's files.
+
+:meth:`MilvusStore.build` upserts every part (a rerun after a kill ends with one row per id), flushes, builds the
+index of ``gallery.index_options`` (``index_type`` HNSW (default) | IVF_FLAT | FLAT; ``M``, ``efConstruction``,
+``ef``; ``nlist``, ``nprobe``; ``rerank``: candidates per neighbour re-scored in float64), loads it, measures recall@10
+against exact search and writes the attachment ``manifest.json`` (:class:`~components.indexing.backend.
+StoreManifest`). The live alias ``<gallery.name>_live`` is moved by :meth:`MilvusStore.point_alias` (Milvus
+``alter_alias``), only to a collection of a generation the lineage knows. Refused with one line, nothing changed:
+a write of another width or geometry, of an unaccepted generation, into the live collection, or into a collection
+that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.errors import ConfigError, IndexIntegrityError
+from components.indexing.backend import StoreManifest, VectorStore, register_store
+from components.indexing.db_index import DatabaseIndex, measure_recall
+from components.indexing.index_config import IndexConfig
+from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.vectors import LORENTZ_TIME_SCALE, in_index_space, lorentz_proxy_rows
+
+__all__ = ["MilvusStore"]
+
+_CLIENTS: dict[str, Any] = {}
+_DEFAULTS: dict[str, Any] = {"index_type": "HNSW", "M": 16, "efConstruction": 200, "ef": 128, "nlist": 128}
+_DEFAULTS |= {"nprobe": 16, "rerank": 4, "timeout": 10.0}
+#: rows per upsert call and queries per search call
+_BATCH = 2048
+#: Milvus's largest top-k
+_MAX_LIMIT = 16384
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z_][A-Za-z0-9_]*?)_g\d+_v\d+(_corpus)?$")
+#: the collection property that records its generation, geometry, curvature, width and accepted stamps
+_FACTS = "bctflow.facts"
+_INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
+
+
+def _client(uri: str, timeout: float) -> Any:
+    """One MilvusClient per URI and process (Milvus Lite serves one file per process); ``timeout`` seconds per call."""
+    if uri not in _CLIENTS:
+        from pymilvus import MilvusClient
+
+        if "://" not in uri:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        _CLIENTS[uri] = MilvusClient(uri, timeout=timeout)
+    return _CLIENTS[uri]
+
+
+def _metric(facts: dict[str, Any]) -> str:
+    """Cosine: inner product of unit rows. Lorentz: L2 over the proxy rows [2⁻⁸·g_t, g_s], whose candidates are
+    re-ranked by the exact Lorentz product, as the FAISS path's approximate types do (inner-product graphs over
+    hyperboloid points reach recall@10 ≈ 0.1)."""
+    return "L2" if facts["geometry"] == "lorentz" else "IP"
+
+
+def _query_rows(q: np.ndarray, geometry: str) -> np.ndarray:
+    """What Milvus searches for checked float32 queries (time negated for lorentz): unit rows, or the proxy of the
+    query point itself (time sign restored)."""
+    if geometry != "lorentz":
+        return q
+    rows = lorentz_proxy_rows(q)
+    rows[:, 0] = -rows[:, 0]
+    return rows
+
+
+def _model_of(parts: GalleryStore) -> str:
+    """The model that embedded the store's own rows, from its ``producer.txt`` (``model sha256 <hex>; …``)."""
+    mark = parts.path / "producer.txt"
+    text = mark.read_text() if mark.is_file() else ""
+    found = re.match(r"model sha256 ([0-9a-f]{64})", text)
+    return f"sha256:{found.group(1)[:16]}" if found else ""
+
+
+@register_store("milvus")
+class MilvusStore(VectorStore):
+    """A Milvus (Lite file or server) holding one collection per gallery version."""
+
+    name = "milvus"
+
+    # ------------------------------------------------------------- connection
+    def check(self) -> None:
+        try:
+            import pymilvus  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"gallery.store milvus needs the pymilvus package: {_INSTALL}") from None
+        if not self.uri:
+            raise ConfigError(
+                "gallery.store milvus needs gallery.uri: a Milvus Lite file (e.g. milvus.db) or http://host:19530"
+            )
+        if "://" not in self.uri:
+            try:
+                import milvus_lite  # noqa: F401
+            except ImportError:
+                raise ConfigError(f"gallery.uri {self.uri} is a Milvus Lite file, which needs: {_INSTALL}") from None
+        try:
+            self._db().list_collections()
+        except Exception as err:  # any failure to answer is one line
+            _CLIENTS.pop(str(self.uri), None)
+            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise ConfigError(
+                f"the Milvus at gallery.uri {self.uri} does not answer ({first}); start it or fix gallery.uri"
+            ) from None
+
+    def _db(self) -> Any:
+        if not self.uri:
+            raise ConfigError("gallery.store milvus needs gallery.uri (a Milvus Lite file or http://host:19530)")
+        return _client(str(self.uri), float(self._opt("timeout")))
+
+    def _opt(self, key: str) -> Any:
+        return self.options.get(key, _DEFAULTS[key])
+
+    @staticmethod
+    def _alias_of(collection: str) -> str:
+        match = _NAME.match(collection)
+        return f"{match.group('prefix') if match else collection}_live"
+
+    # ---------------------------------------------------------------- writes
+    def _facts(self, collection: str) -> dict[str, Any]:
+        """What the collection's description records; IndexIntegrityError for a collection that does not exist."""
+        db = self._db()
+        if not db.has_collection(collection):
+            raise IndexIntegrityError(
+                f"the Milvus collection {collection} does not exist at {self.uri}; build the gallery version first "
+                "(bctflow run / backfill), or restore the Milvus data"
+            )
+        return json.loads(db.describe_collection(collection)["properties"][_FACTS])
+
+    def _create(self, collection: str, facts: dict[str, Any]) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("generation", DataType.INT64)
+        schema.add_field("model", DataType.VARCHAR, max_length=64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=int(facts["dim"]))
+        self._db().create_collection(collection, schema=schema, properties={_FACTS: json.dumps(facts)})
+
+    def live_collection(self, prefix_of: str) -> str | None:
+        """The collection the live alias of ``prefix_of``'s collections names (None: no alias yet)."""
+        alias = self._alias_of(prefix_of)
+        if alias not in self._db().list_aliases().get("aliases", []):
+            return None
+        return str(self._db().describe_alias(alias)["collection_name"])
+
+    def write(self, collection: str, part: StoredPart, model: str = "") -> None:
+        """Upsert the stamped rows of ``part`` into ``collection`` by id. Refused with one line, nothing written:
+        the collection does not exist, is the live one, or the rows are of another width or geometry, or stamped
+        with a generation it does not accept."""
+        facts = self._facts(collection)
+        if self.live_collection(collection) == collection:
+            raise IndexIntegrityError(
+                f"the Milvus collection {collection} is the live gallery; a new gallery version is written to a new "
+                "collection (bctflow backfill), never into the live one"
+            )
+        g = part.gallery
+        vectors = g.vectors()
+        if vectors.shape[1] != facts["dim"] or g.retrieval_geometry != facts["geometry"]:
+            raise IndexIntegrityError(
+                f"rows of width {vectors.shape[1]} ({g.retrieval_geometry}) cannot be written into the Milvus "
+                f"collection {collection} of width {facts['dim']} ({facts['geometry']}); embed them with a model of "
+                "that collection's generation, or write them into a new gallery version"
+            )
+        stray = sorted(set(np.unique(part.stamps).tolist()) - set(facts["accepts"]))
+        if stray:
+            raise IndexIntegrityError(
+                f"rows stamped with generation {stray[0]} cannot be written into the Milvus collection {collection}, "
+                f"which holds generation {facts['generation']}'s gallery (it accepts stamps {facts['accepts']}); "
+                "backfill into a new gallery version instead"
+            )
+        fix = "re-embed them with a model of this collection's geometry"
+        rows = in_index_space(vectors, facts["geometry"], facts["curvature"], error=IndexIntegrityError,
+                              what="rows", fix=fix)  # fmt: skip
+        rows = lorentz_proxy_rows(rows) if facts["geometry"] == "lorentz" else rows.astype(np.float32)
+        db = self._db()
+        for start in range(0, len(rows), _BATCH):
+            sl = slice(start, start + _BATCH)
+            gens, ids = part.stamps[sl].tolist(), g.ids[sl].tolist()
+            mark = [model if s == facts["generation"] else f"g{s}" for s in gens]
+            db.upsert(
+                collection,
+                [{"id": i, "generation": s, "model": m, "vector": v} for i, s, m, v in zip(ids, gens, mark, rows[sl])],
+            )
+
+    def build(
+        self,
+        parts: GalleryStore,
+        out: Path,
+        *,
+        collection: str,
+        generation: int,
+        config: IndexConfig,
+        compatible: list[int] | None = None,
+    ) -> DatabaseIndex:
+        t0 = time.perf_counter()
+        db = self._db()
+        first = next(parts.parts()).gallery
+        stamps = parts.column("stamps")
+        facts = {
+            "generation": int(generation),
+            "geometry": first.retrieval_geometry,
+            "curvature": float(first.curvature),
+            "dim": int(first.vectors().shape[1]),
+            "accepts": sorted({int(generation), *np.unique(stamps).tolist()}),
+        }
+        if db.has_collection(collection):
+            if self.live_collection(collection) == collection:
+                raise IndexIntegrityError(
+                    f"the Milvus collection {collection} is the live gallery and is never rebuilt; delete the folder "
+                    f"{out.parent} that names it only after the live alias has moved on"
+                )
+            if self._facts(collection) != facts:  # a leftover of an unfinished build for other rows: start over
+                db.drop_collection(collection)
+        if not db.has_collection(collection):
+            self._create(collection, facts)
+        model = _model_of(parts)
+        for part in parts.parts():
+            self.write(collection, part, model)
+        db.flush(collection)
+        counts = self._counts(collection, facts["accepts"])
+        if sum(counts.values()) != len(parts):  # rows of another gallery a killed build left: write it again
+            db.drop_collection(collection)
+            return self.build(parts, out, collection=collection, generation=generation, config=config,
+                              compatible=compatible)  # fmt: skip
+        self._index(collection)
+        gens, n = np.unique(stamps, return_counts=True)
+        manifest = StoreManifest(
+            store=self.name, uri=str(self.uri), collection=collection, generation=int(generation),
+            geometry=facts["geometry"], curvature=facts["curvature"], dim=facts["dim"], count=len(parts),
+            counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=self._opt("index_type"),
+            params={k: self._opt(k) for k in _DEFAULTS},
+            compatible_generations=tuple(int(g) for g in (compatible or [generation])),
+            extra={"options": self.options, "alias": self._alias_of(collection)},
+        )  # fmt: skip
+        index = self._searchable(manifest)
+        measured = measure_recall(index, parts, config.recall_queries)
+        replace(measured, build_seconds=time.perf_counter() - t0).save(Path(out))
+        return self.open(out)
+
+    def _index(self, collection: str) -> None:
+        db = self._db()
+        kind = str(self._opt("index_type")).upper()
+        params = {"HNSW": {"M": self._opt("M"), "efConstruction": self._opt("efConstruction")},
+                  "IVF_FLAT": {"nlist": self._opt("nlist")}}.get(kind, {})  # fmt: skip
+        if db.list_indexes(collection):
+            db.release_collection(collection)
+            db.drop_index(collection, "vector")
+        spec = db.prepare_index_params()
+        spec.add_index("vector", index_type=kind, metric_type=_metric(self._facts(collection)), params=params)
+        db.create_index(collection, spec)
+        db.load_collection(collection)
+
+    # ---------------------------------------------------------------- reads
+    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+        db = self._db()
+        out = {}
+        for g in generations:
+            res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
+            if res[0]["count(*)"]:
+                out[int(g)] = int(res[0]["count(*)"])
+        others = db.query(collection, filter=f"generation not in {list(map(int, generations))}",
+                          output_fields=["generation"], limit=_MAX_LIMIT)  # fmt: skip
+        for row in others:
+            out[int(row["generation"])] = out.get(int(row["generation"]), 0) + 1
+        return out
+
+    def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
+        kind = str(manifest.params.get("index_type", "HNSW")).upper()
+        ef, nprobe = int(manifest.params.get("ef", 128)), int(manifest.params.get("nprobe", 16))
+        rerank = int(manifest.params.get("rerank", 1))
+        db = self._db()
+
+        metric = _metric({"geometry": manifest.geometry})
+
+        def fetch(q: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+            limit = min(limit, _MAX_LIMIT)
+            search = {"HNSW": {"ef": max(ef, limit)}, "IVF_FLAT": {"nprobe": nprobe}}.get(kind, {})
+            ids = np.full((len(q), limit), -1, dtype=np.int64)
+            vecs = np.zeros((len(q), limit, manifest.dim), dtype=np.float32)
+            for start in range(0, len(q), _BATCH):
+                hits = db.search(
+                    manifest.collection,
+                    data=_query_rows(q[start : start + _BATCH], manifest.geometry).tolist(),
+                    limit=limit,
+                    search_params={"metric_type": metric, "params": search},
+                    output_fields=["vector"],
+                )
+                for row, found in enumerate(hits, start):
+                    for j, hit in enumerate(found):
+                        ids[row, j] = hit["id"]
+                        vecs[row, j] = hit["entity"]["vector"]
+            if manifest.geometry == "lorentz":
+                vecs[..., 0] /= np.float32(LORENTZ_TIME_SCALE)  # exact: a power of two
+            return ids, vecs
+
+        return DatabaseIndex(manifest, fetch, rerank)
+
+    def open(self, out: Path) -> DatabaseIndex:
+        self.verify(out)
+        return self._searchable(StoreManifest.load(Path(out)))
+
+    def count_by_generation(self, out: Path) -> dict[int, int]:
+        m = StoreManifest.load(Path(out))
+        self._facts(m.collection)
+        return self._counts(m.collection, sorted(m.counts_by_generation))
+
+    def verify(self, out: Path) -> None:
+        m = StoreManifest.load(Path(out))
+        facts = self._facts(m.collection)
+        if facts["dim"] != m.dim or facts["generation"] != m.generation:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
+                f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
+            )
+        counts = self.count_by_generation(out)
+        if counts != m.counts_by_generation:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds rows per generation {counts}, {out}/manifest.json says "
+                f"{m.counts_by_generation}; rebuild that gallery version (bctflow backfill)"
+            )
+        self._db().load_collection(m.collection)
+
+    # ---------------------------------------------------------------- alias
+    def point_alias(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> None:
+        m = StoreManifest.load(Path(out))
+        if m.generation not in set(known_generations):
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds generation {m.generation}'s gallery, which the lineage "
+                "does not know; the live alias stays where it is (point it only at a committed generation's version)"
+            )
+        self.verify(out)
+        alias, db = self._alias_of(m.collection), self._db()
+        if alias in db.list_aliases().get("aliases", []):
+            db.alter_alias(m.collection, alias)
+        else:
+            db.create_alias(m.collection, alias)
+
+    def aliased(self, out: Path) -> bool:
+        m = StoreManifest.load(Path(out))
+        return self.live_collection(m.collection) == m.collection
+
+    def drop(self, out: Path) -> None:
+        try:
+            m = StoreManifest.load(Path(out))
+        except IndexIntegrityError:
+            return  # nothing attached: nothing to drop
+        if self._db().has_collection(m.collection) and not self.aliased(out):
+            self._db().drop_collection(m.collection)

@@ -11,10 +11,8 @@ from components.indexing.backend import StoreManifest, open_index, store_of, vec
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import StoredPart
+from components.indexing.stores.milvus import MilvusStore
 from tests.components.indexing.test_backend import stamped_store
-
-pytest.importorskip("milvus_lite", reason="gallery.store milvus needs pymilvus and milvus-lite (bctflow[stores])")
-from components.indexing.stores.milvus import MilvusStore  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +30,7 @@ def _build(milvus, tmp_path, name: str, geometry: str = "euclidean", generation:
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
 def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files(milvus, tmp_path, geometry):
-    parts, out, index = _build(milvus, tmp_path, f"t_{geometry[:3]}_g1_v0", geometry, stamps=(0, 1))
+    parts, out, _ = _build(milvus, tmp_path, f"t_{geometry[:3]}_g1_v0", geometry, stamps=(0, 1))
     m = StoreManifest.load(out)
     assert (m.store, m.count, m.counts_by_generation) == ("milvus", 300, {0: 150, 1: 150})
     assert milvus.count_by_generation(out) == {0: 150, 1: 150}

@@ -56,7 +56,7 @@ class GalleryParams(_Strict):
     metric_queries: Output[int] = Field(10_000, gt=0)
     #: where the galleries' searchable vectors live (components/indexing/stores/), checked at plan time
     store: Output[str] = "faiss"
-    #: the store's address: Milvus Lite file (relative to the workspace) or server URI; unused by faiss
+    #: the store's address: a Milvus Lite file / LanceDB folder (relative: in the workspace), a server or s3:// URI
     uri: RunOption[str | None] = None
     #: the prefix of the store's collection names (<name>_g<N>_v<k>): letters, digits and underscores
     name: Output[str] = Field("bctflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -11,24 +11,126 @@ GalleryIndex` returns — after the same query checks (width, finiteness, geomet
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
-from components.errors import IncompatibleQueryError
+from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.indexing.backend import StoreManifest
 from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
-from components.indexing.store import GalleryStore
-from components.indexing.vectors import checked_queries, flip_time
+from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.vectors import (
+    LORENTZ_TIME_SCALE,
+    checked_queries,
+    flip_time,
+    in_index_space,
+    lorentz_proxy_rows,
+)
 
-__all__ = ["DatabaseIndex", "Fetch", "measure_recall"]
+__all__ = [
+    "DatabaseIndex",
+    "Fetch",
+    "alias_name",
+    "facts_of",
+    "gallery_rows",
+    "l2_metric",
+    "measure_recall",
+    "model_of",
+    "query_rows",
+    "stored_rows",
+]
 
 #: (checked float32 queries (nq, D), limit) → (ids int64 (nq, limit), stored vectors float32 (nq, limit, D)), -1 pads
 Fetch = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 #: neighbours retrieved when measuring recall@10: 10 plus the query's own item
 _RECALL_K = 11
+
+
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z_][A-Za-z0-9_]*?)_g\d+_v\d+(_corpus)?$")
+
+
+def alias_name(collection: str) -> str:
+    """The live alias of the versions named like ``collection`` (``<name>_g<N>_v<k>``): ``<name>_live``."""
+    match = _NAME.match(collection)
+    return f"{match.group('prefix') if match else collection}_live"
+
+
+def facts_of(parts: GalleryStore, generation: int) -> dict:
+    """What a database records with a version's table or collection: its generation, geometry, curvature, width and
+    the stamps it accepts (the generation and every stamp ``parts`` holds: a partial backfill's mix)."""
+    first = next(parts.parts()).gallery
+    return {
+        "generation": int(generation),
+        "geometry": first.retrieval_geometry,
+        "curvature": float(first.curvature),
+        "dim": int(first.vectors().shape[1]),
+        "accepts": sorted({int(generation), *np.unique(parts.column("stamps")).tolist()}),
+    }
+
+
+def model_of(parts: GalleryStore) -> str:
+    """The model that embedded the store's own rows, from its ``producer.txt`` (``model sha256 <hex>; …``); ''
+    when the store was assembled rather than embedded (a partial backfill's mix, a linked full backfill)."""
+    mark = parts.path / "producer.txt"
+    text = mark.read_text() if mark.is_file() else ""
+    return f"sha256:{text.split()[2][:16]}" if text.startswith("model sha256 ") else ""
+
+
+def l2_metric(geometry: str) -> bool:
+    """Whether the database ranks by L2: Lorentz galleries, over the proxy rows [2⁻⁸·g_t, g_s] whose candidates are
+    re-ranked by the exact Lorentz product, as the FAISS path's approximate types do (docs/design.md §8.3);
+    cosine galleries rank by the inner product of unit rows."""
+    return geometry == "lorentz"
+
+
+def stored_rows(what: str, facts: dict, part: StoredPart, *, live: bool) -> np.ndarray:
+    """The float32 rows a database stores for ``part`` in the table or collection ``what`` (whose ``facts`` are
+    :func:`facts_of`'s). Refused with one line before anything is written: ``what`` is the live one, or the rows are
+    of another width or geometry, or stamped with a generation it does not accept, or off its space."""
+    if live:
+        raise IndexIntegrityError(
+            f"the {what} is the live gallery; a new gallery version is written to a new one (bctflow backfill), never "
+            "into the live one"
+        )
+    g = part.gallery
+    vectors = g.vectors()
+    if vectors.shape[1] != facts["dim"] or g.retrieval_geometry != facts["geometry"]:
+        raise IndexIntegrityError(
+            f"rows of width {vectors.shape[1]} ({g.retrieval_geometry}) cannot be written into the {what} of width "
+            f"{facts['dim']} ({facts['geometry']}); embed them with a model of its generation, or write them into a "
+            "new gallery version"
+        )
+    stray = sorted(set(np.unique(part.stamps).tolist()) - set(facts["accepts"]))
+    if stray:
+        raise IndexIntegrityError(
+            f"rows stamped with generation {stray[0]} cannot be written into the {what}, which holds generation "
+            f"{facts['generation']}'s gallery (it accepts stamps {facts['accepts']}); backfill into a new gallery "
+            "version instead"
+        )
+    fix = "re-embed them with a model of its geometry"
+    rows = in_index_space(vectors, facts["geometry"], facts["curvature"], error=IndexIntegrityError, what="rows",
+                          fix=fix)  # fmt: skip
+    return lorentz_proxy_rows(rows) if l2_metric(facts["geometry"]) else rows.astype(np.float32)
+
+
+def query_rows(q: np.ndarray, geometry: str) -> np.ndarray:
+    """What the database searches for checked float32 queries (time negated for lorentz): unit rows, or the proxy of
+    the query point itself (time sign restored)."""
+    if not l2_metric(geometry):
+        return q
+    rows = lorentz_proxy_rows(q)
+    rows[:, 0] = -rows[:, 0]
+    return rows
+
+
+def gallery_rows(stored: np.ndarray, geometry: str) -> np.ndarray:
+    """The gallery rows (…, D) back from the stored ones: exact, the proxy's time scale is a power of two."""
+    if l2_metric(geometry):
+        stored[..., 0] /= np.float32(LORENTZ_TIME_SCALE)
+    return stored
 
 
 class DatabaseIndex:

@@ -21,7 +21,6 @@ that does not exist.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,10 +30,19 @@ import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
 from components.indexing.backend import StoreManifest, VectorStore, register_store
-from components.indexing.db_index import DatabaseIndex, measure_recall
+from components.indexing.db_index import (
+    DatabaseIndex,
+    alias_name,
+    facts_of,
+    gallery_rows,
+    l2_metric,
+    measure_recall,
+    model_of,
+    query_rows,
+    stored_rows,
+)
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, StoredPart
-from components.indexing.vectors import LORENTZ_TIME_SCALE, in_index_space, lorentz_proxy_rows
 
 __all__ = ["MilvusStore"]
 
@@ -45,7 +53,6 @@ _DEFAULTS |= {"nprobe": 16, "rerank": 4, "timeout": 10.0}
 _BATCH = 2048
 #: Milvus's largest top-k
 _MAX_LIMIT = 16384
-_NAME = re.compile(r"^(?P<prefix>[A-Za-z_][A-Za-z0-9_]*?)_g\d+_v\d+(_corpus)?$")
 #: the collection property that records its generation, geometry, curvature, width and accepted stamps
 _FACTS = "bctflow.facts"
 _INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
@@ -62,29 +69,8 @@ def _client(uri: str, timeout: float) -> Any:
     return _CLIENTS[uri]
 
 
-def _metric(facts: dict[str, Any]) -> str:
-    """Cosine: inner product of unit rows. Lorentz: L2 over the proxy rows [2⁻⁸·g_t, g_s], whose candidates are
-    re-ranked by the exact Lorentz product, as the FAISS path's approximate types do (inner-product graphs over
-    hyperboloid points reach recall@10 ≈ 0.1)."""
-    return "L2" if facts["geometry"] == "lorentz" else "IP"
-
-
-def _query_rows(q: np.ndarray, geometry: str) -> np.ndarray:
-    """What Milvus searches for checked float32 queries (time negated for lorentz): unit rows, or the proxy of the
-    query point itself (time sign restored)."""
-    if geometry != "lorentz":
-        return q
-    rows = lorentz_proxy_rows(q)
-    rows[:, 0] = -rows[:, 0]
-    return rows
-
-
-def _model_of(parts: GalleryStore) -> str:
-    """The model that embedded the store's own rows, from its ``producer.txt`` (``model sha256 <hex>; …``)."""
-    mark = parts.path / "producer.txt"
-    text = mark.read_text() if mark.is_file() else ""
-    found = re.match(r"model sha256 ([0-9a-f]{64})", text)
-    return f"sha256:{found.group(1)[:16]}" if found else ""
+def _metric(geometry: str) -> str:
+    return "L2" if l2_metric(geometry) else "IP"
 
 
 @register_store("milvus")
@@ -125,11 +111,6 @@ class MilvusStore(VectorStore):
     def _opt(self, key: str) -> Any:
         return self.options.get(key, _DEFAULTS[key])
 
-    @staticmethod
-    def _alias_of(collection: str) -> str:
-        match = _NAME.match(collection)
-        return f"{match.group('prefix') if match else collection}_live"
-
     # ---------------------------------------------------------------- writes
     def _facts(self, collection: str) -> dict[str, Any]:
         """What the collection's description records; IndexIntegrityError for a collection that does not exist."""
@@ -153,7 +134,7 @@ class MilvusStore(VectorStore):
 
     def live_collection(self, prefix_of: str) -> str | None:
         """The collection the live alias of ``prefix_of``'s collections names (None: no alias yet)."""
-        alias = self._alias_of(prefix_of)
+        alias = alias_name(prefix_of)
         if alias not in self._db().list_aliases().get("aliases", []):
             return None
         return str(self._db().describe_alias(alias)["collection_name"])
@@ -161,32 +142,11 @@ class MilvusStore(VectorStore):
     def write(self, collection: str, part: StoredPart, model: str = "") -> None:
         """Upsert the stamped rows of ``part`` into ``collection`` by id. Refused with one line, nothing written:
         the collection does not exist, is the live one, or the rows are of another width or geometry, or stamped
-        with a generation it does not accept."""
+        with a generation it does not accept (:func:`~components.indexing.db_index.stored_rows`)."""
         facts = self._facts(collection)
-        if self.live_collection(collection) == collection:
-            raise IndexIntegrityError(
-                f"the Milvus collection {collection} is the live gallery; a new gallery version is written to a new "
-                "collection (bctflow backfill), never into the live one"
-            )
+        live = self.live_collection(collection) == collection
+        rows = stored_rows(f"Milvus collection {collection}", facts, part, live=live)
         g = part.gallery
-        vectors = g.vectors()
-        if vectors.shape[1] != facts["dim"] or g.retrieval_geometry != facts["geometry"]:
-            raise IndexIntegrityError(
-                f"rows of width {vectors.shape[1]} ({g.retrieval_geometry}) cannot be written into the Milvus "
-                f"collection {collection} of width {facts['dim']} ({facts['geometry']}); embed them with a model of "
-                "that collection's generation, or write them into a new gallery version"
-            )
-        stray = sorted(set(np.unique(part.stamps).tolist()) - set(facts["accepts"]))
-        if stray:
-            raise IndexIntegrityError(
-                f"rows stamped with generation {stray[0]} cannot be written into the Milvus collection {collection}, "
-                f"which holds generation {facts['generation']}'s gallery (it accepts stamps {facts['accepts']}); "
-                "backfill into a new gallery version instead"
-            )
-        fix = "re-embed them with a model of this collection's geometry"
-        rows = in_index_space(vectors, facts["geometry"], facts["curvature"], error=IndexIntegrityError,
-                              what="rows", fix=fix)  # fmt: skip
-        rows = lorentz_proxy_rows(rows) if facts["geometry"] == "lorentz" else rows.astype(np.float32)
         db = self._db()
         for start in range(0, len(rows), _BATCH):
             sl = slice(start, start + _BATCH)
@@ -209,15 +169,8 @@ class MilvusStore(VectorStore):
     ) -> DatabaseIndex:
         t0 = time.perf_counter()
         db = self._db()
-        first = next(parts.parts()).gallery
         stamps = parts.column("stamps")
-        facts = {
-            "generation": int(generation),
-            "geometry": first.retrieval_geometry,
-            "curvature": float(first.curvature),
-            "dim": int(first.vectors().shape[1]),
-            "accepts": sorted({int(generation), *np.unique(stamps).tolist()}),
-        }
+        facts = facts_of(parts, generation)
         if db.has_collection(collection):
             if self.live_collection(collection) == collection:
                 raise IndexIntegrityError(
@@ -228,7 +181,7 @@ class MilvusStore(VectorStore):
                 db.drop_collection(collection)
         if not db.has_collection(collection):
             self._create(collection, facts)
-        model = _model_of(parts)
+        model = model_of(parts)
         for part in parts.parts():
             self.write(collection, part, model)
         db.flush(collection)
@@ -245,7 +198,7 @@ class MilvusStore(VectorStore):
             counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=self._opt("index_type"),
             params={k: self._opt(k) for k in _DEFAULTS},
             compatible_generations=tuple(int(g) for g in (compatible or [generation])),
-            extra={"options": self.options, "alias": self._alias_of(collection)},
+            extra={"options": self.options, "alias": alias_name(collection)},
         )  # fmt: skip
         index = self._searchable(manifest)
         measured = measure_recall(index, parts, config.recall_queries)
@@ -261,7 +214,8 @@ class MilvusStore(VectorStore):
             db.release_collection(collection)
             db.drop_index(collection, "vector")
         spec = db.prepare_index_params()
-        spec.add_index("vector", index_type=kind, metric_type=_metric(self._facts(collection)), params=params)
+        metric = _metric(self._facts(collection)["geometry"])
+        spec.add_index("vector", index_type=kind, metric_type=metric, params=params)
         db.create_index(collection, spec)
         db.load_collection(collection)
 
@@ -285,7 +239,7 @@ class MilvusStore(VectorStore):
         rerank = int(manifest.params.get("rerank", 1))
         db = self._db()
 
-        metric = _metric({"geometry": manifest.geometry})
+        metric = _metric(manifest.geometry)
 
         def fetch(q: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
             limit = min(limit, _MAX_LIMIT)
@@ -295,7 +249,7 @@ class MilvusStore(VectorStore):
             for start in range(0, len(q), _BATCH):
                 hits = db.search(
                     manifest.collection,
-                    data=_query_rows(q[start : start + _BATCH], manifest.geometry).tolist(),
+                    data=query_rows(q[start : start + _BATCH], manifest.geometry).tolist(),
                     limit=limit,
                     search_params={"metric_type": metric, "params": search},
                     output_fields=["vector"],
@@ -304,9 +258,7 @@ class MilvusStore(VectorStore):
                     for j, hit in enumerate(found):
                         ids[row, j] = hit["id"]
                         vecs[row, j] = hit["entity"]["vector"]
-            if manifest.geometry == "lorentz":
-                vecs[..., 0] /= np.float32(LORENTZ_TIME_SCALE)  # exact: a power of two
-            return ids, vecs
+            return ids, gallery_rows(vecs, manifest.geometry)
 
         return DatabaseIndex(manifest, fetch, rerank)
 
@@ -344,7 +296,7 @@ class MilvusStore(VectorStore):
                 "does not know; the live alias stays where it is (point it only at a committed generation's version)"
             )
         self.verify(out)
-        alias, db = self._alias_of(m.collection), self._db()
+        alias, db = alias_name(m.collection), self._db()
         if alias in db.list_aliases().get("aliases", []):
             db.alter_alias(m.collection, alias)
         else:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.param_tags import Output, RunOption
+from flows.param_tags import Output
 
 __all__ = ["GalleryParams", "IndexParams"]
 
@@ -57,7 +57,7 @@ class GalleryParams(_Strict):
     #: where the galleries' searchable vectors live (components/indexing/stores/), checked at plan time
     store: Output[str] = "faiss"
     #: the store's address: a Milvus Lite file / LanceDB folder (relative: in the workspace), a server or s3:// URI
-    uri: RunOption[str | None] = None
+    uri: Output[str | None] = None
     #: the prefix of the store's collection names (<name>_g<N>_v<k>): letters, digits and underscores
     name: Output[str] = Field("bctflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: the database store's own index options (docs/design.md §8.4); the faiss store uses params index:

@@ -64,7 +64,6 @@ OLD_NEVER = {
     "schedule.cron",
     "schedule.timezone",
     *(f"serve.{k}" for k in ServeParams.model_fields),  # the query service's settings (added with it)
-    "gallery.uri",  # where the gallery store lives (added with the store seam)
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

@@ -189,6 +189,9 @@ class VectorStore(ABC):
         aliases of its own)."""
         return True
 
+    def close(self) -> None:  # noqa: B027
+        """Let go of what this process holds open in the store (a Milvus Lite file serves one process at a time)."""
+
     def drop(self, out: Path) -> None:  # noqa: B027
         """Remove the vectors attached in ``out`` from the store (retention); files in ``out`` are the caller's."""
 

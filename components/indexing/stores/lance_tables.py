@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
+from components.faults import crash_point
 from components.indexing.backend import StoreManifest, VectorStore, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -161,6 +162,7 @@ class LanceStore(VectorStore):
         model = model_of(parts)
         for part in parts.parts():
             self.write(collection, part, model)
+            crash_point("store.after_part")
         if self._db().open_table(collection).count_rows() != len(parts):  # rows a killed build of others left
             self._db().drop_table(collection)
             return self.build(parts, out, collection=collection, generation=generation, config=config,

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
+from components.faults import crash_point
 from components.indexing.backend import StoreManifest, VectorStore, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -108,6 +109,15 @@ class MilvusStore(VectorStore):
             raise ConfigError("gallery.store milvus needs gallery.uri (a Milvus Lite file or http://host:19530)")
         return _client(str(self.uri), float(self._opt("timeout")))
 
+    def close(self) -> None:
+        client = _CLIENTS.pop(str(self.uri), None)
+        if client is not None:
+            client.close()
+        if client is not None and "://" not in str(self.uri):  # stop this process's Milvus Lite server: its lock
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(str(self.uri))
+
     def _opt(self, key: str) -> Any:
         return self.options.get(key, _DEFAULTS[key])
 
@@ -184,6 +194,7 @@ class MilvusStore(VectorStore):
         model = model_of(parts)
         for part in parts.parts():
             self.write(collection, part, model)
+            crash_point("store.after_part")
         db.flush(collection)
         counts = self._counts(collection, facts["accepts"])
         if sum(counts.values()) != len(parts):  # rows of another gallery a killed build left: write it again
@@ -222,6 +233,8 @@ class MilvusStore(VectorStore):
     # ---------------------------------------------------------------- reads
     def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
         db = self._db()
+        if db.list_indexes(collection):  # an indexed collection is released in a new process: load it to query
+            db.load_collection(collection)
         out = {}
         for g in generations:
             res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
@@ -285,7 +298,6 @@ class MilvusStore(VectorStore):
                 f"the Milvus collection {m.collection} holds rows per generation {counts}, {out}/manifest.json says "
                 f"{m.counts_by_generation}; rebuild that gallery version (bctflow backfill)"
             )
-        self._db().load_collection(m.collection)
 
     # ---------------------------------------------------------------- alias
     def point_alias(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> None:

@@ -5,10 +5,16 @@ as it was."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from components.errors import IndexIntegrityError
+from components.faults import KILL_ENV
 from components.indexing.backend import StoreManifest, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
@@ -98,3 +104,26 @@ def test_wrong_width_other_generation_live_and_unknown_collections_are_refused_w
         db.write("t_refuse_g1_v0", _rows(5, 8, 1))
     assert db.count_by_generation(out) == before
     db.verify(out)
+
+
+def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once_and_stamped(db, tmp_path):
+    """SIGKILL (``BCTFLOW_KILL_AT=store.after_part``) in another process after one part is written, then the same
+    build here: rows = items, none twice, none unstamped; and a new process opens the store's index."""
+    parts = stamped_store(tmp_path / "gallery", n=900, geometry="euclidean", stamps=(0,))
+    out, name = tmp_path / "index", "t_kill_g0_v0"
+    db = vector_store(db.name, str(tmp_path / NAMES[db.name][1]))  # its own file: Milvus Lite serves one process
+    build = (
+        "import sys; from pathlib import Path; from components.indexing.backend import vector_store; "
+        "from components.indexing.index_config import IndexConfig; from components.indexing.store import GalleryStore; "
+        f"vector_store({db.name!r}, {db.uri!r}).build(GalleryStore(Path({str(parts.path)!r})), Path({str(out)!r}), "
+        f"collection={name!r}, generation=0, config=IndexConfig(recall_queries=50))"
+    )
+    env = {**os.environ, KILL_ENV: "store.after_part"}
+    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+    db.build(parts, out, collection=name, generation=0, config=IndexConfig(recall_queries=50))
+    assert db.count_by_generation(out) == {0: 900}  # each id once (the primary key), every row stamped
+    db.close()
+    reader = f"from components.indexing.backend import open_index; print(open_index({str(out)!r}).ntotal)"
+    opened = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=300)
+    assert opened.stdout.strip().endswith("900"), opened.stderr[-3000:]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -43,7 +43,6 @@ __all__ = [
     "SearchIndex",
     "StoreManifest",
     "VectorStore",
-    "iter_rows",
     "open_index",
     "register_store",
     "store_of",
@@ -220,9 +219,3 @@ def store_of(out: Path) -> VectorStore:
 def open_index(out: str | Path) -> SearchIndex:
     """The index attached in ``out``, opened by the store that built it and verified."""
     return store_of(Path(out)).open(Path(out))
-
-
-def iter_rows(parts: GalleryStore) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(retrieval vectors float64 (n, D), ids (n,), stamps (n,)) of each part of ``parts`` in order."""
-    for part in parts.parts():
-        yield part.gallery.vectors(), part.gallery.ids.astype(np.int64), part.stamps.astype(np.int64)

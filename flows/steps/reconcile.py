@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.errors import IndexIntegrityError
 from components.faults import crash_point
 from components.indexing.backend import store_of
 from components.indexing.live import LivePointer
@@ -115,6 +116,20 @@ def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
             vectors.point_alias(serving, [g.id for g in store.generations()])
         out.append(Finding(f"the {vectors.name} store's live alias does not name {serving}'s vectors", repair))
     return out
+
+
+def _live_rows(store: LineageStore) -> list[Finding]:
+    """``bctflow doctor``: the store holds the live gallery's vectors as their manifest says — rows per generation
+    stamp, width (:meth:`~components.indexing.backend.VectorStore.verify`); not repairable from the lineage."""
+    want = _pointer_fields(store)
+    if want is None:
+        return []
+    serving = Path(want["serving_index"])
+    try:
+        store_of(serving).verify(serving)
+    except IndexIntegrityError as err:
+        return [Finding(f"the live gallery's vectors are not what their manifest says: {err}", fix="see the message")]
+    return []
 
 
 def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
@@ -272,6 +287,7 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
     nothing is written)."""
     with ws.lineage(params, readonly=not repair) as store:
         found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
+        found += _live_rows(store)
         tracking = ws.tracking(params, readonly=not repair)
         gone = tracking.missing_file()
         if store.count() and gone is not None:  # a client would create an empty store: checked, not touched

@@ -195,6 +195,9 @@ class LanceStore(VectorStore):
         t.create_index("vector", config=make(distance_type=_distance(geometry), num_partitions=parts), replace=True)
         return kind
 
+    def _total(self, table: str) -> int:
+        return int(self._db().open_table(table).count_rows())
+
     def _counts(self, table: str, generations: list[int]) -> dict[int, int]:
         t = self._db().open_table(table)
         out = {int(g): int(t.count_rows(f"generation = {int(g)}")) for g in generations}
@@ -228,15 +231,16 @@ class LanceStore(VectorStore):
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))
 
     def open(self, out: Path) -> DatabaseIndex:
-        self.verify(out)
-        return self._searchable(StoreManifest.load(Path(out)))
+        return self._searchable(self._rows_match(out))
 
     def count_by_generation(self, out: Path) -> dict[int, int]:
         m = StoreManifest.load(Path(out))
         self._facts(m.collection)
         return self._counts(m.collection, sorted(m.counts_by_generation))
 
-    def verify(self, out: Path) -> None:
+    def _rows_match(self, out: Path) -> StoreManifest:
+        """The light check of every open and alias move: the collection exists with the attachment's generation and
+        width and holds its row count (rows per generation: :meth:`verify`)."""
         m = StoreManifest.load(Path(out))
         facts = self._facts(m.collection)
         if facts["dim"] != m.dim or facts["generation"] != m.generation:
@@ -244,6 +248,16 @@ class LanceStore(VectorStore):
                 f"the LanceDB table {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
                 f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
             )
+        total = self._total(m.collection)
+        if total != m.count:
+            raise IndexIntegrityError(
+                f"the LanceDB table {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "
+                "rebuild that gallery version (bctflow backfill)"
+            )
+        return m
+
+    def verify(self, out: Path) -> None:
+        m = self._rows_match(out)
         counts = self.count_by_generation(out)
         if counts != m.counts_by_generation:
             raise IndexIntegrityError(
@@ -260,7 +274,7 @@ class LanceStore(VectorStore):
                 f"the LanceDB table {m.collection} holds generation {m.generation}'s gallery, which the lineage does "
                 "not know; the live alias stays where it is (point it only at a committed generation's version)"
             )
-        self.verify(out)
+        self._rows_match(out)
         db, alias = self._db(), alias_name(m.collection)
         row = pa.table({"collection": [m.collection], "generation": [int(m.generation)]})
         if alias in self._tables():

@@ -231,10 +231,17 @@ class MilvusStore(VectorStore):
         db.load_collection(collection)
 
     # ---------------------------------------------------------------- reads
-    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+    def _loaded(self, collection: str) -> Any:
         db = self._db()
         if db.list_indexes(collection):  # an indexed collection is released in a new process: load it to query
             db.load_collection(collection)
+        return db
+
+    def _total(self, collection: str) -> int:
+        return int(self._loaded(collection).query(collection, filter="", output_fields=["count(*)"])[0]["count(*)"])
+
+    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+        db = self._loaded(collection)
         out = {}
         for g in generations:
             res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
@@ -276,15 +283,16 @@ class MilvusStore(VectorStore):
         return DatabaseIndex(manifest, fetch, rerank)
 
     def open(self, out: Path) -> DatabaseIndex:
-        self.verify(out)
-        return self._searchable(StoreManifest.load(Path(out)))
+        return self._searchable(self._rows_match(out))
 
     def count_by_generation(self, out: Path) -> dict[int, int]:
         m = StoreManifest.load(Path(out))
         self._facts(m.collection)
         return self._counts(m.collection, sorted(m.counts_by_generation))
 
-    def verify(self, out: Path) -> None:
+    def _rows_match(self, out: Path) -> StoreManifest:
+        """The light check of every open and alias move: the collection exists with the attachment's generation and
+        width and holds its row count (rows per generation: :meth:`verify`)."""
         m = StoreManifest.load(Path(out))
         facts = self._facts(m.collection)
         if facts["dim"] != m.dim or facts["generation"] != m.generation:
@@ -292,6 +300,16 @@ class MilvusStore(VectorStore):
                 f"the Milvus collection {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
                 f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
             )
+        total = self._total(m.collection)
+        if total != m.count:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "
+                "rebuild that gallery version (bctflow backfill)"
+            )
+        return m
+
+    def verify(self, out: Path) -> None:
+        m = self._rows_match(out)
         counts = self.count_by_generation(out)
         if counts != m.counts_by_generation:
             raise IndexIntegrityError(
@@ -307,7 +325,7 @@ class MilvusStore(VectorStore):
                 f"the Milvus collection {m.collection} holds generation {m.generation}'s gallery, which the lineage "
                 "does not know; the live alias stays where it is (point it only at a committed generation's version)"
             )
-        self.verify(out)
+        self._rows_match(out)
         alias, db = alias_name(m.collection), self._db()
         if alias in db.list_aliases().get("aliases", []):
             db.alter_alias(m.collection, alias)

@@ -3,10 +3,10 @@
 One code path for Milvus Lite (``gallery.uri``: a local file, the embedded file-backed Milvus of the
 ``milvus-lite`` package) and a Milvus server or cluster (``http://host:19530``). A gallery version's vectors are the
 collection ``<gallery.name>_g<N>_v<k>`` (``_corpus`` for a serving corpus): one row per item — ``id`` (primary
-key), ``generation`` (the stamp), ``model`` (the model that embedded it) and ``vector`` (unit rows for cosine; Lorentz
-points, time first, searched by inner product with the query's time negated). The collection's property
-``bctflow.facts`` records
-its generation, geometry, curvature and the stamps it accepts, so a write checks them without bctflow's files.
+key), ``generation`` (the stamp), ``model`` (the model that embedded it) and ``vector`` (unit rows for cosine; the
+proxy rows [2⁻⁸·g_t, g_s] of Lorentz points, searched by L2 and re-ranked by the exact Lorentz product). The
+collection's property ``bctflow.facts`` records its generation, geometry, curvature, width and the stamps it accepts,
+so a write checks them without bctflow's files.
 
 :meth:`MilvusStore.build` upserts every part (a rerun after a kill ends with one row per id), flushes, builds the
 index of ``gallery.index_options`` (``index_type`` HNSW (default) | IVF_FLAT | FLAT; ``M``, ``efConstruction``,

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 from benchmarks.profile import PROFILE_DIR
 from benchmarks.scenario_names import ALL_SCENARIOS
 from components.plugins import declared_names
-from flows.params import BackfillParams, IndexParams
+from flows.gallery_params import IndexParams
+from flows.params import BackfillParams
 
 __all__ = ["Alignment", "BackfillOrder", "IndexType", "Scenario", "complete_profile"]
 

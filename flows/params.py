@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from components.errors import ConfigError
+from flows.gallery_params import GalleryParams, IndexParams
 from flows.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
 from flows.param_tags import AlignedModel, AlignedOutput, Data, Model, Output, RunOption, pick, sections, select
 from flows.serve_params import ServeParams
@@ -261,48 +262,6 @@ class ScheduleParams(_Strict):
 
     cron: RunOption[str] = "0 2 * * *"
     timezone: RunOption[str] = "UTC"
-
-
-class IndexParams(_Strict):
-    """The FAISS index of every gallery (docs/design.md §8): exact ``flat``, or ``ivf`` / ``hnsw`` / ``ivfpq``."""
-
-    type: Output[Literal["flat", "ivf", "hnsw", "ivfpq"]] = "flat"
-    nlist: Output[int | None] = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
-    nprobe: Output[int] = Field(16, gt=0)  # ivf / ivfpq lists visited per query
-    hnsw_m: Output[int] = Field(32, gt=1)  # hnsw graph degree
-    ef_construction: Output[int] = Field(80, gt=0)
-    ef_search: Output[int] = Field(96, gt=0)
-    pq_m: Output[int | None] = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
-    pq_nbits: Output[int] = Field(8, gt=0, le=16)
-    train_size: Output[int] = Field(100_000, gt=0)  # training sample of ivf / ivfpq
-    #: held-out sample on which the build measures recall@10 against exact search
-    recall_queries: Output[int] = Field(1000, gt=0)
-    shards: Output[int] = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes
-    #: ivf / hnsw: the build picks the cheapest nprobe / ef_search reaching this recall@10 (null: fixed values)
-    target_recall: Output[float | None] = Field(0.95, gt=0.0, le=1.0)
-    #: publishing a live index (generation 0, a backfill) whose measured recall@10 is below this fails (null: any)
-    min_recall: Output[float | None] = Field(None, gt=0.0, le=1.0)
-
-
-class GalleryParams(_Strict):
-    """The corpus the live index serves (docs/design.md §7.10): by default the labelled evaluation split.
-
-    ``source``: ``eval_split`` | ``webdataset`` (a folder of ``*.tar`` shards) | ``manifest`` (a Parquet or CSV
-    file: path, id, optional label) | ``folder`` (an image folder). Labels are optional; generation 0 and every
-    backfill embed it in resumable chunks of ``backfill.chunk_size`` items.
-    """
-
-    source: Output[Literal["eval_split", "webdataset", "manifest", "folder"]] = "eval_split"
-    path: Output[str | None] = None  # shards folder / manifest file / image folder (relative to the working directory)
-    workers: Output[int] = Field(2, ge=0)  # DataLoader worker processes decoding the corpus
-    #: retrieval metrics of a labelled corpus larger than evaluation.exact_max_items: top-k on this many sampled queries
-    metric_queries: Output[int] = Field(10_000, gt=0)
-
-    @model_validator(mode="after")
-    def _path_given(self) -> GalleryParams:
-        if self.source != "eval_split" and not self.path:
-            raise ValueError(f"gallery.source {self.source} needs gallery.path (the corpus on disk); set it")
-        return self
 
 
 class Params(_Strict):

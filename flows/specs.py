@@ -1,19 +1,22 @@
 """Params as the components' configs: a :class:`ModelSpec` from params and the training data, a
-:class:`TrainConfig`, an :class:`IndexConfig` (shared by the lifecycle and the benchmark)."""
+:class:`TrainConfig`, an :class:`IndexConfig` (shared by the lifecycle and the benchmark), the gallery's
+:class:`~components.indexing.backend.VectorStore` and its collection names."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
+from components.indexing.backend import VectorStore, vector_store
 from components.indexing.index_config import IndexConfig
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["index_config", "model_spec_from_params", "train_config_from_params"]
+__all__ = ["collection_name", "gallery_store", "index_config", "model_spec_from_params", "train_config_from_params"]
 
 
 def model_spec_from_params(
@@ -93,3 +96,19 @@ def train_config_from_params(
 def index_config(p: Params) -> IndexConfig:
     """The FAISS index every gallery of this run is built with (params ``index:``)."""
     return IndexConfig(**p.index.model_dump(exclude={"min_recall"}))
+
+
+def gallery_store(p: Params, home: Path) -> VectorStore:
+    """The store params ``gallery:`` name; a relative file ``gallery.uri`` (a Milvus Lite file) lies in the
+    workspace ``home``."""
+    uri = p.gallery.uri
+    if uri and "://" not in uri and not Path(uri).is_absolute():
+        uri = str(Path(home) / uri)
+    return vector_store(p.gallery.store, uri, p.gallery.index_options)
+
+
+def collection_name(p: Params, generation: int, version: int, corpus: bool) -> str:
+    """The store's name for one gallery of a version: ``<gallery.name>_g<N>_v<k>`` (the evaluation gallery), with
+    ``_corpus`` for the serving corpus; version 0 is the generation's own folder, k ≥ 1 the backfill's
+    ``live/index-v<k>``."""
+    return f"{p.gallery.name}_g{generation}_v{version}" + ("_corpus" if corpus else "")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
-from components.indexing.faiss_index import GalleryIndex
+from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 
@@ -49,7 +49,7 @@ class LivePointer:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self._cache: tuple[str, GalleryIndex] | None = None
+        self._cache: tuple[str, SearchIndex] | None = None
 
     @property
     def pointer_path(self) -> Path:
@@ -124,12 +124,12 @@ class LivePointer:
         one the live version recorded."""
         return self._serving(self._current())
 
-    def index(self) -> GalleryIndex:
+    def index(self) -> SearchIndex:
         """The serving index, with the query generations the pointer allows."""
         p = self._current()
         key = json.dumps(p, sort_keys=True, default=str)
         if self._cache is None or self._cache[0] != key:
-            idx = GalleryIndex.load(self._serving(p))
+            idx = open_index(self._serving(p))
             gens = tuple(int(g) for g in p.get("compatible_generations", [idx.manifest.generation]))
             self._cache = (key, idx.with_compatible_generations(gens))
         return self._cache[1]
@@ -158,9 +158,11 @@ class LivePointer:
 
     def prune(self, keep: int) -> list[Path]:
         """Delete backfill index versions beyond the newest ``keep``, never the live one (the version holding the
-        live index)."""
+        live index): their vectors in the store that holds them first, then the folder."""
         live = Path((self.pointer() or {}).get("index", "")).resolve()
         victims = [p for p in self.versions()[:-keep] if p.resolve() not in (live, live.parent)] if keep > 0 else []
         for p in victims:
+            for attached in sorted(p.glob(f"**/{ATTACHMENT}")):
+                store_of(attached.parent).drop(attached.parent)
             shutil.rmtree(p, ignore_errors=True)
         return victims

@@ -7,6 +7,8 @@ training is refused in seconds with one line (docs/bad-inputs.md):
 * the workspace folder can be written, and its disk has room for the run (an estimate: epoch checkpoints with
   their optimizer state, final models, galleries and indexes; see :func:`disk_estimate`);
 * the MLflow tracking store is reachable and not damaged (:func:`registry.stores.check_tracking_store`);
+* the gallery store (params ``gallery.store``) is one the catalog knows, its package is installed and its
+  ``gallery.uri`` answers (:meth:`components.indexing.backend.VectorStore.check`);
 * ``train.device`` exists on this machine;
 * the labelled evaluation split has at least two images of every class (leave-one-out retrieval);
 * every model the generation trains builds: backbone name, ``backbone_kwargs``, ``small_stem``, pretrained
@@ -33,7 +35,7 @@ from components.models.backbone import check_backbone_runs
 from components.training.device import select_device
 from flows.data import open_corpus
 from flows.params import Params
-from flows.specs import index_config
+from flows.specs import gallery_store, index_config
 from flows.workspace import Workspace
 from registry.stores import check_tracking_store
 
@@ -135,9 +137,10 @@ def check_free_disk(home: Path, need: DiskEstimate) -> None:
 
 def check_run_environment(params: Params, ws: Workspace) -> None:
     """What the run needs of this machine before any data is read: a writable workspace, a tracking store that
-    answers, the training device."""
+    answers, a gallery store that is known, installed and reachable, the training device."""
     check_workspace_writable(ws.home)
     check_tracking_store(params.tracking.mlflow_uri, ws.home)
+    gallery_store(params, ws.home).check()
     select_device(params.train.device)
 
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
 from components.evaluation import COMPAT_METRICS
-from components.indexing import MANIFEST_FILE
+from components.indexing.backend import ATTACHMENT, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import STORE_FILE, GalleryStore
 from components.indexing.version import GalleryVersion
-from components.io import file_sha256
 from components.models import ModelSpec
 from flows.planning.plan import CompatValue, ParentRef, ServingGeneration, parent_checkpoint
 from flows.workspace import Workspace
@@ -154,8 +153,8 @@ def check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
 
 def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
     """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, that
-    index loads (manifest, sha256 of every file, structure — components/indexing/faiss_index.py), and its manifest is
-    the one the lineage pinned (revision 0005)."""
+    index opens in the store that holds it (FAISS: manifest, sha256 of every file, structure; a database: its rows),
+    and its manifest is the one the lineage pinned (revision 0005)."""
     ptr, live = store.live_pointer(), LivePointer(ws.live_dir)
     try:
         if ptr is not None and not live.matches(ptr.index_path, generation=ptr.generation_id):
@@ -164,12 +163,17 @@ def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
                 f"{ptr.generation_id}); run `bctflow doctor --repair` to rewrite it from the lineage"
             )
         live.index()
-        manifest = Path(ptr.index_path) / MANIFEST_FILE if ptr is not None else None
-        if ptr is not None and ptr.index_sha256 and manifest and file_sha256(manifest) != ptr.index_sha256:
+        index_dir = Path(ptr.index_path) if ptr is not None else None
+        if (
+            ptr is not None
+            and index_dir is not None
+            and ptr.index_sha256
+            and (store_of(index_dir).digest(index_dir) != ptr.index_sha256)
+        ):
             raise IndexIntegrityError(
-                f"{manifest} is not the manifest the lineage pinned when generation {ptr.generation_id}'s gallery went "
-                f"live (sha256 {ptr.index_sha256[:12]}…): the index was replaced or edited; restore that folder from a "
-                "backup, or rebuild the gallery with `bctflow backfill`"
+                f"{index_dir / ATTACHMENT} is not the manifest the lineage pinned when generation "
+                f"{ptr.generation_id}'s gallery went live (sha256 {ptr.index_sha256[:12]}…): the index was replaced or "
+                "edited; restore that folder from a backup, or rebuild the gallery with `bctflow backfill`"
             )
     except IndexIntegrityError as err:
         raise IndexIntegrityError(f"the live gallery cannot serve: {err}") from None

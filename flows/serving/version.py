@@ -20,12 +20,10 @@ from typing import Any
 import numpy as np
 
 from components.errors import CheckpointMismatchError, IndexIntegrityError
-from components.indexing import GalleryIndex
-from components.indexing.faiss_index import MANIFEST_FILE
+from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
-from components.io import file_sha256
 from flows.params import Params
 from flows.workspace import Workspace
 
@@ -83,7 +81,7 @@ class ServedVersion:
 
     number: int  # live/CURRENT's version
     facts: LineageFacts
-    index: GalleryIndex
+    index: SearchIndex
     index_dir: Path
     index_name: str  # the serving index, relative to the workspace
     stamp_ids: np.ndarray  # the gallery's ids, sorted
@@ -172,14 +170,15 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
             f"{live.pointer_path} does not name the live index the lineage records ({facts.index_path}); "
             "`bctflow doctor --repair` rewrites it from the lineage"
         )
-    manifest = Path(facts.index_path) / MANIFEST_FILE
-    if facts.index_sha256 and (not manifest.is_file() or file_sha256(manifest) != facts.index_sha256):
+    pinned_dir = Path(facts.index_path)
+    manifest = pinned_dir / ATTACHMENT
+    if facts.index_sha256 and (not manifest.is_file() or store_of(pinned_dir).digest(pinned_dir) != facts.index_sha256):
         raise IndexIntegrityError(
             f"{manifest} is not the manifest the lineage pinned for generation {facts.generation}'s gallery (sha256 "
             f"{facts.index_sha256[:12]}…); restore that folder from a backup or rebuild it with `bctflow backfill`"
         )
     index_dir = live.serving_index()
-    index = GalleryIndex.load(index_dir).with_compatible_generations(facts.compatible)
+    index = open_index(index_dir).with_compatible_generations(facts.compatible)
     stamp_ids, stamps = _stamps(Path(facts.index_path), facts.generation)
     query_gen = facts.production if facts.production in facts.compatible else facts.generation
     wanted = {query_gen}

@@ -16,7 +16,7 @@ from typing import Any
 
 from components.errors import LineageError
 from components.faults import crash_point
-from components.indexing import MANIFEST_FILE
+from components.indexing.backend import store_of
 from components.indexing.store import GalleryStore
 from components.io import file_sha256
 from flows.planning import GenerationPlan
@@ -170,7 +170,8 @@ def commit(
             reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
             compatible_with_live=ev.compatible,
         )
-        bundle = _bundle(plan, store, record, ev, file_sha256(Path(gallery.index_dir) / MANIFEST_FILE))
+        index_dir = Path(str(gallery.index_dir))
+        bundle = _bundle(plan, store, record, ev, store_of(index_dir).digest(index_dir))
         if plan.final_dir.exists():
             raise LineageError(
                 f"{plan.final_dir} already exists although generation {plan.gen_id} is not in the lineage; move it "

@@ -42,14 +42,17 @@ def embed_and_index(
     if trained.role == "model":
         first = plan.parent is None
         corpus = open_corpus(p, plan.workspace) if first else None
-        index_gallery(p, store, version.evaluation_index, generation=plan.gen_id, serving=first and corpus is None)
+        home = plan.workspace.home
+        index_gallery(
+            p, home, store, version.evaluation_index, generation=plan.gen_id, serving=first and corpus is None
+        )
         index_dir = str(version.evaluation_index)
         if first:
             if corpus is not None:
                 served = embed_gallery(
                     p, corpus, ckpt, version.corpus_store, generation=plan.gen_id, on_batch=on_batch
                 ).store
-                index_gallery(p, served, version.corpus_index, generation=plan.gen_id, serving=True)
+                index_gallery(p, home, served, version.corpus_index, generation=plan.gen_id, corpus=True, serving=True)
             version.record_serving(p.gallery.source)
     cf = clip_fraction(store.column("clipped")) if plan.geometry == "lorentz" else None
     return EvaluationGallery(trained.role, str(store.path), index_dir, len(store), cf)

@@ -10,13 +10,15 @@ serving corpus, and both again in every backfill.
   a kill loses only the rows not yet in a finished part (the part being filled and the batch being embedded); parts
   of another model or source are stale and the store starts over. ``throttle`` seconds pass after each part (a
   backfill sparing a shared device).
-* :func:`index_gallery` — the ``index:`` type built over a finished store part by part, saved, loaded back and
-  verified (count and generation; loading checks the manifest, checksums, finite vectors of the geometry); an
-  index that serves is refused below ``index.min_recall``.
+* :func:`index_gallery` — a finished store's stamped rows written into the gallery store (params ``gallery.store``:
+  FAISS files, or a vector database), indexed, attached in the version's index folder, opened back and verified
+  (count and generation; opening checks the manifest, checksums, the store's rows); an index that serves is refused
+  below ``index.min_recall``.
 * :func:`corpus_metrics` — the retrieval quality of a labelled serving corpus.
 
-Stores are written through :class:`~components.indexing.store.PartWriter` and read through
-:class:`~components.indexing.store.GalleryStore`: the seam where a vector database would take the files' place.
+Part stores are written through :class:`~components.indexing.store.PartWriter` and read through
+:class:`~components.indexing.store.GalleryStore`; what makes them searchable is the one seam
+:class:`~components.indexing.backend.VectorStore`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from components.errors import ConfigError, IndexIntegrityError
 from components.evaluation import retrieval_metrics
 from components.evaluation.topk import topk_metrics
-from components.indexing import GalleryIndex
+from components.indexing.backend import SearchIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.store import GalleryStore, PartWriter, StoredPart
 from components.io import file_sha256
@@ -40,7 +42,7 @@ from components.training import embed_stream
 from components.training.device import cuda_available
 from flows.data import GallerySource
 from flows.params import Params
-from flows.specs import index_config
+from flows.specs import collection_name, gallery_store, index_config
 
 __all__ = ["Embedded", "check_index_recall", "corpus_metrics", "embed_gallery", "index_gallery"]
 
@@ -104,26 +106,29 @@ def embed_gallery(
 
 def index_gallery(
     p: Params,
+    home: Path,
     store: GalleryStore,
     out: Path,
     *,
     generation: int,
+    version: int = 0,
+    corpus: bool = False,
     compatible: list[int] | None = None,
     serving: bool = False,
-) -> GalleryIndex:
-    """Build the ``index:`` type over ``store`` part by part, save it in ``out`` and verify it by loading it back:
-    every row of the store, for ``generation``. ``serving``: it answers the live gallery's queries, so its measured
-    recall@10 must reach ``index.min_recall``. Returns the loaded index."""
-    first = next(store.parts()).gallery
-    GalleryIndex.build_streaming(
-        store.index_chunks(),
-        geometry=first.retrieval_geometry,
-        curvature=first.curvature,
+) -> SearchIndex:
+    """Write ``store``'s stamped rows into the params' gallery store (``gallery.store``), build its index and attach
+    it in ``out`` (:meth:`~components.indexing.backend.VectorStore.build`), then verify it: every row of the store,
+    for ``generation``. ``version``/``corpus`` name the store's collection (:func:`~flows.specs.collection_name`).
+    ``serving``: it answers the live gallery's queries, so its measured recall@10 must reach ``index.min_recall``.
+    Returns the opened index."""
+    index = gallery_store(p, home).build(
+        store,
+        out,
+        collection=collection_name(p, generation, version, corpus),
         generation=generation,
         config=index_config(p),
-        compatible_generations=compatible,
-    ).save(out)
-    index = GalleryIndex.load(out)
+        compatible=compatible,
+    )
     if index.ntotal != len(store) or index.manifest.generation != generation:
         raise IndexIntegrityError(
             f"the index in {out} holds {index.ntotal} vectors for generation {index.manifest.generation}, expected "
@@ -134,7 +139,7 @@ def index_gallery(
     return index
 
 
-def check_index_recall(p: Params, index: GalleryIndex, where: Path) -> None:
+def check_index_recall(p: Params, index: SearchIndex, where: Path) -> None:
     """Refuse to publish a live index whose measured recall@10 is below ``index.min_recall``."""
     floor, recall = p.index.min_recall, index.manifest.recall_at_10
     if floor is not None and recall is not None and recall < floor:
@@ -144,7 +149,7 @@ def check_index_recall(p: Params, index: GalleryIndex, where: Path) -> None:
         )
 
 
-def corpus_metrics(p: Params, store: GalleryStore, index: GalleryIndex, *, seed: int = 0) -> dict[str, float]:
+def corpus_metrics(p: Params, store: GalleryStore, index: SearchIndex, *, seed: int = 0) -> dict[str, float]:
     """Retrieval quality of a labelled corpus: exact leave-one-out (≤ evaluation.exact_max_items items) or top-k from
     its index on ``gallery.metric_queries`` sampled items. Unlabelled corpora have none ({})."""
     labels = store.column("labels")

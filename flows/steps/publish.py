@@ -21,7 +21,7 @@ import numpy as np
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.faults import crash_point
-from components.indexing import MANIFEST_FILE, GalleryIndex
+from components.indexing.backend import SearchIndex, open_index, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore, PartWriter, link_store, mix_stores
 from components.indexing.version import GalleryVersion
@@ -65,9 +65,7 @@ def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> Galler
     return store
 
 
-def _measure(
-    plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, index: GalleryIndex
-) -> dict[str, float]:
+def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, index: SearchIndex) -> dict[str, float]:
     """Retrieval of the new ``gallery``: the target's queries on the evaluation gallery (its own after a full
     backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart), the corpus's own labelled
     items on the corpus; and the share of it the target embedded."""
@@ -85,6 +83,11 @@ def _measure(
     return {**metrics, "share_embedded_by_target": share}
 
 
+def _version_number(version_dir: Path) -> int:
+    """k of ``live/index-v<k>``: the version the store's collections are named by."""
+    return int(version_dir.name.removeprefix("index-v"))
+
+
 def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     """Assemble, index and verify every gallery of the backfill in a fresh ``live/index-vNNN``, record which index
     serves. Returns (the new version's evaluation index, metrics).
@@ -96,7 +99,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     if record.exists():
         done = json.loads(record.read_text())
         index = ws.home / done["index"]  # stored relative to the workspace (absolute before)
-        GalleryIndex.load(index)  # still intact?
+        open_index(index)  # still intact?
         return index, done["metrics"]
     version_dir = LivePointer(ws.live_dir).next_version_dir()
     staging = version_dir.with_name(f".{version_dir.name}.tmp")
@@ -109,9 +112,12 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         store = _assemble(plan, gallery, version.store(gallery.corpus))
         index = index_gallery(
             p,
+            ws.home,
             store,
             version.index(gallery.corpus),
             generation=plan.target,
+            version=_version_number(version_dir),
+            corpus=gallery.corpus,
             compatible=[plan.target],
             serving=gallery.corpus == serves_corpus,
         )
@@ -168,7 +174,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             plan.zeta,
             [plan.target],
             model_sha256=file_sha256(model_ckpt),
-            index_sha256=file_sha256(index_dir / MANIFEST_FILE),
+            index_sha256=store_of(index_dir).digest(index_dir),
             gallery_sha256=GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
         )
         retire = (

@@ -33,7 +33,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.errors import IndexIntegrityError
 from components.faults import crash_point
+from components.indexing.backend import store_of
 from components.indexing.live import LivePointer
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
@@ -97,13 +99,37 @@ def _folders(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
 
 
 def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
+    """live/CURRENT, and the live alias of the store that holds the serving vectors, as the lineage's pointer says
+    (the alias is moved after CURRENT, both from the rows; a kill between them is finished here next time)."""
     want = _pointer_fields(store)
-    live = LivePointer(ws.live_dir)
-    if want is None or live.matches(**want):
+    if want is None:
         return []
-    if repair:
-        live.switch(**want)
-    return [Finding("live/CURRENT does not match the lineage's live pointer", repair)]
+    live, out = LivePointer(ws.live_dir), []
+    if not live.matches(**want):
+        if repair:
+            live.switch(**want)
+        out.append(Finding("live/CURRENT does not match the lineage's live pointer", repair))
+    serving = Path(want["serving_index"])
+    vectors = store_of(serving)
+    if not vectors.aliased(serving):
+        if repair:
+            vectors.point_alias(serving, [g.id for g in store.generations()])
+        out.append(Finding(f"the {vectors.name} store's live alias does not name {serving}'s vectors", repair))
+    return out
+
+
+def _live_rows(store: LineageStore) -> list[Finding]:
+    """``bctflow doctor``: the store holds the live gallery's vectors as their manifest says — rows per generation
+    stamp, width (:meth:`~components.indexing.backend.VectorStore.verify`); not repairable from the lineage."""
+    want = _pointer_fields(store)
+    if want is None:
+        return []
+    serving = Path(want["serving_index"])
+    try:
+        store_of(serving).verify(serving)
+    except IndexIntegrityError as err:
+        return [Finding(f"the live gallery's vectors are not what their manifest says: {err}", fix="see the message")]
+    return []
 
 
 def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:
@@ -261,6 +287,7 @@ def inspect_workspace(ws: Workspace, params: Params, *, repair: bool = False) ->
     nothing is written)."""
     with ws.lineage(params, readonly=not repair) as store:
         found = _folders(ws, store, repair) + _live(ws, store, repair) + _backfill_folder(ws, store, repair)
+        found += _live_rows(store)
         tracking = ws.tracking(params, readonly=not repair)
         gone = tracking.missing_file()
         if store.count() and gone is not None:  # a client would create an empty store: checked, not touched

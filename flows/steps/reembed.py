@@ -40,6 +40,7 @@ from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
 from flows.data import GallerySource, evaluation_source, open_corpus
 from flows.params import Params
+from flows.specs import gallery_store
 from flows.steps.gallery_pipeline import Embedded, embed_gallery
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
@@ -191,6 +192,7 @@ def plan_backfill(
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
+    gallery_store(params, ws.home).check()  # known, installed, reachable: before anything is embedded
     with ws.lineage(params, readonly=True) as store:
         return _plan(params, ws, store, target, fraction, order, seed, force)
 

@@ -4,6 +4,7 @@ before training, before any Prefect server starts, with one line, and nothing is
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -163,3 +164,17 @@ def test_a_damaged_or_unreachable_lineage_database_is_refused(tiny_params_file, 
     msg = str(info.value)
     assert "cannot read lineage database postgresql+psycopg://nobody:***@127.0.0.1:1/lineage" in msg
     assert "secret" not in msg and "\n" not in msg
+
+
+def test_an_unknown_uninstalled_or_unreachable_gallery_store_is_refused_while_planning(
+    tiny_params_file, tmp_path, monkeypatch
+):
+    ws = tmp_path / "ws"
+    _refused(tiny_params_file, ws, ConfigError, ["unknown gallery store 'qdrant'", "faiss", "set params gallery.store"],
+             ["gallery.store=qdrant"])  # fmt: skip
+    _refused(tiny_params_file, ws, ConfigError, ["gallery.store milvus needs gallery.uri"], ["gallery.store=milvus"])
+    _refused(tiny_params_file, ws, ConfigError, ["the Milvus at gallery.uri http://127.0.0.1:9 does not answer",
+             "start it or fix gallery.uri"], ["gallery.store=milvus", "gallery.uri=http://127.0.0.1:9"])  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if not installed: importing it fails
+    _refused(tiny_params_file, ws, ConfigError, ["gallery.store milvus needs the pymilvus package: pip install"],
+             ["gallery.store=milvus", "gallery.uri=milvus.db"])  # fmt: skip

@@ -82,3 +82,12 @@ def test_doctor_without_repair_does_not_create_a_missing_mlflow_store(g0, tmp_pa
     assert _tree(copy) == before and not (copy / "mlflow.db").exists()
     assert found.exit_code == 1, found.output
     assert f"the MLflow tracking store {copy / 'mlflow.db'} does not exist" in " ".join(found.output.split())
+
+
+def test_doctor_finds_live_vectors_that_are_not_what_their_manifest_says(g0, tmp_path):
+    params, ws = load_params(g0[1]), Workspace(_copy(g0, tmp_path))
+    part = sorted((ws.generation_dir(0) / "gallery" / "parts").glob("part-*.npz"))[0]
+    part.write_bytes(part.read_bytes() + b"\0")  # the live gallery's stamped rows changed behind the lineage's back
+    found = [f for f in inspect_workspace(ws, params) if "live gallery's vectors" in f.what]
+    assert len(found) == 1 and not found[0].repaired
+    assert f"gallery part {part} is not the file" in found[0].what

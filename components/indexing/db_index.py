@@ -1,0 +1,213 @@
+"""What every database store's index shares (docs/design.md §8.4): checked queries, float64 re-scoring, the
+recall@10 a build measures against exact search.
+
+A database answers an approximate top-``limit`` by inner product over the stored rows — unit vectors (cosine), or
+hyperboloid points, time first, searched with the query's time coordinate negated, so the inner product is the
+Lorentz product ⟨q, g⟩_L and larger is nearer, as on the FAISS path (:mod:`components.indexing.index_types`).
+:class:`DatabaseIndex` asks it for ``rerank``·k candidates with their stored vectors and re-scores them in float64
+(cosine, or minus the geodesic distance), best first — the same scores :class:`~components.indexing.faiss_index.
+GalleryIndex` returns — after the same query checks (width, finiteness, geometry, query generation).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.indexing.backend import StoreManifest
+from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
+from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.vectors import (
+    LORENTZ_TIME_SCALE,
+    checked_queries,
+    flip_time,
+    in_index_space,
+    lorentz_proxy_rows,
+)
+
+__all__ = [
+    "DatabaseIndex",
+    "Fetch",
+    "alias_name",
+    "facts_of",
+    "gallery_rows",
+    "l2_metric",
+    "measure_recall",
+    "model_of",
+    "query_rows",
+    "stored_rows",
+]
+
+#: (checked float32 queries (nq, D), limit) → (ids int64 (nq, limit), stored vectors float32 (nq, limit, D)), -1 pads
+Fetch = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+#: neighbours retrieved when measuring recall@10: 10 plus the query's own item
+_RECALL_K = 11
+
+
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z_][A-Za-z0-9_]*?)_g\d+_v\d+(_corpus)?$")
+
+
+def alias_name(collection: str) -> str:
+    """The live alias of the versions named like ``collection`` (``<name>_g<N>_v<k>``): ``<name>_live``."""
+    match = _NAME.match(collection)
+    return f"{match.group('prefix') if match else collection}_live"
+
+
+def facts_of(parts: GalleryStore, generation: int) -> dict:
+    """What a database records with a version's table or collection: its generation, geometry, curvature, width and
+    the stamps it accepts (the generation and every stamp ``parts`` holds: a partial backfill's mix)."""
+    first = next(parts.parts()).gallery
+    return {
+        "generation": int(generation),
+        "geometry": first.retrieval_geometry,
+        "curvature": float(first.curvature),
+        "dim": int(first.vectors().shape[1]),
+        "accepts": sorted({int(generation), *np.unique(parts.column("stamps")).tolist()}),
+    }
+
+
+def model_of(parts: GalleryStore) -> str:
+    """The model that embedded the store's own rows, from its ``producer.txt`` (``model sha256 <hex>; …``); ''
+    when the store was assembled rather than embedded (a partial backfill's mix, a linked full backfill)."""
+    mark = parts.path / "producer.txt"
+    text = mark.read_text() if mark.is_file() else ""
+    return f"sha256:{text.split()[2][:16]}" if text.startswith("model sha256 ") else ""
+
+
+def l2_metric(geometry: str) -> bool:
+    """Whether the database ranks by L2: Lorentz galleries, over the proxy rows [2⁻⁸·g_t, g_s] whose candidates are
+    re-ranked by the exact Lorentz product, as the FAISS path's approximate types do (docs/design.md §8.3);
+    cosine galleries rank by the inner product of unit rows."""
+    return geometry == "lorentz"
+
+
+def stored_rows(what: str, facts: dict, part: StoredPart, *, live: bool) -> np.ndarray:
+    """The float32 rows a database stores for ``part`` in the table or collection ``what`` (whose ``facts`` are
+    :func:`facts_of`'s). Refused with one line before anything is written: ``what`` is the live one, or the rows are
+    of another width or geometry, or stamped with a generation it does not accept, or off its space."""
+    if live:
+        raise IndexIntegrityError(
+            f"the {what} is the live gallery; a new gallery version is written to a new one (bctflow backfill), never "
+            "into the live one"
+        )
+    g = part.gallery
+    vectors = g.vectors()
+    if vectors.shape[1] != facts["dim"] or g.retrieval_geometry != facts["geometry"]:
+        raise IndexIntegrityError(
+            f"rows of width {vectors.shape[1]} ({g.retrieval_geometry}) cannot be written into the {what} of width "
+            f"{facts['dim']} ({facts['geometry']}); embed them with a model of its generation, or write them into a "
+            "new gallery version"
+        )
+    stray = sorted(set(np.unique(part.stamps).tolist()) - set(facts["accepts"]))
+    if stray:
+        raise IndexIntegrityError(
+            f"rows stamped with generation {stray[0]} cannot be written into the {what}, which holds generation "
+            f"{facts['generation']}'s gallery (it accepts stamps {facts['accepts']}); backfill into a new gallery "
+            "version instead"
+        )
+    fix = "re-embed them with a model of its geometry"
+    rows = in_index_space(vectors, facts["geometry"], facts["curvature"], error=IndexIntegrityError, what="rows",
+                          fix=fix)  # fmt: skip
+    return lorentz_proxy_rows(rows) if l2_metric(facts["geometry"]) else rows.astype(np.float32)
+
+
+def query_rows(q: np.ndarray, geometry: str) -> np.ndarray:
+    """What the database searches for checked float32 queries (time negated for lorentz): unit rows, or the proxy of
+    the query point itself (time sign restored)."""
+    if not l2_metric(geometry):
+        return q
+    rows = lorentz_proxy_rows(q)
+    rows[:, 0] = -rows[:, 0]
+    return rows
+
+
+def gallery_rows(stored: np.ndarray, geometry: str) -> np.ndarray:
+    """The gallery rows (…, D) back from the stored ones: exact, the proxy's time scale is a power of two."""
+    if l2_metric(geometry):
+        stored[..., 0] /= np.float32(LORENTZ_TIME_SCALE)
+    return stored
+
+
+class DatabaseIndex:
+    """A database store's gallery index as the flows search it (:class:`~components.indexing.backend.SearchIndex`).
+
+    ``fetch`` asks the database; ``rerank``: candidates per wanted neighbour (≥ 1), re-scored exactly."""
+
+    def __init__(self, manifest: StoreManifest, fetch: Fetch, rerank: int = 1) -> None:
+        self._manifest = manifest
+        self._fetch = fetch
+        self._rerank = max(1, int(rerank))
+
+    @property
+    def manifest(self) -> StoreManifest:
+        return self._manifest
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._manifest.count)
+
+    @property
+    def dim(self) -> int:
+        return int(self._manifest.dim)
+
+    def with_compatible_generations(self, generations: tuple[int, ...] | list[int]) -> DatabaseIndex:
+        return DatabaseIndex(self._manifest.with_compatible(generations), self._fetch, self._rerank)
+
+    def search(
+        self, queries: np.ndarray, k: int, *, query_generation: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest gallery items of each query: (scores float64 (nq, k'), ids int64 (nq, k')), k' =
+        min(k, ntotal), best first; missing slots (id -1) score -inf. IncompatibleQueryError as GalleryIndex."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        m = self._manifest
+        qx = checked_queries(
+            queries, dim=m.dim, geometry=m.geometry, curvature=m.curvature, generations=m.compatible_generations,
+            query_generation=query_generation, error=IncompatibleQueryError,
+            where=f"{m.store} collection {m.collection} (generation {m.generation}, {m.geometry}, dim {m.dim})",
+        )  # fmt: skip
+        return self._search(qx, min(int(k), self.ntotal))
+
+    def _search(self, qx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Search checked float64 queries (time negated for lorentz) and re-score the candidates in float64."""
+        limit = min(self.ntotal, k * self._rerank)
+        found, g = self._fetch(qx.astype(np.float32), limit)
+        valid = found >= 0
+        g = g.astype(np.float64)
+        if self._manifest.geometry == "euclidean":
+            g[valid] /= np.maximum(np.linalg.norm(g[valid], axis=1, keepdims=True), 1e-30)
+            s = np.clip(np.einsum("nd,nkd->nk", qx, g), -1.0, 1.0)
+        else:
+            s = -lorentz_rescore_distance(qx, g, self._manifest.curvature)
+        s = np.where(valid, s, -np.inf)
+        order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(s, order, axis=1), np.take_along_axis(found, order, axis=1)
+
+
+def measure_recall(index: DatabaseIndex, parts: GalleryStore, n_queries: int) -> StoreManifest:
+    """The manifest of ``index`` with its recall@10 against exact search and its queries/s: the first ``n_queries``
+    gallery items as queries (each one's own id dropped), the exact top-11 accumulated part by part."""
+    first = next(parts.parts()).gallery
+    lorentz = first.retrieval_geometry == "lorentz"
+    rows, ids = [], []
+    for part in parts.parts():
+        rows.append(part.gallery.vectors())
+        ids.append(part.gallery.ids)
+        if sum(len(r) for r in rows) >= n_queries:
+            break
+    q = np.concatenate(rows)[:n_queries]
+    q_ids = np.concatenate(ids)[:n_queries].astype(np.int64)
+    qx = flip_time(q) if lorentz else q
+    exact = ExactTopK(qx, min(_RECALL_K, index.ntotal))
+    for part in parts.parts():
+        exact.add(part.gallery.vectors().astype(np.float32), part.gallery.ids.astype(np.int64))
+    t = time.perf_counter()
+    _, found = index._search(qx, min(_RECALL_K, index.ntotal))
+    qps = len(qx) / max(time.perf_counter() - t, 1e-9)
+    recall = recall_at_k(found, exact.result(), q_ids, _RECALL_K - 1)
+    return replace(index.manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps)

@@ -1,0 +1,345 @@
+"""``gallery.store: milvus`` — each gallery version a Milvus collection, the live gallery a Milvus alias.
+
+One code path for Milvus Lite (``gallery.uri``: a local file, the embedded file-backed Milvus of the
+``milvus-lite`` package) and a Milvus server or cluster (``http://host:19530``). A gallery version's vectors are the
+collection ``<gallery.name>_g<N>_v<k>`` (``_corpus`` for a serving corpus): one row per item — ``id`` (primary
+key), ``generation`` (the stamp), ``model`` (the model that embedded it) and ``vector`` (unit rows for cosine; the
+proxy rows [2⁻⁸·g_t, g_s] of Lorentz points, searched by L2 and re-ranked by the exact Lorentz product). The
+collection's property ``bctflow.facts`` records its generation, geometry, curvature, width and the stamps it accepts,
+so a write checks them without bctflow's files.
+
+:meth:`MilvusStore.build` upserts every part (a rerun after a kill ends with one row per id), flushes, builds the
+index of ``gallery.index_options`` (``index_type`` HNSW (default) | IVF_FLAT | FLAT; ``M``, ``efConstruction``,
+``ef``; ``nlist``, ``nprobe``; ``rerank``: candidates per neighbour re-scored in float64), loads it, measures recall@10
+against exact search and writes the attachment ``manifest.json`` (:class:`~components.indexing.backend.
+StoreManifest`). The live alias ``<gallery.name>_live`` is moved by :meth:`MilvusStore.point_alias` (Milvus
+``alter_alias``), only to a collection of a generation the lineage knows. Refused with one line, nothing changed:
+a write of another width or geometry, of an unaccepted generation, into the live collection, or into a collection
+that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.errors import ConfigError, IndexIntegrityError
+from components.faults import crash_point
+from components.indexing.backend import StoreManifest, VectorStore, register_store
+from components.indexing.db_index import (
+    DatabaseIndex,
+    alias_name,
+    facts_of,
+    gallery_rows,
+    l2_metric,
+    measure_recall,
+    model_of,
+    query_rows,
+    stored_rows,
+)
+from components.indexing.index_config import IndexConfig
+from components.indexing.store import GalleryStore, StoredPart
+
+__all__ = ["MilvusStore"]
+
+_CLIENTS: dict[str, Any] = {}
+_DEFAULTS: dict[str, Any] = {"index_type": "HNSW", "M": 16, "efConstruction": 200, "ef": 128, "nlist": 128}
+_DEFAULTS |= {"nprobe": 16, "rerank": 4, "timeout": 10.0}
+#: rows per upsert call and queries per search call
+_BATCH = 2048
+#: Milvus's largest top-k
+_MAX_LIMIT = 16384
+#: the collection property that records its generation, geometry, curvature, width and accepted stamps
+_FACTS = "bctflow.facts"
+_INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
+
+
+def _client(uri: str, timeout: float) -> Any:
+    """One MilvusClient per URI and process (Milvus Lite serves one file per process); ``timeout`` seconds per call."""
+    if uri not in _CLIENTS:
+        from pymilvus import MilvusClient
+
+        if "://" not in uri:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        _CLIENTS[uri] = MilvusClient(uri, timeout=timeout)
+    return _CLIENTS[uri]
+
+
+def _metric(geometry: str) -> str:
+    return "L2" if l2_metric(geometry) else "IP"
+
+
+@register_store("milvus")
+class MilvusStore(VectorStore):
+    """A Milvus (Lite file or server) holding one collection per gallery version."""
+
+    name = "milvus"
+
+    # ------------------------------------------------------------- connection
+    def check(self) -> None:
+        try:
+            import pymilvus  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"gallery.store milvus needs the pymilvus package: {_INSTALL}") from None
+        if not self.uri:
+            raise ConfigError(
+                "gallery.store milvus needs gallery.uri: a Milvus Lite file (e.g. milvus.db) or http://host:19530"
+            )
+        if "://" not in self.uri:
+            try:
+                import milvus_lite  # noqa: F401
+            except ImportError:
+                raise ConfigError(f"gallery.uri {self.uri} is a Milvus Lite file, which needs: {_INSTALL}") from None
+        try:
+            self._db().list_collections()
+        except Exception as err:  # any failure to answer is one line
+            _CLIENTS.pop(str(self.uri), None)
+            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise ConfigError(
+                f"the Milvus at gallery.uri {self.uri} does not answer ({first}); start it or fix gallery.uri"
+            ) from None
+
+    def _db(self) -> Any:
+        if not self.uri:
+            raise ConfigError("gallery.store milvus needs gallery.uri (a Milvus Lite file or http://host:19530)")
+        return _client(str(self.uri), float(self._opt("timeout")))
+
+    def close(self) -> None:
+        client = _CLIENTS.pop(str(self.uri), None)
+        if client is not None:
+            client.close()
+        if client is not None and "://" not in str(self.uri):  # stop this process's Milvus Lite server: its lock
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(str(self.uri))
+
+    def _opt(self, key: str) -> Any:
+        return self.options.get(key, _DEFAULTS[key])
+
+    # ---------------------------------------------------------------- writes
+    def _facts(self, collection: str) -> dict[str, Any]:
+        """What the collection's description records; IndexIntegrityError for a collection that does not exist."""
+        db = self._db()
+        if not db.has_collection(collection):
+            raise IndexIntegrityError(
+                f"the Milvus collection {collection} does not exist at {self.uri}; build the gallery version first "
+                "(bctflow run / backfill), or restore the Milvus data"
+            )
+        return json.loads(db.describe_collection(collection)["properties"][_FACTS])
+
+    def _create(self, collection: str, facts: dict[str, Any]) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("generation", DataType.INT64)
+        schema.add_field("model", DataType.VARCHAR, max_length=64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=int(facts["dim"]))
+        self._db().create_collection(collection, schema=schema, properties={_FACTS: json.dumps(facts)})
+
+    def live_collection(self, prefix_of: str) -> str | None:
+        """The collection the live alias of ``prefix_of``'s collections names (None: no alias yet)."""
+        alias = alias_name(prefix_of)
+        if alias not in self._db().list_aliases().get("aliases", []):
+            return None
+        return str(self._db().describe_alias(alias)["collection_name"])
+
+    def write(self, collection: str, part: StoredPart, model: str = "") -> None:
+        """Upsert the stamped rows of ``part`` into ``collection`` by id. Refused with one line, nothing written:
+        the collection does not exist, is the live one, or the rows are of another width or geometry, or stamped
+        with a generation it does not accept (:func:`~components.indexing.db_index.stored_rows`)."""
+        facts = self._facts(collection)
+        live = self.live_collection(collection) == collection
+        rows = stored_rows(f"Milvus collection {collection}", facts, part, live=live)
+        g = part.gallery
+        db = self._db()
+        for start in range(0, len(rows), _BATCH):
+            sl = slice(start, start + _BATCH)
+            gens, ids = part.stamps[sl].tolist(), g.ids[sl].tolist()
+            mark = [model if s == facts["generation"] else f"g{s}" for s in gens]
+            db.upsert(
+                collection,
+                [{"id": i, "generation": s, "model": m, "vector": v} for i, s, m, v in zip(ids, gens, mark, rows[sl])],
+            )
+
+    def build(
+        self,
+        parts: GalleryStore,
+        out: Path,
+        *,
+        collection: str,
+        generation: int,
+        config: IndexConfig,
+        compatible: list[int] | None = None,
+    ) -> DatabaseIndex:
+        t0 = time.perf_counter()
+        db = self._db()
+        stamps = parts.column("stamps")
+        facts = facts_of(parts, generation)
+        if db.has_collection(collection):
+            if self.live_collection(collection) == collection:
+                raise IndexIntegrityError(
+                    f"the Milvus collection {collection} is the live gallery and is never rebuilt; delete the folder "
+                    f"{out.parent} that names it only after the live alias has moved on"
+                )
+            if self._facts(collection) != facts:  # a leftover of an unfinished build for other rows: start over
+                db.drop_collection(collection)
+        if not db.has_collection(collection):
+            self._create(collection, facts)
+        model = model_of(parts)
+        for part in parts.parts():
+            self.write(collection, part, model)
+            crash_point("store.after_part")
+        db.flush(collection)
+        counts = self._counts(collection, facts["accepts"])
+        if sum(counts.values()) != len(parts):  # rows of another gallery a killed build left: write it again
+            db.drop_collection(collection)
+            return self.build(parts, out, collection=collection, generation=generation, config=config,
+                              compatible=compatible)  # fmt: skip
+        self._index(collection)
+        gens, n = np.unique(stamps, return_counts=True)
+        manifest = StoreManifest(
+            store=self.name, uri=str(self.uri), collection=collection, generation=int(generation),
+            geometry=facts["geometry"], curvature=facts["curvature"], dim=facts["dim"], count=len(parts),
+            counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=self._opt("index_type"),
+            params={k: self._opt(k) for k in _DEFAULTS},
+            compatible_generations=tuple(int(g) for g in (compatible or [generation])),
+            extra={"options": self.options, "alias": alias_name(collection)},
+        )  # fmt: skip
+        index = self._searchable(manifest)
+        measured = measure_recall(index, parts, config.recall_queries)
+        replace(measured, build_seconds=time.perf_counter() - t0).save(Path(out))
+        return self.open(out)
+
+    def _index(self, collection: str) -> None:
+        db = self._db()
+        kind = str(self._opt("index_type")).upper()
+        params = {"HNSW": {"M": self._opt("M"), "efConstruction": self._opt("efConstruction")},
+                  "IVF_FLAT": {"nlist": self._opt("nlist")}}.get(kind, {})  # fmt: skip
+        if db.list_indexes(collection):
+            db.release_collection(collection)
+            db.drop_index(collection, "vector")
+        spec = db.prepare_index_params()
+        metric = _metric(self._facts(collection)["geometry"])
+        spec.add_index("vector", index_type=kind, metric_type=metric, params=params)
+        db.create_index(collection, spec)
+        db.load_collection(collection)
+
+    # ---------------------------------------------------------------- reads
+    def _loaded(self, collection: str) -> Any:
+        db = self._db()
+        if db.list_indexes(collection):  # an indexed collection is released in a new process: load it to query
+            db.load_collection(collection)
+        return db
+
+    def _total(self, collection: str) -> int:
+        return int(self._loaded(collection).query(collection, filter="", output_fields=["count(*)"])[0]["count(*)"])
+
+    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+        db = self._loaded(collection)
+        out = {}
+        for g in generations:
+            res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
+            if res[0]["count(*)"]:
+                out[int(g)] = int(res[0]["count(*)"])
+        others = db.query(collection, filter=f"generation not in {list(map(int, generations))}",
+                          output_fields=["generation"], limit=_MAX_LIMIT)  # fmt: skip
+        for row in others:
+            out[int(row["generation"])] = out.get(int(row["generation"]), 0) + 1
+        return out
+
+    def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
+        kind = str(manifest.params.get("index_type", "HNSW")).upper()
+        ef, nprobe = int(manifest.params.get("ef", 128)), int(manifest.params.get("nprobe", 16))
+        rerank = int(manifest.params.get("rerank", 1))
+        db = self._db()
+
+        metric = _metric(manifest.geometry)
+
+        def fetch(q: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+            limit = min(limit, _MAX_LIMIT)
+            search = {"HNSW": {"ef": max(ef, limit)}, "IVF_FLAT": {"nprobe": nprobe}}.get(kind, {})
+            ids = np.full((len(q), limit), -1, dtype=np.int64)
+            vecs = np.zeros((len(q), limit, manifest.dim), dtype=np.float32)
+            for start in range(0, len(q), _BATCH):
+                hits = db.search(
+                    manifest.collection,
+                    data=query_rows(q[start : start + _BATCH], manifest.geometry).tolist(),
+                    limit=limit,
+                    search_params={"metric_type": metric, "params": search},
+                    output_fields=["vector"],
+                )
+                for row, found in enumerate(hits, start):
+                    for j, hit in enumerate(found):
+                        ids[row, j] = hit["id"]
+                        vecs[row, j] = hit["entity"]["vector"]
+            return ids, gallery_rows(vecs, manifest.geometry)
+
+        return DatabaseIndex(manifest, fetch, rerank)
+
+    def open(self, out: Path) -> DatabaseIndex:
+        return self._searchable(self._rows_match(out))
+
+    def count_by_generation(self, out: Path) -> dict[int, int]:
+        m = StoreManifest.load(Path(out))
+        self._facts(m.collection)
+        return self._counts(m.collection, sorted(m.counts_by_generation))
+
+    def _rows_match(self, out: Path) -> StoreManifest:
+        """The light check of every open and alias move: the collection exists with the attachment's generation and
+        width and holds its row count (rows per generation: :meth:`verify`)."""
+        m = StoreManifest.load(Path(out))
+        facts = self._facts(m.collection)
+        if facts["dim"] != m.dim or facts["generation"] != m.generation:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
+                f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
+            )
+        total = self._total(m.collection)
+        if total != m.count:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "
+                "rebuild that gallery version (bctflow backfill)"
+            )
+        return m
+
+    def verify(self, out: Path) -> None:
+        m = self._rows_match(out)
+        counts = self.count_by_generation(out)
+        if counts != m.counts_by_generation:
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds rows per generation {counts}, {out}/manifest.json says "
+                f"{m.counts_by_generation}; rebuild that gallery version (bctflow backfill)"
+            )
+
+    # ---------------------------------------------------------------- alias
+    def point_alias(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> None:
+        m = StoreManifest.load(Path(out))
+        if m.generation not in set(known_generations):
+            raise IndexIntegrityError(
+                f"the Milvus collection {m.collection} holds generation {m.generation}'s gallery, which the lineage "
+                "does not know; the live alias stays where it is (point it only at a committed generation's version)"
+            )
+        self._rows_match(out)
+        alias, db = alias_name(m.collection), self._db()
+        if alias in db.list_aliases().get("aliases", []):
+            db.alter_alias(m.collection, alias)
+        else:
+            db.create_alias(m.collection, alias)
+
+    def aliased(self, out: Path) -> bool:
+        m = StoreManifest.load(Path(out))
+        return self.live_collection(m.collection) == m.collection
+
+    def drop(self, out: Path) -> None:
+        try:
+            m = StoreManifest.load(Path(out))
+        except IndexIntegrityError:
+            return  # nothing attached: nothing to drop
+        if self._db().has_collection(m.collection) and not self.aliased(out):
+            self._db().drop_collection(m.collection)

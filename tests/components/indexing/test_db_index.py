@@ -1,0 +1,129 @@
+"""The database stores (components/indexing/db_index.py shared by gallery.store milvus, on a Milvus Lite file, and
+lancedb, on a local folder): a version as a collection / table with a stamp on every row, idempotent writes, the
+same scores as the FAISS files, recall against exact search, the live alias, and the refusals that leave everything
+as it was."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from components.errors import IndexIntegrityError
+from components.faults import KILL_ENV
+from components.indexing.backend import StoreManifest, open_index, store_of, vector_store
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.index_config import IndexConfig
+from components.indexing.store import StoredPart
+from tests.components.indexing.test_backend import stamped_store
+
+NAMES = {"milvus": ("Milvus collection", "m.db"), "lancedb": ("LanceDB table", "lance")}
+
+
+@pytest.fixture(scope="module", params=sorted(NAMES))
+def db(request, tmp_path_factory):
+    """Each database store once for the module, on a local file / folder (each test uses its own names)."""
+    return vector_store(request.param, str(tmp_path_factory.mktemp(request.param) / NAMES[request.param][1]))
+
+
+def _build(db, tmp_path, name: str, geometry: str = "euclidean", generation: int = 1, **kw):
+    parts = stamped_store(tmp_path / name / "gallery", geometry=geometry, **kw)
+    out = tmp_path / name / "index"
+    cfg = IndexConfig(type="flat", recall_queries=100)
+    return parts, out, db.build(parts, out, collection=name, generation=generation, config=cfg)
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files(db, tmp_path, geometry):
+    parts, out, _ = _build(db, tmp_path, f"t_{geometry[:3]}_g1_v0", geometry, stamps=(0, 1))
+    m = StoreManifest.load(out)
+    assert (m.store, m.count, m.counts_by_generation) == (db.name, 300, {0: 150, 1: 150})
+    assert db.count_by_generation(out) == {0: 150, 1: 150}
+    flat = vector_store("faiss").build(parts, tmp_path / "flat", collection="-", generation=1, config=IndexConfig())
+    q = np.concatenate([p.gallery.vectors()[:7] for p in parts.parts()])
+    s_db, i_db = open_index(out).search(q, 5, query_generation=1)
+    s_ff, i_ff = flat.search(q, 5, query_generation=1)
+    assert (i_db[:, 0] == i_ff[:, 0]).all()  # each item finds itself first
+    np.testing.assert_allclose(s_db[:, 0], s_ff[:, 0], atol=1e-6)
+    assert type(store_of(out)) is type(db)
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
+def test_the_ann_index_recalls_at_least_095_of_the_exact_top_10(db, tmp_path, geometry):
+    _, out, _ = _build(db, tmp_path, f"t_ann_{geometry[:3]}_g0_v0", geometry, generation=0, n=3000, stamps=(0,))
+    m = StoreManifest.load(out)
+    assert m.index_type in ("HNSW", "IVF_HNSW_SQ") and m.recall_queries == 100
+    assert m.recall_at_10 >= 0.95, m
+
+
+def test_a_rerun_upserts_so_a_killed_build_ends_with_one_row_per_item(db, tmp_path):
+    parts, out, _ = _build(db, tmp_path, "t_rerun_g2_v1", generation=2, stamps=(2,))
+    again = db.build(parts, out, collection="t_rerun_g2_v1", generation=2, config=IndexConfig(recall_queries=50))
+    assert again.ntotal == 300 and db.count_by_generation(out) == {2: 300}
+
+
+def test_the_alias_moves_to_known_generations_only(db, tmp_path):
+    _, out1, _ = _build(db, tmp_path, "t_alias_g1_v0", generation=1, stamps=(1,))
+    _, out2, _ = _build(db, tmp_path, "t_alias_g2_v1", generation=2, stamps=(2,))
+    db.point_alias(out1, [0, 1])
+    assert db.aliased(out1) and not db.aliased(out2)
+    with pytest.raises(IndexIntegrityError, match="generation 2's gallery, which the lineage does not know"):
+        db.point_alias(out2, [0, 1])
+    assert db.aliased(out1)  # nothing changed
+    db.point_alias(out2, [0, 1, 2])
+    assert db.aliased(out2) and db.live_collection("t_alias_g0_v0") == "t_alias_g2_v1"
+    db.drop(out1)  # retention: not the live one
+    with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_alias_g1_v0 does not exist"):
+        db.verify(out1)
+
+
+def _rows(n: int, d: int, generation: int, geometry: str = "euclidean") -> StoredPart:
+    z = np.random.default_rng(3).normal(size=(n, d)).astype(np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    ids = np.arange(1000, 1000 + n, dtype=np.int64)
+    g = GalleryEmbeddings(geometry=geometry, curvature=1.0, z=z, emb=z, ids=ids, labels=ids % 5,
+                          clipped=np.zeros(n, bool), logits=np.zeros((n, 0), np.float32))  # fmt: skip
+    return StoredPart(g, np.full(n, generation, np.int64))
+
+
+def test_wrong_width_other_generation_live_and_unknown_collections_are_refused_with_nothing_changed(db, tmp_path):
+    _, out, _ = _build(db, tmp_path, "t_refuse_g1_v0", generation=1, stamps=(1,))
+    before = db.count_by_generation(out)
+    with pytest.raises(IndexIntegrityError, match="rows of width 9 .* cannot be written into .* of width 8"):
+        db.write("t_refuse_g1_v0", _rows(5, 9, 1))
+    with pytest.raises(IndexIntegrityError, match="stamped with generation 3 cannot be written .* accepts stamps"):
+        db.write("t_refuse_g1_v0", _rows(5, 8, 3))
+    with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_nowhere_g1_v0 does not exist"):
+        db.write("t_nowhere_g1_v0", _rows(5, 8, 1))
+    db.point_alias(out, [1])
+    with pytest.raises(IndexIntegrityError, match="is the live gallery; a new gallery version is written to a new"):
+        db.write("t_refuse_g1_v0", _rows(5, 8, 1))
+    assert db.count_by_generation(out) == before
+    db.verify(out)
+
+
+def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once_and_stamped(db, tmp_path):
+    """SIGKILL (``BCTFLOW_KILL_AT=store.after_part``) in another process after one part is written, then the same
+    build here: rows = items, none twice, none unstamped; and a new process opens the store's index."""
+    parts = stamped_store(tmp_path / "gallery", n=900, geometry="euclidean", stamps=(0,))
+    out, name = tmp_path / "index", "t_kill_g0_v0"
+    db = vector_store(db.name, str(tmp_path / NAMES[db.name][1]))  # its own file: Milvus Lite serves one process
+    build = (
+        "import sys; from pathlib import Path; from components.indexing.backend import vector_store; "
+        "from components.indexing.index_config import IndexConfig; from components.indexing.store import GalleryStore; "
+        f"vector_store({db.name!r}, {db.uri!r}).build(GalleryStore(Path({str(parts.path)!r})), Path({str(out)!r}), "
+        f"collection={name!r}, generation=0, config=IndexConfig(recall_queries=50))"
+    )
+    env = {**os.environ, KILL_ENV: "store.after_part"}
+    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+    db.build(parts, out, collection=name, generation=0, config=IndexConfig(recall_queries=50))
+    assert db.count_by_generation(out) == {0: 900}  # each id once (the primary key), every row stamped
+    db.close()
+    reader = f"from components.indexing.backend import open_index; print(open_index({str(out)!r}).ntotal)"
+    opened = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=300)
+    assert opened.stdout.strip().endswith("900"), opened.stderr[-3000:]

@@ -1,0 +1,103 @@
+"""A chain of generations and a backfill on each database store — gallery.store milvus (a Milvus Lite file in the
+workspace) and lancedb (a folder in it): every gallery version a collection / table of stamped rows, the live gallery
+the store's alias, and lineage, live/CURRENT, doctor and the alias agreeing after each step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.indexing.backend import StoreManifest, store_of
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.index_types import lorentz_rescore_distance
+from components.indexing.live import LivePointer
+from components.indexing.store import GalleryStore
+from components.indexing.vectors import flip_time
+from components.indexing.version import GalleryVersion
+from flows.params import load_params
+from flows.steps.reconcile import inspect_workspace
+from flows.workspace import Workspace
+from tests.helpers import run_backfill, run_generation, write_params
+
+URIS = {"milvus": "milvus.db", "lancedb": "lance"}
+
+
+@pytest.fixture(scope="module", params=sorted(URIS))
+def milvus_chain(request, prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+    """(home, params file): g0 on digits 0–4, then g1 and g2 on every class, HBCT, all in one database store."""
+    tmp = tmp_path_factory.mktemp(f"{request.param}_chain")
+    params = tmp / "params.yaml"
+    # exhaustive search (the ANN indexes' recall is tested on a clustered gallery in test_db_index.py: this tiny
+    # model's gallery is a cloud of near-ties, on which FAISS's own hnsw and ivf recall about 0.5@10)
+    store = [f"gallery.store={request.param}", f"gallery.uri={URIS[request.param]}", "gallery.name=chain"]
+    write_params(params, [*store, "gallery.index_options={index_type: FLAT, rerank: 8}", "index.recall_queries=100"])
+    home = tmp / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    for name in ("g1", "g2"):
+        run_generation(home, params, {"name": name, "classes": "all", "alignment": "hbct", "reference": False})
+    return home, params
+
+
+def _exact_top3(gallery: GalleryEmbeddings, q: np.ndarray) -> np.ndarray:
+    """The 3 best scores of each query over the stored (float32) gallery rows, in float64 by brute force (FAISS's
+    flat index ranks in float32, which mis-orders the near-ties of this gallery at ~1e-4 geodesic distance)."""
+    g = gallery.vectors().astype(np.float32).astype(np.float64)
+    if gallery.retrieval_geometry == "euclidean":
+        s = q @ (g / np.linalg.norm(g, axis=1, keepdims=True)).T
+    else:
+        s = -lorentz_rescore_distance(flip_time(q), np.broadcast_to(g, (len(q), *g.shape)), gallery.curvature)
+    return -np.sort(-s, axis=1)[:, :3]
+
+
+def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreManifest:
+    """Lineage pointer, live/CURRENT, the Milvus alias and doctor agree on ``collection``; returns its manifest."""
+    ws, p = Workspace(home), load_params(params)
+    with ws.lineage(p, readonly=True) as lineage:
+        ptr = lineage.live_pointer()
+    index_dir = Path(ptr.index_path)
+    m = StoreManifest.load(index_dir)
+    assert (m.store, m.collection, m.generation) == (p.gallery.store, collection, generation)
+    assert ptr.generation_id == generation
+    assert m.uri == str(home / URIS[p.gallery.store])
+    store = store_of(index_dir)
+    assert store.aliased(index_dir) and store.live_collection(collection) == collection
+    assert store.digest(index_dir) == ptr.index_sha256
+    rows = GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery())
+    gens, n = np.unique(rows.column("stamps"), return_counts=True)
+    assert store.count_by_generation(index_dir) == dict(zip(gens.tolist(), n.tolist())) == m.counts_by_generation
+    assert inspect_workspace(ws, p) == []
+    whole = rows.embeddings()
+    q = whole.vectors()[:20]
+    scores, _ = LivePointer(ws.live_dir).search(q, 3, query_generation=generation)
+    np.testing.assert_allclose(scores, _exact_top3(whole, q), atol=1e-9)  # the scores of exact float64 search
+    return m
+
+
+def test_a_chain_of_three_generations_runs_on_a_database_store_with_lineage_alias_and_doctor_agreeing(milvus_chain):
+    home, params = milvus_chain
+    m = _agree(home, params, "chain_g0_v0", 0)
+    assert m.recall_at_10 is not None and m.recall_queries == 100  # measured and recorded
+    for g in (1, 2):  # every generation's evaluation gallery is a collection of its own, stamped with it
+        own = StoreManifest.load(home / "generations" / f"gen_{g:03d}" / "index")
+        assert own.collection == f"chain_g{g}_v0" and set(own.counts_by_generation) == {g}
+
+
+def test_a_backfill_on_a_database_store_writes_a_new_collection_and_moves_the_alias_and_doctor_repairs_a_moved_alias(
+    milvus_chain,
+):
+    home, params = milvus_chain
+    run_backfill(home, params, target=2, fraction=1.0)
+    m = _agree(home, params, "chain_g2_v1", 2)
+    assert m.counts_by_generation == {2: m.count}
+    store = store_of(home / "generations" / "gen_000" / "index")
+    old = home / "generations" / "gen_000" / "index"
+    store.point_alias(old, [0, 1, 2])  # someone moves the alias by hand
+    ws, p = Workspace(home), load_params(params)
+    found = inspect_workspace(ws, p)
+    assert len(found) == 1 and not found[0].repaired
+    what = found[0].what
+    assert what.startswith(f"the {p.gallery.store} store's live alias does not name") and "live/index-v001" in what
+    inspect_workspace(ws, p, repair=True)
+    _agree(home, params, "chain_g2_v1", 2)

@@ -17,3 +17,8 @@ def test_every_test_the_bad_inputs_table_cites_exists():
         if not re.search(rf"^(async )?def {name}\(", (REPO / path).read_text(), re.M)
     ]
     assert missing == []
+
+
+def test_the_bad_inputs_rows_are_numbered_once_each_without_gaps():
+    numbers = [int(n) for n in re.findall(r"^\| (\d+) \|", (REPO / "docs" / "bad-inputs.md").read_text(), re.M)]
+    assert sorted(numbers) == list(range(1, len(numbers) + 1))

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from benchmarks.selection import P_UP_FLOOR
 from components.errors import ConfigError
-from components.losses import choose_alignment
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
 __all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "HeadEntry", "MethodEntry", "Profile", "load_profile"]
@@ -42,6 +41,8 @@ class MethodEntry(_Strict):
         empty = [k for k, v in self.grid.items() if not v]
         if empty:
             raise ValueError(f"method {self.name!r}: grid {empty} must list at least one value each")
+        from components.losses import choose_alignment  # here: the losses import torch, `bctflow --help` must not
+
         for k, values in self.grid.items():
             for v in values:
                 try:  # an option the method does not have, or a value it refuses, fails here, before any training

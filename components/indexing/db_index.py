@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import re
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
-from components.indexing.backend import StoreManifest
+from components.indexing.backend import StoreManifest, VectorStore
 from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
 from components.indexing.store import GalleryStore, StoredPart
 from components.indexing.vectors import (
@@ -211,3 +214,81 @@ def measure_recall(index: DatabaseIndex, parts: GalleryStore, n_queries: int) ->
     qps = len(qx) / max(time.perf_counter() - t, 1e-9)
     recall = recall_at_k(found, exact.result(), q_ids, _RECALL_K - 1)
     return replace(index.manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps)
+
+
+class DatabaseStore(VectorStore):
+    """What the database stores share: the checks of an open, a verify and an alias move against the attachment.
+    A store names what holds a version's rows (:attr:`holder`: "Milvus collection", "LanceDB table") and reads the
+    database: :meth:`_facts` (a holder's generation and width), :meth:`_total`, :meth:`_counts`, :meth:`_searchable`."""
+
+    holder: ClassVar[str] = "collection"
+
+    @abstractmethod
+    def _facts(self, collection: str) -> dict[str, Any]:
+        """The holder's ``generation`` and ``dim`` (IndexIntegrityError where it does not exist)."""
+
+    @abstractmethod
+    def _total(self, collection: str) -> int:
+        """The holder's row count."""
+
+    @abstractmethod
+    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+        """The holder's rows per generation stamp."""
+
+    @abstractmethod
+    def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
+        """The attached version as a searchable :class:`DatabaseIndex`."""
+
+    @abstractmethod
+    def live_collection(self, like: str) -> str | None:
+        """The holder the live alias of ``like``'s gallery points at (None: no alias yet)."""
+
+    def open(self, out: Path) -> DatabaseIndex:
+        return self._searchable(self._rows_match(out))
+
+    def count_by_generation(self, out: Path) -> dict[int, int]:
+        m = StoreManifest.load(Path(out))
+        self._facts(m.collection)
+        return self._counts(m.collection, sorted(m.counts_by_generation))
+
+    def _rows_match(self, out: Path) -> StoreManifest:
+        """The light check of every open and alias move: the holder exists with the attachment's generation and
+        width and holds its row count (rows per generation: :meth:`verify`)."""
+        m = StoreManifest.load(Path(out))
+        facts = self._facts(m.collection)
+        if facts["dim"] != m.dim or facts["generation"] != m.generation:
+            raise IndexIntegrityError(
+                f"the {self.holder} {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
+                f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
+            )
+        total = self._total(m.collection)
+        if total != m.count:
+            raise IndexIntegrityError(
+                f"the {self.holder} {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "
+                "rebuild that gallery version (bctflow backfill)"
+            )
+        return m
+
+    def verify(self, out: Path) -> None:
+        m = self._rows_match(out)
+        counts = self.count_by_generation(out)
+        if counts != m.counts_by_generation:
+            raise IndexIntegrityError(
+                f"the {self.holder} {m.collection} holds rows per generation {counts}, {out}/manifest.json says "
+                f"{m.counts_by_generation}; rebuild that gallery version (bctflow backfill)"
+            )
+
+    def _alias_target(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> StoreManifest:
+        """The attachment the live alias may move to: a generation the lineage knows, its rows as attached."""
+        m = StoreManifest.load(Path(out))
+        if m.generation not in set(known_generations):
+            raise IndexIntegrityError(
+                f"the {self.holder} {m.collection} holds generation {m.generation}'s gallery, which the lineage does "
+                "not know; the live alias stays where it is (point it only at a committed generation's version)"
+            )
+        self._rows_match(out)
+        return m
+
+    def aliased(self, out: Path) -> bool:
+        m = StoreManifest.load(Path(out))
+        return self.live_collection(m.collection) == m.collection

@@ -29,9 +29,10 @@ import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
 from components.faults import crash_point
-from components.indexing.backend import StoreManifest, VectorStore, register_store
+from components.indexing.backend import StoreManifest, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
+    DatabaseStore,
     alias_name,
     facts_of,
     gallery_rows,
@@ -60,10 +61,11 @@ def _distance(geometry: str) -> str:
 
 
 @register_store("lancedb")
-class LanceStore(VectorStore):
+class LanceStore(DatabaseStore):
     """A LanceDB database (a folder or object-store URI) holding one table per gallery version."""
 
     name = "lancedb"
+    holder = "LanceDB table"
 
     def check(self) -> None:
         try:
@@ -230,51 +232,10 @@ class LanceStore(VectorStore):
 
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))
 
-    def open(self, out: Path) -> DatabaseIndex:
-        return self._searchable(self._rows_match(out))
-
-    def count_by_generation(self, out: Path) -> dict[int, int]:
-        m = StoreManifest.load(Path(out))
-        self._facts(m.collection)
-        return self._counts(m.collection, sorted(m.counts_by_generation))
-
-    def _rows_match(self, out: Path) -> StoreManifest:
-        """The light check of every open and alias move: the collection exists with the attachment's generation and
-        width and holds its row count (rows per generation: :meth:`verify`)."""
-        m = StoreManifest.load(Path(out))
-        facts = self._facts(m.collection)
-        if facts["dim"] != m.dim or facts["generation"] != m.generation:
-            raise IndexIntegrityError(
-                f"the LanceDB table {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
-                f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
-            )
-        total = self._total(m.collection)
-        if total != m.count:
-            raise IndexIntegrityError(
-                f"the LanceDB table {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "
-                "rebuild that gallery version (bctflow backfill)"
-            )
-        return m
-
-    def verify(self, out: Path) -> None:
-        m = self._rows_match(out)
-        counts = self.count_by_generation(out)
-        if counts != m.counts_by_generation:
-            raise IndexIntegrityError(
-                f"the LanceDB table {m.collection} holds rows per generation {counts}, {out}/manifest.json says "
-                f"{m.counts_by_generation}; rebuild that gallery version (bctflow backfill)"
-            )
-
     def point_alias(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> None:
         import pyarrow as pa
 
-        m = StoreManifest.load(Path(out))
-        if m.generation not in set(known_generations):
-            raise IndexIntegrityError(
-                f"the LanceDB table {m.collection} holds generation {m.generation}'s gallery, which the lineage does "
-                "not know; the live alias stays where it is (point it only at a committed generation's version)"
-            )
-        self._rows_match(out)
+        m = self._alias_target(out, known_generations)
         db, alias = self._db(), alias_name(m.collection)
         row = pa.table({"collection": [m.collection], "generation": [int(m.generation)]})
         if alias in self._tables():
@@ -284,10 +245,6 @@ class LanceStore(VectorStore):
         table = db.open_table(m.collection)
         tags = table.tags.list()
         (table.tags.update if "live" in tags else table.tags.create)("live", table.version)
-
-    def aliased(self, out: Path) -> bool:
-        m = StoreManifest.load(Path(out))
-        return self.live_collection(m.collection) == m.collection
 
     def drop(self, out: Path) -> None:
         try:

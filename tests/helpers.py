@@ -63,6 +63,16 @@ def write_params(path, overrides: list[str] | None = None):
     return p
 
 
+def first_generation(root, overrides: list[str] | None = None) -> tuple:
+    """``(home, params file)``: ``root/params.yaml`` (:func:`write_params` with ``overrides``) and a workspace
+    ``root/ws`` holding generation 0, trained on classes 0–4 by the real flow."""
+    params = root / "params.yaml"
+    write_params(params, overrides)
+    home = root / "ws"
+    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    return home, params
+
+
 def generation_record(gid: int = 0, parent: int | None = None, **fields):
     """A lineage row of a Lorentz generation ``gid`` (``fields`` override any column)."""
     from registry.records import GenerationRecord

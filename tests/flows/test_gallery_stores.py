@@ -19,7 +19,7 @@ from components.indexing.version import GalleryVersion
 from flows.params import load_params
 from flows.steps.reconcile import inspect_workspace
 from flows.workspace import Workspace
-from tests.helpers import run_backfill, run_generation, write_params
+from tests.helpers import first_generation, run_backfill, run_generation
 
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}
 
@@ -27,14 +27,11 @@ URIS = {"milvus": "milvus.db", "lancedb": "lance"}
 @pytest.fixture(scope="module", params=sorted(URIS))
 def milvus_chain(request, prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file): g0 on digits 0–4, then g1 and g2 on every class, HBCT, all in one database store."""
-    tmp = tmp_path_factory.mktemp(f"{request.param}_chain")
-    params = tmp / "params.yaml"
     # exhaustive search (the ANN indexes' recall is tested on a clustered gallery in test_db_index.py: this tiny
     # model's gallery is a cloud of near-ties, on which FAISS's own hnsw and ivf recall about 0.5@10)
     store = [f"gallery.store={request.param}", f"gallery.uri={URIS[request.param]}", "gallery.name=chain"]
-    write_params(params, [*store, "gallery.index_options={index_type: FLAT, rerank: 8}", "index.recall_queries=100"])
-    home = tmp / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    exact = ["gallery.index_options={index_type: FLAT, rerank: 8}", "index.recall_queries=100"]
+    home, params = first_generation(tmp_path_factory.mktemp(f"{request.param}_chain"), [*store, *exact])
     for name in ("g1", "g2"):
         run_generation(home, params, {"name": name, "classes": "all", "alignment": "hbct", "reference": False})
     return home, params

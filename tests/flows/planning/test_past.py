@@ -16,18 +16,13 @@ from components.indexing.version import GalleryVersion
 from flows.params import GenerationSpec, load_params
 from flows.planning import make_plan
 from flows.workspace import Workspace
-from tests.helpers import run_generation, write_params
+from tests.helpers import first_generation
 
 
 @pytest.fixture(scope="module")
 def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file) of a workspace holding generation 0, made by the real flow; tests plan in copies."""
-    tmp = tmp_path_factory.mktemp("past")
-    params = tmp / "params.yaml"
-    write_params(params)
-    home = tmp / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    return home, params
+    return first_generation(tmp_path_factory.mktemp("past"))
 
 
 def _copy(g0: tuple[Path, Path], tmp_path: Path) -> Path:

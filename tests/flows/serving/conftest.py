@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers import run_generation, write_params
+from tests.helpers import first_generation, run_generation
 
 
 def free_port() -> int:
@@ -27,11 +27,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def served_ws(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file): generation 0 live, generation 1 trained on every class (not yet backfilled)."""
-    root = tmp_path_factory.mktemp("served")
-    params = root / "params.yaml"
-    write_params(params, ["serve.watch_interval_s=0.2", "serve.max_k=50"])
-    home = root / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    home, params = first_generation(tmp_path_factory.mktemp("served"), ["serve.watch_interval_s=0.2", "serve.max_k=50"])
     run_generation(home, params, {"name": "g1"})
     return home, params
 

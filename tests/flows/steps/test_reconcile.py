@@ -16,18 +16,13 @@ from bctflow.cli import app
 from flows.params import load_params
 from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace
-from tests.helpers import run_generation, write_params
+from tests.helpers import first_generation
 
 
 @pytest.fixture(scope="module")
 def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file) of a workspace holding generation 0, made by the real flow; tests work on copies."""
-    tmp = tmp_path_factory.mktemp("reconcile")
-    params = tmp / "params.yaml"
-    write_params(params)
-    home = tmp / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    return home, params
+    return first_generation(tmp_path_factory.mktemp("reconcile"))
 
 
 def _copy(g0: tuple[Path, Path], tmp_path: Path) -> Path:

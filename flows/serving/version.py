@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,10 @@ class ServedVersion:
         self.index = None  # type: ignore[assignment]
         self.embedders = {}
 
-    @property
+    @cached_property
     def mix(self) -> dict[int, int]:
-        """Gallery items per generation stamp."""
+        """Gallery items per generation stamp (counted once: a version's stamps never change, and with
+        ``serve.merge: rank`` every image batch asks)."""
         gens, counts = np.unique(self.stamps, return_counts=True)
         return {int(g): int(c) for g, c in zip(gens, counts)}
 

@@ -311,6 +311,9 @@ def bench_scale(
     workers: int | None = typer.Option(
         None, "--workers", help="DataLoader worker processes for the corpus (default: params gallery.workers)"
     ),
+    store: str = typer.Option(
+        "faiss", "--store", help="gallery store: faiss | milvus (a Milvus Lite file) | lancedb (a folder), in --work"
+    ),
 ) -> None:
     """The production-gallery path at N items: embed, index, search, backfill (killed and resumed), evaluate."""
     from benchmarks.scale import run_scale
@@ -320,11 +323,12 @@ def bench_scale(
             items,
             index,
             out,
-            work=work / f"n{items}-{index}",
+            work=work / (f"n{items}-{index}" + ("" if store == "faiss" else f"-{store}")),
             corpus_dir=work / f"corpus-{items}",
             chunk_size=chunk_size,
             epochs=epochs,
             workers=workers,
+            store=store,
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:

@@ -6,12 +6,15 @@
    measured), so the corpus is embedded in parts and indexed with ``--index``;
 3. embedding speed of the project's path against a bare no-grad forward loop over the same
    DataLoader batches, in this process, one after the other (``embed_vs_bare``);
-4. the index: build seconds and recall@10 from its manifest, queries/s against an exact flat index
-   over the same vectors, on the same queries, in this process; then the same index type over the
-   cosine space of the same corpus (each item's spatial coordinates, unit-normalised), so both
-   geometries are measured at N;
-5. a full backfill killed with SIGKILL half-way through the corpus, then resumed: the resumed
-   run's re-embedded item count against the items left in unfinished parts;
+4. the index, in the gallery store ``--store`` (params ``gallery.store``: FAISS files, a Milvus Lite file or a
+   LanceDB folder in the workspace; :mod:`benchmarks.scale_store`): build seconds, ingest rate and recall@10 from
+   its manifest, queries/s against an exact flat index over the same vectors, on the same queries, in this
+   process; then the same index type, built by the same store, over the cosine space of the same corpus (each
+   item's spatial coordinates, unit-normalised), so both geometries are measured at N;
+5. a full backfill killed with SIGKILL half-way through the corpus, then resumed: the resumed run's re-embedded item
+   count against the items left in unfinished parts; on a database store the resumed run kills itself half-way
+   through writing the corpus's rows (crash point ``store.half_written.scale_g1_v1_corpus``) and is run once more;
+   then what the store holds is read back from it, and its live alias is moved to generation 0 and back;
 6. a 10% uncertainty-ordered partial backfill;
 7. exact evaluation of 10k × 10k against a float32 matmul (:func:`benchmarks.eval_speed.measure_exact_eval`).
 
@@ -19,15 +22,29 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
 
 * ``run_g0_s`` / ``run_g0_peak_rss_mb``: the generation-0 ``bctflow run`` (train, embed and index the corpus);
   ``gen0_corpus_items_per_s``: its corpus embedding rate, from the part files' times (first part excluded);
-* ``index_build_s``, ``recall_at_10``, ``index_factory``: from the live corpus index's manifest (recall on the
-  held-out half the search-effort tuning never saw); ``search_qps`` / ``flat_search_qps`` / ``qps_vs_flat``: 2000
-  corpus queries, k = 10, against an exact flat index over the same vectors; ``cosine_*``: the same for the
-  unit-normalised spatial coordinates (a cosine gallery of the same corpus);
+* ``store``: the gallery store (params ``gallery.store``); ``index_build_s``, ``recall_at_10``, ``index_factory``:
+  from generation 0's corpus index's manifest (FAISS: recall on the held-out half the search-effort tuning never
+  saw; a database store: on ``index.recall_queries`` corpus items, each one's own id dropped, against exact search;
+  ``index_factory``: the FAISS factory string, or the store's index type and options);
+  ``ingest_items_per_s``: rows written into the store per second during that build, from the store's own timing
+  (a database store's ``write_seconds`` in its manifest's ``extra``; FAISS files: items over the index build);
+  ``search_qps`` / ``flat_search_qps`` / ``qps_vs_flat``: the same 2000 corpus queries, k = 10, through the store's
+  index (its own search and re-scoring) and an exact FAISS flat index over the same vectors; ``cosine_*``: the same
+  for the unit-normalised spatial coordinates (a cosine gallery of the same corpus, built by the same store);
 * ``embed_items_per_s`` / ``bare_items_per_s`` / ``embed_vs_bare``: the project's corpus embedding (loader, model,
   parts written to disk) against a bare no-grad forward loop over the same DataLoader batches, best of two each;
 * ``resume_*``: items in finished parts when the backfill was killed, items the rerun embedded, the items outside
-  finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
-  (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
+  finished parts (expected), the chunk size (at most lost); ``store_write_killed``: the rerun killed itself
+  half-way through writing the corpus's rows into the database store (FAISS: false, no such write);
+  ``resume_final_reembedded``: items the run after that embedded (0: every part was kept; FAISS: none, no such
+  run); ``backfill_items_per_s``: the rerun's own embedding rate (its log line); ``peak_rss_mb``: the largest peak
+  RSS of the backfill runs; ``backfill_resumed_s``: the runs after the first kill together;
+* ``rows_after_resume`` / ``duplicates_after_resume`` / ``unstamped_rows``: read from the store itself after the
+  resumed backfill (:meth:`~components.indexing.backend.VectorStore.audit`): the live corpus's rows, rows whose id
+  another row has too, rows without a generation stamp (or, a database store, without the model mark);
+* ``alias_flip_s``: the median of 10 moves of the store's live alias (``VectorStore.point_alias``), from the
+  backfill's corpus collection to generation 0's and back (FAISS files: null, their alias is ``live/CURRENT``);
+  ``rollback_s`` is added with ``bctflow rollback``;
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
@@ -54,10 +71,12 @@ import yaml
 from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
 from benchmarks.scale_corpus import build_scale_corpus
+from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
 from components.data.catalog import load_dataset
 from components.data.sources import WebDatasetSource
-from components.indexing import GalleryIndex
-from components.indexing.index_config import IndexConfig
+from components.faults import KILL_ENV
+from components.indexing.backend import store_of, vector_store
+from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from components.models import load_model
@@ -72,13 +91,21 @@ __all__ = ["run_scale"]
 _BARE_ITEMS = 40_000  # items timed for embed_vs_bare
 
 
-def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable[[], bool] | None = None) -> dict:
-    """Run ``bctflow ARGS`` as a child; returns its wall seconds, peak RSS (MB) and whether it was killed."""
+def _bctflow(
+    args: list[str],
+    log: Callable[[str], None],
+    *,
+    kill_when: Callable[[], bool] | None = None,
+    kill_at: str | None = None,
+) -> dict:
+    """Run ``bctflow ARGS`` as a child (SIGKILLed once ``kill_when()``, or by itself at the crash point ``kill_at``);
+    returns its wall seconds, peak RSS (MB), whether it was killed and its output."""
     cmd = [sys.executable, "-m", "bctflow.cli", *args]
-    log("$ bctflow " + " ".join(args))
+    env = {k: v for k, v in os.environ.items() if k != KILL_ENV} | ({KILL_ENV: kill_at} if kill_at else {})
+    log("$ " + (f"{KILL_ENV}={kill_at} " if kill_at else "") + "bctflow " + " ".join(args))
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
         killed = False
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -91,6 +118,7 @@ def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable
         proc.returncode = os.waitstatus_to_exitcode(status)
         sink.seek(0)
         out = sink.read()
+    killed = killed or (kill_at is not None and proc.returncode == -signal.SIGKILL)
     if not killed and proc.returncode != 0:
         raise RuntimeError(f"bctflow {' '.join(args)} failed (exit {proc.returncode}):\n{out[-4000:]}")
     return {"seconds": time.perf_counter() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "killed": killed, "out": out}
@@ -142,55 +170,6 @@ def _embed_vs_bare(ckpt: Path, raw: dict[str, Any], home: Path, source: WebDatas
     return {"embed_items_per_s": pr, "bare_items_per_s": b, "embed_vs_bare": pr / b}
 
 
-def _qps(index: GalleryIndex, q: np.ndarray) -> float:
-    index.search(q[:10], 10)  # warm-up
-    t0 = time.perf_counter()
-    index.search(q, 10)
-    return len(q) / (time.perf_counter() - t0)
-
-
-def _search_speed(index_dir: Path, store: GalleryStore, queries: int = 2000) -> dict[str, float]:
-    """Queries/s of the built index and of an exact flat index over the same vectors, on the same queries."""
-    index = GalleryIndex.load(index_dir)
-    part = next(store.parts()).gallery
-    flat = GalleryIndex.build_streaming(
-        store.index_chunks(),
-        geometry=part.retrieval_geometry,
-        curvature=part.curvature,
-        generation=index.manifest.generation,
-        config=IndexConfig(type="flat"),
-    )
-    q = part.vectors()[:queries]
-    return {"search_qps": _qps(index, q), "flat_search_qps": _qps(flat, q)}
-
-
-def _unit_space(vectors: np.ndarray) -> np.ndarray:
-    """(n, d+1) hyperboloid points, time first → (n, d) unit spatial coordinates: the corpus as a cosine gallery."""
-    space = vectors[:, 1:]
-    return space / np.linalg.norm(space, axis=1, keepdims=True)
-
-
-def _cosine_index(store: GalleryStore, config: IndexConfig, queries: int = 2000) -> dict[str, float]:
-    """The same index type over the corpus's cosine space: recall@10 (its manifest) and queries/s vs flat."""
-    lorentz = next(store.parts()).gallery.retrieval_geometry == "lorentz"
-
-    def chunks():
-        for vecs, ids in store.index_chunks()():
-            yield (_unit_space(vecs) if lorentz else vecs), ids  # a cosine corpus is measured as it is
-
-    built = {
-        kind: GalleryIndex.build_streaming(chunks, geometry="euclidean", curvature=1.0, generation=0, config=cfg)
-        for kind, cfg in (("index", config), ("flat", IndexConfig(type="flat")))
-    }
-    q = next(chunks())[0][:queries]
-    return {
-        "cosine_recall_at_10": built["index"].manifest.recall_at_10,
-        "cosine_index_build_s": built["index"].manifest.build_seconds,
-        "cosine_search_qps": _qps(built["index"], q),
-        "cosine_flat_search_qps": _qps(built["flat"], q),
-    }
-
-
 def fresh_workspace(work: Path, raw: dict) -> tuple[Path, list[str]]:
     """An empty workspace ``work/ws`` and ``work/params.yaml`` holding ``raw``: (home, the CLI's --home/--params)."""
     home = work / "ws"
@@ -202,12 +181,12 @@ def fresh_workspace(work: Path, raw: dict) -> tuple[Path, list[str]]:
 
 
 def _params(
-    profile: str, corpus: Path, index_type: str, chunk: int, epochs: int, workers: int | None
+    profile: str, corpus: Path, index_type: str, chunk: int, epochs: int, workers: int | None, store: str
 ) -> dict[str, Any]:
     _, base = load_profile(profile)
     raw = base.as_dict()
     raw["train"]["epochs"] = epochs
-    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus)}
+    raw["gallery"] = {**raw["gallery"], "source": "webdataset", "path": str(corpus), **store_gallery(store, index_type)}
     if workers is not None:
         raw["gallery"]["workers"] = workers
     raw["index"] = {**raw["index"], "type": index_type}
@@ -231,9 +210,12 @@ def run_scale(
     chunk_size: int = 8192,
     epochs: int = 2,
     workers: int | None = None,
+    store: str = "faiss",
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Measure the scale path at ``items`` items; write ``out/scale.json`` and ``out/report.md``. Returns the md."""
+    """Measure the scale path at ``items`` items in the gallery store ``store`` (params ``gallery.store``); write
+    ``out/scale.json`` and ``out/report.md``. Returns the md."""
+    vector_store(store)  # an unknown store: one line before any work
     out.mkdir(parents=True, exist_ok=True)
     corpus_dir = corpus_dir or work.parent / f"corpus-{items}"
     t0 = time.perf_counter()
@@ -241,10 +223,11 @@ def run_scale(
     corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")
-    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs, workers)
+    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs, workers, store)
     home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {
         "items": items,
+        "store": store,
         "index_type": index_type,
         "chunk_size": chunk_size,
         "profile": profile,
@@ -257,13 +240,16 @@ def run_scale(
     res["gen0_corpus_items_per_s"] = _parts_rate(gen0.corpus_store)
     manifest = json.loads((gen0.corpus_index / "manifest.json").read_text())
     res["index_build_s"] = manifest.get("build_seconds")
+    res["ingest_items_per_s"] = ingest_rate(manifest)
     res["recall_at_10"] = manifest.get("recall_at_10")
-    res["index_factory"] = manifest.get("factory")
-    store = GalleryStore(gen0.corpus_store)
-    res.update(_search_speed(gen0.corpus_index, store))
+    res["index_factory"] = manifest.get("factory") or f"{manifest['index_type']} {manifest['params']}"
+    parts = GalleryStore(gen0.corpus_store)
+    res.update(search_speed(gen0.corpus_index, parts))
     res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
-    res.update(_cosine_index(store, index_config(params_from_dict(raw, "scale benchmark params"))))
+    config = index_config(params_from_dict(raw, "scale benchmark params"))
+    res.update(cosine_index(gen0.corpus_index, parts, config, work))
     res["cosine_qps_vs_flat"] = res["cosine_search_qps"] / res["cosine_flat_search_qps"]
+    store_of(gen0.corpus_index).close()  # a Milvus Lite file serves one process: the children's turn
     res.update(_embed_vs_bare(gen0.root / "model.pt", raw, home, corpus))
     g1 = _bctflow(["run", *common, "--generation", "g1"], log)
     res["run_g1_s"] = g1["seconds"]
@@ -276,15 +262,21 @@ def run_scale(
 
     killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=past_half)
     done = sum(len(np.load(p)["ids"]) for p in work_corpus.glob("part-*.npz"))
-    resumed = _bctflow(["backfill", *common, "--generation", "1"], log)
+    # a database store: the resumed run killed by itself half-way through writing the corpus's rows, then run again
+    in_write = f"store.half_written.{NAME}_g1_v1_corpus" if store != "faiss" else None
+    resumed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_at=in_write)
+    last = _bctflow(["backfill", *common, "--generation", "1"], log) if in_write else resumed
     res["resume_done_before_kill"] = done
     res["resume_reembedded"], resumed_rate = _reembedded(resumed["out"])
+    res["store_write_killed"] = bool(in_write) and resumed["killed"]
+    res["resume_final_reembedded"] = _reembedded(last["out"])[0] if in_write else None
+    res.update(_after_resume(home))
     res["resume_expected"] = items - done
     res["resume_lost_at_most"] = chunk_size
     res["backfill_killed"] = killed["killed"]
     res["backfill_items_per_s"] = resumed_rate
-    res["peak_rss_mb"] = max(killed["peak_rss_mb"], resumed["peak_rss_mb"])
-    res["backfill_resumed_s"] = resumed["seconds"]
+    res["peak_rss_mb"] = max(killed["peak_rss_mb"], resumed["peak_rss_mb"], last["peak_rss_mb"])
+    res["backfill_resumed_s"] = resumed["seconds"] + (last["seconds"] if in_write else 0.0)
     partial = _bctflow(["backfill", *common, "--generation", "1", "--fraction", "0.1", "--order", "uncertainty"], log)
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
@@ -297,6 +289,22 @@ def run_scale(
     md = out / "report.md"
     md.write_text(_report(res))
     return md
+
+
+def _after_resume(home: Path) -> dict[str, Any]:
+    """Read from the store after the killed and resumed backfill: its serving corpus's rows, ids held twice, rows
+    without a stamp (:meth:`VectorStore.audit`); then the live alias moved to generation 0's corpus and back."""
+    live = LivePointer(Workspace(home).live_dir).serving_index()
+    store = store_of(live)
+    audit = store.audit(live)
+    flip = alias_flip(live, GalleryVersion(home / "generations" / "gen_000").corpus_index, [0, 1])
+    store.close()
+    return {
+        "rows_after_resume": audit["rows"],
+        "duplicates_after_resume": audit["duplicates"],
+        "unstamped_rows": audit["unstamped"],
+        "alias_flip_s": flip,
+    }
 
 
 def _reembedded(output: str) -> tuple[int, float]:
@@ -313,8 +321,8 @@ def _report(r: dict[str, Any]) -> str:
     rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in r.items()]
     body = "\n".join(f"| `{k}` | {v} |" for k, v in rows)
     return (
-        f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}\n\n"
-        f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --chunk-size {r['chunk_size']} "
-        f"--epochs {r['epochs']} --workers {r['workers']} --out DIR`\n\n"
+        f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}, store {r['store']}\n\n"
+        f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --store {r['store']} "
+        f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']} --out DIR`\n\n"
         "| key | value |\n|---|---|\n" + body + "\n"
     )

@@ -12,6 +12,7 @@ points the live gallery goes through :class:`VectorStore`:
   (the manifest's ``store`` key; FAISS manifests carry none), so a workspace that changes stores still serves its
   older versions;
 * :meth:`VectorStore.count_by_generation`, :meth:`VectorStore.verify`, :meth:`VectorStore.digest`;
+  :meth:`VectorStore.audit` — rows, duplicate ids and unstamped rows as the store itself holds them;
 * :meth:`VectorStore.point_alias` / :meth:`VectorStore.aliased` — the store's own live alias (a Milvus alias);
   ``live/CURRENT`` (:mod:`components.indexing.live`) stays bctflow's pointer with the lineage's facts and calls it;
 * :meth:`VectorStore.drop` — retention removes an old version's vectors.
@@ -173,6 +174,11 @@ class VectorStore(ABC):
     @abstractmethod
     def verify(self, out: Path) -> None:
         """The store holds what the attachment in ``out`` says (rows, width, stamps); IndexIntegrityError else."""
+
+    @abstractmethod
+    def audit(self, out: Path) -> dict[str, int]:
+        """What the store holds for the vectors attached in ``out``, read from the store itself: ``rows``,
+        ``duplicates`` (rows whose id another row has too) and ``unstamped`` (rows without a generation stamp)."""
 
     def digest(self, out: Path) -> str:
         """The sha256 the lineage pins for the index attached in ``out``: of its ``manifest.json``."""

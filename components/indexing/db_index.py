@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.faults import crash_point
 from components.indexing.backend import StoreManifest, VectorStore
 from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
 from components.indexing.store import GalleryStore, StoredPart
@@ -217,11 +218,56 @@ def measure_recall(index: DatabaseIndex, parts: GalleryStore, n_queries: int) ->
 
 
 class DatabaseStore(VectorStore):
-    """What the database stores share: the checks of an open, a verify and an alias move against the attachment.
-    A store names what holds a version's rows (:attr:`holder`: "Milvus collection", "LanceDB table") and reads the
-    database: :meth:`_facts` (a holder's generation and width), :meth:`_total`, :meth:`_counts`, :meth:`_searchable`."""
+    """What the database stores share: the row-writing loop of a build (:meth:`_write_parts`), the checks of an open,
+    a verify and an alias move against the attachment, and the audit of what the store holds (:meth:`audit`).
+    A store names what holds a version's rows (:attr:`holder`: "Milvus collection", "LanceDB table"), writes one part
+    (:meth:`write`) and reads the database: :meth:`_facts` (a holder's generation and width), :meth:`_total`,
+    :meth:`_counts`, :meth:`_columns`, :meth:`_searchable`."""
 
     holder: ClassVar[str] = "collection"
+
+    @abstractmethod
+    def write(self, collection: str, part: StoredPart, model: str = "") -> None:
+        """Upsert the stamped rows of ``part`` into ``collection`` by id (refused with one line, nothing written, as
+        :func:`stored_rows` says, or when the holder does not exist)."""
+
+    @abstractmethod
+    def _columns(self, collection: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Every row the holder has, as the database returns it: (ids, generation stamps, model marks)."""
+
+    def _write_parts(self, parts: GalleryStore, collection: str) -> dict[str, Any]:
+        """Write every part of ``parts`` into ``collection`` (:meth:`write`, upsert by id), each row marked with the
+        model that embedded it; the crash points ``store.after_part`` (after each part) and ``store.half_written``
+        (after the part that takes the rows written past half; ``store.half_written.<collection>``: only in that
+        collection's build) let the fault-injection tests kill a build there.
+        Returns the build's ``write_seconds``, ``rows_written`` and ``model`` (the mark, '' for an assembled store),
+        which the attachment records (``extra``)."""
+        model, written, total = model_of(parts), 0, len(parts)
+        t0 = time.perf_counter()
+        for part in parts.parts():
+            before, written = written, written + len(part)
+            self.write(collection, part, model)
+            crash_point("store.after_part")
+            if 2 * before < total <= 2 * written:
+                crash_point("store.half_written")
+                crash_point(f"store.half_written.{collection}")
+        return {"write_seconds": time.perf_counter() - t0, "rows_written": written, "model": model}
+
+    def audit(self, out: Path) -> dict[str, int]:
+        """What the holder attached in ``out`` holds, read from the database itself: ``rows``, ``duplicates`` (rows
+        whose id another row has too) and ``unstamped`` (rows without a generation stamp the attachment counts, or
+        without the mark of the model that embedded them where the build knew it: ``extra.model``)."""
+        m = StoreManifest.load(Path(out))
+        self._facts(m.collection)
+        ids, stamps, models = self._columns(m.collection)
+        known = np.isin(stamps, np.fromiter(m.counts_by_generation, dtype=np.int64))
+        marked = bool(m.extra.get("model"))  # an assembled version (a partial backfill's mix) knows no model
+        unmarked = np.array([marked and not mark for mark in models], dtype=bool).reshape(len(ids))
+        return {
+            "rows": len(ids),
+            "duplicates": int(len(ids) - len(np.unique(ids))),
+            "unstamped": int((~known | unmarked).sum()),
+        }
 
     @abstractmethod
     def _facts(self, collection: str) -> dict[str, Any]:

@@ -9,7 +9,8 @@ serving corpus, and both again in every backfill.
   the generation that embedded it. Resumable: the parts a killed run finished are kept and their items skipped, so
   a kill loses only the rows not yet in a finished part (the part being filled and the batch being embedded); parts
   of another model or source are stale and the store starts over. ``throttle`` seconds pass after each part (a
-  backfill sparing a shared device).
+  backfill sparing a shared device). The crash point ``embed.half_parts`` lies after the part that takes the store
+  past half of its items.
 * :func:`index_gallery` — a finished store's stamped rows written into the gallery store (params ``gallery.store``:
   FAISS files, or a vector database), indexed, attached in the version's index folder, opened back and verified
   (count and generation; opening checks the manifest, checksums, the store's rows); an index that serves is refused
@@ -32,6 +33,7 @@ import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
 from components.evaluation import retrieval_metrics
+from components.faults import crash_point
 from components.evaluation.topk import topk_metrics
 from components.indexing.backend import SearchIndex
 from components.indexing.gallery import GalleryEmbeddings
@@ -93,10 +95,19 @@ def embed_gallery(
         loader = split.subset(selected).loader(
             batch_size=p.train.eval_batch_size, workers=source.workers, pin_memory=cuda_available()
         )
-        pause = (lambda: time.sleep(throttle)) if throttle > 0 else None
+        total, chunk, written = done.size + selected.size, p.backfill.chunk_size, [done.size]
+
+        def on_part() -> None:  # a part is written: the crash point past half of the store's items, the throttle
+            before = written[0]
+            written[0] += chunk
+            if 2 * before < total <= 2 * written[0]:
+                crash_point("embed.half_parts")
+            if throttle > 0:
+                time.sleep(throttle)
+
         for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
             rows = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
-            writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=pause)
+            writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=on_part)
             embedded += len(ids)
             if on_batch is not None:
                 on_batch(len(ids))

@@ -1,13 +1,11 @@
 """Pieces of ``bctflow bench scale`` (benchmarks/scale.py) that run without the Fashion-MNIST corpus: reading the
-backfill's own log line, and the cosine view of a Lorentz corpus."""
+backfill's own log line (the store's keys: test_scale_store.py)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from benchmarks.scale import _reembedded, _unit_space
-from components.geometry import expmap0
+from benchmarks.scale import _reembedded
 
 
 def test_the_backfill_log_line_gives_items_and_rate():
@@ -19,14 +17,3 @@ def test_the_backfill_log_line_gives_items_and_rate():
     assert _reembedded(out) == (500288, 2664.0)
     with pytest.raises(RuntimeError, match="no 'serving corpus"):
         _reembedded("the run printed something else")
-
-
-def test_the_cosine_view_is_the_unit_spatial_part_of_lorentz_points():
-    import torch
-
-    z = np.random.default_rng(0).normal(size=(20, 6))
-    points = expmap0(torch.from_numpy(z), 1.0).numpy()  # (20, 7): time first
-    unit = _unit_space(points)
-    assert unit.shape == (20, 6)
-    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0)
-    np.testing.assert_allclose(unit, z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-12)

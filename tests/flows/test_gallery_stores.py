@@ -4,11 +4,18 @@ the store's alias, and lineage, live/CURRENT, doctor and the alias agreeing afte
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from prefect.settings import PREFECT_API_URL
 
+from components.faults import KILL_ENV
 from components.indexing.backend import StoreManifest, store_of
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_types import lorentz_rescore_distance
@@ -22,6 +29,7 @@ from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
 
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}
+CHUNK = 64  # backfill.chunk_size: the evaluation gallery in several parts
 
 
 @pytest.fixture(scope="module", params=sorted(URIS))
@@ -31,6 +39,7 @@ def milvus_chain(request, prefect_harness, tmp_path_factory) -> tuple[Path, Path
     # model's gallery is a cloud of near-ties, on which FAISS's own hnsw and ivf recall about 0.5@10)
     store = [f"gallery.store={request.param}", f"gallery.uri={URIS[request.param]}", "gallery.name=chain"]
     exact = ["gallery.index_options={index_type: FLAT, rerank: 8}", "index.recall_queries=100"]
+    exact += [f"backfill.chunk_size={CHUNK}", f"train.eval_batch_size={CHUNK}"]  # parts of whole batches
     home, params = first_generation(tmp_path_factory.mktemp(f"{request.param}_chain"), [*store, *exact])
     for name in ("g1", "g2"):
         run_generation(home, params, {"name": name, "classes": "all", "alignment": "hbct", "reference": False})
@@ -81,13 +90,43 @@ def test_a_chain_of_three_generations_runs_on_a_database_store_with_lineage_alia
         assert own.collection == f"chain_g{g}_v0" and set(own.counts_by_generation) == {g}
 
 
-def test_a_backfill_on_a_database_store_writes_a_new_collection_and_moves_the_alias_and_doctor_repairs_a_moved_alias(
+def _bctflow(args: list[str], home: Path, params: Path, kill_at: str | None = None) -> str:
+    """``bctflow ARGS`` as a child process (SIGKILLed at the crash point ``kill_at``); its output, unwrapped."""
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "COLUMNS": "300"}  # the test's Prefect server
+    env.pop(KILL_ENV, None)
+    env |= {KILL_ENV: kill_at} if kill_at else {}
+    cmd = [sys.executable, "-m", "bctflow.cli", *args, "--home", str(home), "--params", str(params)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    out = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode == (-signal.SIGKILL if kill_at else 0), out[-3000:]
+    return out
+
+
+def test_a_backfill_killed_in_its_embedding_and_its_store_write_ends_with_each_item_once_and_doctor_repairs_the_alias(
     milvus_chain,
 ):
+    """kill -9 half-way through the embedding (``embed.half_parts``), the same command killed half-way through the
+    store's row writing (``store.half_written``), then the same backfill (in this process): the new version's
+    collection holds one stamped row per item (read from the store), the rerun embedded only the items outside
+    finished parts, the last run none, and lineage, CURRENT, the alias and doctor agree; an alias moved by hand is
+    named by doctor and moved back by ``--repair``."""
     home, params = milvus_chain
-    run_backfill(home, params, target=2, fraction=1.0)
+    store_of(home / "generations" / "gen_000" / "index").close()  # Milvus Lite: one process per file
+    work = home / "backfills" / "in_progress"
+    _bctflow(["backfill", "--generation", "2"], home, params, kill_at="embed.half_parts")
+    done = len(list((work / "gallery" / "parts").glob("part-*.npz"))) * CHUNK  # parts of whole batches: none lost
+    out = _bctflow(["backfill", "--generation", "2"], home, params, kill_at="store.half_written")
+    items, now = (int(n) for n in re.search(r"evaluation gallery: (\d+) of (\d+) selected", out).groups()[::-1])
+    assert items / 2 <= done < items and now == items - done  # the finished parts kept, nothing embedded twice
+    assert (work / "gallery" / "store.json").is_file()  # the embedding finished: the kill was in the store write
+    assert not (home / "live" / "index-v001" / "index" / "manifest.json").exists()  # killed before its attachment
+    summary = run_backfill(home, params, target=2, fraction=1.0)  # the same command, in this process
+    assert summary["parts_resumed"] == summary["parts"] == -(-items // CHUNK)  # nothing embedded a third time
     m = _agree(home, params, "chain_g2_v1", 2)
-    assert m.counts_by_generation == {2: m.count}
+    assert m.counts_by_generation == {2: items} and m.extra["rows_written"] == items
+    index_dir = home / "live" / "index-v001" / "index"
+    assert store_of(index_dir).audit(index_dir) == {"rows": items, "duplicates": 0, "unstamped": 0}
+    # someone moves the alias by hand: doctor names it, --repair moves it back
     store = store_of(home / "generations" / "gen_000" / "index")
     old = home / "generations" / "gen_000" / "index"
     store.point_alias(old, [0, 1, 2])  # someone moves the alias by hand

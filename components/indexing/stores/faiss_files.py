@@ -76,5 +76,16 @@ class FaissFiles(VectorStore):
                 "rebuild the index from the part store"
             )
 
+    def audit(self, out: Path) -> dict[str, int]:
+        """Rows of the index; duplicates: none once it opens (:meth:`GalleryIndex.load` refuses an index holding an
+        id twice); unstamped: index rows without a stamp ≥ 0 in the part store beside it."""
+        index = GalleryIndex.load(out)
+        stamps = _stamps_store(Path(out), index.manifest.generation).column("stamps")
+        return {
+            "rows": index.ntotal,
+            "duplicates": 0,
+            "unstamped": int((stamps < 0).sum()) + max(0, index.ntotal - len(stamps)),
+        }
+
     def drop(self, out: Path) -> None:
         shutil.rmtree(out, ignore_errors=True)

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
-from components.faults import crash_point
 from components.indexing.backend import StoreManifest, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -38,7 +37,6 @@ from components.indexing.db_index import (
     gallery_rows,
     l2_metric,
     measure_recall,
-    model_of,
     query_rows,
     stored_rows,
 )
@@ -161,10 +159,7 @@ class LanceStore(DatabaseStore):
                 self._db().drop_table(collection)
         if collection not in self._tables():
             self._db().create_table(collection, schema=self._schema(facts))
-        model = model_of(parts)
-        for part in parts.parts():
-            self.write(collection, part, model)
-            crash_point("store.after_part")
+        written = self._write_parts(parts, collection)
         if self._db().open_table(collection).count_rows() != len(parts):  # rows a killed build of others left
             self._db().drop_table(collection)
             return self.build(parts, out, collection=collection, generation=generation, config=config,
@@ -178,7 +173,7 @@ class LanceStore(DatabaseStore):
             counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=kind,
             params={k: self._opt(k) for k in _DEFAULTS} | {"index_type": kind},
             compatible_generations=tuple(int(g) for g in (compatible or [generation])),
-            extra={"options": self.options, "alias": alias_name(collection)},
+            extra={"options": self.options, "alias": alias_name(collection), **written},
         )  # fmt: skip
         measured = measure_recall(self._searchable(manifest), parts, config.recall_queries)
         replace(measured, build_seconds=time.perf_counter() - t0).save(Path(out))
@@ -199,6 +194,11 @@ class LanceStore(DatabaseStore):
 
     def _total(self, table: str) -> int:
         return int(self._db().open_table(table).count_rows())
+
+    def _columns(self, table: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        rows = self._db().open_table(table).search().select(["id", "generation", "model"]).limit(None).to_arrow()
+        ids, stamps = rows["id"].to_numpy(), rows["generation"].to_numpy()
+        return ids.astype(np.int64), stamps.astype(np.int64), rows["model"].to_pylist()
 
     def _counts(self, table: str, generations: list[int]) -> dict[int, int]:
         t = self._db().open_table(table)

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
-from components.faults import crash_point
 from components.indexing.backend import StoreManifest, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -39,7 +38,6 @@ from components.indexing.db_index import (
     gallery_rows,
     l2_metric,
     measure_recall,
-    model_of,
     query_rows,
     stored_rows,
 )
@@ -193,10 +191,7 @@ class MilvusStore(DatabaseStore):
                 db.drop_collection(collection)
         if not db.has_collection(collection):
             self._create(collection, facts)
-        model = model_of(parts)
-        for part in parts.parts():
-            self.write(collection, part, model)
-            crash_point("store.after_part")
+        written = self._write_parts(parts, collection)
         db.flush(collection)
         counts = self._counts(collection, facts["accepts"])
         if sum(counts.values()) != len(parts):  # rows of another gallery a killed build left: write it again
@@ -211,7 +206,7 @@ class MilvusStore(DatabaseStore):
             counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=self._opt("index_type"),
             params={k: self._opt(k) for k in _DEFAULTS},
             compatible_generations=tuple(int(g) for g in (compatible or [generation])),
-            extra={"options": self.options, "alias": alias_name(collection)},
+            extra={"options": self.options, "alias": alias_name(collection), **written},
         )  # fmt: skip
         index = self._searchable(manifest)
         measured = measure_recall(index, parts, config.recall_queries)
@@ -241,6 +236,17 @@ class MilvusStore(DatabaseStore):
 
     def _total(self, collection: str) -> int:
         return int(self._loaded(collection).query(collection, filter="", output_fields=["count(*)"])[0]["count(*)"])
+
+    def _columns(self, collection: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        it = self._loaded(collection).query_iterator(collection, batch_size=_MAX_LIMIT, filter="",
+                                                    output_fields=["id", "generation", "model"])  # fmt: skip
+        ids, stamps, models = [], [], []
+        while batch := it.next():
+            ids += [r["id"] for r in batch]
+            stamps += [r["generation"] for r in batch]
+            models += [r["model"] for r in batch]
+        it.close()
+        return np.asarray(ids, dtype=np.int64), np.asarray(stamps, dtype=np.int64), models
 
     def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
         db = self._loaded(collection)

@@ -123,7 +123,30 @@ def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once
     assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
     db.build(parts, out, collection=name, generation=0, config=IndexConfig(recall_queries=50))
     assert db.count_by_generation(out) == {0: 900}  # each id once (the primary key), every row stamped
+    assert db.audit(out) == {"rows": 900, "duplicates": 0, "unstamped": 0}
     db.close()
     reader = f"from components.indexing.backend import open_index; print(open_index({str(out)!r}).ntotal)"
     opened = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=300)
     assert opened.stdout.strip().endswith("900"), opened.stderr[-3000:]
+
+
+def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itself(db, tmp_path):
+    """A row written behind bctflow's back (an id the table has, a stamp the version does not hold, no model mark) is
+    counted from what the database returns: LanceDB keeps both rows of the id, Milvus answers the primary key once."""
+    import pyarrow as pa
+
+    parts, out, _ = _build(db, tmp_path, "t_audit_g1_v0", stamps=(0, 1))
+    m = StoreManifest.load(out)
+    assert m.extra["rows_written"] == 300 and m.extra["write_seconds"] > 0
+    assert db.audit(out) == {"rows": 300, "duplicates": 0, "unstamped": 0}
+    taken = int(next(parts.parts()).gallery.ids[3])
+    row = {"id": taken, "generation": 7, "model": "", "vector": [0.5] * 8}
+    if db.name == "milvus":
+        db._db().insert("t_audit_g1_v0", [row])
+        db._db().flush("t_audit_g1_v0")
+    else:
+        table = db._db().open_table("t_audit_g1_v0")
+        vector = pa.FixedSizeListArray.from_arrays(pa.array(row.pop("vector"), pa.float32()), 8)
+        table.add(pa.table({k: [v] for k, v in row.items()} | {"vector": vector}, schema=table.schema))
+    twice = 1 if db.name == "lancedb" else 0
+    assert db.audit(out) == {"rows": 300 + twice, "duplicates": twice, "unstamped": 1}

@@ -1,0 +1,143 @@
+"""What ``bctflow bench scale --store faiss|milvus|lancedb`` measures of the gallery store (docs/design.md §8.4).
+
+The same corpus and the same model for every store: params ``gallery.store`` names it, a Milvus Lite file
+(``milvus.db``) or a LanceDB folder (``lance``) in the benchmark workspace, ``--index`` mapped to the store's own
+index type (:func:`store_gallery`). Measured here, in the benchmark process, between the ``bctflow`` children (a
+Milvus Lite file serves one process at a time: :func:`measure_store` closes it before it returns):
+
+* :func:`search_speed` — queries/s of the store's index (its own search path, re-scoring included) and of an exact
+  FAISS flat index over the same vectors, on the same queries, k = 10;
+* :func:`cosine_index` — the same index type over the corpus's cosine space (each item's spatial coordinates,
+  unit-normalised), built by the same store: recall@10 (its manifest) and queries/s against flat;
+* :func:`alias_flip` — the store's live-alias move (:meth:`~components.indexing.backend.VectorStore.point_alias`)
+  to the previous version and back, the median single move;
+* :func:`ingest_rate` — rows written into the store per second during its build (a database store's own
+  ``write_seconds``; FAISS files: items over the index build).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.errors import ConfigError
+from components.indexing import GalleryIndex
+from components.indexing.backend import SearchIndex, open_index, store_of
+from components.indexing.gallery import GalleryEmbeddings
+from components.indexing.index_config import IndexConfig
+from components.indexing.store import GalleryStore, PartWriter, StoredPart
+
+__all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery"]
+
+#: a database store's address in the benchmark workspace (relative: the workspace's)
+URIS = {"milvus": "milvus.db", "lancedb": "lance"}
+#: ``--index`` as each database store's own index type
+_TYPES = {
+    "milvus": {"flat": "FLAT", "ivf": "IVF_FLAT", "hnsw": "HNSW"},
+    "lancedb": {"flat": "FLAT", "ivf": "IVF_FLAT", "hnsw": "IVF_HNSW_SQ", "ivfpq": "IVF_PQ"},
+}
+#: the collection prefix of the benchmark's galleries
+NAME = "scale"
+
+
+def store_gallery(store: str, index_type: str) -> dict[str, Any]:
+    """params ``gallery:`` keys for ``store``: its name, URI and index options (``--index`` as its own type).
+    ConfigError, one line, for an index type the store does not build."""
+    if store not in _TYPES:
+        return {"store": store}
+    kind = _TYPES[store].get(index_type)
+    if kind is None:
+        raise ConfigError(
+            f"bench scale --store {store} has no {index_type} index; use --index {' or '.join(_TYPES[store])}"
+        )
+    return {"store": store, "uri": URIS[store], "name": NAME, "index_options": {"index_type": kind}}
+
+
+def _qps(index: SearchIndex, q: np.ndarray) -> float:
+    index.search(q[:10], 10)  # warm-up
+    t0 = time.perf_counter()
+    index.search(q, 10)
+    return len(q) / (time.perf_counter() - t0)
+
+
+def _flat(chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], geometry: str, curvature: float) -> Any:
+    return GalleryIndex.build_streaming(
+        chunks, geometry=geometry, curvature=curvature, generation=0, config=IndexConfig(type="flat")
+    )
+
+
+def search_speed(index_dir: Path, parts: GalleryStore, queries: int = 2000) -> dict[str, float]:
+    """Queries/s of the index attached in ``index_dir`` (opened by its store) and of an exact flat index over the
+    same vectors, on the same ``queries`` corpus items, k = 10."""
+    index = open_index(index_dir)
+    first = next(parts.parts()).gallery
+    q = first.vectors()[:queries]
+    flat = _flat(parts.index_chunks(), first.retrieval_geometry, first.curvature)
+    return {"search_qps": _qps(index, q), "flat_search_qps": _qps(flat, q)}
+
+
+def _unit_space(vectors: np.ndarray) -> np.ndarray:
+    """(n, d+1) hyperboloid points, time first → (n, d) unit spatial coordinates: the corpus as a cosine gallery."""
+    space = vectors[:, 1:]
+    return space / np.linalg.norm(space, axis=1, keepdims=True)
+
+
+def _cosine_parts(parts: GalleryStore, folder: Path) -> GalleryStore:
+    """The corpus's cosine space as a part store of unit vectors (a cosine corpus as it is)."""
+    writer = PartWriter(folder, chunk_size=max(len(p) for p in parts.parts()))
+    for part in parts.parts():
+        g = part.gallery
+        v = g.vectors()
+        unit = (_unit_space(v) if g.retrieval_geometry == "lorentz" else v).astype(np.float32)
+        rows = GalleryEmbeddings("euclidean", 1.0, unit, unit, g.ids, g.labels, g.clipped, g.logits)
+        writer.add(StoredPart(rows, part.stamps))
+    return writer.finish()
+
+
+def cosine_index(index_dir: Path, parts: GalleryStore, config: IndexConfig, work: Path) -> dict[str, float]:
+    """The same index type over the corpus's cosine space, built by the store that built ``index_dir`` (collection
+    ``scale_cos_g0_v0``): recall@10 (its manifest), build seconds, and queries/s against flat, on 2000 corpus items."""
+    cosine = _cosine_parts(parts, work / "cosine" / "gallery")
+    built = store_of(index_dir).build(
+        cosine, work / "cosine" / "index", collection=f"{NAME}_cos_g0_v0", generation=0, config=config
+    )
+    q = next(cosine.parts()).gallery.vectors()[:2000]
+    res = {
+        "cosine_recall_at_10": built.manifest.recall_at_10,
+        "cosine_index_build_s": built.manifest.build_seconds,
+        "cosine_search_qps": _qps(built, q),
+        "cosine_flat_search_qps": _qps(_flat(cosine.index_chunks(), "euclidean", 1.0), q),
+    }
+    store_of(work / "cosine" / "index").drop(work / "cosine" / "index")  # the store holds only the workspace's
+    return res
+
+
+def alias_flip(live: Path, previous: Path, generations: list[int], rounds: int = 5) -> float | None:
+    """Median seconds of one move of the store's live alias (:meth:`VectorStore.point_alias`), from the version
+    attached in ``live`` to ``previous`` and back, ``rounds`` times; it ends where it was. None for a store whose
+    alias is ``live/CURRENT`` itself (FAISS files: nothing of the store's own to move)."""
+    store = store_of(live)
+    if store.name == "faiss":
+        return None
+    moves = []
+    for _ in range(rounds):
+        for target in (previous, live):
+            t0 = time.perf_counter()
+            store.point_alias(target, generations)
+            moves.append(time.perf_counter() - t0)
+    assert store.aliased(live)
+    return statistics.median(moves)
+
+
+def ingest_rate(manifest: dict[str, Any]) -> float:
+    """Rows written into the store per second during the build of the index whose ``manifest.json`` is
+    ``manifest``: a database store's own write timing (``extra``), FAISS files' items over the build."""
+    extra = manifest.get("extra") or {}
+    if "write_seconds" in extra:
+        return extra["rows_written"] / extra["write_seconds"]
+    return manifest["count"] / manifest["build_seconds"]

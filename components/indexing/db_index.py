@@ -240,8 +240,9 @@ class DatabaseStore(VectorStore):
         model that embedded it; the crash points ``store.after_part`` (after each part) and ``store.half_written``
         (after the part that takes the rows written past half; ``store.half_written.<collection>``: only in that
         collection's build) let the fault-injection tests kill a build there.
-        Returns the build's ``write_seconds``, ``rows_written`` and ``model`` (the mark, '' for an assembled store),
-        which the attachment records (``extra``)."""
+        Returns the build's ``write_seconds`` (the write calls; a Milvus flush after them is not counted),
+        ``rows_written`` and ``model`` (the mark, '' for an assembled store), which the attachment records
+        (``extra``)."""
         model, written, total = model_of(parts), 0, len(parts)
         t0 = time.perf_counter()
         for part in parts.parts():

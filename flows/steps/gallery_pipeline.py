@@ -33,8 +33,8 @@ import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
 from components.evaluation import retrieval_metrics
-from components.faults import crash_point
 from components.evaluation.topk import topk_metrics
+from components.faults import crash_point
 from components.indexing.backend import SearchIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.store import GalleryStore, PartWriter, StoredPart

@@ -70,3 +70,11 @@ def test_the_store_keys_are_measured_through_the_store_and_the_alias_ends_where_
     db.point_alias(live, [0, 1])
     assert 0 < alias_flip(live, old, [0, 1], rounds=2) < 1.0
     assert db.aliased(live) and not db.aliased(old)
+
+
+def test_an_unknown_store_is_refused_before_any_work(tmp_path):
+    from benchmarks.scale import run_scale
+
+    with pytest.raises(ConfigError, match=r"^unknown gallery store 'qdrant'; available: .*faiss.*lancedb.*milvus"):
+        run_scale(1000, "hnsw", tmp_path / "out", work=tmp_path / "work", store="qdrant")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()

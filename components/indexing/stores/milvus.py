@@ -44,7 +44,7 @@ from components.indexing.db_index import (
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, StoredPart
 
-__all__ = ["MilvusStore"]
+__all__ = ["MilvusStore", "queries_per_call"]
 
 _CLIENTS: dict[str, Any] = {}
 _DEFAULTS: dict[str, Any] = {"index_type": "HNSW", "M": 16, "efConstruction": 200, "ef": 128, "nlist": 128}
@@ -53,6 +53,8 @@ _DEFAULTS |= {"nprobe": 16, "rerank": 4, "timeout": 10.0}
 _BATCH = 2048
 #: Milvus's largest top-k
 _MAX_LIMIT = 16384
+#: bytes of stored vectors one search reply may carry (gRPC refuses a message over 256 MiB)
+_REPLY_BYTES = 64 << 20
 #: the collection property that records its generation, geometry, curvature, width and accepted stamps
 _FACTS = "bctflow.facts"
 _INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
@@ -67,6 +69,13 @@ def _client(uri: str, timeout: float) -> Any:
             Path(uri).parent.mkdir(parents=True, exist_ok=True)
         _CLIENTS[uri] = MilvusClient(uri, timeout=timeout)
     return _CLIENTS[uri]
+
+
+def queries_per_call(limit: int, dim: int) -> int:
+    """Queries per search call: at most ``_BATCH``, and few enough that the reply's ``limit`` stored vectors of
+    width ``dim`` per query stay under ``_REPLY_BYTES`` (a corpus's top-101 metrics, re-ranked 4×, asked 2048
+    queries for 430 MB)."""
+    return max(1, min(_BATCH, _REPLY_BYTES // (max(1, limit) * (4 * dim + 64))))
 
 
 def _metric(geometry: str) -> str:
@@ -274,10 +283,11 @@ class MilvusStore(DatabaseStore):
             search = {"HNSW": {"ef": max(ef, limit)}, "IVF_FLAT": {"nprobe": nprobe}}.get(kind, {})
             ids = np.full((len(q), limit), -1, dtype=np.int64)
             vecs = np.zeros((len(q), limit, manifest.dim), dtype=np.float32)
-            for start in range(0, len(q), _BATCH):
+            step = queries_per_call(limit, manifest.dim)
+            for start in range(0, len(q), step):
                 hits = db.search(
                     manifest.collection,
-                    data=query_rows(q[start : start + _BATCH], manifest.geometry).tolist(),
+                    data=query_rows(q[start : start + step], manifest.geometry).tolist(),
                     limit=limit,
                     search_params={"metric_type": metric, "params": search},
                     output_fields=["vector"],

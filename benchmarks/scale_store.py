@@ -17,6 +17,7 @@ Milvus Lite file serves one process at a time: :func:`measure_store` closes it b
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -88,7 +89,8 @@ def _unit_space(vectors: np.ndarray) -> np.ndarray:
 
 
 def _cosine_parts(parts: GalleryStore, folder: Path) -> GalleryStore:
-    """The corpus's cosine space as a part store of unit vectors (a cosine corpus as it is)."""
+    """The corpus's cosine space as a part store of unit vectors (a cosine corpus as it is), written afresh."""
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier run's parts would be kept by the writer
     writer = PartWriter(folder, chunk_size=max(len(p) for p in parts.parts()))
     for part in parts.parts():
         g = part.gallery

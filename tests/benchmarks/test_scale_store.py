@@ -61,6 +61,7 @@ def test_the_store_keys_are_measured_through_the_store_and_the_alias_ends_where_
     assert speed["search_qps"] > 0 and speed["flat_search_qps"] > 0
     cosine = cosine_index(live, parts, cfg, tmp_path)
     assert cosine["cosine_recall_at_10"] >= 0.95 and cosine["cosine_search_qps"] > 0
+    assert cosine_index(live, parts, cfg, tmp_path)["cosine_recall_at_10"] >= 0.95  # a rerun in the same folder
     manifest = json.loads((live / "manifest.json").read_text())
     assert ingest_rate(manifest) > 0
     if store == "faiss":

@@ -1,4 +1,4 @@
-"""Commands that operate a workspace: backfill, promote, db-upgrade, schedule, and the benchmarks."""
+"""Commands that operate a workspace: backfill, db-upgrade, schedule, and the benchmarks."""
 
 from __future__ import annotations
 
@@ -85,41 +85,6 @@ def backfill(
         "earlier run); "
         f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
     )
-
-
-@app.command()
-def promote(
-    generation: int = typer.Argument(..., help="generation id to serve as `production`"),
-    home: Path | None = HomeOpt,
-    params: Path = ParamsOpt,
-    force: bool = typer.Option(False, "--force", help="override a failed promotion gate (recorded in the lineage)"),
-    by: str | None = typer.Option(None, "--by", help="who promotes (default: the login name)"),
-    reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
-) -> None:
-    """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
-    import getpass
-
-    from flows.steps.promotion import promote as do_promote
-    from flows.workspace import Workspace, resolve_home
-
-    p = parse_params(params, None)
-    try:
-        res = do_promote(
-            p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason
-        )
-    except BctflowError as err:
-        fail(err)
-    console.print(
-        f"generation {res['generation']} (version {res['version']}) is "
-        f"production{' — FORCED past the gate' if res['forced'] else ''}; "
-        f"recorded by {res['by']} at {res['at']}"
-    )
-    if not res["live_gallery_accepts_queries"]:
-        console.print(
-            f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with "
-            "it); "
-            f"run `bctflow backfill --generation {generation}` before serving its queries"
-        )
 
 
 @app.command(name="db-upgrade")

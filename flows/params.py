@@ -229,14 +229,19 @@ class BackfillParams(_Strict):
     restart_zeta: RunOption[bool] = True
     #: items per persisted chunk of every gallery embedding (resume granularity)
     chunk_size: RunOption[int] = Field(256, gt=0)
-    retain_versions: RunOption[int] = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
     throttle_seconds: RunOption[float] = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
     order: RunOption[Literal["uncertainty", "random", "oldest"]] = "uncertainty"  # partial backfill: what first
 
     @model_validator(mode="before")
     @classmethod
     def _rules_moved(cls, data: Any) -> Any:
-        """A rule written directly under ``backfill:`` (before the rules had their own section): say where it went."""
+        """A rule written directly under ``backfill:`` (before the rules had their own section), or ``retain_versions``
+        (now ``gallery.keep_versions``): say where it went."""
+        if isinstance(data, dict) and "retain_versions" in data:
+            raise ValueError(
+                "retain_versions moved to gallery.keep_versions (the gallery versions every store keeps); write it "
+                "under `gallery:` as keep_versions (--set gallery.keep_versions=…)"
+            )
         moved = [k for k in data if k in BackfillRules.model_fields] if isinstance(data, dict) else []
         if moved:
             raise ValueError(

@@ -83,11 +83,6 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, 
     return {**metrics, "share_embedded_by_target": share}
 
 
-def _version_number(version_dir: Path) -> int:
-    """k of ``live/index-v<k>``: the version the store's collections are named by."""
-    return int(version_dir.name.removeprefix("index-v"))
-
-
 def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
     """Assemble, index and verify every gallery of the backfill in a fresh ``live/index-vNNN``, record which index
     serves. Returns (the new version's evaluation index, metrics).
@@ -116,7 +111,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
             store,
             version.index(gallery.corpus),
             generation=plan.target,
-            version=_version_number(version_dir),
+            version=GalleryVersion(version_dir).number,
             corpus=gallery.corpus,
             compatible=[plan.target],
             serving=gallery.corpus == serves_corpus,
@@ -196,5 +191,5 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
                 version,
                 {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {plan.evaluation.selected} items)"},
             )
-    live.prune(p.backfill.retain_versions)
+    live.prune(p.gallery.keep_versions)
     return event_id

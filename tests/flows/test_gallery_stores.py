@@ -18,6 +18,7 @@ from components.indexing.vectors import flip_time
 from components.indexing.version import GalleryVersion
 from flows.params import load_params
 from flows.steps.reconcile import inspect_workspace
+from flows.steps.rollback import rollback
 from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
 
@@ -97,4 +98,19 @@ def test_a_backfill_on_a_database_store_writes_a_new_collection_and_moves_the_al
     what = found[0].what
     assert what.startswith(f"the {p.gallery.store} store's live alias does not name") and "live/index-v001" in what
     inspect_workspace(ws, p, repair=True)
+    _agree(home, params, "chain_g2_v1", 2)
+
+
+def test_a_rollback_on_a_database_store_moves_its_alias_back_and_forth_with_the_lineage(milvus_chain):
+    """After the backfill above (version 1, generation 2 production): back to generation 0's collection, making g0
+    production with it, then forward again; the store's alias, live/CURRENT, lineage and doctor agree each time."""
+    home, params = milvus_chain
+    ws, p = Workspace(home), load_params(params)
+    with ws.lineage(p, readonly=True) as lineage:
+        assert Path(lineage.live_pointer().index_path).parent.name == "index-v001"  # the backfill test ran first
+    back = rollback(p, ws, to=0, promote=0, by="t")
+    assert (back.previous, back.version, back.generation) == (1, 0, 0)
+    _agree(home, params, "chain_g0_v0", 0)
+    forward = rollback(p, ws, promote=2, by="t")
+    assert (forward.previous, forward.version, forward.compatible_generations) == (0, 1, [2])
     _agree(home, params, "chain_g2_v1", 2)

@@ -17,10 +17,13 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.cluster import embed_on_cluster
+from flows.cluster_spec import on_cluster, task_runner
 from flows.lock import BACKFILL, workspace_lock
 from flows.progress import progress_bar
 from flows.steps import publish, reembed
-from flows.steps.reembed import BackfillPlan
+from flows.steps.gallery_pipeline import Embedded
+from flows.steps.reembed import BackfillGallery, BackfillPlan
 from flows.transient import retry_condition
 
 _WORDS = {"evaluation": "evaluation gallery", "corpus": "serving corpus"}
@@ -46,13 +49,9 @@ def start_task(plan: BackfillPlan) -> BackfillPlan:
     return plan
 
 
-@task(name="embed-parts", cache_policy=NO_CACHE)
-def embed_task(plan: BackfillPlan) -> tuple[int, int]:
-    """Every gallery's selected items, embedded into parts (resumed). Returns (parts resumed, parts in all)."""
+def _log_embedded(done: list[tuple[BackfillGallery, Embedded]]) -> tuple[int, int]:
+    """One line per gallery: what its embedding did. Returns (parts resumed, parts in all)."""
     log = get_run_logger()
-    items = sum(g.selected for g in plan.galleries)
-    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
-        done = reembed.reembed(plan, advance)
     for gallery, e in done:
         log.info(
             "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s; %d of %d parts resumed",
@@ -65,6 +64,24 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
             e.parts,
         )
     return sum(e.parts_resumed for _, e in done), sum(e.parts for _, e in done)
+
+
+@task(name="embed-parts", cache_policy=NO_CACHE)
+def embed_task(plan: BackfillPlan) -> tuple[int, int]:
+    """Every gallery's selected items, embedded into parts in this process (resumed). Returns (parts resumed, parts
+    in all)."""
+    items = sum(g.selected for g in plan.galleries)
+    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
+        return _log_embedded(reembed.reembed(plan, advance))
+
+
+def _embed(plan: BackfillPlan) -> tuple[int, int]:
+    """The embedding step: in this process, or on the Dask cluster params ``backfill.cluster`` names
+    (:mod:`flows.cluster`: a subflow whose chunk runs are task runs on the cluster)."""
+    if not on_cluster(plan.params):
+        return embed_task(plan)
+    runner = task_runner(plan.params)
+    return _log_embedded(embed_on_cluster.with_options(task_runner=runner)(plan))
 
 
 @task(name="publish-index", cache_policy=NO_CACHE)
@@ -92,7 +109,7 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
     """Re-embed (a fraction of) the live gallery with the plan's target generation."""
     with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
         plan = start_task(plan)
-        before, total = embed_task(plan)
+        before, total = _embed(plan)
         index_dir, metrics = publish_task(plan)
         event = switch_task(plan, index_dir, metrics)
     summary = {

@@ -231,6 +231,13 @@ class BackfillParams(_Strict):
     chunk_size: RunOption[int] = Field(256, gt=0)
     throttle_seconds: RunOption[float] = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
     order: RunOption[Literal["uncertainty", "random", "oldest"]] = "uncertainty"  # partial backfill: what first
+    #: where its chunks are embedded: ``local`` (this machine) or a Dask scheduler's address (``tcp://host:8786``)
+    cluster: RunOption[str] = Field("local", pattern=r"^(local|(tcp|tls|ws|wss|inproc)://\S+)$")
+    #: local: Dask worker processes on this machine (null: one, the command's own process, no cluster)
+    workers: RunOption[int | None] = Field(None, ge=1)
+    threads: RunOption[int] = Field(1, ge=1)  # torch threads per Dask worker
+    #: chunks one Prefect task run embeds on the cluster (a 1B-item backfill is not a million task runs)
+    chunks_per_task: RunOption[int] = Field(8, ge=1)
 
     @model_validator(mode="before")
     @classmethod

@@ -83,7 +83,11 @@ class PartWriter:
     over. None: no check (the rows are not embedded, e.g. a mix of two stores).
     """
 
-    def __init__(self, directory: Path, chunk_size: int, producer: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, chunk_size: int, producer: str | None = None, first_part: int | None = None
+    ) -> None:
+        """``first_part``: the number of the first part this writer writes (a cluster task writing chunks
+        ``first_part…`` of a store other tasks fill beside it); None: after the parts already there."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.directory = Path(directory)
@@ -98,10 +102,16 @@ class PartWriter:
         (self.directory / _PARTS).mkdir(parents=True, exist_ok=True)
         self._pending: list[StoredPart] = []
         self._n_pending = 0
+        self._next = len(self.part_files()) if first_part is None else int(first_part)
 
     def part_files(self) -> list[Path]:
-        """The finished parts, in the order they were written."""
+        """The finished parts, in part-number order (part k holds chunk k of the items in their embedding order)."""
         return sorted((self.directory / _PARTS).glob("part-*.npz"))
+
+    def missing_parts(self, n_parts: int) -> list[int]:
+        """The numbers below ``n_parts`` of the parts not written yet (chunk k of the items is part k)."""
+        have = {int(f.stem.removeprefix("part-")) for f in self.part_files()}
+        return [k for k in range(n_parts) if k not in have]
 
     def done_ids(self) -> np.ndarray:
         """Ids (sorted, int64) of every item in a finished part: a resumed run skips them."""
@@ -124,14 +134,18 @@ class PartWriter:
                 on_part()
 
     def _write(self, part: StoredPart) -> None:
-        n = len(self.part_files())
-        _save_part(self.directory / _PARTS / f"part-{n:05d}.npz", part)
+        _save_part(self.directory / _PARTS / f"part-{self._next:05d}.npz", part)
+        self._next += 1
 
-    def finish(self) -> GalleryStore:
-        """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
+    def flush(self) -> None:
+        """Write the buffered rows (fewer than ``chunk_size``: the last chunk) as one part; no ``store.json``."""
         if self._n_pending:
             self._write(_concat(self._pending))
             self._pending, self._n_pending = [], 0
+
+    def finish(self) -> GalleryStore:
+        """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
+        self.flush()
         files = self.part_files()
         if not files:
             raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the gallery source is empty")

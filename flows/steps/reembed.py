@@ -38,6 +38,7 @@ from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
+from flows.cluster_spec import check_cluster
 from flows.data import GallerySource, evaluation_source, open_corpus
 from flows.params import Params
 from flows.specs import gallery_store
@@ -193,6 +194,7 @@ def plan_backfill(
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
     gallery_store(params, ws.home).check()  # known, installed, reachable: before anything is embedded
+    check_cluster(params)  # a scheduler that answers
     with ws.lineage(params, readonly=True) as store:
         return _plan(params, ws, store, target, fraction, order, seed, force)
 

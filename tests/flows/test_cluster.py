@@ -178,3 +178,20 @@ def test_a_worker_that_cannot_load_the_model_fails_the_backfill_in_one_line_nami
         and "\n" not in msg
     )
     assert _live_rows(home, params).digest() == before
+
+
+def test_a_scheduler_that_does_not_answer_or_a_bad_address_is_one_line_at_plan_time(tmp_path):
+    from components.errors import ConfigError
+    from flows.cluster_spec import check_cluster
+    from tests.helpers import write_params
+
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    p = write_params(tmp_path / "params.yaml", [f"backfill.cluster={address}"])
+    with pytest.raises(ConfigError) as err:
+        check_cluster(p)
+    assert str(err.value) == (
+        f"the Dask scheduler at {address} (backfill.cluster) does not answer (Connection refused); start it (`dask "
+        "scheduler`, then `dask worker <address>` on each machine) or set backfill.cluster: local"
+    )
+    with pytest.raises(ConfigError, match=r"backfill\.cluster: String should match pattern"):
+        load_params(tmp_path / "params.yaml", ["backfill.cluster=my-cluster:8786"])

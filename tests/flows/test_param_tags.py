@@ -59,6 +59,7 @@ OLD_ALIGNED_ONLY = {
 OLD_NEVER = {
     "tracking.mlflow_uri",
     *(f"backfill.{k}" for k in ("restart_zeta", "chunk_size", "throttle_seconds", "order")),
+    *(f"backfill.{k}" for k in ("cluster", "workers", "threads", "chunks_per_task")),  # issue 30: where chunks run
     *(f"{s}.{k}" for s, k in OLD_NOT_SHAPING),
     "lineage.db_url",
     "schedule.cron",

@@ -21,7 +21,7 @@ from bctflow.shell import (
     parse_params,
     report_finished,
 )
-from components.errors import BctflowError
+from components.errors import BctflowError, ConfigError
 from flows.env import configure_environment
 from flows.lock import BACKFILL, workspace_lock
 from flows.params import Params, apply_overrides
@@ -276,6 +276,9 @@ def bench_scale(
     workers: int | None = typer.Option(
         None, "--workers", help="DataLoader worker processes for the corpus (default: params gallery.workers)"
     ),
+    workers_sweep: str | None = typer.Option(
+        None, "--workers-sweep", help="also a full backfill on a Dask cluster of each worker count, e.g. 1,2"
+    ),
 ) -> None:
     """The production-gallery path at N items: embed, index, search, backfill (killed and resumed), evaluate."""
     from benchmarks.scale import run_scale
@@ -290,11 +293,25 @@ def bench_scale(
             chunk_size=chunk_size,
             epochs=epochs,
             workers=workers,
+            workers_sweep=_counts(workers_sweep),
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:
         fail(err)
     console.print(f"report: {md}")
+
+
+def _counts(text: str | None) -> list[int] | None:
+    """``--workers-sweep 1,2`` as worker counts (one line naming the problem for anything else)."""
+    if text is None:
+        return None
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        fail(ConfigError(f"--workers-sweep {text!r} is not a list of worker counts; write e.g. --workers-sweep 1,2"))
+    return counts
 
 
 def _demo_flows(params: Params) -> dict:

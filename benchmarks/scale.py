@@ -29,6 +29,8 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
   (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
+* with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
+  (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """
@@ -54,6 +56,7 @@ import yaml
 from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
 from benchmarks.scale_corpus import build_scale_corpus
+from benchmarks.scale_workers import workers_sweep as workers_sweep_run
 from components.data.catalog import load_dataset
 from components.data.sources import WebDatasetSource
 from components.indexing import GalleryIndex
@@ -72,8 +75,9 @@ __all__ = ["run_scale"]
 _BARE_ITEMS = 40_000  # items timed for embed_vs_bare
 
 
-def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable[[], bool] | None = None) -> dict:
-    """Run ``bctflow ARGS`` as a child; returns its wall seconds, peak RSS (MB) and whether it was killed."""
+def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable[[int], bool] | None = None) -> dict:
+    """Run ``bctflow ARGS`` as a child; returns its wall seconds, peak RSS (MB) and whether it was killed
+    (``kill_when(pid)``, asked twice a second, may act on the child's processes and says whether to kill it)."""
     cmd = [sys.executable, "-m", "bctflow.cli", *args]
     log("$ bctflow " + " ".join(args))
     t0 = time.perf_counter()
@@ -84,7 +88,7 @@ def _bctflow(args: list[str], log: Callable[[str], None], *, kill_when: Callable
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if kill_when is not None and not killed and kill_when():
+            if kill_when is not None and not killed and kill_when(proc.pid):
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
             time.sleep(0.5)
@@ -231,6 +235,7 @@ def run_scale(
     chunk_size: int = 8192,
     epochs: int = 2,
     workers: int | None = None,
+    workers_sweep: list[int] | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the scale path at ``items`` items; write ``out/scale.json`` and ``out/report.md``. Returns the md."""
@@ -250,6 +255,7 @@ def run_scale(
         "profile": profile,
         "workers": raw["gallery"]["workers"],
         "epochs": epochs,
+        "workers_sweep": ",".join(map(str, workers_sweep or [])) or None,
     }
     g0 = _bctflow(["run", *common, "--generation", "g0"], log)
     res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
@@ -271,7 +277,7 @@ def run_scale(
     work_corpus = GalleryVersion(home / "backfills" / "in_progress").corpus_store / "parts"
     half = items // chunk_size // 2
 
-    def past_half() -> bool:
+    def past_half(_pid: int) -> bool:
         return work_corpus.is_dir() and len(list(work_corpus.glob("part-*.npz"))) >= max(1, half)
 
     killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=past_half)
@@ -289,6 +295,8 @@ def run_scale(
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
     res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
+    if workers_sweep:
+        res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, _bctflow, _reembedded, log))
     ev = measure_exact_eval(10_000, 128)
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s
@@ -315,6 +323,8 @@ def _report(r: dict[str, Any]) -> str:
     return (
         f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}\n\n"
         f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --chunk-size {r['chunk_size']} "
-        f"--epochs {r['epochs']} --workers {r['workers']} --out DIR`\n\n"
+        f"--epochs {r['epochs']} --workers {r['workers']}"
+        + (f" --workers-sweep {r['workers_sweep']}" if r.get("workers_sweep") else "")
+        + " --out DIR`\n\n"
         "| key | value |\n|---|---|\n" + body + "\n"
     )

@@ -49,7 +49,8 @@ def _exact_top3(gallery: GalleryEmbeddings, q: np.ndarray) -> np.ndarray:
 
 
 def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreManifest:
-    """Lineage pointer, live/CURRENT, the Milvus alias and doctor agree on ``collection``; returns its manifest."""
+    """Lineage pointer (and the store, collection, rows and index it records), live/CURRENT, the Milvus alias and
+    doctor agree on ``collection``; returns its manifest."""
     ws, p = Workspace(home), load_params(params)
     with ws.lineage(p, readonly=True) as lineage:
         ptr = lineage.live_pointer()
@@ -61,6 +62,13 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     store = store_of(index_dir)
     assert store.aliased(index_dir) and store.live_collection(collection) == collection
     assert store.digest(index_dir) == ptr.index_sha256
+    # the lineage's pointer row records where the vectors live, their rows per generation and the index (rev. 0007)
+    assert (ptr.store, ptr.collection, ptr.index_params) == (
+        m.store,
+        collection,
+        {**m.params, "index_type": m.index_type},
+    )
+    assert ptr.rows_by_generation == {str(g): n for g, n in m.counts_by_generation.items()}
     rows = GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery())
     gens, n = np.unique(rows.column("stamps"), return_counts=True)
     assert store.count_by_generation(index_dir) == dict(zip(gens.tolist(), n.tolist())) == m.counts_by_generation

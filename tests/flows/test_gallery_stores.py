@@ -4,6 +4,8 @@ the store's alias, and lineage, live/CURRENT, doctor and the alias agreeing afte
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +82,13 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     return m
 
 
+def _record_rows(home: Path, rows: dict[str, int]) -> None:
+    """Overwrite the rows per generation the lineage's live pointer row recorded."""
+    with sqlite3.connect(home / "lineage.db") as db:
+        newest = "(SELECT max(id) FROM gallery_pointers)"
+        db.execute(f"UPDATE gallery_pointers SET rows_by_generation = ? WHERE id = {newest}", (json.dumps(rows),))
+
+
 def test_a_chain_of_three_generations_runs_on_a_database_store_with_lineage_alias_and_doctor_agreeing(milvus_chain):
     home, params = milvus_chain
     m = _agree(home, params, "chain_g0_v0", 0)
@@ -105,4 +114,13 @@ def test_a_backfill_on_a_database_store_writes_a_new_collection_and_moves_the_al
     what = found[0].what
     assert what.startswith(f"the {p.gallery.store} store's live alias does not name") and "live/index-v001" in what
     inspect_workspace(ws, p, repair=True)
-    _agree(home, params, "chain_g2_v1", 2)
+    m = _agree(home, params, "chain_g2_v1", 2)
+    _record_rows(home, {"2": m.count - 1})  # the lineage recorded other rows than the collection holds
+    try:
+        found = inspect_workspace(ws, p)
+    finally:
+        _record_rows(home, {"2": m.count})  # the module's workspace as it was
+    assert [f.what for f in found] == [
+        f"the live gallery ({p.gallery.store} collection chain_g2_v1) holds rows per generation {{2: {m.count}}}, "
+        f"the lineage recorded {{2: {m.count - 1}}}"
+    ]

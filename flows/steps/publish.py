@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import numpy as np
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.faults import crash_point
-from components.indexing.backend import SearchIndex, open_index, store_of
+from components.indexing.backend import SearchIndex, gallery_facts, open_index, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore, PartWriter, link_store, mix_stores
 from components.indexing.version import GalleryVersion
@@ -171,6 +172,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             model_sha256=file_sha256(model_ckpt),
             index_sha256=store_of(index_dir).digest(index_dir),
             gallery_sha256=GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
+            **asdict(gallery_facts(GalleryVersion.serving_index_of(index_dir))),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]

@@ -23,11 +23,11 @@ finished by the next command or ``bctflow doctor --repair``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from components.errors import ConfigError, IndexIntegrityError, LineageError
-from components.indexing.backend import store_of
+from components.indexing.backend import gallery_facts, store_of
 from components.indexing.version import GalleryVersion
 from flows.params import Params
 from flows.steps.reconcile import roll_forward
@@ -140,8 +140,9 @@ def rollback(
         _promotable(store, k, accepted, promote)
         _verify(k, row)
         text = f"rollback to gallery version {k} by {by}" + (f": {reason}" if reason else "")
-        copy = {f.name: getattr(row, f.name) for f in fields(PointerRecord)}
-        pointer = PointerRecord(**{**copy, "reason": text[:_REASON_CHARS], "compatible_generations": accepted})
+        # a row written before lineage revision 0007 names no store: the facts from the version's attachment
+        facts = {} if row.store else asdict(gallery_facts(GalleryVersion.serving_index_of(row.index_path)))
+        pointer = PointerRecord.of_row(row, reason=text[:_REASON_CHARS], compatible_generations=accepted, **facts)
         pointer_id = store.record_rollback(pointer, accepted, promote, by)
         roll_forward(ws, params, store)  # live/CURRENT, the store's alias, the MLflow aliases, the versions' states
     return RolledBack(current, k, int(row.generation_id), accepted, pointer_id, time.perf_counter() - started)

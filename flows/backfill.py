@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.cluster import embed_on_cluster
 from flows.cluster_spec import on_cluster, task_runner
 from flows.lock import BACKFILL, workspace_lock
+from flows.prefect_api import cluster_api
 from flows.progress import progress_bar
 from flows.steps import publish, reembed
 from flows.steps.gallery_pipeline import Embedded
@@ -81,7 +82,8 @@ def _embed(plan: BackfillPlan) -> tuple[int, int]:
     if not on_cluster(plan.params):
         return embed_task(plan)
     runner = task_runner(plan.params)
-    return _log_embedded(embed_on_cluster.with_options(task_runner=runner)(plan))
+    with cluster_api():
+        return _log_embedded(embed_on_cluster.with_options(task_runner=runner)(plan))
 
 
 @task(name="publish-index", cache_policy=NO_CACHE)

@@ -59,13 +59,13 @@ OLD_ALIGNED_ONLY = {
 OLD_NEVER = {
     "tracking.mlflow_uri",
     *(f"backfill.{k}" for k in ("restart_zeta", "chunk_size", "throttle_seconds", "order")),
-    *(f"backfill.{k}" for k in ("cluster", "workers", "threads", "chunks_per_task")),  # issue 30: where chunks run
+    *(f"backfill.{k}" for k in ("cluster", "workers", "threads", "chunks_per_task")),  # where a backfill's chunks run
     *(f"{s}.{k}" for s, k in OLD_NOT_SHAPING),
     "lineage.db_url",
     "schedule.cron",
     "schedule.timezone",
     *(f"serve.{k}" for k in ServeParams.model_fields),  # the query service's settings (added with it)
-    "gallery.keep_versions",  # was backfill.retain_versions (issue 29: every store keeps versions for rollback)
+    "gallery.keep_versions",  # was backfill.retain_versions (every store keeps versions for rollback)
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

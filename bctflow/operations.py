@@ -44,6 +44,12 @@ def backfill(
         "--force",
         help="partial backfill with a generation whose compatibility with the live gallery was not established",
     ),
+    plan_only: bool = typer.Option(
+        False,
+        "--plan",
+        help="measure and print the plan (items, predicted time and worker-hours, served mAP at each 10%); "
+        "re-embed nothing",
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
@@ -56,7 +62,8 @@ def backfill(
     p = parse_params(params, set_)
     with contextlib.ExitStack() as held:
         try:
-            report_finished(finish_interrupted(p, h))
+            if not plan_only:  # the plan writes nothing, not even a roll-forward
+                report_finished(finish_interrupted(p, h))
             plan = plan_backfill(
                 p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force
             )
@@ -65,10 +72,19 @@ def backfill(
                 more = "" if plan.kind == "full" else " (to re-embed more of it: another --fraction, --order or --seed)"
                 console.print(
                     f"backfill {done} (generation {plan.target}, {plan.kind}) is already done: the live gallery is "
-                    f"the version it published; nothing to do{more}"
+                    f"the version it published; nothing to {'plan' if plan_only else 'do'}{more}"
                 )
                 return
+            # the plan: measured on a sample in a temporary folder (nothing written, no lock taken), before any
+            # Prefect server starts, whose start-up would compete with the measurement for the CPU
+            from flows.steps.backfill_plan import forecast_backfill, forecast_lines
+
+            if plan_only:
+                for line in forecast_lines(plan, forecast_backfill(plan)):
+                    console.print(line, highlight=False, markup=False)
+                return
             held.enter_context(workspace_lock(h, BACKFILL, p.lineage.db_url))  # before the server (the flow re-enters)
+            forecast = forecast_backfill(plan)
             prefect_api(h)  # the configured server, or this command's temporary one
         except BctflowError as err:
             fail(err)
@@ -78,7 +94,7 @@ def backfill(
         console.print(
             f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
         )
-        res = finish(backfill_flow(plan, return_state=True), "backfill")
+        res = finish(backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "

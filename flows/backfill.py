@@ -22,7 +22,8 @@ from flows.cluster_spec import on_cluster, task_runner
 from flows.lock import BACKFILL, workspace_lock
 from flows.prefect_api import cluster_api
 from flows.progress import progress_bar
-from flows.steps import publish, reembed
+from flows.steps import backfill_plan, publish, reembed
+from flows.steps.backfill_plan import BackfillForecast
 from flows.steps.gallery_pipeline import Embedded
 from flows.steps.reembed import BackfillGallery, BackfillPlan
 from flows.transient import retry_condition
@@ -33,6 +34,16 @@ _WORDS = {"evaluation": "evaluation gallery", "corpus": "serving corpus"}
 def _describe(plan: BackfillPlan) -> str:
     """The galleries and items a backfill re-embeds, in words."""
     return ", ".join(f"{_WORDS[g.name]} {g.selected} of {g.total} items" for g in plan.galleries)
+
+
+@task(name="plan-backfill", cache_policy=NO_CACHE)
+def forecast_task(plan: BackfillPlan, forecast: BackfillForecast | None) -> BackfillForecast:
+    """The plan (flows/steps/backfill_plan.py), measured here unless the caller measured it, logged before anything
+    is re-embedded."""
+    forecast = forecast or backfill_plan.forecast_backfill(plan)
+    for line in backfill_plan.forecast_lines(plan, forecast):
+        get_run_logger().info("%s", line)
+    return forecast
 
 
 @task(name="start-backfill", cache_policy=NO_CACHE)
@@ -107,13 +118,16 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
 
 
 @flow(name="backfill", log_prints=True)
-def backfill(plan: BackfillPlan) -> dict[str, Any]:
-    """Re-embed (a fraction of) the live gallery with the plan's target generation."""
+def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> dict[str, Any]:
+    """Re-embed (a fraction of) the live gallery with the plan's target generation; ``forecast``: its plan, when the
+    caller measured it already (the CLI does, before its Prefect server starts)."""
     with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
+        forecast = forecast_task(plan, forecast)
         plan = start_task(plan)
         before, total = _embed(plan)
         index_dir, metrics = publish_task(plan)
-        event = switch_task(plan, index_dir, metrics)
+        # the lineage keeps the prediction beside the actual (the event's duration_s)
+        event = switch_task(plan, index_dir, metrics | backfill_plan.forecast_metrics(forecast))
     summary = {
         "event": event,
         "target": plan.target,
@@ -122,6 +136,7 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         "parts_resumed": before,
         "parts": total,
         "metrics": metrics,
+        "plan": backfill_plan.forecast_metrics(forecast),
         "index": index_dir,
     }
     lines = [
@@ -131,6 +146,10 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         f"- parts resumed from an earlier run: {before} of {total}",
         f"- index: `{index_dir}`",
         f"- retrieval: {metrics}",
+        "",
+        "```",
+        *backfill_plan.forecast_lines(plan, forecast),
+        "```",
     ]
     create_markdown_artifact("\n".join(lines) + "\n", key=f"backfill-{event}", description="bctflow backfill")
     return summary

@@ -238,6 +238,17 @@ class BackfillParams(_Strict):
     threads: RunOption[int] = Field(1, ge=1)  # torch threads per Dask worker
     #: chunks one Prefect task run embeds on the cluster (a 1B-item backfill is not a million task runs)
     chunks_per_task: RunOption[int] = Field(8, ge=1)
+    #: the plan (`bctflow backfill --plan`): items embedded per gallery to measure the rate (first batch: warm-up)
+    plan_sample: RunOption[int] = Field(2048, gt=0)
+    #: the plan names the smallest 10% step of a partial backfill whose predicted served mAP reaches it (null: none)
+    target_map: RunOption[float | None] = None
+
+    @field_validator("target_map")
+    @classmethod
+    def _a_map(cls, v: float | None) -> float | None:
+        if v is not None and not 0.0 < v <= 1.0:
+            raise ValueError(f"target_map must be in (0, 1] (got {v}); it is a served mAP@R, e.g. 0.6 (null: none)")
+        return v
 
     @model_validator(mode="before")
     @classmethod

@@ -29,7 +29,7 @@ import numpy as np
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings, read_npz
-from components.indexing.mixed import item_uncertainty, mix_galleries
+from components.indexing.mixed import item_uncertainty, mix_galleries, order_items
 from components.io import atomic_write_text, file_sha256
 
 __all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "link_store", "mix_stores"]
@@ -268,6 +268,14 @@ class GalleryStore:
             else:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)
+
+    def backfill_order(self, order: str, seed: int = 0) -> np.ndarray:
+        """Positions (N,) of the store's items in re-embedding order (:func:`~components.indexing.mixed.order_items`),
+        from the column ``order`` needs — the stored uncertainty or the generation stamps: what a partial backfill
+        of it re-embeds first."""
+        uncertainty = self.column("uncertainty") if order == "uncertainty" else None
+        stamps = self.column("stamps") if order == "oldest" else None
+        return order_items(len(self), order, seed, uncertainty=uncertainty, stamps=stamps)
 
     def load_all(self) -> StoredPart:
         """The whole store in memory (small galleries: exact evaluation)."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
+from components.evaluation.served import served_maps
 from components.faults import crash_point
 from components.indexing.backend import SearchIndex, gallery_facts, open_index, store_of
 from components.indexing.live import LivePointer
@@ -68,8 +69,9 @@ def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> Galler
 
 def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, index: SearchIndex) -> dict[str, float]:
     """Retrieval of the new ``gallery``: the target's queries on the evaluation gallery (its own after a full
-    backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart), the corpus's own labelled
-    items on the corpus; and the share of it the target embedded."""
+    backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart) — mAP, CMC@k and the served
+    mAP@R under ``serve.merge`` (``served_map[_rank]``) —, the corpus's own labelled items on the corpus; and the
+    share of it the target embedded."""
     share = float((store.column("stamps") == plan.target).mean())
     if gallery.corpus:
         return {
@@ -80,8 +82,13 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, 
     new = store.embeddings()
     own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
     queries = new if plan.kind == "full" else GalleryStore(own).embeddings()
-    metrics = gallery_metrics(queries, new) if queries.incompatibility(new) is None else {}
-    return {**metrics, "share_embedded_by_target": share}
+    if queries.incompatibility(new) is not None:
+        return {"share_embedded_by_target": share}
+    # what the query service answers over it (serve.merge), as the backfill's plan predicted it
+    old = queries if plan.kind == "full" else live_store(plan, gallery).embeddings()
+    pos = np.flatnonzero(store.column("stamps") == plan.target)
+    served = served_maps(old, queries, new, pos, (plan.params.serve.merge,))
+    return {**gallery_metrics(queries, new), **served, "share_embedded_by_target": share}
 
 
 def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:

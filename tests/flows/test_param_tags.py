@@ -66,6 +66,8 @@ OLD_NEVER = {
     "schedule.timezone",
     *(f"serve.{k}" for k in ServeParams.model_fields),  # the query service's settings (added with it)
     "gallery.keep_versions",  # was backfill.retain_versions (every store keeps versions for rollback)
+    "backfill.plan_sample",  # the backfill's plan (added with it): run options
+    "backfill.target_map",
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

@@ -195,3 +195,31 @@ def test_a_scheduler_that_does_not_answer_or_a_bad_address_is_one_line_at_plan_t
     )
     with pytest.raises(ConfigError, match=r"backfill\.cluster: String should match pattern"):
         load_params(tmp_path / "params.yaml", ["backfill.cluster=my-cluster:8786"])
+
+
+def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finished_chunk(workspace, cluster):
+    home, params = workspace
+    cmd = [sys.executable, "-m", "bctflow.cli", "backfill", "--home", str(home), "--params", str(params)]
+    cmd += ["--generation", "1", "--seed", "7", "--set", f"backfill.cluster={cluster.address}"]
+    cmd += ["--set", "backfill.chunks_per_task=1", "--set", "backfill.throttle_seconds=1.0"]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the command's own temporary server
+    parts = Workspace(home).backfills_dir / "in_progress"
+    log = cluster.tmp / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for("two finished parts", lambda: len(list(parts.glob("**/parts/part-*.npz"))) >= 2 or first.poll(), 400)
+        assert first.poll() is None, log.read_text()[-3000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    time.sleep(3)  # the workers finish the run each was writing (the scheduler lost its client)
+    kept = len(list(parts.glob("**/parts/part-*.npz")))
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    line = next(x for x in again.stdout.splitlines() if x.startswith("backfill ") and " done:" in x)
+    resumed = int(re.search(r"(\d+)/\d+ parts resumed", line).group(1))
+    assert resumed >= kept >= 2  # every chunk finished before the rerun was kept, none embedded twice
+    rows = _live_rows(home, params)
+    ids = rows.column("ids")
+    assert len(ids) == len(np.unique(ids)) and set(rows.column("stamps").tolist()) == {1}

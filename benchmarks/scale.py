@@ -29,6 +29,7 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
   (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
+  ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run;
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """
@@ -289,6 +290,7 @@ def run_scale(
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
     res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
+    res["partial_vs_full_items_per_s"] = res["partial_backfill_items_per_s"] / res["backfill_items_per_s"]
     ev = measure_exact_eval(10_000, 128)
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s

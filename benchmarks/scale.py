@@ -29,7 +29,8 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
   (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
-  ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run;
+  ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run
+  (both rates from the log lines, which leave out the start-up before the first batch: the same for 10% and 100%);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """

@@ -49,14 +49,27 @@ __all__ = ["Embedded", "check_index_recall", "corpus_metrics", "embed_gallery", 
 
 @dataclass(frozen=True)
 class Embedded:
-    """A finished part store and what this call did: ``items`` embedded now in ``seconds``, ``parts_resumed``
-    finished by an earlier run (kept), ``parts`` in all."""
+    """A finished part store and what this call did: ``items`` embedded now in ``seconds`` (the whole call),
+    ``parts_resumed`` finished by an earlier run (kept), ``parts`` in all; ``startup_s``: the seconds of the call
+    until its first batch was embedded (the model loaded, the DataLoader workers started, the first batch read)."""
 
     store: GalleryStore
     items: int
     seconds: float
     parts_resumed: int
     parts: int
+    startup_s: float = 0.0
+    first_batch: int = 0
+
+    @property
+    def items_per_s(self) -> float:
+        """The embedding rate once started: the items after the first batch over the seconds after it. The start-up
+        is the same for 10k items and 1M, so a rate that counted it would make a small (partial) backfill look
+        slower per item than a big one; a call of one batch has no such rate and gets items over seconds."""
+        after = self.items - self.first_batch
+        if after <= 0 or self.seconds <= self.startup_s:
+            return self.items / max(self.seconds, 1e-9)
+        return after / (self.seconds - self.startup_s)
 
 
 def _producer(source: GallerySource, checkpoint: Path) -> str:
@@ -86,7 +99,7 @@ def embed_gallery(
     done = writer.done_ids()
     if done.size:
         selected = selected[~np.isin(split.ids[selected], done)]
-    embedded = 0
+    embedded, startup, first = 0, 0.0, 0
     if selected.size:
         model = load_model(checkpoint)
         curvature = float(model.curvature)
@@ -97,11 +110,14 @@ def embed_gallery(
         for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
             rows = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
             writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=pause)
+            if not embedded:
+                startup, first = time.perf_counter() - t0, len(ids)
             embedded += len(ids)
             if on_batch is not None:
                 on_batch(len(ids))
     store = writer.finish()
-    return Embedded(store, embedded, time.perf_counter() - t0, resumed, len(store.part_paths()))
+    seconds = time.perf_counter() - t0
+    return Embedded(store, embedded, seconds, resumed, len(store.part_paths()), startup, first)
 
 
 def index_gallery(

@@ -12,8 +12,8 @@ from components.geometry import expmap0
 
 def test_the_backfill_log_line_gives_items_and_rate():
     line = (
-        "serving corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s; "
-        "977 of 1954 parts resumed"
+        "serving corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s "
+        "after 3.2 s of start-up; 977 of 1954 parts resumed"
     )
     out = f"noise\n12:00:01 | INFO | Task run 'embed-parts' - {line}\n"
     assert _reembedded(out) == (500288, 2664.0)

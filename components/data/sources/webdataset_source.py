@@ -225,18 +225,11 @@ class WebDatasetSource(ImageSource):
             )
         selection = np.asarray(selection, dtype=np.int64)
         selection = selection[np.lexsort((self.index.offset[selection], self.index.shard[selection]))]
-        shard = self.index.shard[selection]
-        shards, starts = np.unique(shard, return_index=True)  # sorted: shard order
-        bounds = [*starts.tolist(), len(selection)]
-        picks = [
-            ShardPick(
-                str(self.path / self.index.shards[s]),
-                self.index.offset[rows],
-                self.index.labels[rows],
-                self.index.ids[rows],
-            )
-            for s, rows in ((s, selection[bounds[k] : bounds[k + 1]]) for k, s in enumerate(shards.tolist()))
-        ]
+        shards, starts = np.unique(self.index.shard[selection], return_index=True)  # sorted: shard order
+        picks = []
+        for s, rows in zip(shards.tolist(), np.split(selection, starts[1:])):
+            url = str(self.path / self.index.shards[s])
+            picks.append(ShardPick(url, self.index.offset[rows], self.index.labels[rows], self.index.ids[rows]))
         if opts.shuffle:
             picks = [picks[k] for k in np.random.default_rng(epoch_seed(opts.seed, opts.epoch)).permutation(len(picks))]
         stream = ShardStream(

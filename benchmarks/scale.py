@@ -29,13 +29,15 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   finished parts (expected), the chunk size (at most lost); ``backfill_items_per_s``: the rerun's own embedding rate
   (its log line); ``peak_rss_mb``: the larger peak RSS of the killed and the resumed backfill;
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
-* with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
-  (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
+  ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run
+  (both rates from the log lines, which leave out the start-up before the first batch: the same for 10% and 100%);
 * ``plan_*``: that partial backfill's plan (``bctflow backfill --plan``, which it logs before it starts) against
   what it then took: ``plan_predicted_s`` / ``plan_actual_s``, the embedding phase (every gallery's re-embedding:
   predicted from the rate measured on a sample; actual from its log lines, items ÷ items/s);
   ``plan_predicted_total_s`` (embedding + the index builds, as the live version's took) / ``plan_actual_total_s``
   (the whole command's wall seconds, Prefect's start-up included, which the plan does not predict);
+* with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
+  (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """
@@ -301,6 +303,7 @@ def run_scale(
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
     res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
+    res["partial_vs_full_items_per_s"] = res["partial_backfill_items_per_s"] / res["backfill_items_per_s"]
     res.update(_plan_vs_actual(partial["out"]), plan_actual_total_s=partial["seconds"])
     if workers_sweep:
         res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, _bctflow, _reembedded, log))
@@ -326,17 +329,19 @@ def _reembedded(output: str) -> tuple[int, float]:
 
 def _plan_vs_actual(output: str) -> dict[str, float]:
     """The plan a backfill logged before it started (``predicted wall time T s (embedding E s + …``) and its embedding
-    phase's actual seconds (each gallery's ``N of M selected items embedded now (… at R items/s``: N ÷ R)."""
+    phase's actual seconds (each gallery's ``N of M selected items embedded now (… at R items/s after S s of
+    start-up``: S + N ÷ R)."""
     plan = re.search(r"predicted wall time ([\d.]+) s \(embedding ([\d.]+) s", output)
     done = re.findall(
-        r"(?:evaluation gallery|serving corpus): (\d+) of \d+ selected items embedded now .*? at ([\d.]+) items/s",
+        r"(?:evaluation gallery|serving corpus): (\d+) of \d+ selected items embedded now .*? at ([\d.]+) items/s "
+        r"after ([\d.]+) s of start-up",
         output,
     )
     if plan is None or not done:
         raise RuntimeError("the backfill logged no plan or no 'embedded now' line:\n" + output[-2000:])
-    return {
+    return {  # the actual embedding phase: each gallery's start-up + its items at its rate (the plan predicts both)
         "plan_predicted_s": float(plan[2]),
-        "plan_actual_s": sum(int(n) / float(r) for n, r in done if float(r) > 0),
+        "plan_actual_s": sum(float(s) + int(n) / float(r) for n, r, s in done if float(r) > 0),
         "plan_predicted_total_s": float(plan[1]),
     }
 

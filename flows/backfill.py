@@ -66,12 +66,14 @@ def _log_embedded(done: list[tuple[BackfillGallery, Embedded]]) -> tuple[int, in
     log = get_run_logger()
     for gallery, e in done:
         log.info(
-            "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s; %d of %d parts resumed",
+            "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s after %.1f s of start-up; "
+            "%d of %d parts resumed",
             _WORDS[gallery.name],
             e.items,
             gallery.selected,
             gallery.selected - e.items,
-            e.items / max(e.seconds, 1e-9),
+            e.items_per_s,
+            e.startup_s,
             e.parts_resumed,
             e.parts,
         )

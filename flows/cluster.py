@@ -112,9 +112,13 @@ def embed_on_cluster(plan: BackfillPlan) -> list[tuple[BackfillGallery, Embedded
             parts = r.parts(plan.chunk_size)
             name = f"embed-{gallery.name}-parts-{parts.start}-{parts.stop - 1}"
             futures.append(embed_chunks.with_options(task_run_name=name).submit(plan, gallery, r, sha256))
-        items = 0
+        items, startup, first = 0, 0.0, 0
         for future in as_completed(futures):
-            items += future.result()  # a ClusterError: one line, raised here
+            n = future.result()  # a ClusterError: one line, raised here
+            if not items:  # the first run answered: the cluster's start-up (workers loading the model) is behind
+                startup, first = time.perf_counter() - t0, n
+            items += n
         store = finish_parts(plan.params, Path(out))
-        done.append((gallery, Embedded(store, items, time.perf_counter() - t0, resumed, len(store.part_paths()))))
+        seconds = time.perf_counter() - t0
+        done.append((gallery, Embedded(store, items, seconds, resumed, len(store.part_paths()), startup, first)))
     return done

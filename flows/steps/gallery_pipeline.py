@@ -60,14 +60,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Embedded:
-    """A finished part store and what this call did: ``items`` embedded now in ``seconds``, ``parts_resumed``
-    finished by an earlier run (kept), ``parts`` in all."""
+    """A finished part store and what this call did: ``items`` embedded now in ``seconds`` (the whole call),
+    ``parts_resumed`` finished by an earlier run (kept), ``parts`` in all; ``startup_s``: the seconds of the call
+    until its first batch was embedded (the model loaded, the DataLoader workers started, the first batch read)."""
 
     store: GalleryStore
     items: int
     seconds: float
     parts_resumed: int
     parts: int
+    startup_s: float = 0.0
+    first_batch: int = 0
+
+    @property
+    def items_per_s(self) -> float:
+        """The embedding rate once started: the items after the first batch over the seconds after it. The start-up
+        is the same for 10k items and 1M, so a rate that counted it would make a small (partial) backfill look
+        slower per item than a big one; a call of one batch has no such rate and gets items over seconds."""
+        after = self.items - self.first_batch
+        if after <= 0 or self.seconds <= self.startup_s:
+            return self.items / max(self.seconds, 1e-9)
+        return after / (self.seconds - self.startup_s)
 
 
 def _producer(source: GallerySource, checkpoint: Path) -> str:
@@ -190,13 +203,22 @@ def embed_gallery(
     there (the parts it finished are kept)."""
     t0 = time.perf_counter()
     runs, resumed = chunk_runs(p, source, checkpoint, out, positions)
+    first: list[tuple[float, int]] = []  # (seconds until the first batch was embedded, its items)
+
+    def batch(n: int) -> None:
+        if not first:
+            first.append((time.perf_counter() - t0, n))
+        if on_batch is not None:
+            on_batch(n)
+
     embedded = sum(
-        embed_run(p, source, checkpoint, out, r, generation=generation, on_batch=on_batch, throttle=throttle)
-        for r in runs
+        embed_run(p, source, checkpoint, out, r, generation=generation, on_batch=batch, throttle=throttle) for r in runs
     )
     _LOADED.clear()  # this process embeds no more with it
     store = finish_parts(p, out)
-    return Embedded(store, embedded, time.perf_counter() - t0, resumed, len(store.part_paths()))
+    startup, first_batch = first[0] if first else (0.0, 0)
+    seconds = time.perf_counter() - t0
+    return Embedded(store, embedded, seconds, resumed, len(store.part_paths()), startup, first_batch)
 
 
 def index_gallery(

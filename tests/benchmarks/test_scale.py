@@ -29,10 +29,10 @@ def test_the_backfills_logged_plan_is_set_against_its_embedding_phase():
             [
                 "  predicted wall time 61.5 s (embedding 52.0 s + index builds; Prefect start-up and the publish "
                 "checks not included), 0.0171 worker-hours on 1 worker",
-                "evaluation gallery: 1000 of 1000 selected items embedded now (0 by an earlier run) at 500 items/s after 1.5 s of "
-                "start-up; 0 of 4 parts resumed",
-                "serving corpus: 100000 of 100000 selected items embedded now (0 by an earlier run) at 2000 items/s after 2.5 s "
-                "of start-up; 0 of 13 parts resumed",
+                "evaluation gallery: 1000 of 1000 selected items embedded now (0 by an earlier run) at 500 items/s "
+                "after 1.5 s of start-up; 0 of 4 parts resumed",
+                "serving corpus: 100000 of 100000 selected items embedded now (0 by an earlier run) at 2000 "
+                "items/s after 2.5 s of start-up; 0 of 13 parts resumed",
             ]
         )
     )

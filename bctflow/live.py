@@ -67,7 +67,7 @@ def rollback(
     a generation it accepts)."""
     import getpass
 
-    from flows.steps.rollback import rollback as do_rollback
+    from flows.steps.gallery_rollback import rollback as do_rollback
     from flows.workspace import Workspace, resolve_home
 
     h = resolve_home(home)

@@ -159,12 +159,14 @@ def test_a_worker_that_cannot_load_the_model_fails_the_backfill_in_one_line_nami
     before = _live_rows(home, params).digest()
     checkpoint = Path(plan.target_checkpoint)
     kept = checkpoint.read_bytes()
+    from flows.backfill import backfill
+    from flows.steps.backfill_plan import forecast_backfill
+
+    forecast = forecast_backfill(plan)  # the plan measured before the file is damaged (it loads the model here)
     checkpoint.write_bytes(kept[: len(kept) // 2])
     try:
-        from flows.backfill import backfill
-
         with pytest.raises(ClusterError) as err:
-            backfill(plan)
+            backfill(plan, forecast)
     finally:
         checkpoint.write_bytes(kept)
     msg = str(err.value)

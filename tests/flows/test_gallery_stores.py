@@ -19,8 +19,8 @@ from components.indexing.store import GalleryStore
 from components.indexing.vectors import flip_time
 from components.indexing.version import GalleryVersion
 from flows.params import load_params
+from flows.steps.gallery_rollback import rollback
 from flows.steps.reconcile import inspect_workspace
-from flows.steps.rollback import rollback
 from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
 

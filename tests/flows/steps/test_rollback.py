@@ -1,8 +1,8 @@
-"""Rollback (flows/steps/rollback.py) on the faiss store, through the real flows: g0 embeds the gallery (version 0),
-g1 (not compatible with it) follows, a full backfill with g1 publishes version 1 and makes g1 production; the live
-gallery is pointed back and forth, gated by the production generation's queries (``promote`` names a new one), each
-move one lineage transaction that live/CURRENT, the MLflow aliases and doctor follow. Every refusal is one line and
-changes nothing. The database stores' rollbacks: tests/flows/test_gallery_stores.py.
+"""Rollback (flows/steps/gallery_rollback.py) on the faiss store, through the real flows: g0 embeds the gallery
+(version 0), g1 (not compatible with it) follows, a full backfill with g1 publishes version 1 and makes g1
+production; the live gallery is pointed back and forth, gated by the production generation's queries (``promote``
+names a new one), each move one lineage transaction that live/CURRENT, the MLflow aliases and doctor follow. Every
+refusal is one line and changes nothing. The database stores' rollbacks: tests/flows/test_gallery_stores.py.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from components.errors import ConfigError, IndexIntegrityError
 from components.indexing.live import LivePointer
 from flows.params import load_params
 from flows.steps.commit import PRODUCTION_ALIAS
+from flows.steps.gallery_rollback import rollback
 from flows.steps.reconcile import inspect_workspace
-from flows.steps.rollback import rollback
 from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation, write_params
 

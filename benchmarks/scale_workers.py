@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from flows.workspace import Workspace
@@ -49,17 +50,9 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 
 def _live_corpus(home: Path) -> GalleryStore:
-    pointer = Workspace(home).live_dir / "CURRENT"
-    index = GalleryVersion.serving_index_of(_index_of(pointer))
+    """The part store the live gallery version serves from (its corpus)."""
+    index = LivePointer(Workspace(home).live_dir).pointer()["index"]  # paths resolved by the pointer
     return GalleryStore(GalleryVersion.of_index(index).serving().gallery)
-
-
-def _index_of(pointer: Path) -> Path:
-    import json
-
-    body = json.loads(pointer.read_text())
-    path = Path(body["index"])
-    return path if path.is_absolute() else (pointer.parent / path).resolve()
 
 
 def workers_sweep(

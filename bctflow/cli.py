@@ -2,13 +2,13 @@
 
 Each command parses params.yaml once and, for a generation or a backfill, makes
 the run's one plan before any Prefect server starts, so bad input fails fast
-and writes nothing. The commands live in :mod:`bctflow.generations` and
-:mod:`bctflow.operations`; importing them registers them on the app.
+and writes nothing. The commands live in :mod:`bctflow.generations`,
+:mod:`bctflow.live` and :mod:`bctflow.operations`; importing them registers them on the app.
 """
 
 from __future__ import annotations
 
-from bctflow import generations, operations, serve, stages  # noqa: F401 (registers the commands)
+from bctflow import generations, live, operations, serve, stages  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError

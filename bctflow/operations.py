@@ -1,4 +1,4 @@
-"""Commands that operate a workspace: backfill, promote, db-upgrade, schedule, and the benchmarks."""
+"""Commands that operate a workspace: backfill, db-upgrade, schedule, and the benchmarks."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from bctflow.shell import (
     parse_params,
     report_finished,
 )
-from components.errors import BctflowError
+from components.errors import BctflowError, ConfigError
 from flows.env import configure_environment
 from flows.lock import BACKFILL, workspace_lock
 from flows.params import Params, apply_overrides
@@ -44,6 +44,12 @@ def backfill(
         "--force",
         help="partial backfill with a generation whose compatibility with the live gallery was not established",
     ),
+    plan_only: bool = typer.Option(
+        False,
+        "--plan",
+        help="measure and print the plan (items, predicted time and worker-hours, served mAP at each 10%); "
+        "re-embed nothing",
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
@@ -56,7 +62,8 @@ def backfill(
     p = parse_params(params, set_)
     with contextlib.ExitStack() as held:
         try:
-            report_finished(finish_interrupted(p, h))
+            if not plan_only:  # the plan writes nothing, not even a roll-forward
+                report_finished(finish_interrupted(p, h))
             plan = plan_backfill(
                 p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force
             )
@@ -65,10 +72,19 @@ def backfill(
                 more = "" if plan.kind == "full" else " (to re-embed more of it: another --fraction, --order or --seed)"
                 console.print(
                     f"backfill {done} (generation {plan.target}, {plan.kind}) is already done: the live gallery is "
-                    f"the version it published; nothing to do{more}"
+                    f"the version it published; nothing to {'plan' if plan_only else 'do'}{more}"
                 )
                 return
+            # the plan: measured on a sample in a temporary folder (nothing written, no lock taken), before any
+            # Prefect server starts, whose start-up would compete with the measurement for the CPU
+            from flows.steps.backfill_plan import forecast_backfill, forecast_lines
+
+            if plan_only:
+                for line in forecast_lines(plan, forecast_backfill(plan)):
+                    console.print(line, highlight=False, markup=False)
+                return
             held.enter_context(workspace_lock(h, BACKFILL, p.lineage.db_url))  # before the server (the flow re-enters)
+            forecast = forecast_backfill(plan)
             prefect_api(h)  # the configured server, or this command's temporary one
         except BctflowError as err:
             fail(err)
@@ -78,48 +94,13 @@ def backfill(
         console.print(
             f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
         )
-        res = finish(backfill_flow(plan, return_state=True), "backfill")
+        res = finish(backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "
         "earlier run); "
         f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
     )
-
-
-@app.command()
-def promote(
-    generation: int = typer.Argument(..., help="generation id to serve as `production`"),
-    home: Path | None = HomeOpt,
-    params: Path = ParamsOpt,
-    force: bool = typer.Option(False, "--force", help="override a failed promotion gate (recorded in the lineage)"),
-    by: str | None = typer.Option(None, "--by", help="who promotes (default: the login name)"),
-    reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
-) -> None:
-    """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
-    import getpass
-
-    from flows.steps.promotion import promote as do_promote
-    from flows.workspace import Workspace, resolve_home
-
-    p = parse_params(params, None)
-    try:
-        res = do_promote(
-            p, Workspace(resolve_home(home)), generation, force=force, by=by or getpass.getuser(), reason=reason
-        )
-    except BctflowError as err:
-        fail(err)
-    console.print(
-        f"generation {res['generation']} (version {res['version']}) is "
-        f"production{' — FORCED past the gate' if res['forced'] else ''}; "
-        f"recorded by {res['by']} at {res['at']}"
-    )
-    if not res["live_gallery_accepts_queries"]:
-        console.print(
-            f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with "
-            "it); "
-            f"run `bctflow backfill --generation {generation}` before serving its queries"
-        )
 
 
 @app.command(name="db-upgrade")
@@ -314,6 +295,9 @@ def bench_scale(
     store: str = typer.Option(
         "faiss", "--store", help="gallery store: faiss | milvus (a Milvus Lite file) | lancedb (a folder), in --work"
     ),
+    workers_sweep: str | None = typer.Option(
+        None, "--workers-sweep", help="also a full backfill on a Dask cluster of each worker count, e.g. 1,2"
+    ),
 ) -> None:
     """The production-gallery path at N items: embed, index, search, backfill (killed and resumed), evaluate."""
     from benchmarks.scale import run_scale
@@ -329,11 +313,25 @@ def bench_scale(
             epochs=epochs,
             workers=workers,
             store=store,
+            workers_sweep=_counts(workers_sweep),
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:
         fail(err)
     console.print(f"report: {md}")
+
+
+def _counts(text: str | None) -> list[int] | None:
+    """``--workers-sweep 1,2`` as worker counts (one line naming the problem for anything else)."""
+    if text is None:
+        return None
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        fail(ConfigError(f"--workers-sweep {text!r} is not a list of worker counts; write e.g. --workers-sweep 1,2"))
+    return counts
 
 
 def _demo_flows(params: Params) -> dict:

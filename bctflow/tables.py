@@ -123,8 +123,8 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
-    """Backfill reasons, the backfills in the order they happened and the newest compatibility summary, for the
-    table's caption."""
+    """Backfill reasons, the backfills in the order they happened, where the live gallery's vectors live and the newest
+    compatibility summary, for the table's caption."""
     notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
     for b in timeline.backfills:
         restarted = "" if b.zeta_restart is None else ", ζ restarted"
@@ -132,6 +132,12 @@ def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
             f"⟲ backfill {b.event_id}: {b.kind} with g{b.to_gen} "
             f"({b.reembedded}/{b.total} items{restarted}, {b.duration_s:.0f}s)"
         )
+    live = next((g["live_gallery"] for g in gens if g.get("live_gallery")), None)
+    if live is not None and live["store"] is not None:  # recorded since lineage revision 0007
+        where = f"{live['store']} collection {live['collection']}" if live["collection"] else f"{live['store']} files"
+        rows = ", ".join(f"g{gen} {n}" for gen, n in (live["rows_by_generation"] or {}).items())
+        index = (live["index_params"] or {}).get("index_type")
+        notes.append(f"● live gallery: {where}, index {index}, rows {rows}")
     latest = next((g for g in reversed(gens) if g.get("compatibility")), None)
     if latest is not None:
         c = latest["compatibility"]["map"]

@@ -11,7 +11,7 @@ cross retrieval, f = 1 the new model's self retrieval.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +21,13 @@ from benchmarks.report import report_header, write_report_files
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import make_scenario
 from components.evaluation import COMPAT_METRICS, gallery_metrics
-from components.evaluation.retrieval import retrieval_scores
-from components.evaluation.topk import topk_metrics
+from components.evaluation.served import backfilled, served_maps
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.mixed import backfill_order, merge_by_rank, mix_galleries
+from components.indexing.mixed import backfill_order
 
 __all__ = ["FRACTIONS", "run_partial_backfill"]
 
 FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
-#: queries of the served-mAP measurement (each ranks the whole gallery twice)
-SERVED_QUERIES = 2000
 
 
 @dataclass
@@ -103,55 +100,19 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
     return old, new
 
 
-def served_maps(old: GalleryEmbeddings, new: GalleryEmbeddings, mixed: GalleryEmbeddings, pos: np.ndarray) -> dict:
-    """mAP@R of what ``bctflow serve`` answers over the mixed gallery (items at ``pos`` re-embedded by ``new``):
-    ``served_map``, new queries over every vector (``serve.merge: none``); ``served_map_rank``, each generation's
-    vectors ranked by its own query and the lists merged by rank (``serve.merge: rank``). Full-depth lists, the
-    first :data:`SERVED_QUERIES` queries, leave-one-out."""
-    geo, k = mixed.retrieval_geometry, mixed.curvature
-    nq = min(len(new), SERVED_QUERIES)
-    gallery, ids = mixed.vectors(), mixed.ids
-    is_new = np.zeros(len(mixed), dtype=bool)
-    is_new[pos] = True
-    s_new = retrieval_scores(new.vectors_against(mixed)[:nq], gallery, geo, k)
-    s_old = retrieval_scores(old.vectors_against(mixed)[:nq], gallery, geo, k)
-    plain = ids[np.argsort(-s_new, axis=1, kind="stable")]
-    merged = np.empty_like(plain)
-    for i in range(nq):
-        lists = []
-        for scores, own in ((s_new[i], is_new), (s_old[i], ~is_new)):
-            rows = np.flatnonzero(own)
-            rows = rows[np.argsort(-scores[rows], kind="stable")]
-            lists.append((scores[rows], ids[rows]))
-        merged[i] = merge_by_rank(lists, len(ids))[1]
-
-    def map_r(neighbours: np.ndarray) -> float:
-        return topk_metrics(neighbours, new.ids[:nq], new.labels[:nq], ids, mixed.labels, ks=(1,))["map@R"]
-
-    return {"served_map": map_r(plain), "served_map_rank": map_r(merged)}
-
-
 def _curve(
     old: GalleryEmbeddings, new: GalleryEmbeddings, order: np.ndarray, ks: tuple[int, ...], served: bool = False
 ) -> dict[str, list[float]]:
     """CMC@1 and mAP of ``new``'s queries at each of :data:`FRACTIONS`, the first f·N of ``order`` (N,) backfilled;
-    ``served``: also the served mAP@R without and with ``serve.merge: rank`` (:func:`served_maps`)."""
+    ``served``: also the served mAP@R without and with ``serve.merge: rank``
+    (:func:`components.evaluation.served.served_maps`)."""
     n = len(old)
     out: dict[str, list[float]] = {"cmc@1": [], "map": []}
     if served:
         out |= {"served_map": [], "served_map_rank": []}
     for f in FRACTIONS:
         pos = np.sort(order[: round(f * n)])
-        part = replace(
-            new,
-            z=new.z[pos],
-            emb=new.emb[pos],
-            clipped=new.clipped[pos],
-            logits=new.logits[pos],
-            ids=new.ids[pos],
-            labels=new.labels[pos],
-        )
-        mixed = mix_galleries(old, part, pos)
+        mixed = backfilled(old, new, pos)
         m = gallery_metrics(new, mixed, ks=ks)
         out["cmc@1"].append(m["cmc@1"])
         out["map"].append(m["map"])

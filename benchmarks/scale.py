@@ -44,8 +44,18 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   another row has too, rows without a generation stamp (or, a database store, without the model mark);
 * ``alias_flip_s``: the median of 10 moves of the store's live alias (``VectorStore.point_alias``), from the
   backfill's corpus collection to generation 0's and back (FAISS files: null, their alias is ``live/CURRENT``);
-  ``rollback_s`` is added with ``bctflow rollback``;
+  ``rollback_s``: ``bctflow rollback`` to generation 0's version and forward again, the slower of the two moves as
+  the command reports it (the lineage row, ``live/CURRENT``, the store's alias, the MLflow aliases);
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
+  ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run
+  (both rates from the log lines, which leave out the start-up before the first batch: the same for 10% and 100%);
+* ``plan_*``: that partial backfill's plan (``bctflow backfill --plan``, which it logs before it starts) against
+  what it then took: ``plan_predicted_s`` / ``plan_actual_s``, the embedding phase (every gallery's re-embedding:
+  predicted from the rate measured on a sample; actual from its log lines, items ÷ items/s);
+  ``plan_predicted_total_s`` (embedding + the index builds, as the live version's took) / ``plan_actual_total_s``
+  (the whole command's wall seconds, Prefect's start-up included, which the plan does not predict);
+* with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
+  (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """
@@ -54,6 +64,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -72,6 +83,7 @@ from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
+from benchmarks.scale_workers import workers_sweep as workers_sweep_run
 from components.data.catalog import load_dataset
 from components.data.sources import WebDatasetSource
 from components.faults import KILL_ENV
@@ -95,11 +107,12 @@ def _bctflow(
     args: list[str],
     log: Callable[[str], None],
     *,
-    kill_when: Callable[[], bool] | None = None,
+    kill_when: Callable[[int], bool] | None = None,
     kill_at: str | None = None,
 ) -> dict:
-    """Run ``bctflow ARGS`` as a child (SIGKILLed once ``kill_when()``, or by itself at the crash point ``kill_at``);
-    returns its wall seconds, peak RSS (MB), whether it was killed and its output."""
+    """Run ``bctflow ARGS`` as a child; returns its wall seconds, peak RSS (MB), whether it was killed and its
+    output. Killed by SIGKILL once ``kill_when(pid)`` (asked twice a second; it may act on the child's processes and
+    says whether to kill it), or by itself at the crash point ``kill_at``."""
     cmd = [sys.executable, "-m", "bctflow.cli", *args]
     env = {k: v for k, v in os.environ.items() if k != KILL_ENV} | ({KILL_ENV: kill_at} if kill_at else {})
     log("$ " + (f"{KILL_ENV}={kill_at} " if kill_at else "") + "bctflow " + " ".join(args))
@@ -111,7 +124,7 @@ def _bctflow(
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if kill_when is not None and not killed and kill_when():
+            if kill_when is not None and not killed and kill_when(proc.pid):
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
             time.sleep(0.5)
@@ -211,6 +224,7 @@ def run_scale(
     epochs: int = 2,
     workers: int | None = None,
     store: str = "faiss",
+    workers_sweep: list[int] | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the scale path at ``items`` items in the gallery store ``store`` (params ``gallery.store``); write
@@ -233,6 +247,7 @@ def run_scale(
         "profile": profile,
         "workers": raw["gallery"]["workers"],
         "epochs": epochs,
+        "workers_sweep": ",".join(map(str, workers_sweep or [])) or None,
     }
     g0 = _bctflow(["run", *common, "--generation", "g0"], log)
     res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
@@ -257,7 +272,7 @@ def run_scale(
     work_corpus = GalleryVersion(home / "backfills" / "in_progress").corpus_store / "parts"
     half = items // chunk_size // 2
 
-    def past_half() -> bool:
+    def past_half(_pid: int) -> bool:
         return work_corpus.is_dir() and len(list(work_corpus.glob("part-*.npz"))) >= max(1, half)
 
     killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=past_half)
@@ -271,6 +286,7 @@ def run_scale(
     res["store_write_killed"] = bool(in_write) and resumed["killed"]
     res["resume_final_reembedded"] = _reembedded(last["out"])[0] if in_write else None
     res.update(_after_resume(home))
+    res["rollback_s"] = _rollback_s(common, log)
     res["resume_expected"] = items - done
     res["resume_lost_at_most"] = chunk_size
     res["backfill_killed"] = killed["killed"]
@@ -281,6 +297,10 @@ def run_scale(
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
     res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
+    res["partial_vs_full_items_per_s"] = res["partial_backfill_items_per_s"] / res["backfill_items_per_s"]
+    res.update(_plan_vs_actual(partial["out"]), plan_actual_total_s=partial["seconds"])
+    if workers_sweep:
+        res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, _bctflow, _reembedded, log))
     ev = measure_exact_eval(10_000, 128)
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s
@@ -307,6 +327,17 @@ def _after_resume(home: Path) -> dict[str, Any]:
     }
 
 
+def _rollback_s(common: list[str], log: Callable[[str], None]) -> float:
+    """``bctflow rollback`` to generation 0's gallery version (``--promote 0``) and forward again to the backfill's
+    (``--promote 1``): the larger of the two moves' seconds as the command reports them (the lineage transaction,
+    ``live/CURRENT``, the store's alias and the MLflow aliases; not the process start-up)."""
+    seconds = []
+    for version in (0, 1):
+        out = _bctflow(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
+        seconds.append(float(re.search(r"; ([\d.]+) s", " ".join(out["out"].split()))[1]))  # lines unwrapped
+    return max(seconds)
+
+
 def _reembedded(output: str) -> tuple[int, float]:
     """(items a backfill run embedded itself, their items/s), from its log line
     ``serving corpus: N of M selected items embedded now (… at R items/s; …)``."""
@@ -317,12 +348,33 @@ def _reembedded(output: str) -> tuple[int, float]:
     raise RuntimeError("the backfill printed no 'serving corpus: … embedded now' line:\n" + output[-2000:])
 
 
+def _plan_vs_actual(output: str) -> dict[str, float]:
+    """The plan a backfill logged before it started (``predicted wall time T s (embedding E s + …``) and its embedding
+    phase's actual seconds (each gallery's ``N of M selected items embedded now (… at R items/s after S s of
+    start-up``: S + N ÷ R)."""
+    plan = re.search(r"predicted wall time ([\d.]+) s \(embedding ([\d.]+) s", output)
+    done = re.findall(
+        r"(?:evaluation gallery|serving corpus): (\d+) of \d+ selected items embedded now .*? at ([\d.]+) items/s "
+        r"after ([\d.]+) s of start-up",
+        output,
+    )
+    if plan is None or not done:
+        raise RuntimeError("the backfill logged no plan or no 'embedded now' line:\n" + output[-2000:])
+    return {  # the actual embedding phase: each gallery's start-up + its items at its rate (the plan predicts both)
+        "plan_predicted_s": float(plan[2]),
+        "plan_actual_s": sum(float(s) + int(n) / float(r) for n, r, s in done if float(r) > 0),
+        "plan_predicted_total_s": float(plan[1]),
+    }
+
+
 def _report(r: dict[str, Any]) -> str:
     rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in r.items()]
     body = "\n".join(f"| `{k}` | {v} |" for k, v in rows)
     return (
         f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}, store {r['store']}\n\n"
         f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --store {r['store']} "
-        f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']} --out DIR`\n\n"
+        f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']}"
+        + (f" --workers-sweep {r['workers_sweep']}" if r.get("workers_sweep") else "")
+        + " --out DIR`\n\n"
         "| key | value |\n|---|---|\n" + body + "\n"
     )

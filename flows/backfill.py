@@ -17,10 +17,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.cluster import embed_on_cluster
+from flows.cluster_spec import on_cluster, task_runner
 from flows.lock import BACKFILL, workspace_lock
+from flows.prefect_api import cluster_api
 from flows.progress import progress_bar
-from flows.steps import publish, reembed
-from flows.steps.reembed import BackfillPlan
+from flows.steps import backfill_plan, publish, reembed
+from flows.steps.backfill_plan import BackfillForecast
+from flows.steps.gallery_pipeline import Embedded
+from flows.steps.reembed import BackfillGallery, BackfillPlan
 from flows.transient import retry_condition
 
 _WORDS = {"evaluation": "evaluation gallery", "corpus": "serving corpus"}
@@ -29,6 +34,16 @@ _WORDS = {"evaluation": "evaluation gallery", "corpus": "serving corpus"}
 def _describe(plan: BackfillPlan) -> str:
     """The galleries and items a backfill re-embeds, in words."""
     return ", ".join(f"{_WORDS[g.name]} {g.selected} of {g.total} items" for g in plan.galleries)
+
+
+@task(name="plan-backfill", cache_policy=NO_CACHE)
+def forecast_task(plan: BackfillPlan, forecast: BackfillForecast | None) -> BackfillForecast:
+    """The plan (flows/steps/backfill_plan.py), measured here unless the caller measured it, logged before anything
+    is re-embedded."""
+    forecast = forecast or backfill_plan.forecast_backfill(plan)
+    for line in backfill_plan.forecast_lines(plan, forecast):
+        get_run_logger().info("%s", line)
+    return forecast
 
 
 @task(name="start-backfill", cache_policy=NO_CACHE)
@@ -46,25 +61,42 @@ def start_task(plan: BackfillPlan) -> BackfillPlan:
     return plan
 
 
-@task(name="embed-parts", cache_policy=NO_CACHE)
-def embed_task(plan: BackfillPlan) -> tuple[int, int]:
-    """Every gallery's selected items, embedded into parts (resumed). Returns (parts resumed, parts in all)."""
+def _log_embedded(done: list[tuple[BackfillGallery, Embedded]]) -> tuple[int, int]:
+    """One line per gallery: what its embedding did. Returns (parts resumed, parts in all)."""
     log = get_run_logger()
-    items = sum(g.selected for g in plan.galleries)
-    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
-        done = reembed.reembed(plan, advance)
     for gallery, e in done:
         log.info(
-            "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s; %d of %d parts resumed",
+            "%s: %d of %d selected items embedded now (%d by an earlier run) at %.0f items/s after %.1f s of start-up; "
+            "%d of %d parts resumed",
             _WORDS[gallery.name],
             e.items,
             gallery.selected,
             gallery.selected - e.items,
-            e.items / max(e.seconds, 1e-9),
+            e.items_per_s,
+            e.startup_s,
             e.parts_resumed,
             e.parts,
         )
     return sum(e.parts_resumed for _, e in done), sum(e.parts for _, e in done)
+
+
+@task(name="embed-parts", cache_policy=NO_CACHE)
+def embed_task(plan: BackfillPlan) -> tuple[int, int]:
+    """Every gallery's selected items, embedded into parts in this process (resumed). Returns (parts resumed, parts
+    in all)."""
+    items = sum(g.selected for g in plan.galleries)
+    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
+        return _log_embedded(reembed.reembed(plan, advance))
+
+
+def _embed(plan: BackfillPlan) -> tuple[int, int]:
+    """The embedding step: in this process, or on the Dask cluster params ``backfill.cluster`` names
+    (:mod:`flows.cluster`: a subflow whose chunk runs are task runs on the cluster)."""
+    if not on_cluster(plan.params):
+        return embed_task(plan)
+    runner = task_runner(plan.params)
+    with cluster_api():
+        return _log_embedded(embed_on_cluster.with_options(task_runner=runner)(plan))
 
 
 @task(name="publish-index", cache_policy=NO_CACHE)
@@ -88,13 +120,16 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
 
 
 @flow(name="backfill", log_prints=True)
-def backfill(plan: BackfillPlan) -> dict[str, Any]:
-    """Re-embed (a fraction of) the live gallery with the plan's target generation."""
+def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> dict[str, Any]:
+    """Re-embed (a fraction of) the live gallery with the plan's target generation; ``forecast``: its plan, when the
+    caller measured it already (the CLI does, before its Prefect server starts)."""
     with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
+        forecast = forecast_task(plan, forecast)
         plan = start_task(plan)
-        before, total = embed_task(plan)
+        before, total = _embed(plan)
         index_dir, metrics = publish_task(plan)
-        event = switch_task(plan, index_dir, metrics)
+        # the lineage keeps the prediction beside the actual (the event's duration_s)
+        event = switch_task(plan, index_dir, metrics | backfill_plan.forecast_metrics(forecast))
     summary = {
         "event": event,
         "target": plan.target,
@@ -103,6 +138,7 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         "parts_resumed": before,
         "parts": total,
         "metrics": metrics,
+        "plan": backfill_plan.forecast_metrics(forecast),
         "index": index_dir,
     }
     lines = [
@@ -112,6 +148,10 @@ def backfill(plan: BackfillPlan) -> dict[str, Any]:
         f"- parts resumed from an earlier run: {before} of {total}",
         f"- index: `{index_dir}`",
         f"- retrieval: {metrics}",
+        "",
+        "```",
+        *backfill_plan.forecast_lines(plan, forecast),
+        "```",
     ]
     create_markdown_artifact("\n".join(lines) + "\n", key=f"backfill-{event}", description="bctflow backfill")
     return summary

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.param_tags import Output
+from flows.param_tags import Output, RunOption
 
 __all__ = ["GalleryParams", "IndexParams"]
 
@@ -62,6 +62,8 @@ class GalleryParams(_Strict):
     name: Output[str] = Field("bctflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: the database store's own index options (docs/design.md §8.4); the faiss store uses params index:
     index_options: Output[dict[str, Any]] = Field(default_factory=dict)
+    #: backfilled gallery versions kept (files and store collections) for `bctflow rollback`; the live one always
+    keep_versions: RunOption[int] = Field(2, ge=1)
 
     @model_validator(mode="after")
     def _path_given(self) -> GalleryParams:

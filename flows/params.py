@@ -229,14 +229,37 @@ class BackfillParams(_Strict):
     restart_zeta: RunOption[bool] = True
     #: items per persisted chunk of every gallery embedding (resume granularity)
     chunk_size: RunOption[int] = Field(256, gt=0)
-    retain_versions: RunOption[int] = Field(2, ge=1)  # backfilled index versions kept on disk (the live one always)
     throttle_seconds: RunOption[float] = Field(0.0, ge=0.0)  # pause between chunks to spare a shared GPU / serving host
     order: RunOption[Literal["uncertainty", "random", "oldest"]] = "uncertainty"  # partial backfill: what first
+    #: where its chunks are embedded: ``local`` (this machine) or a Dask scheduler's address (``tcp://host:8786``)
+    cluster: RunOption[str] = Field("local", pattern=r"^(local|(tcp|tls|ws|wss|inproc)://\S+)$")
+    #: local: Dask worker processes on this machine (null: one, the command's own process, no cluster)
+    workers: RunOption[int | None] = Field(None, ge=1)
+    threads: RunOption[int] = Field(1, ge=1)  # torch threads per Dask worker
+    #: chunks one Prefect task run embeds on the cluster (a 1B-item backfill is not a million task runs)
+    chunks_per_task: RunOption[int] = Field(8, ge=1)
+    #: the plan (`bctflow backfill --plan`): items embedded per gallery to measure the rate (first batch: warm-up)
+    plan_sample: RunOption[int] = Field(2048, gt=0)
+    #: the plan names the smallest 10% step of a partial backfill whose predicted served mAP reaches it (null: none)
+    target_map: RunOption[float | None] = None
+
+    @field_validator("target_map")
+    @classmethod
+    def _a_map(cls, v: float | None) -> float | None:
+        if v is not None and not 0.0 < v <= 1.0:
+            raise ValueError(f"target_map must be in (0, 1] (got {v}); it is a served mAP@R, e.g. 0.6 (null: none)")
+        return v
 
     @model_validator(mode="before")
     @classmethod
     def _rules_moved(cls, data: Any) -> Any:
-        """A rule written directly under ``backfill:`` (before the rules had their own section): say where it went."""
+        """A rule written directly under ``backfill:`` (before the rules had their own section), or ``retain_versions``
+        (now ``gallery.keep_versions``): say where it went."""
+        if isinstance(data, dict) and "retain_versions" in data:
+            raise ValueError(
+                "retain_versions moved to gallery.keep_versions (the gallery versions every store keeps); write it "
+                "under `gallery:` as keep_versions (--set gallery.keep_versions=…)"
+            )
         moved = [k for k in data if k in BackfillRules.model_fields] if isinstance(data, dict) else []
         if moved:
             raise ValueError(

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from components.errors import ConfigError
 from flows.env import STARTUP_TIMEOUT_VAR, configure_environment, startup_timeout
 from registry.prefect_db import seed_prefect_database
 
-__all__ = ["STARTS", "WARM_UP", "prefect_api"]
+__all__ = ["STARTS", "WARM_UP", "cluster_api", "prefect_api"]
 
 #: starts of the temporary server before a command gives up (each waits up to the startup timeout)
 STARTS = 2
@@ -172,3 +173,18 @@ def prefect_api(home: Path) -> str:
         _check_answers(url)
         return url
     return _start_temporary_server()
+
+
+@contextlib.contextmanager
+def cluster_api() -> Iterator[None]:
+    """The API a Dask cluster's task runs report to, in the settings they carry to the workers (prefect-dask sends
+    the submitting context): the configured server, or this command's temporary one by its URL — a worker handed no
+    URL would start a temporary server of its own, and its task runs would not show in the command's flow run."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server = _server_class()()
+    if PREFECT_API_URL.value() or not server.running:
+        yield
+        return
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield

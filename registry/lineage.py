@@ -21,13 +21,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, event, func, make_url, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from components.errors import LineageError
 from registry import schema_version
+from registry.db_url import sqlite_path, sqlite_pragmas, store_label
 from registry.orm import (
     BackfillDecision,
     BackfillEvent,
@@ -45,44 +45,11 @@ from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 if TYPE_CHECKING:
     from components.evaluation.lineage_timeline import Timeline
 
-__all__ = ["LineageStore", "NoLineageError", "masked_url", "sqlite_path", "store_label"]
+__all__ = ["LineageStore", "NoLineageError"]
 
 
 class NoLineageError(LineageError):
     """A read-only open found a database without bctflow's tables."""
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file behind a ``sqlite:///path`` URL (None for other databases and in-memory SQLite)."""
-    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
-        return Path(url.removeprefix("sqlite:///"))
-    return None
-
-
-def masked_url(url: str) -> str:
-    """``url`` with its password masked, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
-def store_label(url: str) -> str:
-    """How messages name a database: the file of a SQLite URL, else the URL with its password masked."""
-    path = sqlite_path(url)
-    return str(path) if path is not None else masked_url(url)
-
-
-def _sqlite_pragmas(engine: Engine) -> None:
-    if engine.dialect.name != "sqlite":
-        return
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _: Any) -> None:  # pragma: no cover - trivial
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
 
 
 class LineageStore:
@@ -114,7 +81,7 @@ class LineageStore:
             raise LineageError(
                 f"cannot open lineage database {self.label!r} ({err}); set lineage.db_url to a valid SQLAlchemy URL"
             ) from None
-        _sqlite_pragmas(self.engine)
+        sqlite_pragmas(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         state = self._state()
         if state.kind == "empty":
@@ -342,6 +309,35 @@ class LineageStore:
             raise LineageError(
                 f"recording the backfill failed and was rolled back ({err}); the live gallery was not switched"
             ) from err
+
+    def record_rollback(self, pointer: PointerRecord, serving: list[int], promote: int | None, by: str) -> int:
+        """Point the live gallery back at an earlier version (one transaction): ``pointer`` is the new newest pointer
+        row (a copy of the version's last one); the retired generations in ``serving`` (those whose queries the
+        restored gallery accepts) serve again; ``promote``: a generation that becomes production with it. Returns
+        the pointer row's id."""
+        self._writable()
+        prev = self.production_generation_id()
+        try:
+            with self._sessions.begin() as s:
+                row = GalleryPointer(**self.paths.store_fields(GalleryPointer.__tablename__, asdict(pointer)))
+                s.add(row)
+                for g in s.scalars(select(Generation).where(Generation.id.in_(serving))):
+                    g.status = "serving"
+                    g.promoted = g.promoted or g.id == promote
+                if promote is not None:
+                    s.add(
+                        Promotion(
+                            generation_id=promote,
+                            previous_generation_id=prev,
+                            forced=False,
+                            by=by,
+                            reason=pointer.reason,
+                        )
+                    )
+                s.flush()
+                return int(row.id)
+        except SQLAlchemyError as err:
+            raise LineageError(f"recording the rollback failed and was rolled back ({err}); nothing changed") from err
 
     def commit_generation(self, bundle: GenerationBundle, before_commit: Callable[[], None] | None = None) -> None:
         """Insert everything about one generation in one transaction.

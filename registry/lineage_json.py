@@ -55,12 +55,24 @@ def _backfill(b: orm.BackfillEvent) -> dict[str, Any]:
     }
 
 
+def _live_gallery(live: orm.GalleryPointer) -> dict[str, Any]:
+    """Where the live gallery's vectors live, as its pointer row recorded them (null values: before revision 0007)."""
+    return {
+        "store": live.store,
+        "collection": live.collection,
+        "rows_by_generation": live.rows_by_generation,
+        "index_params": live.index_params,
+        "switched_at": live.switched_at.isoformat() if live.switched_at else None,
+    }
+
+
 def _roles(g: Generation, step: GenerationStep, rows: LineageRows, timeline: Timeline) -> dict[str, Any]:
     """Live gallery, accepted queries, production, promotions and backfills of one generation."""
     live = rows.live
     accepted = (live.compatible_generations or [live.generation_id]) if live is not None else []
     return {
         "live": timeline.live == g.id,
+        "live_gallery": _live_gallery(live) if live is not None and timeline.live == g.id else None,
         "live_gallery_accepts_queries": g.id in accepted,
         "compatible_with_live": step.compatible,
         "promoted": step.promoted,

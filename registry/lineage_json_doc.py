@@ -44,6 +44,16 @@ FIELDS: tuple[Field, ...] = (
     Field("parent", "int \\| null", "the generation it was aligned to (the live gallery's generation); null for 0"),
     Field("status", "str", "`serving`, or `retired` after a full backfill with a newer generation"),
     Field("live", "bool", "this generation embedded the live gallery"),
+    Field(
+        "live_gallery",
+        "object \\| null",
+        "where the live gallery's vectors live, as its newest pointer row recorded them (on the live generation only; "
+        "null elsewhere): `store` (`gallery.store`), `collection` (the store's collection / table; null for FAISS "
+        'files), `rows_by_generation` (`{"<gen id>": rows}` as written; `bctflow doctor` compares it with the '
+        "store), `index_params` (`{index_type, …its parameters}`), `switched_at` (ISO-8601 UTC); each null when "
+        "recorded before lineage revision 0007",
+        keys=("store", "collection", "rows_by_generation", "index_params", "switched_at"),
+    ),
     Field("live_gallery_accepts_queries", "bool", "the live gallery accepts this generation's queries"),
     Field(
         "compatible_with_live",
@@ -110,7 +120,7 @@ FIELDS: tuple[Field, ...] = (
         "sha256 of the model-shaping code that trained it (components/code_digest.py; null before lineage revision "
         "0004); the nightly check retrains when it changes",
     ),
-    Field("index", "str", "path of its FAISS index"),
+    Field("index", "str", "path of its index folder (FAISS files, or the attachment naming its collection / table)"),
     Field("mlflow_model", "str \\| null", "the registered model's name"),
     Field("mlflow_version", "str \\| null", "its version of that model"),
     Field("mlflow_run_id", "str \\| null", "the generation's MLflow run"),

@@ -185,6 +185,13 @@ class GalleryPointer(Base):
     #: sha256 of the version's evaluation gallery store.json, which lists every part's sha256 (revision 0006; None
     #: before it)
     gallery_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: where the serving vectors live (revision 0007; None before it): the store (params gallery.store: faiss, milvus,
+    #: lancedb …), its collection / table (None for FAISS files), rows per generation stamp as written
+    #: ({"<generation>": rows}) and the ANN index ({"index_type": …, its parameters})
+    store: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    collection: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    rows_by_generation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    index_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class BackfillEvent(Base):

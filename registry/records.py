@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
@@ -96,6 +96,26 @@ class PointerRecord:
     index_sha256: str | None = None
     #: sha256 of the version's evaluation gallery store.json (None: recorded before lineage revision 0006)
     gallery_sha256: str | None = None
+    #: the store holding the serving vectors (params gallery.store; None: recorded before lineage revision 0007)
+    store: str | None = None
+    #: its collection / table of them (None: FAISS files, or recorded before revision 0007)
+    collection: str | None = None
+    #: rows per generation stamp as written, {"<generation>": rows} (JSON keys; None: recorded before revision 0007)
+    rows_by_generation: dict[str, int] | None = None
+    #: the ANN index, {"index_type": …, its parameters} (None: recorded before revision 0007)
+    index_params: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.rows_by_generation is not None:  # the keys as the JSON column reads them back
+            self.rows_by_generation = {str(g): int(n) for g, n in self.rows_by_generation.items()}
+
+    @classmethod
+    def of_row(cls, row: Any, **changes: Any) -> PointerRecord:
+        """A copy of a ``gallery_pointers`` row (or record) — every field — with ``changes`` (e.g. a new ``reason``,
+        ``compatible_generations``). Paths as the row holds them (the store's rows: absolute, resolved)."""
+        copied = {f.name: getattr(row, f.name) for f in fields(cls)}
+        copied["compatible_generations"] = list(copied["compatible_generations"] or [row.generation_id])
+        return cls(**{**copied, **changes})
 
 
 @dataclass

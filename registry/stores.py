@@ -14,7 +14,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import ConfigError
-from registry.lineage import LineageStore, NoLineageError, masked_url, sqlite_path, store_label
+from registry.db_url import masked_url, sqlite_path, store_label
+from registry.lineage import LineageStore, NoLineageError
 from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]

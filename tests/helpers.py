@@ -166,7 +166,21 @@ def lineage_story(path):
     store.commit_generation(GenerationBundle(g1, evaluations=[EvaluationRecord(1, 0, "map", 0.6)]))
     event = BackfillRecord(0, 1, "full", 1.0, "all", 539, 539, "/live/v1/index", True, {}, datetime.now(UTC), 1.0)
     store.record_backfill(
-        event, PointerRecord(1, "/live/v1/index", "full", "/live/v1/m.pt", 1.0, [1]), [0], promote=True
+        event,
+        PointerRecord(
+            1,
+            "/live/v1/index",
+            "full",
+            "/live/v1/m.pt",
+            1.0,
+            [1],
+            store="milvus",
+            collection="demo_g1_v1",
+            rows_by_generation={1: 539},
+            index_params={"index_type": "HNSW", "M": 16},
+        ),
+        [0],
+        promote=True,
     )
     g2 = generation_record(2, 1, alignment="hbct", zeta=1.2, mlflow_version="3", mlflow_run_id="run2")
     g2.compatible_with_live = False

@@ -13,6 +13,8 @@ points the live gallery goes through :class:`VectorStore`:
   older versions;
 * :meth:`VectorStore.count_by_generation`, :meth:`VectorStore.verify`, :meth:`VectorStore.digest`;
   :meth:`VectorStore.audit` — rows, duplicate ids and unstamped rows as the store itself holds them;
+* :func:`gallery_facts` — what the lineage records of a live gallery (store, collection, rows per generation, index
+  parameters), read from the attachment whichever store built it;
 * :meth:`VectorStore.point_alias` / :meth:`VectorStore.aliased` — the store's own live alias (a Milvus alias);
   ``live/CURRENT`` (:mod:`components.indexing.live`) stays bctflow's pointer with the lineage's facts and calls it;
 * :meth:`VectorStore.drop` — retention removes an old version's vectors.
@@ -41,9 +43,11 @@ from components.plugins import Catalog
 __all__ = [
     "ATTACHMENT",
     "STORES",
+    "GalleryFacts",
     "SearchIndex",
     "StoreManifest",
     "VectorStore",
+    "gallery_facts",
     "open_index",
     "register_store",
     "store_of",
@@ -225,3 +229,33 @@ def store_of(out: Path) -> VectorStore:
 def open_index(out: str | Path) -> SearchIndex:
     """The index attached in ``out``, opened by the store that built it and verified."""
     return store_of(Path(out)).open(Path(out))
+
+
+@dataclass(frozen=True)
+class GalleryFacts:
+    """What the lineage records of the vectors a live-gallery pointer names (``gallery_pointers``, revision 0007):
+    the store that holds them (params ``gallery.store``), its collection / table (None: FAISS files, which keep the
+    vectors in the version folder), the rows per generation stamp as written, and the ANN index: ``{"index_type":
+    …, <its parameters>}``."""
+
+    store: str
+    collection: str | None
+    rows_by_generation: dict[int, int]
+    index_params: dict[str, Any]
+
+
+def gallery_facts(out: str | Path) -> GalleryFacts:
+    """The :class:`GalleryFacts` of the index attached in ``out``, whichever store built it: read from its attachment
+    (``manifest.json``), without opening the index; a store whose attachment does not list its rows per generation
+    (FAISS files: the stamps stay in the part store) counts them (:meth:`VectorStore.count_by_generation`)."""
+    out = Path(out)
+    body = _attachment(out)
+    if body is None:
+        raise IndexIntegrityError(
+            f"{out / ATTACHMENT} is missing or damaged: the index was never attached; rebuild the gallery"
+        )
+    vectors = store_of(out)
+    counts = body.get("counts_by_generation")
+    rows = {int(g): int(n) for g, n in counts.items()} if isinstance(counts, dict) else vectors.count_by_generation(out)
+    index = {**(body.get("params") or {}), "index_type": body.get("index_type")}
+    return GalleryFacts(vectors.name, body.get("collection"), rows, index)

@@ -3,9 +3,10 @@
 Every gallery — the labelled evaluation split a generation is measured on, a serving corpus of millions of items,
 the re-embedded items of a backfill — is written as it is produced, ``chunk_size`` items per part file
 (``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the generation ``stamps`` of its rows), every part
-written atomically. A killed embedding keeps every finished part; :meth:`PartWriter.done_ids` tells the resumed run
-which items to skip. ``producer.txt`` names what embedded the parts (the model's sha256, the source's fingerprint):
-parts of another producer are stale and a writer opened for a new one starts over. :meth:`PartWriter.finish` writes
+written atomically. A killed embedding keeps every finished part; :meth:`PartWriter.missing_parts` tells the
+resumed run which parts (chunk k of the items is part k) are still to write. ``producer.txt`` names what embedded
+the parts (the model's sha256, the source's fingerprint): parts of another producer are stale and a writer opened
+for a new one starts over. :meth:`PartWriter.finish` writes
 ``store.json`` (the parts in order with their counts and sha256, the geometry) last: a store without it is
 unfinished. The sha256 of ``store.json`` (:meth:`GalleryStore.digest`) therefore pins the whole gallery — the lineage
 records it for each evaluation gallery — and :meth:`GalleryStore.verify` checks the parts against it.
@@ -29,7 +30,7 @@ import numpy as np
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings, read_npz
-from components.indexing.mixed import item_uncertainty, mix_galleries
+from components.indexing.mixed import item_uncertainty, mix_galleries, order_items
 from components.io import atomic_write_text, file_sha256
 
 __all__ = ["STORE_FILE", "GalleryStore", "PartWriter", "StoredPart", "link_store", "mix_stores"]
@@ -83,7 +84,11 @@ class PartWriter:
     over. None: no check (the rows are not embedded, e.g. a mix of two stores).
     """
 
-    def __init__(self, directory: Path, chunk_size: int, producer: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, chunk_size: int, producer: str | None = None, first_part: int | None = None
+    ) -> None:
+        """``first_part``: the number of the first part this writer writes (a cluster task writing chunks
+        ``first_part…`` of a store other tasks fill beside it); None: after the parts already there."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.directory = Path(directory)
@@ -98,18 +103,16 @@ class PartWriter:
         (self.directory / _PARTS).mkdir(parents=True, exist_ok=True)
         self._pending: list[StoredPart] = []
         self._n_pending = 0
+        self._next = len(self.part_files()) if first_part is None else int(first_part)
 
     def part_files(self) -> list[Path]:
-        """The finished parts, in the order they were written."""
+        """The finished parts, in part-number order (part k holds chunk k of the items in their embedding order)."""
         return sorted((self.directory / _PARTS).glob("part-*.npz"))
 
-    def done_ids(self) -> np.ndarray:
-        """Ids (sorted, int64) of every item in a finished part: a resumed run skips them."""
-        ids = []
-        for p in self.part_files():
-            with read_npz(p) as arrays:
-                ids.append(arrays["ids"])
-        return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+    def missing_parts(self, n_parts: int) -> list[int]:
+        """The numbers below ``n_parts`` of the parts not written yet (chunk k of the items is part k)."""
+        have = {int(f.stem.removeprefix("part-")) for f in self.part_files()}
+        return [k for k in range(n_parts) if k not in have]
 
     def add(self, part: StoredPart, on_part: Callable[[], None] | None = None) -> None:
         """Buffer rows; every full ``chunk_size`` rows become one part file (``on_part()`` after each is written)."""
@@ -124,14 +127,18 @@ class PartWriter:
                 on_part()
 
     def _write(self, part: StoredPart) -> None:
-        n = len(self.part_files())
-        _save_part(self.directory / _PARTS / f"part-{n:05d}.npz", part)
+        _save_part(self.directory / _PARTS / f"part-{self._next:05d}.npz", part)
+        self._next += 1
 
-    def finish(self) -> GalleryStore:
-        """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
+    def flush(self) -> None:
+        """Write the buffered rows (fewer than ``chunk_size``: the last chunk) as one part; no ``store.json``."""
         if self._n_pending:
             self._write(_concat(self._pending))
             self._pending, self._n_pending = [], 0
+
+    def finish(self) -> GalleryStore:
+        """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
+        self.flush()
         files = self.part_files()
         if not files:
             raise IndexIntegrityError(f"no gallery parts were written to {self.directory}; the gallery source is empty")
@@ -254,6 +261,14 @@ class GalleryStore:
             else:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)
+
+    def backfill_order(self, order: str, seed: int = 0) -> np.ndarray:
+        """Positions (N,) of the store's items in re-embedding order (:func:`~components.indexing.mixed.order_items`),
+        from the column ``order`` needs — the stored uncertainty or the generation stamps: what a partial backfill
+        of it re-embeds first."""
+        uncertainty = self.column("uncertainty") if order == "uncertainty" else None
+        stamps = self.column("stamps") if order == "oldest" else None
+        return order_items(len(self), order, seed, uncertainty=uncertainty, stamps=stamps)
 
     def load_all(self) -> StoredPart:
         """The whole store in memory (small galleries: exact evaluation)."""

@@ -58,6 +58,13 @@ class GalleryVersion:
         """The version whose evaluation index is ``index_path`` (a lineage ``index_path``)."""
         return cls(Path(index_path).parent)
 
+    @property
+    def number(self) -> int:
+        """The version's number: k of ``live/index-v<k>`` (a backfill's), 0 for a generation's own folder; the
+        store's collections are named by it (``<name>_g<N>_v<k>``) and ``bctflow rollback --to`` takes it."""
+        k = self.root.name.removeprefix("index-v")
+        return int(k) if self.root.name.startswith("index-v") and k.isdigit() else 0
+
     @classmethod
     def serving_index_of(cls, index_path: str | Path) -> Path:
         """The index that answers queries for the version whose evaluation index is ``index_path``: its serving

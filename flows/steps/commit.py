@@ -11,13 +11,15 @@ is idempotent and re-done from the rows by the next command if this process dies
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from components.errors import LineageError
 from components.faults import crash_point
-from components.indexing.backend import store_of
+from components.indexing.backend import gallery_facts, store_of
 from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.planning import GenerationPlan
 from flows.steps.reconcile import roll_forward
@@ -83,12 +85,13 @@ def _record(
 
 
 def _pointer(
-    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool, index_sha256: str
+    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, compatible: bool, index_dir: Path
 ) -> PointerRecord | None:
-    """The new live pointer: generation 0 embeds the gallery (its index pinned by ``index_sha256``, the sha256 of
-    its manifest, and its evaluation gallery as the generation row pins it); a compatible generation may query it;
-    else unchanged."""
+    """The new live pointer: generation 0 embeds the gallery (its index ``index_dir``, staged, pinned by the sha256
+    of its manifest; its evaluation gallery as the generation row pins it; where its serving vectors live, read from
+    the serving index's attachment); a compatible generation may query it; else unchanged."""
     if plan.parent is None:
+        served = gallery_facts(GalleryVersion.serving_index_of(index_dir))
         return PointerRecord(
             plan.gen_id,
             record.index_path,
@@ -97,32 +100,23 @@ def _pointer(
             plan.zeta,
             [plan.gen_id],
             model_sha256=record.checkpoint_sha256,
-            index_sha256=index_sha256,
+            index_sha256=store_of(index_dir).digest(index_dir),
             gallery_sha256=record.gallery_sha256,
+            **asdict(served),
         )
     if not compatible:
         return None
     cur = store.live_pointer()
     assert cur is not None
     allowed = sorted(set(cur.compatible_generations or [cur.generation_id]) | {plan.gen_id})
-    return PointerRecord(
-        cur.generation_id,
-        cur.index_path,
-        f"generation {plan.gen_id} passed the compatibility criterion against the live gallery",
-        cur.model_checkpoint,
-        cur.zeta,
-        allowed,
-        cur.backfill_id,
-        cur.model_sha256,
-        cur.index_sha256,
-        cur.gallery_sha256,
-    )
+    reason = f"generation {plan.gen_id} passed the compatibility criterion against the live gallery"
+    return PointerRecord.of_row(cur, reason=reason, compatible_generations=allowed)
 
 
 def _bundle(
-    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, ev: Evaluation, index_sha256: str
+    plan: GenerationPlan, store: LineageStore, record: GenerationRecord, ev: Evaluation, index_dir: Path
 ) -> GenerationBundle:
-    """Everything the lineage transaction writes for the generation (``index_sha256``: its index's manifest)."""
+    """Everything the lineage transaction writes for the generation (``index_dir``: its staged index)."""
     zeta = None
     if plan.zeta is not None:
         zeta = ZetaRecord(
@@ -136,7 +130,7 @@ def _bundle(
         diagnostics=ev.diagnostics,
         zeta=zeta,
         decision=ev.decision,
-        pointer=_pointer(plan, store, record, ev.compatible, index_sha256),
+        pointer=_pointer(plan, store, record, ev.compatible, index_dir),
         compat=ev.compat,
         promotion=(store.production_generation_id(), reason) if record.promoted else None,
     )
@@ -170,8 +164,7 @@ def commit(
             reference_checkpoint_path=_final(plan, ref.checkpoint if ref else None),
             compatible_with_live=ev.compatible,
         )
-        index_dir = Path(str(gallery.index_dir))
-        bundle = _bundle(plan, store, record, ev, store_of(index_dir).digest(index_dir))
+        bundle = _bundle(plan, store, record, ev, Path(str(gallery.index_dir)))
         if plan.final_dir.exists():
             raise LineageError(
                 f"{plan.final_dir} already exists although generation {plan.gen_id} is not in the lineage; move it "

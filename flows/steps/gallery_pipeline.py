@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,25 +47,155 @@ from flows.data import GallerySource
 from flows.params import Params
 from flows.specs import collection_name, gallery_store, index_config
 
-__all__ = ["Embedded", "check_index_recall", "corpus_metrics", "embed_gallery", "index_gallery"]
+__all__ = [
+    "ChunkRun",
+    "Embedded",
+    "check_index_recall",
+    "chunk_runs",
+    "corpus_metrics",
+    "embed_gallery",
+    "embed_run",
+    "finish_parts",
+    "index_gallery",
+]
 
 
 @dataclass(frozen=True)
 class Embedded:
-    """A finished part store and what this call did: ``items`` embedded now in ``seconds``, ``parts_resumed``
-    finished by an earlier run (kept), ``parts`` in all."""
+    """A finished part store and what this call did: ``items`` embedded now in ``seconds`` (the whole call),
+    ``parts_resumed`` finished by an earlier run (kept), ``parts`` in all; ``startup_s``: the seconds of the call
+    until its first batch was embedded (the model loaded, the DataLoader workers started, the first batch read)."""
 
     store: GalleryStore
     items: int
     seconds: float
     parts_resumed: int
     parts: int
+    startup_s: float = 0.0
+    first_batch: int = 0
+
+    @property
+    def items_per_s(self) -> float:
+        """The embedding rate once started: the items after the first batch over the seconds after it. The start-up
+        is the same for 10k items and 1M, so a rate that counted it would make a small (partial) backfill look
+        slower per item than a big one; a call of one batch has no such rate and gets items over seconds."""
+        after = self.items - self.first_batch
+        if after <= 0 or self.seconds <= self.startup_s:
+            return self.items / max(self.seconds, 1e-9)
+        return after / (self.seconds - self.startup_s)
 
 
 def _producer(source: GallerySource, checkpoint: Path) -> str:
     """What embeds a store's rows: the model's bytes and the source's content at its image size."""
     split = source.split
     return f"model sha256 {file_sha256(checkpoint)}; {source.kind} {split.source.fingerprint()} at {split.image_size}px"
+
+
+@dataclass(frozen=True)
+class ChunkRun:
+    """Consecutive parts ``first``… of a part store still to write: ``positions`` (int64, in the source's split) are
+    the items they hold, in order — part ``first + i`` holds items ``i·chunk_size … (i+1)·chunk_size − 1`` of it."""
+
+    first: int
+    positions: np.ndarray
+    total: int = 0  # the parts of the whole store (the crash point ``embed.half_parts`` lies in the one past half)
+
+    def parts(self, chunk_size: int) -> range:
+        return range(self.first, self.first - (-len(self.positions) // chunk_size))
+
+
+def chunk_runs(
+    p: Params,
+    source: GallerySource,
+    checkpoint: Path,
+    out: Path,
+    positions: np.ndarray | None = None,
+    per_run: int | None = None,
+) -> tuple[list[ChunkRun], int]:
+    """What is left of embedding the items of ``source`` at ``positions`` (all when None) into the part store
+    ``out``: chunk k of the items is part k, so the parts not written yet, as runs of at most ``per_run``
+    consecutive parts (None: no limit), and how many parts an earlier run finished. Parts of another model or
+    source are stale and deleted here (call it once, before any run is embedded)."""
+    cs = p.backfill.chunk_size
+    writer = PartWriter(out, cs, producer=_producer(source, checkpoint))
+    selected = np.arange(len(source.split), dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
+    n_parts = -(-len(selected) // cs)
+    missing = writer.missing_parts(n_parts)
+    runs: list[list[int]] = []
+    for k in missing:
+        if runs and runs[-1][-1] == k - 1 and (per_run is None or len(runs[-1]) < per_run):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return [ChunkRun(r[0], selected[r[0] * cs : (r[-1] + 1) * cs], n_parts) for r in runs], n_parts - len(missing)
+
+
+#: the model a process embeds with, loaded once: (checkpoint path, its sha256) → model
+_LOADED: dict[tuple[str, str | None], Any] = {}
+
+
+def _model(checkpoint: Path, sha256: str | None) -> Any:
+    """The model at ``checkpoint``, loaded once per process (a cluster worker embeds many runs with it); with
+    ``sha256``, refused unless the file is the one the backfill planned with."""
+    key = (str(checkpoint), sha256)
+    if key not in _LOADED:
+        if sha256 is not None and file_sha256(checkpoint) != sha256:
+            raise IndexIntegrityError(
+                f"{checkpoint} is not the model this backfill planned with (sha256 differs); restore it or start "
+                "the backfill again"
+            )
+        _LOADED.clear()
+        _LOADED[key] = load_model(checkpoint)
+    return _LOADED[key]
+
+
+def embed_run(
+    p: Params,
+    source: GallerySource,
+    checkpoint: Path,
+    out: Path,
+    run: ChunkRun,
+    *,
+    generation: int,
+    sha256: str | None = None,
+    loader_workers: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    throttle: float = 0.0,
+) -> int:
+    """Embed ``run``'s items with ``checkpoint`` into its parts of ``out``, each row stamped ``generation``; other
+    runs may be written beside it at the same time (a cluster). ``loader_workers``: DataLoader processes (None: the
+    source's). Returns the items embedded."""
+    model = _model(checkpoint, sha256)
+    curvature = float(model.curvature)
+    writer = PartWriter(out, p.backfill.chunk_size, first_part=run.first)
+    loader = source.split.subset(run.positions).loader(
+        batch_size=p.train.eval_batch_size,
+        workers=source.workers if loader_workers is None else loader_workers,
+        pin_memory=cuda_available(),
+    )
+    written = [run.first]  # the part the writer writes next
+
+    def on_part() -> None:  # a part is written: the crash point after the part past half the store's items; throttle
+        if written[0] == (run.total - 1) // 2:
+            crash_point("embed.half_parts")
+        written[0] += 1
+        if throttle > 0:
+            time.sleep(throttle)
+
+    embedded = 0
+    for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
+        rows = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
+        writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=on_part)
+        embedded += len(ids)
+        if on_batch is not None:
+            on_batch(len(ids))
+    writer.flush()
+    return embedded
+
+
+def finish_parts(p: Params, out: Path) -> GalleryStore:
+    """The part store ``out`` once every run is written: ``store.json`` listing its parts (ids checked unique)."""
+    return PartWriter(out, p.backfill.chunk_size).finish()
 
 
 def embed_gallery(
@@ -79,40 +210,26 @@ def embed_gallery(
     throttle: float = 0.0,
 ) -> Embedded:
     """Embed the items of ``source`` at ``positions`` (positions in its split, all when None) with ``checkpoint``
-    into the part store ``out``, each row stamped ``generation``; resumes a store a killed run left there."""
+    into the part store ``out`` in this process, each row stamped ``generation``; resumes a store a killed run left
+    there (the parts it finished are kept)."""
     t0 = time.perf_counter()
-    writer = PartWriter(out, p.backfill.chunk_size, producer=_producer(source, checkpoint))
-    resumed = len(writer.part_files())
-    split = source.split
-    selected = np.arange(len(split), dtype=np.int64) if positions is None else np.asarray(positions, dtype=np.int64)
-    done = writer.done_ids()
-    if done.size:
-        selected = selected[~np.isin(split.ids[selected], done)]
-    embedded = 0
-    if selected.size:
-        model = load_model(checkpoint)
-        curvature = float(model.curvature)
-        loader = split.subset(selected).loader(
-            batch_size=p.train.eval_batch_size, workers=source.workers, pin_memory=cuda_available()
-        )
-        total, chunk, written = done.size + selected.size, p.backfill.chunk_size, [done.size]
+    runs, resumed = chunk_runs(p, source, checkpoint, out, positions)
+    first: list[tuple[float, int]] = []  # (seconds until the first batch was embedded, its items)
 
-        def on_part() -> None:  # a part is written: the crash point past half of the store's items, the throttle
-            before = written[0]
-            written[0] += chunk
-            if 2 * before < total <= 2 * written[0]:
-                crash_point("embed.half_parts")
-            if throttle > 0:
-                time.sleep(throttle)
+    def batch(n: int) -> None:
+        if not first:
+            first.append((time.perf_counter() - t0, n))
+        if on_batch is not None:
+            on_batch(n)
 
-        for emb, labels, ids in embed_stream(model, loader, p.train.device, p.train.precision):
-            rows = GalleryEmbeddings.from_embeddings(emb, model.spec, curvature, ids, labels)
-            writer.add(StoredPart(rows, np.full(len(ids), generation, dtype=np.int64)), on_part=on_part)
-            embedded += len(ids)
-            if on_batch is not None:
-                on_batch(len(ids))
-    store = writer.finish()
-    return Embedded(store, embedded, time.perf_counter() - t0, resumed, len(store.part_paths()))
+    embedded = sum(
+        embed_run(p, source, checkpoint, out, r, generation=generation, on_batch=batch, throttle=throttle) for r in runs
+    )
+    _LOADED.clear()  # this process embeds no more with it
+    store = finish_parts(p, out)
+    startup, first_batch = first[0] if first else (0.0, 0)
+    seconds = time.perf_counter() - t0
+    return Embedded(store, embedded, seconds, resumed, len(store.part_paths()), startup, first_batch)
 
 
 def index_gallery(

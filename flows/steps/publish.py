@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,8 +21,9 @@ import numpy as np
 
 from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
+from components.evaluation.served import served_maps
 from components.faults import crash_point
-from components.indexing.backend import SearchIndex, open_index, store_of
+from components.indexing.backend import SearchIndex, gallery_facts, open_index, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore, PartWriter, link_store, mix_stores
 from components.indexing.version import GalleryVersion
@@ -67,8 +69,9 @@ def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> Galler
 
 def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, index: SearchIndex) -> dict[str, float]:
     """Retrieval of the new ``gallery``: the target's queries on the evaluation gallery (its own after a full
-    backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart), the corpus's own labelled
-    items on the corpus; and the share of it the target embedded."""
+    backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart) — mAP, CMC@k and the served
+    mAP@R under ``serve.merge`` (``served_map[_rank]``) —, the corpus's own labelled items on the corpus; and the
+    share of it the target embedded."""
     share = float((store.column("stamps") == plan.target).mean())
     if gallery.corpus:
         return {
@@ -79,13 +82,13 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, 
     new = store.embeddings()
     own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
     queries = new if plan.kind == "full" else GalleryStore(own).embeddings()
-    metrics = gallery_metrics(queries, new) if queries.incompatibility(new) is None else {}
-    return {**metrics, "share_embedded_by_target": share}
-
-
-def _version_number(version_dir: Path) -> int:
-    """k of ``live/index-v<k>``: the version the store's collections are named by."""
-    return int(version_dir.name.removeprefix("index-v"))
+    if queries.incompatibility(new) is not None:
+        return {"share_embedded_by_target": share}
+    # what the query service answers over it (serve.merge), as the backfill's plan predicted it
+    old = queries if plan.kind == "full" else live_store(plan, gallery).embeddings()
+    pos = np.flatnonzero(store.column("stamps") == plan.target)
+    served = served_maps(old, queries, new, pos, (plan.params.serve.merge,))
+    return {**gallery_metrics(queries, new), **served, "share_embedded_by_target": share}
 
 
 def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
@@ -116,7 +119,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
             store,
             version.index(gallery.corpus),
             generation=plan.target,
-            version=_version_number(version_dir),
+            version=GalleryVersion(version_dir).number,
             corpus=gallery.corpus,
             compatible=[plan.target],
             serving=gallery.corpus == serves_corpus,
@@ -176,6 +179,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             model_sha256=file_sha256(model_ckpt),
             index_sha256=store_of(index_dir).digest(index_dir),
             gallery_sha256=GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
+            **asdict(gallery_facts(GalleryVersion.serving_index_of(index_dir))),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]
@@ -196,5 +200,5 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
                 version,
                 {"bctflow.gallery": f"live since backfill {event_id} ({plan.kind}, {plan.evaluation.selected} items)"},
             )
-    live.prune(p.backfill.retain_versions)
+    live.prune(p.gallery.keep_versions)
     return event_id

@@ -20,10 +20,11 @@ next command (:func:`roll_forward`, run before every ``run`` / ``backfill`` / ``
 :func:`inspect_workspace` (``bctflow doctor``) also reports what it does not repair on its own:
 registered versions tagged with a generation the lineage does not hold (a run killed before its
 commit; the same command reuses the version, ``doctor --repair`` deletes it), folders without
-a lineage row, checkpoints whose bytes differ from the lineage, and the MLflow artifact URIs of a copied or moved
-workspace, or an MLflow store file that is gone. Without ``repair`` it writes nothing: the lineage and the MLflow
-store are opened read-only (the URIs that any writing command rewrites are reported instead, and a missing store file
-is not created).
+a lineage row, checkpoints whose bytes differ from the lineage, live vectors that are not what their manifest says
+or whose rows per generation differ from what the lineage's pointer row recorded, and the MLflow artifact URIs of a
+copied or moved workspace, or an MLflow store file that is gone. Without ``repair`` it writes nothing: the lineage
+and the MLflow store are opened read-only (the URIs that any writing command rewrites are reported instead, and a
+missing store file is not created).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from components.errors import IndexIntegrityError
 from components.faults import crash_point
-from components.indexing.backend import store_of
+from components.indexing.backend import gallery_facts, store_of
 from components.indexing.live import LivePointer
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
@@ -120,16 +121,28 @@ def _live(ws: Workspace, store: LineageStore, repair: bool) -> list[Finding]:
 
 def _live_rows(store: LineageStore) -> list[Finding]:
     """``bctflow doctor``: the store holds the live gallery's vectors as their manifest says — rows per generation
-    stamp, width (:meth:`~components.indexing.backend.VectorStore.verify`); not repairable from the lineage."""
-    want = _pointer_fields(store)
-    if want is None:
+    stamp, width (:meth:`~components.indexing.backend.VectorStore.verify`) — and as the lineage's pointer row recorded
+    them (rows per generation, revision 0007; rows written before it recorded none); not repairable from the
+    lineage."""
+    ptr = store.live_pointer()
+    if ptr is None:
         return []
-    serving = Path(want["serving_index"])
+    serving = GalleryVersion.serving_index_of(ptr.index_path)
+    vectors = store_of(serving)
     try:
-        store_of(serving).verify(serving)
+        vectors.verify(serving)
+        # verified: the store holds the attachment's rows per generation (a database store's counts, the slow part at
+        # 100k+ rows, are taken once, by verify; FAISS files count the part store's stamps)
+        held = gallery_facts(serving).rows_by_generation
     except IndexIntegrityError as err:
         return [Finding(f"the live gallery's vectors are not what their manifest says: {err}", fix="see the message")]
-    return []
+    recorded = {int(g): int(n) for g, n in (ptr.rows_by_generation or {}).items()}
+    if ptr.rows_by_generation is None or held == recorded:
+        return []
+    where = f"{vectors.name} collection {ptr.collection}" if ptr.collection else f"{vectors.name} index {serving}"
+    what = f"the live gallery ({where}) holds rows per generation {held}, the lineage recorded {recorded}"
+    fix = f"run `bctflow backfill --generation {ptr.generation_id}` to publish a complete version, or restore the store"
+    return [Finding(what, fix=fix + " from a backup")]
 
 
 def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[Finding]:

@@ -33,11 +33,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from components.errors import ConfigError, LineageError
-from components.indexing.mixed import ORDERS, order_items
+from components.indexing.mixed import ORDERS
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from components.io import atomic_path, atomic_write_text
 from components.models import load_model, save_model
+from flows.cluster_spec import check_cluster
 from flows.data import GallerySource, evaluation_source, open_corpus
 from flows.params import Params
 from flows.specs import gallery_store
@@ -58,6 +59,7 @@ __all__ = [
     "plan_backfill",
     "reembed",
     "select_items",
+    "selected_positions",
     "start",
 ]
 
@@ -193,6 +195,7 @@ def plan_backfill(
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
     gallery_store(params, ws.home).check()  # known, installed, reachable: before anything is embedded
+    check_cluster(params)  # a scheduler that answers
     with ws.lineage(params, readonly=True) as store:
         return _plan(params, ws, store, target, fraction, order, seed, force)
 
@@ -351,23 +354,23 @@ def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryStore:
     return GalleryStore(path, generation=plan.source_generation)
 
 
-def select_items(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
+def selected_positions(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
     """Sorted positions (in its source's split) of the items of ``gallery`` this backfill re-embeds: all (full), or
-    the first ``selected`` in ``plan.order`` over the live gallery's own vectors (partial). Computed once, saved in
-    the work folder, then read back."""
+    the first ``selected`` in ``plan.order`` over the live gallery's own vectors (partial). Reads only."""
+    split = gallery_source(plan, gallery).split
+    if plan.kind == "full":
+        return np.arange(len(split), dtype=np.int64)
+    current = live_store(plan, gallery)
+    chosen = current.column("ids")[current.backfill_order(plan.order, plan.seed)[: gallery.selected]]
+    return np.sort(split.positions_of(chosen))
+
+
+def select_items(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
+    """:func:`selected_positions`, computed once, saved in the work folder, then read back."""
     saved = plan.work_dir / "selection" / f"{gallery.name}.npy"
     if saved.exists():
         return np.load(saved)
-    split = gallery_source(plan, gallery).split
-    if plan.kind == "full":
-        positions = np.arange(len(split), dtype=np.int64)
-    else:
-        current = live_store(plan, gallery)
-        uncertainty = current.column("uncertainty") if plan.order == "uncertainty" else None
-        stamps = current.column("stamps") if plan.order == "oldest" else None
-        ordered = order_items(len(current), plan.order, plan.seed, uncertainty=uncertainty, stamps=stamps)
-        chosen = current.column("ids")[ordered[: gallery.selected]]
-        positions = np.sort(split.positions_of(chosen))
+    positions = selected_positions(plan, gallery)
     saved.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(saved) as tmp, open(tmp, "wb") as fh:
         np.save(fh, positions)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.lineage import sqlite_path
+from registry.db_url import sqlite_path
 from registry.tracking.common import TAG_MAX, finite_metrics, log_batch, param_values, quiet_mlflow
 from registry.tracking.logged_model import link_version, log_embedder
 from registry.tracking.relocation import owns_tracking_store, relocate_artifacts

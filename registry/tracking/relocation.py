@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect, text
 
-from registry.lineage import sqlite_path
+from registry.db_url import sqlite_path
 
 __all__ = ["URI_COLUMNS", "owns_tracking_store", "relocate_artifacts"]
 

@@ -1,19 +1,40 @@
 """Pieces of ``bctflow bench scale`` (benchmarks/scale.py) that run without the Fashion-MNIST corpus: reading the
-backfill's own log line (the store's keys: test_scale_store.py)."""
+backfill's own log lines (its items and rate; its plan against its embedding phase). The store's keys and the cosine
+view of a Lorentz corpus: test_scale_store.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.scale import _reembedded
+from benchmarks.scale import _plan_vs_actual, _reembedded
 
 
 def test_the_backfill_log_line_gives_items_and_rate():
     line = (
-        "serving corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s; "
-        "977 of 1954 parts resumed"
+        "serving corpus: 500288 of 1000000 selected items embedded now (499712 by an earlier run) at 2664 items/s "
+        "after 3.2 s of start-up; 977 of 1954 parts resumed"
     )
     out = f"noise\n12:00:01 | INFO | Task run 'embed-parts' - {line}\n"
     assert _reembedded(out) == (500288, 2664.0)
     with pytest.raises(RuntimeError, match="no 'serving corpus"):
         _reembedded("the run printed something else")
+
+
+def test_the_backfills_logged_plan_is_set_against_its_embedding_phase():
+    out = "\n".join(
+        f"12:00:0{i} | INFO | Task run 'x' - {line}"
+        for i, line in enumerate(
+            [
+                "  predicted wall time 61.5 s (embedding 52.0 s + index builds; Prefect start-up and the publish "
+                "checks not included), 0.0171 worker-hours on 1 worker",
+                "evaluation gallery: 1000 of 1000 selected items embedded now (0 by an earlier run) at 500 items/s "
+                "after 1.5 s of start-up; 0 of 4 parts resumed",
+                "serving corpus: 100000 of 100000 selected items embedded now (0 by an earlier run) at 2000 "
+                "items/s after 2.5 s of start-up; 0 of 13 parts resumed",
+            ]
+        )
+    )
+    # each gallery's start-up + its items at its rate: 1.5 + 2 + 2.5 + 50
+    assert _plan_vs_actual(out) == {"plan_predicted_s": 52.0, "plan_actual_s": 56.0, "plan_predicted_total_s": 61.5}
+    with pytest.raises(RuntimeError, match="logged no plan"):
+        _plan_vs_actual(out.split("\n", 1)[1])

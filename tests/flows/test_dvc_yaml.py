@@ -58,7 +58,8 @@ def test_generation_0_depends_on_neither_the_alignment_nor_the_growth_of_zeta_no
     assert "alignment.method" not in g1
     for keys, own in ((g0, "generations.0"), (g1, "generations.1")):
         assert keys[-1] == own and "generations" not in keys
-        assert {"model", "index", "gallery", "train.epochs", "data.dataset"} <= set(keys)
+        assert {"model", "index", "gallery.store", "train.epochs", "data.dataset"} <= set(keys)
+        assert "gallery.keep_versions" not in keys  # retention shapes no generation
         # where the stores are, devices, process counts and a backfill's operations shape no generation
         leaked = {"train.device", "train.nproc", "train.compile", "data.root", "tracking.mlflow_uri", "backfill.order"}
         assert not leaked & set(keys)

@@ -4,9 +4,11 @@ the store's alias, and lineage, live/CURRENT, doctor and the alias agreeing afte
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,7 @@ from components.indexing.store import GalleryStore
 from components.indexing.vectors import flip_time
 from components.indexing.version import GalleryVersion
 from flows.params import load_params
+from flows.steps.gallery_rollback import rollback
 from flows.steps.reconcile import inspect_workspace
 from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
@@ -58,7 +61,8 @@ def _exact_top3(gallery: GalleryEmbeddings, q: np.ndarray) -> np.ndarray:
 
 
 def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreManifest:
-    """Lineage pointer, live/CURRENT, the Milvus alias and doctor agree on ``collection``; returns its manifest."""
+    """Lineage pointer (and the store, collection, rows and index it records), live/CURRENT, the Milvus alias and
+    doctor agree on ``collection``; returns its manifest."""
     ws, p = Workspace(home), load_params(params)
     with ws.lineage(p, readonly=True) as lineage:
         ptr = lineage.live_pointer()
@@ -70,6 +74,13 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     store = store_of(index_dir)
     assert store.aliased(index_dir) and store.live_collection(collection) == collection
     assert store.digest(index_dir) == ptr.index_sha256
+    # the lineage's pointer row records where the vectors live, their rows per generation and the index (rev. 0007)
+    assert (ptr.store, ptr.collection, ptr.index_params) == (
+        m.store,
+        collection,
+        {**m.params, "index_type": m.index_type},
+    )
+    assert ptr.rows_by_generation == {str(g): n for g, n in m.counts_by_generation.items()}
     rows = GalleryStore(GalleryVersion.of_index(index_dir).evaluation_gallery())
     gens, n = np.unique(rows.column("stamps"), return_counts=True)
     assert store.count_by_generation(index_dir) == dict(zip(gens.tolist(), n.tolist())) == m.counts_by_generation
@@ -79,6 +90,13 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     scores, _ = LivePointer(ws.live_dir).search(q, 3, query_generation=generation)
     np.testing.assert_allclose(scores, _exact_top3(whole, q), atol=1e-9)  # the scores of exact float64 search
     return m
+
+
+def _record_rows(home: Path, rows: dict[str, int]) -> None:
+    """Overwrite the rows per generation the lineage's live pointer row recorded."""
+    with sqlite3.connect(home / "lineage.db") as db:
+        newest = "(SELECT max(id) FROM gallery_pointers)"
+        db.execute(f"UPDATE gallery_pointers SET rows_by_generation = ? WHERE id = {newest}", (json.dumps(rows),))
 
 
 def test_a_chain_of_three_generations_runs_on_a_database_store_with_lineage_alias_and_doctor_agreeing(milvus_chain):
@@ -136,4 +154,28 @@ def test_a_backfill_killed_in_its_embedding_and_its_store_write_ends_with_each_i
     what = found[0].what
     assert what.startswith(f"the {p.gallery.store} store's live alias does not name") and "live/index-v001" in what
     inspect_workspace(ws, p, repair=True)
+    m = _agree(home, params, "chain_g2_v1", 2)
+    _record_rows(home, {"2": m.count - 1})  # the lineage recorded other rows than the collection holds
+    try:
+        found = inspect_workspace(ws, p)
+    finally:
+        _record_rows(home, {"2": m.count})  # the module's workspace as it was
+    assert [f.what for f in found] == [
+        f"the live gallery ({p.gallery.store} collection chain_g2_v1) holds rows per generation {{2: {m.count}}}, "
+        f"the lineage recorded {{2: {m.count - 1}}}"
+    ]
+
+
+def test_a_rollback_on_a_database_store_moves_its_alias_back_and_forth_with_the_lineage(milvus_chain):
+    """After the backfill above (version 1, generation 2 production): back to generation 0's collection, making g0
+    production with it, then forward again; the store's alias, live/CURRENT, lineage and doctor agree each time."""
+    home, params = milvus_chain
+    ws, p = Workspace(home), load_params(params)
+    with ws.lineage(p, readonly=True) as lineage:
+        assert Path(lineage.live_pointer().index_path).parent.name == "index-v001"  # the backfill test ran first
+    back = rollback(p, ws, to=0, promote=0, by="t")
+    assert (back.previous, back.version, back.generation) == (1, 0, 0)
+    _agree(home, params, "chain_g0_v0", 0)
+    forward = rollback(p, ws, promote=2, by="t")
+    assert (forward.previous, forward.version, forward.compatible_generations) == (0, 1, [2])
     _agree(home, params, "chain_g2_v1", 2)

@@ -58,12 +58,16 @@ OLD_ALIGNED_ONLY = {
 #: flows/dvc_yaml.py NEVER, with NOT_SHAPING and the sections outside SECTIONS: keys no generation stage tracks
 OLD_NEVER = {
     "tracking.mlflow_uri",
-    *(f"backfill.{k}" for k in ("restart_zeta", "chunk_size", "retain_versions", "throttle_seconds", "order")),
+    *(f"backfill.{k}" for k in ("restart_zeta", "chunk_size", "throttle_seconds", "order")),
+    *(f"backfill.{k}" for k in ("cluster", "workers", "threads", "chunks_per_task")),  # where a backfill's chunks run
     *(f"{s}.{k}" for s, k in OLD_NOT_SHAPING),
     "lineage.db_url",
     "schedule.cron",
     "schedule.timezone",
     *(f"serve.{k}" for k in ServeParams.model_fields),  # the query service's settings (added with it)
+    "gallery.keep_versions",  # was backfill.retain_versions (every store keeps versions for rollback)
+    "backfill.plan_sample",  # the backfill's plan (added with it): run options
+    "backfill.target_map",
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

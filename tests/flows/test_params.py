@@ -84,3 +84,15 @@ def test_multi_node_training_needs_a_rendezvous_endpoint(tmp_path: Path):
         load_params(path, ["train.nnodes=2"])
     p = load_params(path, ["train.nnodes=2", "train.rdzv_endpoint=node0.example:29400"])
     assert (p.train.nnodes, p.train.rdzv_endpoint) == (2, "node0.example:29400")
+
+
+def test_backfill_retain_versions_is_refused_naming_gallery_keep_versions(tmp_path: Path):
+    path = tmp_path / "params.yaml"
+    path.write_text("backfill:\n  retain_versions: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_params(path)
+    assert str(err.value) == (
+        f"invalid parameters in {path}: backfill: retain_versions moved to gallery.keep_versions (the gallery "
+        "versions every store keeps); write it under `gallery:` as keep_versions (--set gallery.keep_versions=…)"
+    )
+    assert load_params(REPO / "params.yaml", ["gallery.keep_versions=3"]).gallery.keep_versions == 3

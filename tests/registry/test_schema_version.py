@@ -127,3 +127,31 @@ def test_revision_0006_pins_each_evaluation_gallery_and_rows_before_it_read_none
     assert upgraded.live_pointer().gallery_sha256 is None  # unknown: the parts' own digests still apply
     assert upgraded.generation(0).gallery_sha256 is None
     upgraded.close()
+
+
+def test_revision_0007_records_where_the_live_vectors_live_and_rows_before_it_read_none(db_url):
+    store = LineageStore(db_url)
+    facts = {"store": "milvus", "collection": "demo_g0_v0", "rows_by_generation": {0: 539}}
+    pointer = PointerRecord(
+        0, "/i/0/index", "g0", compatible_generations=[0], index_params={"index_type": "FLAT"}, **facts
+    )
+    store.commit_generation(GenerationBundle(generation_record(0), pointer=pointer))
+    row = store.live_pointer()
+    assert (row.store, row.collection, row.rows_by_generation, row.index_params) == (
+        "milvus",
+        "demo_g0_v0",
+        {"0": 539},  # JSON object keys: the record keeps them so too
+        {"index_type": "FLAT"},
+    )
+    assert PointerRecord.of_row(row) == pointer  # every field copied (what a rollback's new pointer row starts from)
+    store.close()
+    engine = create_engine(db_url)
+    schema_version.downgrade(engine, "0006_gallery_sha256")  # the lineage as the previous bctflow wrote it
+    columns = {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
+    assert not columns & {"store", "collection", "rows_by_generation", "index_params"}
+    engine.dispose()
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == [f"migrated 0006_gallery_sha256 → {schema_version.head_revision()}"]
+    old = upgraded.live_pointer()
+    assert (old.store, old.collection, old.rows_by_generation, old.index_params) == (None, None, None, None)
+    upgraded.close()

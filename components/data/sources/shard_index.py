@@ -1,11 +1,13 @@
 """The index of a folder of WebDataset tar shards: ``index.parquet`` beside the shards.
 
 One row per sample, in shard order then order within the shard: ``shard`` (the tar's file name), ``id``,
-``label`` (-1 without a ``cls`` member) and ``position`` (the sample's number within its shard). The schema
+``label`` (-1 without a ``cls`` member), ``position`` (the sample's number within its shard) and ``offset`` (the
+byte offset in the tar of the sample's first member header, so a reader seeks straight to it). The schema
 metadata (key ``bctflow``) records every shard's size and mtime, so an index that no longer matches its shards
 is noticed and rebuilt, and the first image's channels / height / width (and class names when the writer knew
-them). A missing or stale index is rebuilt by one scan of the tars that reads only the small ``id`` / ``cls``
-members (plus the first image), and cached with an atomic write (temp file + rename).
+them). A missing or stale index (an older one without ``offset`` too) is rebuilt by one scan of the tars that
+reads only the small ``id`` / ``cls`` members (plus the first image), and cached with an atomic write (temp file +
+rename).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "load_or_build_index",
     "scan_shards",
     "shard_stats",
+    "split_member_name",
     "write_index",
 ]
 
@@ -46,13 +49,15 @@ _REWRITE = "rewrite the shard (write_webdataset) or remove it"
 @dataclass(frozen=True)
 class ShardIndex:
     """shards: tar file names in shard order; shard (N,) int64 index into ``shards``; position (N,) int64 within
-    the shard; ids / labels (N,) int64. meta: channels, height, width (of the first image), class_names, stats."""
+    the shard; ids / labels (N,) int64; offset (N,) int64 byte offset of the sample's first member header in its
+    tar. meta: channels, height, width (of the first image), class_names, stats."""
 
     shards: tuple[str, ...]
     shard: np.ndarray
     position: np.ndarray
     ids: np.ndarray
     labels: np.ndarray
+    offset: np.ndarray
     meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -104,6 +109,7 @@ def write_index(folder: Path, index: ShardIndex) -> None:
             "id": pa.array(index.ids, pa.int64()),
             "label": pa.array(index.labels, pa.int64()),
             "position": pa.array(index.position, pa.int64()),
+            "offset": pa.array(index.offset, pa.int64()),
         }
     )
     meta = {**index.meta, "shards": list(index.shards)}
@@ -122,7 +128,9 @@ def read_index(folder: Path, shards: list[Path]) -> ShardIndex | None:
     except (pa.ArrowException, OSError):
         return None  # unreadable cache: rebuilt
     meta = json.loads((table.schema.metadata or {}).get(_META_KEY, b"{}"))
-    if meta.get("stats") != shard_stats(shards) or not {"shard", "id", "label", "position"} <= set(table.column_names):
+    if meta.get("stats") != shard_stats(shards) or not {"shard", "id", "label", "position", "offset"} <= set(
+        table.column_names
+    ):
         return None
     names = [p.name for p in shards]
     lookup = {n: i for i, n in enumerate(names)}
@@ -140,11 +148,12 @@ def read_index(folder: Path, shards: list[Path]) -> ShardIndex | None:
         np.array(table.column("position").to_numpy(), dtype=np.int64),
         np.array(table.column("id").to_numpy(), dtype=np.int64),
         np.array(table.column("label").to_numpy(), dtype=np.int64),
+        np.array(table.column("offset").to_numpy(), dtype=np.int64),
         {k: v for k, v in meta.items() if k != "shards"},
     )
 
 
-def _split_name(fname: str) -> tuple[str, str] | None:
+def split_member_name(fname: str) -> tuple[str, str] | None:
     """(key, extension) of a tar member name like WebDataset's grouping: the key ends at the basename's first dot."""
     slash = fname.rfind("/") + 1
     dot = fname.find(".", slash)
@@ -158,11 +167,14 @@ def _int_member(data: bytes, shard: Path, member: str) -> int:
         raise DataError(f"member {member} of shard {shard} is {data[:20]!r}, not an integer; {_REWRITE}") from e
 
 
-def _scan_one(shard: Path, first_image: list) -> tuple[list[int], list[int]]:
-    """(ids, labels) of the samples of one shard in order; fills ``first_image`` with the first image's bytes."""
+def _scan_one(shard: Path, first_image: list) -> tuple[list[int], list[int], list[int]]:
+    """(ids, labels, offsets) of the samples of one shard in order (offset: the sample's first member header);
+    fills ``first_image`` with the first image's bytes."""
     ids: list[int] = []
     labels: list[int] = []
+    offsets: list[int] = []
     key = None
+    start = 0
     sample: dict[str, int | bool] = {}
 
     def close() -> None:
@@ -174,17 +186,18 @@ def _scan_one(shard: Path, first_image: list) -> tuple[list[int], list[int]]:
             raise DataError(f"sample {key!r} of shard {shard} has no image ({', '.join(IMAGE_KEYS)}); {_REWRITE}")
         ids.append(int(sample["id"]))
         labels.append(int(sample.get("cls", -1)))
+        offsets.append(start)
 
     try:
         with tarfile.open(shard, "r:") as tf:
             while (ti := tf.next()) is not None:
                 tf.members = []  # keep memory flat on big shards
-                parts = _split_name(ti.name) if ti.isreg() else None
+                parts = split_member_name(ti.name) if ti.isreg() else None
                 if parts is None:
                     continue
                 if parts[0] != key:
                     close()
-                    key, sample = parts[0], {}
+                    key, sample, start = parts[0], {}, ti.offset
                 ext = parts[1]
                 if ext in ("id", "cls"):
                     sample[ext] = _int_member(tf.extractfile(ti).read(), shard, ti.name)
@@ -195,17 +208,18 @@ def _scan_one(shard: Path, first_image: list) -> tuple[list[int], list[int]]:
             close()
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DataError(f"cannot read shard {shard} ({type(e).__name__}: {e}); {_REWRITE}") from e
-    return ids, labels
+    return ids, labels, offsets
 
 
 def scan_shards(shards: list[Path]) -> ShardIndex:
     """Build the index of ``shards`` by one pass over the tars, reading only the ``id`` / ``cls`` members."""
-    all_ids, all_labels, shard, position = [], [], [], []
+    all_ids, all_labels, all_offsets, shard, position = [], [], [], [], []
     first: list = []
     for s, path in enumerate(shards):
-        ids, labels = _scan_one(path, first)
+        ids, labels, offsets = _scan_one(path, first)
         all_ids += ids
         all_labels += labels
+        all_offsets += offsets
         shard.append(np.full(len(ids), s, dtype=np.int64))
         position.append(np.arange(len(ids), dtype=np.int64))
     meta: dict = {"stats": shard_stats(shards)}
@@ -218,6 +232,7 @@ def scan_shards(shards: list[Path]) -> ShardIndex:
         np.concatenate(position) if position else np.empty(0, dtype=np.int64),
         np.asarray(all_ids, dtype=np.int64),
         np.asarray(all_labels, dtype=np.int64),
+        np.asarray(all_offsets, dtype=np.int64),
         meta,
     )
 

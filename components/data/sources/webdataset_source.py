@@ -1,25 +1,29 @@
-"""Images in WebDataset tar shards, streamed with the ``webdataset`` package.
+"""Images in WebDataset tar shards, read by seeking to the selected samples.
 
 A sample is a group of tar members sharing a key: an image (``png`` / ``jpg`` / ``jpeg`` / ``webp``, or ``npy``:
 a uint8 (H, W[, C]) array), ``id`` (text integer) and optionally ``cls`` (text integer; absent → -1).
 ``len`` / ``ids`` / ``labels`` come from ``index.parquet`` (:mod:`~components.data.sources.shard_index`);
 positions are index rows (shard order, then order within the shard).
 
-``loader(positions)`` reads only the shards holding a selected item, keeps only the selected ids and decodes
-only those. Shards are split across DataLoader workers (``wds.split_by_worker``; at most one worker per shard
-read): with ``workers > 1`` batches from different workers interleave, so the order differs from ``positions``
-(every selected item still comes exactly once — use the ids), and each worker ends with its own partial batch
-(``drop_last`` drops each).
+``loader(positions)`` reads the selected items in storage order (shard by shard, and within a shard by byte
+offset, whatever the order of ``positions``): only the shards holding a selected item are opened, and in each only
+the selected samples' members are read — the reader seeks to each sample's offset from the index and reads its
+image member; labels and ids come from the index. So a 10% selection reads ~10% of the bytes, not every shard
+through. Shards are split across DataLoader workers (shard ``k`` of the reading order goes to worker
+``k mod workers``; at most one worker per shard read): with ``workers > 1`` batches from different workers
+interleave, so the order differs from storage order (every selected item still comes exactly once — use the ids),
+and each worker ends with its own partial batch (``drop_last`` drops each).
 ``shuffle``: shard order permuted by ``(seed, epoch)`` plus a sample shuffle buffer of ``shuffle_buffer`` encoded
 samples seeded by ``(seed, epoch, worker)`` — deterministic for a given number of workers. Memory stays
-bounded: tars are streamed member by member, never a whole shard decoded.
+bounded: one sample's bytes at a time (plus the shuffle buffer), never a whole shard.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import tarfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +34,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from components.data.sources.base import ImageSource, LoaderOptions, check_unique_ids, epoch_seed, worker_context
 from components.data.sources.decode import check_channels, decode_image, fit_image
-from components.data.sources.shard_index import IMAGE_KEYS, load_or_build_index
+from components.data.sources.shard_index import IMAGE_KEYS, INDEX_NAME, load_or_build_index, split_member_name
 from components.errors import DataError
 
-__all__ = ["ShardStream", "WebDatasetSource", "collate_items"]
+__all__ = ["ShardPick", "ShardStream", "WebDatasetSource", "collate_items", "read_samples"]
 
 Item = tuple[Tensor, int, int]
+#: an encoded sample: (its name ``shard:member``, the image member's bytes, label, id)
+Encoded = tuple[str, bytes, int, int]
 _HINT = "rewrite the shard (write_webdataset) or remove it and delete index.parquet to re-index"
 
 
@@ -45,60 +51,71 @@ def collate_items(items: list[Item]) -> tuple[Tensor, Tensor, Tensor]:
     return images, torch.tensor([it[1] for it in items], dtype=torch.int64), torch.tensor([it[2] for it in items])
 
 
-def _tar_error(exn: Exception) -> bool:
-    """WebDataset error handler: a broken tar stream becomes a DataError naming the shard."""
-    if isinstance(exn, DataError):
-        raise exn
-    raise DataError(f"cannot read WebDataset shard data ({type(exn).__name__}: {exn}); {_HINT}") from exn
+@dataclass(frozen=True)
+class ShardPick:
+    """The selected samples of one shard, in storage order: their byte ``offsets`` (each sample's first member
+    header, from the index), ``labels`` and ``ids`` ((n,) int64 each)."""
+
+    url: str
+    offsets: np.ndarray
+    labels: np.ndarray
+    ids: np.ndarray
 
 
-def _sample_id(sample: dict) -> int:
-    try:
-        return int(bytes(sample["id"]).decode("ascii").strip())
-    except (KeyError, UnicodeDecodeError, ValueError) as e:
-        raise DataError(
-            f"sample {sample.get('__key__')!r} of {sample.get('__url__')} has no integer .id; {_HINT}"
-        ) from e
+def _image_member(tf: tarfile.TarFile, offset: int, where: str) -> tuple[str, bytes]:
+    """(member name, bytes) of the image of the sample whose first member header is at ``offset``."""
+    key = None
+    tf.fileobj.seek(offset)
+    while True:
+        try:
+            ti = tarfile.TarInfo.fromtarfile(tf)
+        except tarfile.HeaderError as e:
+            raise DataError(f"{where} does not match its {INDEX_NAME} at byte {offset} ({e}); {_HINT}") from e
+        parts = split_member_name(ti.name) if ti.isreg() else None
+        if parts is None or (key is not None and parts[0] != key):
+            raise DataError(
+                f"{where} does not match its {INDEX_NAME} at byte {offset} (sample {key!r} has no image); {_HINT}"
+            )
+        key = parts[0]
+        if parts[1] in IMAGE_KEYS:
+            tf.fileobj.seek(ti.offset_data)
+            data = tf.fileobj.read(ti.size)
+            if len(data) != ti.size:
+                raise DataError(f"member {ti.name} of {where} is cut short; {_HINT}")
+            return ti.name, data
+        tf.fileobj.seek(tf.offset)  # past this member's data: the next header
 
 
-def _select_ids(samples: Iterator[dict], wanted: np.ndarray | None) -> Iterator[dict]:
-    """Keep the samples whose id is in the sorted array ``wanted`` (all when None); sets ``sample["__id__"]``."""
-    for sample in samples:
-        sid = _sample_id(sample)
-        if wanted is not None:
-            i = int(np.searchsorted(wanted, sid))
-            if i == len(wanted) or wanted[i] != sid:
-                continue
-        sample["__id__"] = sid
-        yield sample
+def read_samples(picks: Sequence[ShardPick]) -> Iterator[Encoded]:
+    """The selected samples of ``picks``, shard after shard, each read by seeking to its offset (only its image
+    member's bytes are read)."""
+    for pick in picks:
+        try:
+            with tarfile.open(pick.url, "r:") as tf:
+                for offset, label, sid in zip(pick.offsets.tolist(), pick.labels.tolist(), pick.ids.tolist()):
+                    name, data = _image_member(tf, offset, pick.url)
+                    yield f"{pick.url}:{name}", data, label, sid
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise DataError(f"cannot read WebDataset shard {pick.url} ({type(e).__name__}: {e}); {_HINT}") from e
 
 
 def _decode_samples(
-    samples: Iterator[dict], channels: int, image_size: int | None, native_hw: tuple[int, int] | None
+    samples: Iterator[Encoded], channels: int, image_size: int | None, native_hw: tuple[int, int] | None
 ) -> Iterator[Item]:
-    for sample in samples:
-        name = f"{sample.get('__url__')}:{sample.get('__key__')}"
-        key = next((k for k in IMAGE_KEYS if k in sample), None)
-        if key is None:
-            raise DataError(f"sample {name} has no image member ({', '.join(IMAGE_KEYS)}); {_HINT}")
-        img = decode_image(sample[key], channels=channels, name=f"{name}.{key}", hint=_HINT)
-        img = fit_image(img, image_size=image_size, native_hw=native_hw, name=f"{name}.{key}")
-        label = int(bytes(sample["cls"]).decode("ascii").strip()) if "cls" in sample else -1
-        yield img, label, sample["__id__"]
+    for name, data, label, sid in samples:
+        img = decode_image(data, channels=channels, name=name, hint=_HINT)
+        yield fit_image(img, image_size=image_size, native_hw=native_hw, name=name), label, sid
 
 
 class ShardStream(IterableDataset[Item]):
-    """The selected samples of ``urls`` (tar paths, in reading order) as ``(image (C, H, W), label, id)``.
+    """The selected samples of ``picks`` (one per shard, in reading order) as ``(image (C, H, W), label, id)``.
 
-    ``wanted``: sorted selected ids (None = every sample); ``length``: how many that is. ``shuffle_buffer`` > 0
-    shuffles samples in a buffer seeded by ``(seed, epoch, worker)``.
+    ``shuffle_buffer`` > 0 shuffles samples in a buffer seeded by ``(seed, epoch, worker)``.
     """
 
     def __init__(
         self,
-        urls: list[str],
-        wanted: np.ndarray | None,
-        length: int,
+        picks: list[ShardPick],
         *,
         channels: int,
         image_size: int | None,
@@ -107,7 +124,7 @@ class ShardStream(IterableDataset[Item]):
         seed: int = 0,
         epoch: int = 0,
     ) -> None:
-        self.urls, self.wanted, self.length = urls, wanted, length
+        self.picks, self.length = picks, sum(len(p.ids) for p in picks)
         self.channels, self.image_size, self.native_hw = channels, image_size, native_hw
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, epoch
 
@@ -116,22 +133,12 @@ class ShardStream(IterableDataset[Item]):
 
     def __iter__(self) -> Iterator[Item]:
         info = get_worker_info()
-        worker = 0 if info is None else info.id
-        shuffle = None
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        samples: Iterator[Encoded] = read_samples(self.picks[worker::workers])
         if self.shuffle_buffer > 0:
             seed = epoch_seed(self.seed, self.epoch, worker)
-            shuffle = wds.shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), seed=seed)
-        pipeline = wds.DataPipeline(
-            wds.SimpleShardList(self.urls),
-            wds.split_by_worker,
-            wds.tarfile_to_samples(handler=_tar_error),
-            functools.partial(_select_ids, wanted=self.wanted),
-            shuffle,
-            functools.partial(
-                _decode_samples, channels=self.channels, image_size=self.image_size, native_hw=self.native_hw
-            ),
-        )
-        return iter(pipeline)
+            samples = wds.shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), seed=seed)(samples)
+        return _decode_samples(samples, self.channels, self.image_size, self.native_hw)
 
 
 class WebDatasetSource(ImageSource):
@@ -216,15 +223,17 @@ class WebDatasetSource(ImageSource):
                 f"source {self.name!r} is a WebDataset stream, which distributed training (train.nproc > 1) cannot "
                 "cut into per-rank batches yet; train it with train.nproc 1, or list its images in a manifest source"
             )
-        everything = len(selection) == len(self)
-        shards = np.unique(self.index.shard[selection])  # sorted: shard order
+        selection = np.asarray(selection, dtype=np.int64)
+        selection = selection[np.lexsort((self.index.offset[selection], self.index.shard[selection]))]
+        shards, starts = np.unique(self.index.shard[selection], return_index=True)  # sorted: shard order
+        picks = []
+        for s, rows in zip(shards.tolist(), np.split(selection, starts[1:])):
+            url = str(self.path / self.index.shards[s])
+            picks.append(ShardPick(url, self.index.offset[rows], self.index.labels[rows], self.index.ids[rows]))
         if opts.shuffle:
-            shards = np.random.default_rng(epoch_seed(opts.seed, opts.epoch)).permutation(shards)
-        urls = [str(self.path / self.index.shards[s]) for s in shards]
+            picks = [picks[k] for k in np.random.default_rng(epoch_seed(opts.seed, opts.epoch)).permutation(len(picks))]
         stream = ShardStream(
-            urls,
-            None if everything else np.sort(self.index.ids[selection]),
-            len(selection),
+            picks,
             channels=self.channels,
             image_size=opts.size,
             native_hw=self.native_hw if opts.size is None else None,
@@ -232,7 +241,7 @@ class WebDatasetSource(ImageSource):
             seed=opts.seed,
             epoch=opts.epoch,
         )
-        n_workers = min(int(opts.workers), len(urls))
+        n_workers = min(int(opts.workers), len(picks))
         return DataLoader(
             stream,
             batch_size=opts.batch_size,

@@ -1,7 +1,8 @@
 """Writers: image batches → WebDataset tar shards with their index; file lists → a manifest table.
 
-Shards are ``shard-%06d.tar`` written by ``wds.ShardWriter`` (members ``<id>.<format>``, ``<id>.id`` and, for
-labelled items, ``<id>.cls``; member mtimes fixed at 0, so equal input gives byte-identical tars). Formats:
+Shards are ``shard-%06d.tar`` of ``shard_size`` samples, each written by a ``wds.TarWriter`` (members
+``<id>.<format>``, ``<id>.id`` and, for labelled items, ``<id>.cls``; member mtimes fixed at 0, so equal input gives
+byte-identical tars); the index records where each sample starts in its tar. Formats:
 ``png`` (lossless, Pillow compression level 1), ``jpg`` (quality 95, lossy) and ``npy`` (the raw uint8
 (H, W, C) array with a .npy header: no encoding cost, larger shards). ``index.parquet`` is written last,
 atomically.
@@ -99,33 +100,42 @@ def write_webdataset(
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("shard-*.tar"), out / INDEX_NAME]:
         old.unlink(missing_ok=True)
-    all_ids, all_labels, shard, position = [], [], [], []
+    all_ids, all_labels, shard, position, offset = [], [], [], [], []
     first_shape: tuple[int, ...] | None = None
-    with wds.ShardWriter(
-        str(out / SHARD_PATTERN), maxcount=shard_size, maxsize=float("inf"), verbose=0, encoder=False, mtime=0
-    ) as sink:
+    n_shards, count = 1, 0
+    sink = wds.TarWriter(str(out / (SHARD_PATTERN % 0)), encoder=False, mtime=0)
+    try:
         for batch in batches:
             images, labels, ids = _checked(*batch)
             if first_shape is None and len(images):
                 first_shape = images.shape[1:]
-            b_shard = np.empty(len(ids), dtype=np.int64)
-            b_pos = np.empty(len(ids), dtype=np.int64)
+            b_shard, b_pos, b_off = (np.empty(len(ids), dtype=np.int64) for _ in range(3))
             for i, (img, label, sid) in enumerate(zip(images, labels.tolist(), ids.tolist())):
+                if count == shard_size:
+                    sink.close()
+                    sink = wds.TarWriter(str(out / (SHARD_PATTERN % n_shards)), encoder=False, mtime=0)
+                    n_shards, count = n_shards + 1, 0
                 sample = {"__key__": str(sid), image_format: encode(img), "id": str(sid).encode()}
                 if label >= 0:
                     sample["cls"] = str(label).encode()
+                b_shard[i], b_pos[i], b_off[i] = n_shards - 1, count, sink.tarstream.offset  # where it starts
                 sink.write(sample)
-                b_shard[i], b_pos[i] = sink.shard - 1, sink.count - 1
+                count += 1
             all_ids.append(ids)
             all_labels.append(labels)
             shard.append(b_shard)
             position.append(b_pos)
+            offset.append(b_off)
+    finally:
+        sink.close()
     shards = sorted(out.glob("shard-*.tar"))
 
     def cat(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    index = ShardIndex(tuple(p.name for p in shards), cat(shard), cat(position), cat(all_ids), cat(all_labels), {})
+    index = ShardIndex(
+        tuple(p.name for p in shards), cat(shard), cat(position), cat(all_ids), cat(all_labels), cat(offset), {}
+    )
     check_unique_ids(index.ids, f"the batches written to {out}", "give every item its own id and write again")
     index.meta["stats"] = shard_stats(shards)
     if first_shape is not None:

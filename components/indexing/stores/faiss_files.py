@@ -16,8 +16,9 @@ import numpy as np
 
 from components.errors import IndexIntegrityError
 from components.indexing.backend import VectorStore, register_store
-from components.indexing.faiss_index import GalleryIndex
+from components.indexing.faiss_index import MANIFEST_FILE, GalleryIndex
 from components.indexing.index_config import IndexConfig
+from components.indexing.manifest import IndexManifest
 from components.indexing.store import GalleryStore
 
 __all__ = ["FaissFiles"]
@@ -61,8 +62,14 @@ class FaissFiles(VectorStore):
         return GalleryIndex.load(out)
 
     def count_by_generation(self, out: Path) -> dict[int, int]:
-        index = GalleryIndex.load(out)
-        stamps = _stamps_store(Path(out), index.manifest.generation).column("stamps")
+        # the manifest names the generation; the stamps are the part store's (the index file itself is not read)
+        try:
+            manifest = IndexManifest.from_json((Path(out) / MANIFEST_FILE).read_bytes())
+        except OSError as err:
+            raise IndexIntegrityError(
+                f"{Path(out) / MANIFEST_FILE} cannot be read ({err}); rebuild the index"
+            ) from None
+        stamps = _stamps_store(Path(out), manifest.generation).column("stamps")
         gens, counts = np.unique(stamps, return_counts=True)
         return {int(g): int(c) for g, c in zip(gens, counts)}
 

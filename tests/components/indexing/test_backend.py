@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from components.errors import ConfigError, IndexIntegrityError
-from components.indexing.backend import ATTACHMENT, STORES, open_index, store_of, vector_store
+from components.indexing.backend import ATTACHMENT, STORES, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import PartWriter, StoredPart
@@ -50,6 +50,9 @@ def test_faiss_files_build_attach_search_count_and_verify(tmp_path, geometry):
     assert isinstance(store, FaissFiles)
     assert store.digest(out) == file_sha256(out / ATTACHMENT)
     assert store.count_by_generation(out) == {0: 150, 1: 150}
+    facts = gallery_facts(out)  # what the lineage's pointer row records: FAISS files have no collection
+    assert (facts.store, facts.collection, facts.rows_by_generation) == ("faiss", None, {0: 150, 1: 150})
+    assert facts.index_params == {**index.manifest.params, "index_type": "flat"}
     store.verify(out)
     q = next(parts.parts()).gallery.vectors()[:5]
     _, ids = open_index(out).search(q, 1, query_generation=1)
@@ -58,3 +61,5 @@ def test_faiss_files_build_attach_search_count_and_verify(tmp_path, geometry):
     (parts.path / "parts" / "part-00002.npz").unlink()
     with pytest.raises(IndexIntegrityError):
         store.verify(out)
+    with pytest.raises(IndexIntegrityError, match=f"{tmp_path / 'nowhere' / ATTACHMENT} is missing or damaged"):
+        gallery_facts(tmp_path / "nowhere")

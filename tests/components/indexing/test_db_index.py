@@ -15,7 +15,7 @@ import pytest
 
 from components.errors import IndexIntegrityError
 from components.faults import KILL_ENV
-from components.indexing.backend import StoreManifest, open_index, store_of, vector_store
+from components.indexing.backend import GalleryFacts, StoreManifest, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import StoredPart
@@ -43,6 +43,8 @@ def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files
     m = StoreManifest.load(out)
     assert (m.store, m.count, m.counts_by_generation) == (db.name, 300, {0: 150, 1: 150})
     assert db.count_by_generation(out) == {0: 150, 1: 150}
+    name = f"t_{geometry[:3]}_g1_v0"  # the lineage records the collection, rows per generation and index it names
+    assert gallery_facts(out) == GalleryFacts(db.name, name, {0: 150, 1: 150}, {**m.params, "index_type": m.index_type})
     flat = vector_store("faiss").build(parts, tmp_path / "flat", collection="-", generation=1, config=IndexConfig())
     q = np.concatenate([p.gallery.vectors()[:7] for p in parts.parts()])
     s_db, i_db = open_index(out).search(q, 5, query_generation=1)

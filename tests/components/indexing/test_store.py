@@ -48,11 +48,11 @@ def test_writer_cuts_parts_of_chunk_size_and_the_store_streams_them_back(tmp_pat
     assert np.allclose(chunks[0][0][:, 0] ** 2 - (chunks[0][0][:, 1:] ** 2).sum(1), 1.0)
 
 
-def test_a_killed_writer_keeps_finished_parts_and_the_resumed_one_skips_their_ids(tmp_path):
+def test_a_killed_writer_keeps_finished_parts_and_the_resumed_one_writes_only_the_missing_ones(tmp_path):
     first = PartWriter(tmp_path / "s", chunk_size=4)
     first.add(_part(np.arange(0, 6), generation=1))  # one part written, 2 items still buffered: "killed" here
-    resumed = PartWriter(tmp_path / "s", chunk_size=4)
-    np.testing.assert_array_equal(resumed.done_ids(), np.arange(4))
+    resumed = PartWriter(tmp_path / "s", chunk_size=4, first_part=1)
+    assert resumed.missing_parts(3) == [1, 2]  # part 0 (items 0–3) kept
     resumed.add(_part(np.arange(4, 10), generation=1))
     store = resumed.finish()
     np.testing.assert_array_equal(np.sort(store.column("ids")), np.arange(10))
@@ -102,9 +102,9 @@ def test_parts_of_another_producer_are_stale_and_the_store_starts_over(tmp_path)
     first = PartWriter(tmp_path / "s", chunk_size=4, producer="model a")
     first.add(_part(np.arange(0, 6), generation=1))  # one part written, then "killed"
     same = PartWriter(tmp_path / "s", chunk_size=4, producer="model a")
-    np.testing.assert_array_equal(same.done_ids(), np.arange(4))  # the same model resumes
+    assert same.missing_parts(2) == [1]  # the same model resumes
     other = PartWriter(tmp_path / "s", chunk_size=4, producer="model b")  # trained again: its parts are stale
-    assert other.done_ids().size == 0 and other.part_files() == []
+    assert other.missing_parts(2) == [0, 1] and other.part_files() == []
     other.add(_part(np.arange(3), generation=2))
     store = other.finish()
     np.testing.assert_array_equal(store.column("stamps"), [2, 2, 2])

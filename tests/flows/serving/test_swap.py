@@ -12,6 +12,8 @@ from PIL import Image
 
 from components.indexing.faiss_index import INDEX_FILE, MANIFEST_FILE
 from components.indexing.live import LivePointer
+from flows.params import load_params
+from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running, wait_for
 from tests.helpers import run_backfill
 
@@ -68,6 +70,10 @@ def test_a_backfill_switch_is_noticed_and_swapped_in_and_a_mixed_gallery_is_serv
         assert "query with generation 1's model" in refused.json()["error"]
         gens = httpx.get(f"{url}/generations").json()
         assert set(gens["live_gallery"]["generation_mix"]) == {"0", "1"} and gens["image_queries_embedded_by"] == 1
+        with Workspace(home).lineage(load_params(params), readonly=True) as lineage:
+            ptr = lineage.live_pointer()
+        assert (ptr.store, ptr.collection, ptr.index_params["index_type"]) == ("faiss", None, "flat")
+        assert ptr.rows_by_generation == gens["live_gallery"]["generation_mix"]  # the lineage records the mix served
         plain = httpx.post(f"{url}/search?k=20", content=_png(), headers={"content-type": "image/png"}).json()
         assert plain["query_generation"] == 1 and plain["answered_by"]["gallery_generation"] == 1
     with running(home, params, ["serve.merge=rank"]) as url:

@@ -18,7 +18,7 @@ from components.indexing.store import GalleryStore, PartWriter
 from components.indexing.version import GalleryVersion
 from flows.data import load_splits, open_corpus
 from flows.params import load_params
-from flows.steps.gallery_pipeline import check_index_recall, embed_gallery
+from flows.steps.gallery_pipeline import Embedded, check_index_recall, embed_gallery
 from flows.workspace import Workspace
 from tests.helpers import run_backfill, run_generation, write_params
 
@@ -140,3 +140,12 @@ def test_backfills_reembed_the_corpus_partial_then_full(corpus_ws):
     assert (served.column("stamps") == 1).all() and len(served) == 300
     assert (GalleryStore(version.evaluation_gallery()).column("stamps") == 1).all()
     assert live.index().manifest.generation == 1 and live.index().ntotal == 300
+
+
+def test_the_embedding_rate_leaves_out_the_start_up():
+    """10 000 items after a first batch of 512 in 10 s, past 2 s of start-up: 1 000 items/s, whatever the start-up
+    (the same for a 10% backfill and a full one); a call of one batch has only its items over its seconds."""
+    e = Embedded(None, 10_512, 12.0, 0, 2, startup_s=2.0, first_batch=512)  # type: ignore[arg-type]
+    assert e.items_per_s == pytest.approx(1000.0)
+    one = Embedded(None, 300, 3.0, 0, 1, startup_s=2.5, first_batch=300)  # type: ignore[arg-type]
+    assert one.items_per_s == pytest.approx(100.0)

@@ -1,11 +1,14 @@
 """Rolling forward and `bctflow doctor` (flows/steps/reconcile.py): a committed generation's MLflow run that a kill
 left RUNNING (or a stop left KILLED) is ended FINISHED by the next command; `doctor` without `--repair` writes
 nothing — not the artifact URIs of a copied workspace's MLflow store, which it reports instead (`--repair` rewrites
-them), nor a missing MLflow store file, which it reports."""
+them), nor a missing MLflow store file, which it reports; live vectors whose rows per generation differ from what the
+lineage's pointer row recorded are reported with their fix."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -13,6 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bctflow.cli import app
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
 from flows.params import load_params
 from flows.steps.reconcile import finish_interrupted, inspect_workspace
 from flows.workspace import Workspace
@@ -86,3 +91,24 @@ def test_doctor_finds_live_vectors_that_are_not_what_their_manifest_says(g0, tmp
     found = [f for f in inspect_workspace(ws, params) if "live gallery's vectors" in f.what]
     assert len(found) == 1 and not found[0].repaired
     assert f"gallery part {part} is not the file" in found[0].what
+
+
+def test_the_live_pointer_records_its_vectors_and_doctor_finds_rows_the_lineage_did_not_record(g0, tmp_path):
+    params, ws = load_params(g0[1]), Workspace(_copy(g0, tmp_path))
+    with ws.lineage(params, readonly=True) as store:
+        ptr = store.live_pointer()
+    n = len(GalleryStore(GalleryVersion(ws.generation_dir(0)).evaluation_gallery()))
+    assert (ptr.store, ptr.collection, ptr.rows_by_generation) == ("faiss", None, {"0": n})  # FAISS: no collection
+    assert ptr.index_params["index_type"] == params.index.type
+    with sqlite3.connect(ws.home / "lineage.db") as db:  # the lineage recorded other rows than the store holds
+        db.execute("UPDATE gallery_pointers SET rows_by_generation = ?", (json.dumps({"0": n, "1": 7}),))
+    found = [f for f in inspect_workspace(ws, params) if "rows per generation" in f.what]
+    index = ws.generation_dir(0) / "index"
+    assert [(f.what, f.repaired, f.fix) for f in found] == [
+        (
+            f"the live gallery (faiss index {index}) holds rows per generation {{0: {n}}}, the lineage recorded "
+            f"{{0: {n}, 1: 7}}",
+            False,
+            "run `bctflow backfill --generation 0` to publish a complete version, or restore the store from a backup",
+        )
+    ]

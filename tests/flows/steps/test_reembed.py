@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
+import sqlite3
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,7 +276,8 @@ def test_reembed_resumes_from_the_parts_on_disk(work):
 def _make_legacy(ws: Workspace) -> np.ndarray:
     """Turn generation 0's folder and CURRENT into what bctflow wrote before part stores and ``serving_index``:
     ``gallery.npz`` with ``stamps.npy`` (a tenth of the items stamped 0, the rest 1, as after a partial backfill),
-    no ``serving.json``. Returns the items stamped 0, the oldest."""
+    no ``serving.json``, and pointer rows without lineage revision 0007's columns (that bctflow recorded no rows per
+    generation). Returns the items stamped 0, the oldest."""
     version = GalleryVersion(ws.generation_dir(0))
     gallery = GalleryStore(version.evaluation_store).embeddings()
     gallery.save(version.root / "gallery.npz")
@@ -287,6 +289,9 @@ def _make_legacy(ws: Workspace) -> np.ndarray:
     np.save(version.root / "stamps.npy", stamps)
     live = LivePointer(ws.live_dir)
     live.restore({k: v for k, v in live.pointer().items() if k != "serving_index"})
+    with sqlite3.connect(ws.home / "lineage.db") as db:
+        columns = ("store", "collection", "rows_by_generation", "index_params")
+        db.execute(f"UPDATE gallery_pointers SET {', '.join(f'{c} = NULL' for c in columns)}")
     return np.sort(oldest)
 
 

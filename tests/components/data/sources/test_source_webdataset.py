@@ -71,6 +71,25 @@ def test_a_subset_reads_only_its_shards(corpus, monkeypatch):
     assert sorted(items2) == sorted(ids[pos].tolist())
 
 
+def test_a_subset_reads_only_its_samples_in_storage_order(corpus, monkeypatch):
+    """A partial read seeks to the selected samples: it reads their members' headers (3 each at most: cls, id,
+    image), not every member of the shards that hold them."""
+    src, imgs, _, ids = corpus
+    headers = []
+    real = tarfile.TarInfo.fromtarfile.__func__
+
+    def spy(cls, tf):
+        headers.append(1)
+        return real(cls, tf)
+
+    monkeypatch.setattr(tarfile.TarInfo, "fromtarfile", classmethod(spy))
+    pos = np.array([45, 2, 50, 7])
+    order, items = drain(src, pos, batch_size=3)
+    assert order == ids[np.sort(pos)].tolist()  # storage order, whatever the order asked
+    assert all(torch.equal(items[ids[k]][0], chw(imgs[k])) for k in pos)
+    assert len(headers) <= 2 + 3 * len(pos)  # the 2 shards' first headers (opening), then each sample's members
+
+
 def test_shuffle_is_seeded_per_epoch(corpus):
     src, _, _, ids = corpus
     a = drain(src, batch_size=5, shuffle=True, seed=2, epoch=0)[0]
@@ -151,6 +170,38 @@ def test_a_corrupt_image_names_the_shard_and_sample(tmp_path):
     src = WebDatasetSource(folder)  # stale index (mtime changed): rebuilt
     with pytest.raises(DataError, match=r"cannot decode image .*shard-000000\.tar:2\.png .*rewrite the shard"):
         drain(src)
+
+
+def test_a_shard_that_no_longer_matches_its_index_is_refused_with_the_fix(tmp_path):
+    """The index is trusted while a shard keeps its size and mtime: one changed behind it (same size, mtime put
+    back) is refused where a sample is not where the index says, and a shard deleted after opening is named."""
+    import os
+
+    folder = tmp_path / "moved"
+    src = write_webdataset(folder, [(images(4), np.zeros(4, np.int64), np.arange(4))])
+    shard = src.shard_paths[0]
+    st = shard.stat()
+    with tarfile.open(shard) as tf:
+        members = [(ti, tf.extractfile(ti).read()) for ti in tf.getmembers()]
+    with tarfile.open(shard, "w") as tf:  # sample 2's image renamed: no image where the index puts sample 2
+        for ti, data in members:
+            ti.name = "2.pnx" if ti.name == "2.png" else ti.name
+            tf.addfile(ti, io.BytesIO(data))
+    assert shard.stat().st_size == st.st_size
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    stale = WebDatasetSource(folder)
+    no_image = r"shard-000000\.tar does not match its index\.parquet at byte \d+ \(sample '2' has no image\); rewrite"
+    with pytest.raises(DataError, match=no_image):
+        drain(stale, np.array([2]))
+    with open(shard, "r+b") as fh:  # a header overwritten: its checksum fails
+        fh.seek(int(stale.index.offset[1]))
+        fh.write(b"x" * 10)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(DataError, match=r"does not match its index\.parquet at byte \d+ \(bad checksum\)"):
+        drain(stale, np.array([1]))
+    shard.unlink()
+    with pytest.raises(DataError, match=r"cannot read WebDataset shard .*shard-000000\.tar \(FileNotFoundError"):
+        drain(stale, np.array([0]))
 
 
 def test_foreign_shards_are_indexed_by_a_scan_and_a_new_shard_is_noticed(tmp_path):

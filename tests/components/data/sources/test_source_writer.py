@@ -27,7 +27,10 @@ def test_shards_hold_shard_size_samples_and_rewriting_replaces_them(tmp_path):
         names = tf.getnames()
     assert sorted(names) == sorted(f"{k}.{e}" for k in range(20, 25) for e in ("png", "id", "cls"))
     table = pq.read_table(tmp_path / "w" / INDEX_NAME)
-    assert table.column_names == ["shard", "id", "label", "position"] and table.num_rows == 25
+    assert table.column_names == ["shard", "id", "label", "position", "offset"] and table.num_rows == 25
+    with tarfile.open(src.shard_paths[2]) as tf:  # each sample's offset: its first member's header
+        starts = {ti.offset: ti.name.split(".")[0] for ti in tf.getmembers()}
+    assert [starts.get(o) for o in src.index.offset[20:]] == [str(k) for k in range(20, 25)]
     again = write_webdataset(tmp_path / "w", [(imgs[:4], np.zeros(4, np.int64), np.arange(4))], shard_size=10)
     assert len(again) == 4 and len(again.shard_paths) == 1  # old shards removed
     assert not [p for p in (tmp_path / "w").iterdir() if p.name.startswith(".")]

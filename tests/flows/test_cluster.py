@@ -1,0 +1,229 @@
+"""A backfill on a Dask cluster (flows/cluster.py) with real processes on loopback: a ``dask scheduler`` and two
+``dask worker`` processes started here, the backfill pointed at the scheduler (``backfill.cluster: tcp://…``), each
+run of chunks one Prefect task run; a worker killed mid-run has its run rescheduled and the gallery ends with one row
+per item; a worker that cannot load the model fails the backfill with one line naming it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from flows.cluster import ClusterError
+from flows.params import load_params
+from flows.workspace import Workspace
+from tests.conftest import REPO
+from tests.helpers import first_generation, run_backfill, run_generation
+
+CHUNK = 64
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(what: str, ok, seconds: float = 120.0) -> None:
+    end = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > end:
+            raise TimeoutError(f"{what} did not come up in {seconds:.0f} s")
+        time.sleep(0.2)
+
+
+class Cluster:
+    """A scheduler and worker processes on loopback (the CLIs a user runs: ``dask scheduler``, ``dask worker``)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        self.tmp = tmp
+        port = self.address.rsplit(":", 1)[1]
+        self.scheduler = self._start("scheduler", ["--host", "127.0.0.1", "--port", port, "--no-dashboard"])
+        self.workers: list[subprocess.Popen] = []
+
+    def _start(self, kind: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.tmp / f"{kind}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed with the process
+        cmd = [sys.executable, "-m", "distributed.cli.dask_" + kind, *args]
+        return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def add_workers(self, n: int) -> None:
+        from distributed import Client
+
+        for _ in range(n):
+            args = [self.address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard"]
+            self.workers.append(self._start("worker", args))
+        with Client(self.address, timeout=60) as client:
+            _wait_for("the workers", lambda: len(client.scheduler_info()["workers"]) >= len(self.alive()))
+
+    def alive(self) -> list[subprocess.Popen]:
+        return [w for w in self.workers if w.poll() is None]
+
+    def stop(self) -> None:
+        for p in [*self.workers, self.scheduler]:
+            with_kill = p.poll() is None
+            if with_kill:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.add_workers(2)
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def workspace(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+    """(home, params file): g0 on digits 0–4, g1 on every class; chunks of 64 items."""
+    home, params = first_generation(tmp_path_factory.mktemp("cluster"), [f"backfill.chunk_size={CHUNK}"])
+    run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
+    return home, params
+
+
+def _live_rows(home: Path, params: Path) -> GalleryStore:
+    with Workspace(home).lineage(load_params(params), readonly=True) as store:
+        index = store.live_pointer().index_path
+    return GalleryStore(GalleryVersion.of_index(index).evaluation_gallery())
+
+
+def test_a_backfill_on_a_scheduler_and_two_worker_processes_writes_one_row_per_item_as_task_runs(workspace, cluster):
+    home, params = workspace
+    on = [f"backfill.cluster={cluster.address}", "backfill.chunks_per_task=1"]
+    res = run_backfill(home, params, on, target=1, fraction=1.0)
+    rows = _live_rows(home, params)
+    ids = rows.column("ids")
+    assert len(ids) == len(np.unique(ids)) == res["reembedded"]
+    assert set(rows.column("stamps").tolist()) == {1}
+    assert len(rows.part_paths()) == -(-len(ids) // CHUNK) == res["parts"]
+    runs = _task_runs("embed-evaluation-parts-")
+    assert len({r.name for r in runs if r.state_type.value == "COMPLETED"}) >= res["parts"]  # a task run per chunk
+
+
+def _task_runs(prefix: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=prefix)))
+
+
+def test_a_worker_killed_mid_backfill_has_its_chunks_rescheduled_and_the_gallery_ends_with_one_row_per_item(
+    workspace, cluster, tmp_path
+):
+    home, params = workspace
+    on = [f"backfill.cluster={cluster.address}", "backfill.chunks_per_task=1", "backfill.throttle_seconds=1.0"]
+    work = Workspace(home).backfills_dir / "in_progress"
+
+    def kill_one_after_the_first_part() -> None:
+        _wait_for("a first part", lambda: any(work.glob("**/parts/part-*.npz")), 300)
+        victim = cluster.alive()[0]
+        os.killpg(victim.pid, signal.SIGKILL)
+
+    import threading
+
+    killer = threading.Thread(target=kill_one_after_the_first_part, daemon=True)
+    killer.start()
+    res = run_backfill(home, params, on, target=1, fraction=1.0)
+    killer.join(timeout=1)
+    assert len(cluster.alive()) == 1  # one worker was killed mid-run
+    rows = _live_rows(home, params)
+    ids = rows.column("ids")
+    assert len(ids) == len(np.unique(ids)) == res["reembedded"]  # rows = items, duplicates = 0
+    assert set(rows.column("stamps").tolist()) == {1}  # none unstamped
+
+
+def test_a_worker_that_cannot_load_the_model_fails_the_backfill_in_one_line_naming_it(workspace, cluster):
+    home, params = workspace
+    from flows.steps.reembed import plan_backfill
+
+    on = [f"backfill.cluster={cluster.address}", "backfill.restart_zeta=false"]
+    p = load_params(params, on)
+    plan = plan_backfill(p, Workspace(home), target=1, fraction=1.0)
+    before = _live_rows(home, params).digest()
+    checkpoint = Path(plan.target_checkpoint)
+    kept = checkpoint.read_bytes()
+    from flows.backfill import backfill
+    from flows.steps.backfill_plan import forecast_backfill
+
+    forecast = forecast_backfill(plan)  # the plan measured before the file is damaged (it loads the model here)
+    checkpoint.write_bytes(kept[: len(kept) // 2])
+    try:
+        with pytest.raises(ClusterError) as err:
+            backfill(plan, forecast)
+    finally:
+        checkpoint.write_bytes(kept)
+        shutil.rmtree(Workspace(home).backfills_dir / "in_progress", ignore_errors=True)  # abandoned: the module's next
+    msg = str(err.value)
+    assert re.match(r"worker tcp://127\.0\.0\.1:\d+ could not embed parts \d+–\d+ of the evaluation gallery \(", msg)
+    assert "CheckpointMismatchError" in msg
+    assert (
+        msg.endswith(
+            "nothing was published and the live gallery is unchanged: fix it and run the same command "
+            "(finished chunks are kept)"
+        )
+        and "\n" not in msg
+    )
+    assert _live_rows(home, params).digest() == before
+
+
+def test_a_scheduler_that_does_not_answer_or_a_bad_address_is_one_line_at_plan_time(tmp_path):
+    from components.errors import ConfigError
+    from flows.cluster_spec import check_cluster
+    from tests.helpers import write_params
+
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    p = write_params(tmp_path / "params.yaml", [f"backfill.cluster={address}"])
+    with pytest.raises(ConfigError) as err:
+        check_cluster(p)
+    assert str(err.value) == (
+        f"the Dask scheduler at {address} (backfill.cluster) does not answer (Connection refused); start it (`dask "
+        "scheduler`, then `dask worker <address>` on each machine) or set backfill.cluster: local"
+    )
+    with pytest.raises(ConfigError, match=r"backfill\.cluster: String should match pattern"):
+        load_params(tmp_path / "params.yaml", ["backfill.cluster=my-cluster:8786"])
+
+
+def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finished_chunk(workspace, cluster):
+    home, params = workspace
+    cmd = [sys.executable, "-m", "bctflow.cli", "backfill", "--home", str(home), "--params", str(params)]
+    cmd += ["--generation", "1", "--seed", "7", "--set", f"backfill.cluster={cluster.address}"]
+    cmd += ["--set", "backfill.chunks_per_task=1", "--set", "backfill.throttle_seconds=1.0"]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the command's own temporary server
+    parts = Workspace(home).backfills_dir / "in_progress"
+    log = cluster.tmp / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for("two finished parts", lambda: len(list(parts.glob("**/parts/part-*.npz"))) >= 2 or first.poll(), 400)
+        assert first.poll() is None, log.read_text()[-3000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    time.sleep(3)  # the workers finish the run each was writing (the scheduler lost its client)
+    kept = len(list(parts.glob("**/parts/part-*.npz")))
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    line = next(x for x in again.stdout.splitlines() if x.startswith("backfill ") and " done:" in x)
+    resumed = int(re.search(r"(\d+)/\d+ parts resumed", line).group(1))
+    assert resumed >= kept >= 2  # every chunk finished before the rerun was kept, none embedded twice
+    rows = _live_rows(home, params)
+    ids = rows.column("ids")
+    assert len(ids) == len(np.unique(ids)) and set(rows.column("stamps").tolist()) == {1}

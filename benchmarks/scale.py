@@ -54,6 +54,8 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   predicted from the rate measured on a sample; actual from its log lines, items ÷ items/s);
   ``plan_predicted_total_s`` (embedding + the index builds, as the live version's took) / ``plan_actual_total_s``
   (the whole command's wall seconds, Prefect's start-up included, which the plan does not predict);
+  ``plan_predicted_map`` / ``plan_actual_map``: the served mAP@R of the evaluation split the plan predicted at 10%
+  and the one the backfill's publish step measured (the lineage's backfill event);
 * with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
   (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
@@ -299,6 +301,7 @@ def run_scale(
     res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
     res["partial_vs_full_items_per_s"] = res["partial_backfill_items_per_s"] / res["backfill_items_per_s"]
     res.update(_plan_vs_actual(partial["out"]), plan_actual_total_s=partial["seconds"])
+    res.update(_planned_map(home, raw))
     if workers_sweep:
         res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, _bctflow, _reembedded, log))
     ev = measure_exact_eval(10_000, 128)
@@ -336,6 +339,15 @@ def _rollback_s(common: list[str], log: Callable[[str], None]) -> float:
         out = _bctflow(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
         seconds.append(float(re.search(r"; ([\d.]+) s", " ".join(out["out"].split()))[1]))  # lines unwrapped
     return max(seconds)
+
+
+def _planned_map(home: Path, raw: dict[str, Any]) -> dict[str, float | None]:
+    """The newest backfill's served mAP@R as its plan predicted it and as its publish step then measured it on the
+    evaluation split (the lineage's backfill event keeps both)."""
+    p = params_from_dict(raw, "scale benchmark params")
+    with Workspace(home).lineage(p, readonly=True) as lineage:
+        metrics = lineage.backfills()[-1].metrics or {}
+    return {"plan_predicted_map": metrics.get("plan_predicted_map"), "plan_actual_map": metrics.get("served_map")}
 
 
 def _reembedded(output: str) -> tuple[int, float]:

@@ -119,6 +119,7 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryForecast:
             generation=plan.target,
             positions=sample,
             on_batch=lambda n: stamps.append((time.perf_counter(), n)),
+            crash_points=False,  # a measurement: the backfill's crash points lie in its own embedding
         )
     (t1, first), rest = stamps[0], stamps[1:]
     if rest:  # the fixed cost up to the first batch (warm-up), the steady rate after it

@@ -161,6 +161,7 @@ def embed_run(
     loader_workers: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     throttle: float = 0.0,
+    crash_points: bool = True,
 ) -> int:
     """Embed ``run``'s items with ``checkpoint`` into its parts of ``out``, each row stamped ``generation``; other
     runs may be written beside it at the same time (a cluster). ``loader_workers``: DataLoader processes (None: the
@@ -176,7 +177,7 @@ def embed_run(
     written = [run.first]  # the part the writer writes next
 
     def on_part() -> None:  # a part is written: the crash point after the part past half the store's items; throttle
-        if written[0] == (run.total - 1) // 2:
+        if crash_points and written[0] == (run.total - 1) // 2:
             crash_point("embed.half_parts")
         written[0] += 1
         if throttle > 0:
@@ -208,10 +209,12 @@ def embed_gallery(
     positions: np.ndarray | None = None,
     on_batch: Callable[[int], None] | None = None,
     throttle: float = 0.0,
+    crash_points: bool = True,
 ) -> Embedded:
     """Embed the items of ``source`` at ``positions`` (positions in its split, all when None) with ``checkpoint``
     into the part store ``out`` in this process, each row stamped ``generation``; resumes a store a killed run left
-    there (the parts it finished are kept)."""
+    there (the parts it finished are kept). ``crash_points=False``: the crash point ``embed.half_parts`` is not armed
+    (the backfill plan's measurement on a sample)."""
     t0 = time.perf_counter()
     runs, resumed = chunk_runs(p, source, checkpoint, out, positions)
     first: list[tuple[float, int]] = []  # (seconds until the first batch was embedded, its items)
@@ -223,7 +226,18 @@ def embed_gallery(
             on_batch(n)
 
     embedded = sum(
-        embed_run(p, source, checkpoint, out, r, generation=generation, on_batch=batch, throttle=throttle) for r in runs
+        embed_run(
+            p,
+            source,
+            checkpoint,
+            out,
+            r,
+            generation=generation,
+            on_batch=batch,
+            throttle=throttle,
+            crash_points=crash_points,
+        )
+        for r in runs
     )
     _LOADED.clear()  # this process embeds no more with it
     store = finish_parts(p, out)

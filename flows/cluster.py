@@ -10,10 +10,12 @@ Params ``backfill.cluster`` / ``workers`` / ``threads`` / ``chunks_per_task`` ch
 
 The chunks still to write (:func:`~flows.steps.gallery_pipeline.chunk_runs`: part k holds chunk k of the selected
 items, so a finished part is a finished chunk whoever wrote it) are cut into runs of at most ``chunks_per_task``
-parts, and each run is one Prefect task run on the cluster (``embed-chunks``, named by gallery and parts, its log
-naming the worker): prefect-dask's :class:`~prefect_dask.DaskTaskRunner` submits it, so it shows in the flow run with
-its worker. A worker loads the model once (checked against the sha256 the backfill planned with) and writes its
-parts atomically beside the others'; the flow writes ``store.json`` when every run has answered.
+parts — fewer where the gallery is small, so that each worker gets about :data:`RUNS_PER_WORKER` runs (two workers
+given 8 and 5 of 13 chunks would finish at the pace of the 8) — and each run is one Prefect task run on the
+cluster (``embed-chunks``, named by gallery and parts, its log naming the worker): prefect-dask's
+:class:`~prefect_dask.DaskTaskRunner` submits it, so it shows in the flow run with its worker. A worker loads the
+model once (checked against the sha256 the backfill planned with) and writes its parts atomically beside the others';
+the flow writes ``store.json`` when every run has answered.
 
 Failures: a worker that dies mid-run (a kill, an OOM) has its run rescheduled by the scheduler on another worker,
 which rewrites the same parts (same names, same items): one row per item. A killed command leaves finished parts;
@@ -38,7 +40,11 @@ from components.io import file_sha256
 from flows.steps.gallery_pipeline import ChunkRun, Embedded, chunk_runs, embed_run, finish_parts
 from flows.steps.reembed import BackfillGallery, BackfillPlan, gallery_model_checkpoint, gallery_source, select_items
 
-__all__ = ["ClusterError", "embed_on_cluster"]
+__all__ = ["RUNS_PER_WORKER", "ClusterError", "embed_on_cluster", "parts_per_run"]
+
+#: task runs per worker a gallery's chunks are cut into, at least (where ``chunks_per_task`` allows): the workers
+#: finish together to within one run
+RUNS_PER_WORKER = 4
 
 
 class ClusterError(BctflowError):
@@ -66,6 +72,22 @@ def _named(what: str) -> Iterator[None]:
             f"worker {_worker()} could not embed {what} ({cause}); nothing was published and the live gallery is "
             "unchanged: fix it and run the same command (finished chunks are kept)"
         ) from None
+
+
+def parts_per_run(parts: int, workers: int, chunks_per_task: int) -> int:
+    """Parts per task run for a gallery of ``parts`` parts on ``workers`` workers: at most ``chunks_per_task``, and
+    few enough that every worker gets about :data:`RUNS_PER_WORKER` runs (at least one part)."""
+    return max(1, min(chunks_per_task, parts // (RUNS_PER_WORKER * max(1, workers))))
+
+
+def _workers(plan: BackfillPlan) -> int:
+    """The cluster's worker count: ``backfill.workers`` of a LocalCluster, or what the scheduler reports now."""
+    b = plan.params.backfill
+    if b.cluster == "local":
+        return b.workers or 1
+    from distributed import Client
+
+    return len(Client.current().scheduler_info()["workers"])  # the DaskTaskRunner's client, current in the flow
 
 
 @task(name="embed-chunks", cache_policy=NO_CACHE)
@@ -100,13 +122,14 @@ def embed_on_cluster(plan: BackfillPlan) -> list[tuple[BackfillGallery, Embedded
 
     checkpoint = gallery_model_checkpoint(plan)
     sha256 = file_sha256(checkpoint)
+    workers = _workers(plan)
     done = []
     for gallery in plan.galleries:
         t0 = time.perf_counter()
         source, out = gallery_source(plan, gallery), plan.work_version.store(gallery.corpus)
-        runs, resumed = chunk_runs(
-            plan.params, source, checkpoint, out, select_items(plan, gallery), plan.params.backfill.chunks_per_task
-        )
+        selected = select_items(plan, gallery)
+        per_run = parts_per_run(-(-len(selected) // plan.chunk_size), workers, plan.params.backfill.chunks_per_task)
+        runs, resumed = chunk_runs(plan.params, source, checkpoint, out, selected, per_run)
         futures = []
         for r in runs:
             parts = r.parts(plan.chunk_size)

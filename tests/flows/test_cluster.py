@@ -21,7 +21,7 @@ import pytest
 
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
-from flows.cluster import ClusterError
+from flows.cluster import ClusterError, parts_per_run
 from flows.params import load_params
 from flows.workspace import Workspace
 from tests.conftest import REPO
@@ -227,3 +227,10 @@ def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finish
     rows = _live_rows(home, params)
     ids = rows.column("ids")
     assert len(ids) == len(np.unique(ids)) and set(rows.column("stamps").tolist()) == {1}
+
+
+def test_a_small_gallery_is_cut_into_about_four_task_runs_per_worker_and_a_large_one_into_chunks_per_task():
+    assert parts_per_run(13, 2, 8) == 1  # 100k items of 8192: 13 runs, not 8 + 5 parts on two workers
+    assert parts_per_run(40, 2, 8) == 5  # 8 runs
+    assert parts_per_run(122_071, 16, 8) == 8  # 1B items: capped at chunks_per_task
+    assert parts_per_run(3, 4, 8) == parts_per_run(5, 0, 8) == 1  # never below one part

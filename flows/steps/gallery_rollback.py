@@ -126,7 +126,10 @@ def rollback(
 ) -> RolledBack:
     """Point the live gallery at gallery version ``to`` (default: the one live before the current one) and, with
     ``promote``, make that generation production in the same transaction; gated and recorded (module docstring).
-    ConfigError / IndexIntegrityError / LineageError with one line, nothing changed, when refused."""
+    ConfigError / IndexIntegrityError / LineageError with one line, nothing changed, when refused. ``seconds``: from
+    the gate to the last move; the MLflow client is made first (importing MLflow takes longer than the whole move,
+    and would otherwise fall between the lineage's new row and the MLflow aliases)."""
+    ws.tracking(params, readonly=True).client()  # nothing written: only MLflow imported and its client made
     started = time.perf_counter()
     with ws.lineage(params) as store:
         live = store.live_pointer()

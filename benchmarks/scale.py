@@ -56,8 +56,9 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   (the whole command's wall seconds, Prefect's start-up included, which the plan does not predict);
   ``plan_predicted_map`` / ``plan_actual_map``: the served mAP@R of the evaluation split the plan predicted at 10%
   and the one the backfill's publish step measured (the lineage's backfill event);
-* with ``--workers-sweep 1,2``: the full backfill per Dask worker count and one worker killed mid-run
-  (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``, ``worker_kill_*``);
+* with ``--workers-sweep 1,2``: the full backfill per Dask worker count, one worker killed mid-run, the whole command
+  killed on a cluster (:mod:`benchmarks.scale_workers`: ``backfill_items_per_s_workers_<n>``, ``scaling_2_vs_1``,
+  ``worker_kill_*``, ``cluster_kill_*``);
 * ``eval_10k_s`` / ``eval_10k_matmul_s`` / ``eval_10k_vs_matmul``: exact leave-one-out evaluation of 10k × 10k × 128
   against the float32 matmul of the same scores, in this process.
 """

@@ -10,7 +10,11 @@ the seed, and the same request again would be "already done"). Keys:
 * ``scaling_2_vs_1``: 2 workers' rate ÷ 1 worker's (both swept);
 * ``worker_kill_rows`` / ``worker_kill_items`` / ``worker_kill_duplicates``: a 2-worker backfill in which one
   worker process was killed (SIGKILL) once half the corpus's parts were written — rows in the published corpus store,
-  the corpus's items, ids stored twice.
+  the corpus's items, ids stored twice;
+* ``cluster_kill_*``: a 2-worker backfill whose whole command (scheduler and workers) was killed once half the
+  corpus's parts were written, then the same command: items in finished parts at the kill, items the rerun embedded
+  and the items outside finished parts (expected: equal; the chunks the workers were writing are all that is lost),
+  rows and ids stored twice in the published corpus.
 """
 
 from __future__ import annotations
@@ -92,4 +96,38 @@ def workers_sweep(
     res["worker_killed"] = bool(killed)
     res["worker_kill_rows"], res["worker_kill_items"] = len(ids), items
     res["worker_kill_duplicates"] = int(len(ids) - len(np.unique(ids)))
+    res.update(_command_kill(common, home, chunk_size, items, run, reembedded, log, parts))
     return res
+
+
+def _command_kill(
+    common: list[str],
+    home: Path,
+    chunk_size: int,
+    items: int,
+    run: Run,
+    reembedded: Callable[[str], tuple[int, float]],
+    log: Callable[[str], None],
+    parts: Path,
+) -> dict[str, Any]:
+    """A 2-worker backfill whose whole command (its LocalCluster's scheduler and workers with it) is SIGKILLed once
+    half the corpus's parts are written, then the same command: what it re-embedded against the items outside the
+    finished parts."""
+    args = ["backfill", *common, "--generation", "1", "--seed", "299", "--set", "backfill.workers=2"]
+    args += ["--set", "backfill.threads=1"]
+
+    def past_half(_pid: int) -> bool:
+        return parts.is_dir() and len(list(parts.glob("part-*.npz"))) >= max(1, items // chunk_size // 2)
+
+    killed = run(args, log, kill_when=past_half)
+    done = sum(len(np.load(f)["ids"]) for f in parts.glob("part-*.npz"))
+    again = run(args, log)
+    ids = _live_corpus(home).column("ids")
+    return {
+        "cluster_command_killed": killed["killed"],
+        "cluster_kill_done_before": done,
+        "cluster_kill_reembedded": reembedded(again["out"])[0],
+        "cluster_kill_expected": items - done,
+        "cluster_kill_rows": len(ids),
+        "cluster_kill_duplicates": int(len(ids) - len(np.unique(ids))),
+    }

@@ -120,11 +120,13 @@ def _command_kill(
         return parts.is_dir() and len(list(parts.glob("part-*.npz"))) >= max(1, items // chunk_size // 2)
 
     killed = run(args, log, kill_when=past_half)
+    if not killed["killed"]:  # it finished before half its parts were seen: nothing to resume
+        return {"cluster_command_killed": False}
     done = sum(len(np.load(f)["ids"]) for f in parts.glob("part-*.npz"))
     again = run(args, log)
     ids = _live_corpus(home).column("ids")
     return {
-        "cluster_command_killed": killed["killed"],
+        "cluster_command_killed": True,
         "cluster_kill_done_before": done,
         "cluster_kill_reembedded": reembedded(again["out"])[0],
         "cluster_kill_expected": items - done,

@@ -15,7 +15,10 @@ given 8 and 5 of 13 chunks would finish at the pace of the 8) — and each run i
 cluster (``embed-chunks``, named by gallery and parts, its log naming the worker): prefect-dask's
 :class:`~prefect_dask.DaskTaskRunner` submits it, so it shows in the flow run with its worker. A worker loads the
 model once (checked against the sha256 the backfill planned with) and writes its parts atomically beside the others';
-the flow writes ``store.json`` when every run has answered.
+the flow writes ``store.json`` when every run has answered. Its embedding rate (the backfill's log line) counts from
+the moment each worker has answered one run — the cluster's start-up (workers loading the model, their first
+chunks) behind it, as the in-process rate counts from the first batch: counting from the first run alone would put
+the other workers' first chunks in the items but not in the seconds.
 
 Failures: a worker that dies mid-run (a kill, an OOM) has its run rescheduled by the scheduler on another worker,
 which rewrites the same parts (same names, same items): one row per item. A killed command leaves finished parts;
@@ -135,12 +138,13 @@ def embed_on_cluster(plan: BackfillPlan) -> list[tuple[BackfillGallery, Embedded
             parts = r.parts(plan.chunk_size)
             name = f"embed-{gallery.name}-parts-{parts.start}-{parts.stop - 1}"
             futures.append(embed_chunks.with_options(task_run_name=name).submit(plan, gallery, r, sha256))
-        items, startup, first = 0, 0.0, 0
+        items, startup, first, answered = 0, 0.0, 0, 0
+        warm = min(workers, len(runs))  # the start-up is behind once each worker has answered a run
         for future in as_completed(futures):
             n = future.result()  # a ClusterError: one line, raised here
-            if not items:  # the first run answered: the cluster's start-up (workers loading the model) is behind
-                startup, first = time.perf_counter() - t0, n
-            items += n
+            items, answered = items + n, answered + 1
+            if answered == warm:  # every worker has loaded the model and embedded a run: the rate counts from here
+                startup, first = time.perf_counter() - t0, items
         store = finish_parts(plan.params, Path(out))
         seconds = time.perf_counter() - t0
         done.append((gallery, Embedded(store, items, seconds, resumed, len(store.part_paths()), startup, first)))

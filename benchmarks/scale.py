@@ -44,8 +44,9 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   another row has too, rows without a generation stamp (or, a database store, without the model mark);
 * ``alias_flip_s``: the median of 10 moves of the store's live alias (``VectorStore.point_alias``), from the
   backfill's corpus collection to generation 0's and back (FAISS files: null, their alias is ``live/CURRENT``);
-  ``rollback_s``: ``bctflow rollback`` to generation 0's version and forward again, the slower of the two moves as
-  the command reports it (the lineage row, ``live/CURRENT``, the store's alias, the MLflow aliases);
+  ``rollback_s``: ``bctflow rollback`` to generation 0's version and forward again, the slower of the two as the
+  command reports it (the gate's checks of the restored version, then the switch); ``rollback_switch_s``: the
+  slower switch alone (the lineage row, ``live/CURRENT``, the store's alias, the MLflow aliases);
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
   ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run
   (both rates from the log lines, which leave out the start-up before the first batch: the same for 10% and 100%);
@@ -289,7 +290,7 @@ def run_scale(
     res["store_write_killed"] = bool(in_write) and resumed["killed"]
     res["resume_final_reembedded"] = _reembedded(last["out"])[0] if in_write else None
     res.update(_after_resume(home))
-    res["rollback_s"] = _rollback_s(common, log)
+    res["rollback_s"], res["rollback_switch_s"] = _rollback_s(common, log)
     res["resume_expected"] = items - done
     res["resume_lost_at_most"] = chunk_size
     res["backfill_killed"] = killed["killed"]
@@ -331,15 +332,18 @@ def _after_resume(home: Path) -> dict[str, Any]:
     }
 
 
-def _rollback_s(common: list[str], log: Callable[[str], None]) -> float:
+def _rollback_s(common: list[str], log: Callable[[str], None]) -> tuple[float, float]:
     """``bctflow rollback`` to generation 0's gallery version (``--promote 0``) and forward again to the backfill's
-    (``--promote 1``): the larger of the two moves' seconds as the command reports them (the lineage transaction,
-    ``live/CURRENT``, the store's alias and the MLflow aliases; not the process start-up)."""
-    seconds = []
+    (``--promote 1``): the larger of the two rollbacks' seconds as the command reports them — the gate's checks of
+    the restored version and the switch — and the larger of the two switches' alone (the lineage row, ``live/CURRENT``,
+    the store's alias, the MLflow aliases); not the process start-up."""
+    seconds, switch = [], []
     for version in (0, 1):
         out = _bctflow(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
-        seconds.append(float(re.search(r"; ([\d.]+) s", " ".join(out["out"].split()))[1]))  # lines unwrapped
-    return max(seconds)
+        found = re.search(r"; ([\d.]+) s \(the switch ([\d.]+) s\)", " ".join(out["out"].split()))  # unwrapped
+        seconds.append(float(found[1]))
+        switch.append(float(found[2]))
+    return max(seconds), max(switch)
 
 
 def _planned_map(home: Path, raw: dict[str, Any]) -> dict[str, float | None]:

@@ -44,7 +44,9 @@ _REASON_CHARS = 256  # gallery_pointers.reason
 @dataclass(frozen=True)
 class RolledBack:
     """What a rollback did: from which version to which, the generation whose embeddings fill the restored gallery,
-    the generations whose queries it accepts, the new pointer row, and its wall seconds (lineage row + the moves)."""
+    the generations whose queries it accepts, the new pointer row, its wall seconds (the gate's checks, the lineage
+    row and the moves) and ``switch_seconds``, those of the switch alone (from the lineage row to the last move: the
+    time the lineage, ``live/CURRENT``, the store's alias and the MLflow aliases may disagree)."""
 
     previous: int
     version: int
@@ -52,6 +54,7 @@ class RolledBack:
     compatible_generations: list[int]
     pointer_id: int
     seconds: float
+    switch_seconds: float
 
 
 def gallery_versions(store: LineageStore) -> dict[int, GalleryPointer]:
@@ -127,8 +130,9 @@ def rollback(
     """Point the live gallery at gallery version ``to`` (default: the one live before the current one) and, with
     ``promote``, make that generation production in the same transaction; gated and recorded (module docstring).
     ConfigError / IndexIntegrityError / LineageError with one line, nothing changed, when refused. ``seconds``: from
-    the gate to the last move; the MLflow client is made first (importing MLflow takes longer than the whole move,
-    and would otherwise fall between the lineage's new row and the MLflow aliases)."""
+    the gate to the last move (``switch_seconds``: the switch alone); the MLflow client is made first (importing
+    MLflow takes longer than the whole move, and would otherwise fall between the lineage's new row and the MLflow
+    aliases)."""
     ws.tracking(params, readonly=True).client()  # nothing written: only MLflow imported and its client made
     started = time.perf_counter()
     with ws.lineage(params) as store:
@@ -146,6 +150,8 @@ def rollback(
         # a row written before lineage revision 0007 names no store: the facts from the version's attachment
         facts = {} if row.store else asdict(gallery_facts(GalleryVersion.serving_index_of(row.index_path)))
         pointer = PointerRecord.of_row(row, reason=text[:_REASON_CHARS], compatible_generations=accepted, **facts)
+        switched = time.perf_counter()
         pointer_id = store.record_rollback(pointer, accepted, promote, by)
         roll_forward(ws, params, store)  # live/CURRENT, the store's alias, the MLflow aliases, the versions' states
-    return RolledBack(current, k, int(row.generation_id), accepted, pointer_id, time.perf_counter() - started)
+        done = time.perf_counter()
+    return RolledBack(current, k, int(row.generation_id), accepted, pointer_id, done - started, done - switched)

@@ -257,13 +257,15 @@ class MilvusStore(DatabaseStore):
         it.close()
         return np.asarray(ids, dtype=np.int64), np.asarray(stamps, dtype=np.int64), models
 
-    def _counts(self, collection: str, generations: list[int]) -> dict[int, int]:
+    def _counts(self, collection: str, generations: list[int], total: int | None = None) -> dict[int, int]:
         db = self._loaded(collection)
         out = {}
         for g in generations:
             res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
             if res[0]["count(*)"]:
                 out[int(g)] = int(res[0]["count(*)"])
+        if total is not None and sum(out.values()) == total:
+            return out  # every row has an expected stamp
         others = db.query(collection, filter=f"generation not in {list(map(int, generations))}",
                           output_fields=["generation"], limit=_MAX_LIMIT)  # fmt: skip
         for row in others:

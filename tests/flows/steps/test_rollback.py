@@ -76,6 +76,7 @@ def test_a_rollback_past_a_full_backfill_promotes_a_generation_the_old_gallery_a
     assert _state(home, params) == before
     done = rollback(p, ws, promote=0, by="alice", reason="recall dropped")
     assert (done.previous, done.version, done.generation, done.compatible_generations) == (1, 0, 0, [0])
+    assert 0 < done.switch_seconds < done.seconds  # the switch is the part after the gate's checks
     assert _live_index(home) == home / G0_GALLERY
     assert _state(home, params)[1:] == (str(home / G0_GALLERY), 0, {0: "serving", 1: "serving"})
     with ws.lineage(p, readonly=True) as store:

@@ -88,9 +88,10 @@ def _workers(plan: BackfillPlan) -> int:
     b = plan.params.backfill
     if b.cluster == "local":
         return b.workers or 1
-    from distributed import Client
+    from prefect.context import FlowRunContext
 
-    return len(Client.current().scheduler_info()["workers"])  # the DaskTaskRunner's client, current in the flow
+    runner = FlowRunContext.get().task_runner  # this flow's DaskTaskRunner: its client connects on first use
+    return max(1, len(runner.client.scheduler_info()["workers"]))
 
 
 @task(name="embed-chunks", cache_policy=NO_CACHE)

@@ -83,7 +83,7 @@ def test_a_saved_bridge_loads_back_the_same_map_and_a_tampered_or_foreign_file_i
     with pytest.raises(IndexIntegrityError, match="not the file the lineage recorded"):
         Bridge.load(tmp_path / "b.npz", sha256=sha)
     (tmp_path / "c.npz").write_bytes(b"not a bridge")
-    with pytest.raises(IndexIntegrityError, match="missing or damaged"):
+    with pytest.raises(IndexIntegrityError, match=r"bridge .*c.npz is missing or damaged \(its bytes are not an .npz"):
         Bridge.load(tmp_path / "c.npz")
 
 
@@ -110,3 +110,16 @@ def test_unpaired_items_too_few_pairs_and_an_unknown_kind_are_refused_in_one_lin
         Bridge.fit("affine", 1, 0, _gallery(x), _gallery(x))
     with pytest.raises(ConfigError, match="within one geometry"):
         Bridge.fit("procrustes", 1, 0, _gallery(x), _gallery(x, "euclidean"))
+
+
+@pytest.mark.parametrize(
+    ("kind", "opts", "words"),
+    [
+        ("low_rank", {"rank": 0}, "low_rank map: rank 0 and iterations 100 must be ≥ 1 and ridge 0.01 ≥ 0"),
+        ("residual_mlp", {"lr": 0.0}, "residual_mlp map: hidden 256, epochs 200, batch 256 must be ≥ 1, lr 0.0 > 0"),
+    ],
+)
+def test_map_options_out_of_range_are_refused_before_fitting(kind, opts, words):
+    x = RNG.normal(size=(100, 8))
+    with pytest.raises(ConfigError, match=words):
+        Bridge.fit(kind, 1, 0, _gallery(x), _gallery(x), **opts)

@@ -130,10 +130,9 @@ def rollback(
     """Point the live gallery at gallery version ``to`` (default: the one live before the current one) and, with
     ``promote``, make that generation production in the same transaction; gated and recorded (module docstring).
     ConfigError / IndexIntegrityError / LineageError with one line, nothing changed, when refused. ``seconds``: from
-    the gate to the last move (``switch_seconds``: the switch alone); the MLflow client is made first (importing
-    MLflow takes longer than the whole move, and would otherwise fall between the lineage's new row and the MLflow
-    aliases)."""
-    ws.tracking(params, readonly=True).client()  # nothing written: only MLflow imported and its client made
+    the gate to the last move (``switch_seconds``: the switch alone); MLflow is imported first (its import takes
+    longer than the whole move, and would otherwise fall between the lineage's new row and the MLflow aliases)."""
+    ws.tracking(params, readonly=True).prepare()  # MLflow imported; no store touched
     started = time.perf_counter()
     with ws.lineage(params) as store:
         live = store.live_pointer()

@@ -149,6 +149,7 @@ def rollback(
         # a row written before lineage revision 0007 names no store: the facts from the version's attachment
         facts = {} if row.store else asdict(gallery_facts(GalleryVersion.serving_index_of(row.index_path)))
         pointer = PointerRecord.of_row(row, reason=text[:_REASON_CHARS], compatible_generations=accepted, **facts)
+        ws.tracking(params).client()  # the gate passed: the MLflow client made before the switch, not within it
         switched = time.perf_counter()
         pointer_id = store.record_rollback(pointer, accepted, promote, by)
         roll_forward(ws, params, store)  # live/CURRENT, the store's alias, the MLflow aliases, the versions' states

@@ -87,6 +87,7 @@ from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
+from benchmarks.scale_workers import items_in_parts, past_half
 from benchmarks.scale_workers import workers_sweep as workers_sweep_run
 from components.data.catalog import load_dataset
 from components.data.sources import WebDatasetSource
@@ -274,13 +275,12 @@ def run_scale(
     res["run_g1_s"] = g1["seconds"]
     # a full backfill with g1, killed half-way through the corpus, then resumed
     work_corpus = GalleryVersion(home / "backfills" / "in_progress").corpus_store / "parts"
-    half = items // chunk_size // 2
 
-    def past_half(_pid: int) -> bool:
-        return work_corpus.is_dir() and len(list(work_corpus.glob("part-*.npz"))) >= max(1, half)
+    def half(_pid: int) -> bool:
+        return past_half(work_corpus, items, chunk_size)
 
-    killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=past_half)
-    done = sum(len(np.load(p)["ids"]) for p in work_corpus.glob("part-*.npz"))
+    killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=half)
+    done = items_in_parts(work_corpus)
     # a database store: the resumed run killed by itself half-way through writing the corpus's rows, then run again
     in_write = f"store.half_written.{NAME}_g1_v1_corpus" if store != "faiss" else None
     resumed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_at=in_write)

@@ -32,7 +32,7 @@ from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from flows.workspace import Workspace
 
-__all__ = ["workers_sweep"]
+__all__ = ["items_in_parts", "past_half", "workers_sweep"]
 
 Run = Callable[..., dict[str, Any]]
 
@@ -51,6 +51,22 @@ def _cmdline(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+
+
+def past_half(parts: Path, items: int, chunk_size: int) -> bool:
+    """Whether the part folder ``parts`` of a store of ``items`` items holds half its parts of ``chunk_size``
+    (at least one): where the benchmark kills a backfill."""
+    return parts.is_dir() and len(list(parts.glob("part-*.npz"))) >= max(1, items // chunk_size // 2)
+
+
+def items_in_parts(parts: Path) -> int:
+    """The items the finished parts in the part folder ``parts`` hold."""
+    return sum(len(np.load(f)["ids"]) for f in parts.glob("part-*.npz"))
+
+
+def _duplicates(ids: np.ndarray) -> int:
+    """Ids held by more than one row."""
+    return int(len(ids) - len(np.unique(ids)))
 
 
 def _live_corpus(home: Path) -> GalleryStore:
@@ -83,7 +99,7 @@ def workers_sweep(
     killed: list[int] = []
 
     def kill_one_worker(pid: int) -> bool:
-        if not killed and parts.is_dir() and len(list(parts.glob("part-*.npz"))) >= max(1, items // chunk_size // 2):
+        if not killed and past_half(parts, items, chunk_size):
             victims = _dask_workers(pid)
             if victims:
                 victims[0].send_signal(signal.SIGKILL)
@@ -95,7 +111,7 @@ def workers_sweep(
     ids = _live_corpus(home).column("ids")
     res["worker_killed"] = bool(killed)
     res["worker_kill_rows"], res["worker_kill_items"] = len(ids), items
-    res["worker_kill_duplicates"] = int(len(ids) - len(np.unique(ids)))
+    res["worker_kill_duplicates"] = _duplicates(ids)
     res.update(_command_kill(common, home, chunk_size, items, run, reembedded, log, parts))
     return res
 
@@ -115,14 +131,10 @@ def _command_kill(
     finished parts."""
     args = ["backfill", *common, "--generation", "1", "--seed", "299", "--set", "backfill.workers=2"]
     args += ["--set", "backfill.threads=1"]
-
-    def past_half(_pid: int) -> bool:
-        return parts.is_dir() and len(list(parts.glob("part-*.npz"))) >= max(1, items // chunk_size // 2)
-
-    killed = run(args, log, kill_when=past_half)
+    killed = run(args, log, kill_when=lambda _pid: past_half(parts, items, chunk_size))
     if not killed["killed"]:  # it finished before half its parts were seen: nothing to resume
         return {"cluster_command_killed": False}
-    done = sum(len(np.load(f)["ids"]) for f in parts.glob("part-*.npz"))
+    done = items_in_parts(parts)
     again = run(args, log)
     ids = _live_corpus(home).column("ids")
     return {
@@ -131,5 +143,5 @@ def _command_kill(
         "cluster_kill_reembedded": reembedded(again["out"])[0],
         "cluster_kill_expected": items - done,
         "cluster_kill_rows": len(ids),
-        "cluster_kill_duplicates": int(len(ids) - len(np.unique(ids))),
+        "cluster_kill_duplicates": _duplicates(ids),
     }

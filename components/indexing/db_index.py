@@ -222,7 +222,7 @@ class DatabaseStore(VectorStore):
     a verify and an alias move against the attachment, and the audit of what the store holds (:meth:`audit`).
     A store names what holds a version's rows (:attr:`holder`: "Milvus collection", "LanceDB table"), writes one part
     (:meth:`write`) and reads the database: :meth:`_facts` (a holder's generation and width), :meth:`_total`,
-    :meth:`_counts`, :meth:`_columns`, :meth:`_searchable`."""
+    :meth:`_count` / :meth:`_stamps_outside` (whence :meth:`_counts`), :meth:`_columns`, :meth:`_searchable`."""
 
     holder: ClassVar[str] = "collection"
 
@@ -279,9 +279,21 @@ class DatabaseStore(VectorStore):
         """The holder's row count."""
 
     @abstractmethod
+    def _count(self, collection: str, generation: int) -> int:
+        """The holder's rows stamped ``generation``."""
+
+    @abstractmethod
+    def _stamps_outside(self, collection: str, generations: list[int]) -> list[int]:
+        """The stamps of the holder's rows stamped with none of ``generations``, one per row."""
+
     def _counts(self, collection: str, generations: list[int], total: int | None = None) -> dict[int, int]:
         """The holder's rows per generation stamp (``generations``: the ones expected). With its ``total`` row count
         known, rows of other stamps are looked for only when the expected ones do not add up to it."""
+        out = {int(g): n for g in generations if (n := self._count(collection, int(g)))}
+        if total is None or sum(out.values()) != total:
+            for g in self._stamps_outside(collection, [int(g) for g in generations]):
+                out[int(g)] = out.get(int(g), 0) + 1
+        return out
 
     @abstractmethod
     def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:

@@ -200,15 +200,13 @@ class LanceStore(DatabaseStore):
         ids, stamps = rows["id"].to_numpy(), rows["generation"].to_numpy()
         return ids.astype(np.int64), stamps.astype(np.int64), rows["model"].to_pylist()
 
-    def _counts(self, table: str, generations: list[int], total: int | None = None) -> dict[int, int]:
+    def _count(self, table: str, generation: int) -> int:
+        return int(self._db().open_table(table).count_rows(f"generation = {generation}"))
+
+    def _stamps_outside(self, table: str, generations: list[int]) -> list[int]:
         t = self._db().open_table(table)
-        out = {int(g): int(t.count_rows(f"generation = {int(g)}")) for g in generations}
-        if total is not None and sum(out.values()) == total:
-            return {g: c for g, c in out.items() if c}  # every row has an expected stamp
         others = t.search().where(f"generation NOT IN ({', '.join(map(str, generations))})").select(["generation"])
-        for g in others.limit(None).to_arrow()["generation"].to_pylist():
-            out[int(g)] = out.get(int(g), 0) + 1
-        return {g: c for g, c in out.items() if c}
+        return [int(g) for g in others.limit(None).to_arrow()["generation"].to_pylist()]
 
     def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
         t = self._db().open_table(manifest.collection)

@@ -257,20 +257,14 @@ class MilvusStore(DatabaseStore):
         it.close()
         return np.asarray(ids, dtype=np.int64), np.asarray(stamps, dtype=np.int64), models
 
-    def _counts(self, collection: str, generations: list[int], total: int | None = None) -> dict[int, int]:
-        db = self._loaded(collection)
-        out = {}
-        for g in generations:
-            res = db.query(collection, filter=f"generation == {int(g)}", output_fields=["count(*)"])
-            if res[0]["count(*)"]:
-                out[int(g)] = int(res[0]["count(*)"])
-        if total is not None and sum(out.values()) == total:
-            return out  # every row has an expected stamp
-        others = db.query(collection, filter=f"generation not in {list(map(int, generations))}",
-                          output_fields=["generation"], limit=_MAX_LIMIT)  # fmt: skip
-        for row in others:
-            out[int(row["generation"])] = out.get(int(row["generation"]), 0) + 1
-        return out
+    def _count(self, collection: str, generation: int) -> int:
+        where = f"generation == {generation}"
+        return int(self._loaded(collection).query(collection, filter=where, output_fields=["count(*)"])[0]["count(*)"])
+
+    def _stamps_outside(self, collection: str, generations: list[int]) -> list[int]:
+        rows = self._loaded(collection).query(collection, filter=f"generation not in {generations}",
+                                              output_fields=["generation"], limit=_MAX_LIMIT)  # fmt: skip
+        return [int(row["generation"]) for row in rows]
 
     def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
         kind = str(manifest.params.get("index_type", "HNSW")).upper()

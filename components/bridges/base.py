@@ -195,12 +195,8 @@ class Bridge:
                 f"bridge {path} is not the file the lineage recorded (sha256 differs); restore it, or fit the bridge "
                 "again with bctflow upgrade"
             )
-        try:
-            with read_npz(path) as f:
-                arrays = {k: f[k] for k in f.files}
-        except IndexIntegrityError as err:  # its words name a gallery: the same reason, a bridge's fix
-            reason = str(err).split(" (", 1)[1].rsplit(");", 1)[0] if " (" in str(err) else "unreadable"
-            raise IndexIntegrityError(f"bridge {path} is missing or damaged ({reason}); fit the bridge again") from None
+        with read_npz(path, f"bridge {path} is", "fit the bridge again") as f:
+            arrays = {k: f[k] for k in f.files}
         try:
             kind = str(arrays["kind"])
             bridge = cls(

@@ -47,17 +47,16 @@ def _npz_reason(err: Exception) -> str:
 
 
 @contextlib.contextmanager
-def read_npz(path: Path) -> Iterator[Any]:
-    """The arrays of the gallery file ``path`` (an ``.npz``, read with ``allow_pickle=False``); a file that is missing,
-    damaged or lacks an array the block reads is an IndexIntegrityError naming the file."""
+def read_npz(path: Path, what: str = "", fix: str = "re-embed the gallery of that generation") -> Iterator[Any]:
+    """The arrays of the file ``path`` (an ``.npz``, read with ``allow_pickle=False``; a gallery's, unless ``what``
+    names the file otherwise, e.g. ``bridge <path> is``); a file that is missing, damaged or lacks an array the block
+    reads is an IndexIntegrityError naming the file and ``fix``."""
     try:
         with np.load(path, allow_pickle=False) as arrays:
             yield arrays
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise IndexIntegrityError(
-            f"gallery embeddings {path} are missing or damaged ({_npz_reason(err)}); re-embed the gallery of that "
-            "generation"
-        ) from None
+        what = what or f"gallery embeddings {path} are"
+        raise IndexIntegrityError(f"{what} missing or damaged ({_npz_reason(err)}); {fix}") from None
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

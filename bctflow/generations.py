@@ -72,7 +72,7 @@ def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> d
             fail(err)
         from flows.new_generation import new_generation
 
-        return finish(new_generation(plan, return_state=True), "generation")
+        return finish(lambda: new_generation(plan, return_state=True), "generation")
 
 
 def _parse_classes(text: str | None) -> list[int] | str | None:

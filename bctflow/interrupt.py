@@ -33,24 +33,11 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
 
-import psutil
+from components.processes import stop_descendants
 
 __all__ = ["install_interrupt_handlers"]
 
-_GRACE_S = 3.0
 _FLOW_ENGINE = "prefect.flow_engine"
-
-
-def _stop_children() -> None:
-    me = psutil.Process()
-    children = me.children(recursive=True)
-    for child in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=_GRACE_S)
-    for child in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
@@ -59,7 +46,7 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
     sys.stderr.write(f"bctflow: stopped by {name}; staged work is kept — run the same command again to resume it\n")
     sys.stderr.flush()
-    _stop_children()
+    stop_descendants()
     os._exit(128 + signum)
 
 

@@ -94,7 +94,7 @@ def backfill(
         console.print(
             f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
         )
-        res = finish(backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
+        res = finish(lambda: backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "

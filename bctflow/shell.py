@@ -9,7 +9,9 @@ The command modules import what a command needs inside it, never at module level
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,8 +137,26 @@ def parse_params(path: Path, overrides: list[str] | None, values: dict[str, Any]
         raise  # unreachable: _fail exits
 
 
-def finish(state: Any, what: str) -> Any:
-    """The flow's result, or one clear error line and a non-zero exit."""
+def finish(run: Callable[[], Any], what: str) -> Any:
+    """Run the flow (``run`` returns its final state) and return its result, or one clear error line and a non-zero
+    exit: a BctflowError as :func:`fail` reports it; a Prefect API that stopped answering mid-run (its temporary
+    server killed, e.g. by the OOM killer on a loaded machine, or a configured one gone) as what happened and the
+    way on — exit 1, staged work kept; any other failure as its type and message."""
+    import httpx
+
+    try:
+        state = run()
+    except httpx.TransportError as err:  # Prefect's client, after its own retries
+        logging.raiseExceptions = False  # Prefect's log shipper would print its failed sends at exit, line by line
+        why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no answer'}"
+        err_console.print(
+            f"[bold red]{what} stopped:[/] the Prefect API ({_api_url()}) stopped answering ({escape(why)}); staged "
+            "work is kept: run the same command again (a temporary server starts anew), or point PREFECT_API_URL "
+            "at a running `prefect server start`",
+            soft_wrap=True,
+            highlight=False,
+        )
+        raise typer.Exit(1) from None
     if state.is_failed():
         try:
             state.result()
@@ -148,6 +168,12 @@ def finish(state: Any, what: str) -> Any:
             )
             raise typer.Exit(1) from None
     return state.result()
+
+
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or "this command's temporary server"
 
 
 def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import ConfigError
+from components.processes import stop_descendants
 from flows.env import STARTUP_TIMEOUT_VAR, configure_environment, startup_timeout
 from registry.prefect_db import seed_prefect_database
 
@@ -114,6 +115,8 @@ def _dying_with_command() -> type:
     import prefect.server.api.server as server_module
 
     class DiesWithCommand(server_module.SubprocessASGIServer):
+        _stopping = False
+
         def _run_uvicorn_command(self) -> subprocess.Popen:
             server_module.subprocess = _LaunchDyingWithCommand()  # Prefect's own launch of its server, armed
             try:
@@ -121,7 +124,42 @@ def _dying_with_command() -> type:
             finally:
                 server_module.subprocess = subprocess
 
+        _watched: subprocess.Popen | None = None
+
+        def start(self, timeout: int | None = None) -> None:
+            super().start(timeout)  # Prefect calls it again on each client it makes: started once
+            process = self.server_process
+            if process is not None and process is not self._watched:
+                self._watched = process
+                threading.Thread(target=self._watch, args=(process,), name="prefect-server-watch", daemon=True).start()
+
+        def stop(self) -> None:
+            self._stopping = True  # the command's own stop (its end, a failed start): not a loss
+            super().stop()
+
+        def _watch(self, process: subprocess.Popen) -> None:
+            process.wait()
+            if not self._stopping and process is self.server_process:
+                _server_lost(self.api_url, process)
+
     return DiesWithCommand
+
+
+def _server_lost(url: str, process: subprocess.Popen) -> None:
+    """The temporary server died under a running command (the OOM killer on a loaded machine, a stray kill): one
+    line, the command's other children stopped, exit 1 — at once. Prefect's client would retry the dead API for
+    minutes and then end in its traceback; a kill at any moment is what the lifecycle survives (docs/design.md
+    §7.12), so the same command resumes the staged work."""
+    code = process.returncode
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
+    sys.stderr.write(
+        f"error: this command's temporary Prefect server ({url}, pid {process.pid}) died mid-command ({how}; "
+        "a loaded machine's OOM killer?); stopped here, staged work is kept: run the same command again, or point "
+        "PREFECT_API_URL at a running `prefect server start`\n"
+    )
+    sys.stderr.flush()
+    stop_descendants()
+    os._exit(1)
 
 
 def _did_not_start(err: Exception, timeout: int) -> ConfigError:

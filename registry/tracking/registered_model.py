@@ -152,11 +152,14 @@ class MlflowStore:
         self.readonly = readonly
         self._located = False  # artifact URIs checked against the workspace's place (see relocate)
 
-    @staticmethod
-    def prepare() -> None:
-        """Import MLflow now, touching no store: a switch that ends with the MLflow aliases (a rollback) calls it
-        before its lineage row, so the import (longer than the whole switch) does not fall inside the switch."""
+    def prepare(self) -> None:
+        """Import MLflow and open its store where it exists (a client of a missing SQLite file would create it):
+        a switch that ends with the MLflow aliases (a rollback) calls it before its gate, so the imports and the
+        store's opening (longer than the whole switch) fall in neither."""
         import mlflow  # noqa: F401
+
+        if self.missing_file() is None:
+            self._client()
 
     def _client(self) -> Any:
         import mlflow

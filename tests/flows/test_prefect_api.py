@@ -178,3 +178,42 @@ def test_a_configured_server_is_used(prefect_harness, tmp_path: Path, monkeypatc
     pid = harness.server_process.pid
     assert prefect_api(tmp_path / "ws") == PREFECT_API_URL.value()
     assert SubprocessASGIServer() is harness and harness.server_process.pid == pid  # nothing else started
+
+
+def test_a_temporary_server_killed_mid_command_is_one_error_line_and_the_same_command_resumes(tmp_path: Path):
+    """The temporary server SIGKILLed while the flow runs (as a loaded machine's OOM killer did to a benchmark's
+    `bctflow run`, which then retried the dead API for minutes and ended in Prefect's traceback): the command stops
+    within seconds with one error line naming the server and the way on, exit 1, no traceback, no process left;
+    the same command then finishes the generation."""
+    from tests.helpers import write_params
+
+    params, home = tmp_path / "params.yaml", tmp_path / "ws"
+    write_params(params)
+    cmd = [sys.executable, "-m", "bctflow.cli", "run", "--home", str(home), "--params", str(params)]
+    env = _child_env(BCTFLOW_HOME=str(tmp_path / "shared"))
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, killed, servers = [], None, []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if killed is None and "Task run 'train-" in line:  # the flow runs: its first training step logged
+            servers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in c.cmdline()]
+            assert len(servers) == 1, servers
+            servers[0].kill()
+            killed = time.monotonic()
+    proc.wait(timeout=120)
+    assert killed is not None, "\n".join(lines[-20:])
+    after = lines[next(i for i, ln in enumerate(lines) if "Task run 'train-" in ln) + 1 :]
+    errors = [ln for ln in after if ln.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in "\n".join(lines), "\n".join(lines[-30:])
+    assert "temporary Prefect server" in errors[0] and "died mid-command (killed by SIGKILL" in errors[0], errors
+    assert "run the same command again" in errors[0] and "PREFECT_API_URL" in errors[0]
+    assert time.monotonic() - killed < 30  # not Prefect's minutes of retries
+    assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+    again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    lineage = subprocess.run(
+        [sys.executable, "-m", "bctflow.cli", "lineage", "--json", "--home", str(home), "--params", str(params)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert [g["id"] for g in json.loads(lineage.stdout)] == [0], lineage.stdout[-2000:]

@@ -54,6 +54,12 @@ _BATCH = 1024
 _INSTALL = "pip install lancedb (or bctflow[stores])"
 
 
+def _ranks(rows: np.ndarray) -> np.ndarray:
+    """Each hit's rank within its query's hits: ``rows`` (n,) the query of each hit, each query's hits contiguous."""
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else np.zeros(0, dtype=np.int64)
+    return np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+
+
 def _distance(geometry: str) -> str:
     return "l2" if l2_metric(geometry) else "dot"
 
@@ -220,14 +226,12 @@ class LanceStore(DatabaseStore):
                 search = t.search(query_rows(q[start : start + _BATCH], manifest.geometry)).distance_type(distance)
                 if indexed:
                     search = search.nprobes(nprobes).refine_factor(refine)
-                res = search.limit(limit).select(["id", "vector"]).to_arrow()
+                res = search.limit(limit).select(["id", "vector", "_distance"]).to_arrow()  # _distance: LanceDB's own
                 rows = res["query_index"].to_numpy() + start if "query_index" in res.column_names else None
                 rows = np.full(res.num_rows, start) if rows is None else rows
                 found, stored = res["id"].to_numpy(), np.stack(res["vector"].to_numpy(zero_copy_only=False))
-                slot = np.zeros(len(rows), dtype=np.int64)
-                for i in range(1, len(rows)):
-                    slot[i] = slot[i - 1] + 1 if rows[i] == rows[i - 1] else 0
-                ids[rows, slot], vecs[rows, slot] = found, stored
+                rank = _ranks(rows)
+                ids[rows, rank], vecs[rows, rank] = found, stored
             return ids, gallery_rows(vecs, manifest.geometry)
 
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from components.errors import IndexIntegrityError
+from components.indexing import db_index
 from components.faults import KILL_ENV
 from components.indexing.backend import GalleryFacts, StoreManifest, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
@@ -38,7 +39,7 @@ def _build(db, tmp_path, name: str, geometry: str = "euclidean", generation: int
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
-def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files(db, tmp_path, geometry):
+def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files(db, tmp_path, geometry, monkeypatch):
     parts, out, _ = _build(db, tmp_path, f"t_{geometry[:3]}_g1_v0", geometry, stamps=(0, 1))
     m = StoreManifest.load(out)
     assert (m.store, m.count, m.counts_by_generation) == (db.name, 300, {0: 150, 1: 150})
@@ -52,6 +53,12 @@ def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files
     assert (i_db[:, 0] == i_ff[:, 0]).all()  # each item finds itself first
     np.testing.assert_allclose(s_db[:, 0], s_ff[:, 0], atol=1e-6)
     assert type(store_of(out)) is type(db)
+    q = np.concatenate([p.gallery.vectors()[:40] for p in parts.parts()])  # 80 queries
+    whole = open_index(out).search(q, 5, query_generation=1)
+    monkeypatch.setattr(db_index, "RESCORE_QUERIES", 7)  # re-scored 7 queries at a time: the same answers
+    pieces = open_index(out).search(q, 5, query_generation=1)
+    np.testing.assert_array_equal(pieces[1], whole[1])
+    np.testing.assert_allclose(pieces[0], whole[0], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])

@@ -77,14 +77,17 @@ def backfill(
                 return
             # the plan: measured on a sample in a temporary folder (nothing written, no lock taken), before any
             # Prefect server starts, whose start-up would compete with the measurement for the CPU
-            from flows.steps.backfill_plan import forecast_backfill, forecast_lines
+            import psutil
 
+            from flows.steps.backfill_plan import forecast_backfill, forecast_lines, record_command
+
+            started = psutil.Process().create_time()  # the command's start: the plan predicts the whole command
             if plan_only:
-                for line in forecast_lines(plan, forecast_backfill(plan)):
+                for line in forecast_lines(plan, forecast_backfill(plan, started)):
                     console.print(line, highlight=False, markup=False)
                 return
             held.enter_context(workspace_lock(h, BACKFILL, p.lineage.db_url))  # before the server (the flow re-enters)
-            forecast = forecast_backfill(plan)
+            forecast = forecast_backfill(plan, started)
             prefect_api(h)  # the configured server, or this command's temporary one
         except BctflowError as err:
             fail(err)
@@ -95,6 +98,7 @@ def backfill(
             f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
         )
         res = finish(lambda: backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
+        record_command(plan, int(res["event"]), started)  # the next plan's rest: up to the command's end
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
         f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "

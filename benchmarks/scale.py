@@ -53,8 +53,8 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
 * ``plan_*``: that partial backfill's plan (``bctflow backfill --plan``, which it logs before it starts) against
   what it then took: ``plan_predicted_s`` / ``plan_actual_s``, the embedding phase (every gallery's re-embedding:
   predicted from the rate measured on a sample; actual from its log lines, items ÷ items/s);
-  ``plan_predicted_total_s`` (embedding + the index builds, as the live version's took) / ``plan_actual_total_s``
-  (the whole command's wall seconds, Prefect's start-up included, which the plan does not predict);
+  ``plan_predicted_total_s`` (the whole command: before the plan, the plan, the embedding, and Prefect's start-up
+  and the publish step as the full backfill's last run took them) / ``plan_actual_total_s`` (its wall seconds);
   ``plan_predicted_map`` / ``plan_actual_map``: the served mAP@R of the evaluation split the plan predicted at 10%
   and the one the backfill's publish step measured (the lineage's backfill event);
 * with ``--workers-sweep 1,2``: the full backfill per Dask worker count, one worker killed mid-run, the whole command

@@ -10,6 +10,7 @@ queries from the old version until the final, atomic switch.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +127,13 @@ def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> di
     with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
         forecast = forecast_task(plan, forecast)
         plan = start_task(plan)
+        embedding = time.time()
         before, total = _embed(plan)
+        embedded = time.time()
         index_dir, metrics = publish_task(plan)
-        # the lineage keeps the prediction beside the actual (the event's duration_s)
-        event = switch_task(plan, index_dir, metrics | backfill_plan.forecast_metrics(forecast))
+        # the lineage keeps the prediction beside this run's seconds, which the next plan reads
+        timed = backfill_plan.run_seconds(plan, forecast, embedding, embedded)
+        event = switch_task(plan, index_dir, metrics | backfill_plan.forecast_metrics(forecast) | timed)
     summary = {
         "event": event,
         "target": plan.target,

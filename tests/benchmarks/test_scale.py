@@ -25,8 +25,9 @@ def test_the_backfills_logged_plan_is_set_against_its_embedding_phase():
         f"12:00:0{i} | INFO | Task run 'x' - {line}"
         for i, line in enumerate(
             [
-                "  predicted wall time 61.5 s (embedding 52.0 s + index builds; Prefect start-up and the publish "
-                "checks not included), 0.0171 worker-hours on 1 worker",
+                "  predicted wall time 61.5 s (embedding 52.0 s + the rest 6.0 s: Prefect's start-up 3.0 s, the "
+                "publish step 2.0 s and the switch to the command's end 1.0 s as backfill 1's run took them; before "
+                "the plan 1.5 s, the plan 2.0 s), 0.0171 worker-hours on 1 worker",
                 "evaluation gallery: 1000 of 1000 selected items embedded now (0 by an earlier run) at 500 items/s "
                 "after 1.5 s of start-up; 0 of 4 parts resumed",
                 "serving corpus: 100000 of 100000 selected items embedded now (0 by an earlier run) at 2000 "

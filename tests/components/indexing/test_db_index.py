@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from components.errors import IndexIntegrityError
-from components.indexing import db_index
 from components.faults import KILL_ENV
+from components.indexing import db_index
 from components.indexing.backend import GalleryFacts, StoreManifest, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig

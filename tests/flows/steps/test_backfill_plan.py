@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from bctflow.cli import app
 from components.errors import ConfigError
 from flows.params import apply_overrides, load_params
-from flows.steps.backfill_plan import STEPS, forecast_backfill
+from flows.steps.backfill_plan import RUN_KEYS, STEPS, forecast_backfill, forecast_lines, record_command
 from flows.steps.reembed import plan_backfill
 from flows.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
@@ -93,6 +93,39 @@ def test_the_predicted_served_map_is_what_real_backfills_then_measure(story, bac
         assert predicted[f] == pytest.approx(m["served_map"], abs=0.02), (f, predicted, m)
         assert m["plan_predicted_map"] == pytest.approx(m["served_map"], abs=0.02)
         assert m["plan_predicted_s"] > 0 and m["plan_items_per_s"] > 0 and event.duration_s > 0
+        # and this run's own seconds, which the next plan reads
+        assert set(RUN_KEYS) <= set(m) and m["run_items"] == 539 and m["run_publish_s"] > 0, m
+    # no earlier backfill in the story's workspace: the rest is the index builds, and the plan says what is left out
+    assert fc.rest_s is None and "no earlier backfill run timed them" in fc.rest_note
+    assert fc.predicted_s == pytest.approx(fc.before_s + fc.plan_s + fc.work_s) and fc.plan_s > 0
+
+
+def test_the_next_plan_predicts_the_whole_command_from_the_last_timed_run(story, backfilled):
+    """A plan in a workspace whose last backfill timed itself: the whole command is the seconds before the plan (the
+    command's start given), the plan's own, the embedding, and that run's Prefect start-up and publish step."""
+    import time
+
+    _, params = story
+    p = load_params(params)
+    ws = backfilled[0.1]
+    with Workspace(ws).lineage(p, readonly=True) as store:
+        (event,) = store.backfills()
+    m = event.metrics
+    started = time.time() - 2.0
+    plan = plan_backfill(p, Workspace(ws), target=1, fraction=0.5, order="random", force=True)
+    fc = forecast_backfill(plan, started)
+    assert fc.rest_s == pytest.approx(m["run_startup_s"] + m["run_publish_s"])  # no command.json: run by the flow
+    assert f"end 0.0 s as backfill {event.id}'s run took them" in fc.rest_note and "scaled" not in fc.rest_note
+    assert 2.0 <= fc.before_s < 60 and fc.plan_s > 0
+    assert fc.predicted_s == pytest.approx(fc.before_s + fc.plan_s + fc.embed_s + fc.rest_s)
+    line = next(x for x in forecast_lines(plan, fc) if "predicted wall time" in x)
+    assert f"the rest {fc.rest_s:.1f} s: Prefect's start-up {m['run_startup_s']:.1f} s, the publish step" in line
+    # the command that ran it kept its wall seconds (as `bctflow backfill` does): what followed the publish step too
+    timed = sum(m[k] for k in ("run_before_s", "run_startup_s", "run_embed_s", "run_publish_s"))
+    record_command(plan, int(event.id), time.time() - timed - 5.0)
+    again = forecast_backfill(plan, started)
+    assert again.rest_s == pytest.approx(fc.rest_s + 5.0, abs=0.5), (again.rest_s, fc.rest_s)
+    assert "and the switch to the command's end 5.0 s as backfill" in again.rest_note
 
 
 def test_a_plan_with_nothing_to_re_embed_is_one_line(story, backfilled):

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import functools
 import importlib
+import logging
 import os
 import signal
 import subprocess
@@ -135,7 +136,12 @@ def _dying_with_command() -> type:
 
         def stop(self) -> None:
             self._stopping = True  # the command's own stop (its end, a failed start): not a loss
+            answering = self.running and self.server_process is not None and self.server_process.poll() is None
+            if answering:
+                _flush_to_api()
             super().stop()
+            if answering:
+                _detach_api_logs()
 
         def _watch(self, process: subprocess.Popen) -> None:
             process.wait()
@@ -143,6 +149,31 @@ def _dying_with_command() -> type:
                 _server_lost(self.api_url, process)
 
     return DiesWithCommand
+
+
+def _flush_to_api() -> None:
+    """Send the logs and events still queued for the API while the server answers: at the command's end its server
+    stops first (its exit hook was registered last), and logging's own exit hook then tried to ship them to the
+    stopped server — 1.5 s of a tiny backfill, longer under load."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        with contextlib.suppress(Exception):  # a send that fails here is one the stopped server would not take
+            worker.drain_all(timeout=5)
+
+
+def _detach_api_logs() -> None:
+    """Take Prefect's API log handlers off every logger: the server they send to has stopped."""
+    from prefect.logging.handlers import APILogHandler
+
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    for logger in loggers:
+        for handler in [h for h in logger.handlers if isinstance(h, APILogHandler)]:
+            logger.removeHandler(handler)
 
 
 def _server_lost(url: str, process: subprocess.Popen) -> None:

@@ -22,7 +22,11 @@ HEAVY = ("torch", "prefect", "mlflow", "dvc", "faiss", "timm", "torchvision")
 #: every call in one process, then the heavy top-level packages in sys.modules, as the last line
 _CALLS = """
 import json, sys
+import bctflow.cli
 from bctflow.cli import main
+def _raise(code):  # each call ends as SystemExit here, not as the process's end
+    raise SystemExit(code)
+bctflow.cli._exit_now = _raise
 calls, heavy = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
 for args in calls:
     sys.argv = ["bctflow", *args]
@@ -74,3 +78,23 @@ def test_a_bad_startup_timeout_is_one_line_before_the_command_runs(monkeypatch, 
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS='2m': ") and "\n" not in err
+
+
+_EXIT = """
+import atexit, sys
+atexit.register(lambda: print("exit hook ran"))
+sys.argv = ["bctflow", *sys.argv[1:]]
+from bctflow.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (["promote", "--generation", "x"], 2)])
+def test_the_console_script_ends_with_its_exit_code_its_exit_hooks_run_and_its_output_flushed(tmp_path, args, code):
+    """main() ends the process itself once the exit hooks ran (no interpreter finalization: seconds at the end of a
+    backfill): the command's exit code, every exit hook (Prefect's server stop, a backfill's seconds), the output
+    flushed into a pipe."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", _EXIT, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == code, res.stderr[-2000:]
+    assert res.stdout.rstrip().endswith("exit hook ran") and (code or f"bctflow {__version__}" in res.stdout)

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from components.errors import LineageError
 from registry import schema_version
+from registry.bridge_ledger import BridgeLedger
 from registry.db_url import sqlite_path, sqlite_pragmas, store_label
 from registry.orm import (
     BackfillDecision,
@@ -52,7 +53,7 @@ class NoLineageError(LineageError):
     """A read-only open found a database without bctflow's tables."""
 
 
-class LineageStore:
+class LineageStore(BridgeLedger):
     """Lineage database access. ``url``: any SQLAlchemy URL; ``readonly``: reads only, no schema changes."""
 
     def __init__(

@@ -55,6 +55,20 @@ def _backfill(b: orm.BackfillEvent) -> dict[str, Any]:
     }
 
 
+def _bridge(b: orm.FittedBridge) -> dict[str, Any]:
+    return {
+        "to": b.to_generation_id,
+        "role": b.role,
+        "kind": b.kind,
+        "version": b.version,
+        "sha256": b.sha256,
+        "sample": b.sample,
+        "fit_error": b.fit_error,
+        "mlflow_version": b.mlflow_version,
+        "path": b.path,
+    }
+
+
 def _live_gallery(live: orm.GalleryPointer) -> dict[str, Any]:
     """Where the live gallery's vectors live, as its pointer row recorded them (null values: before revision 0007)."""
     return {
@@ -83,6 +97,7 @@ def _roles(g: Generation, step: GenerationStep, rows: LineageRows, timeline: Tim
             if pr.generation_id == g.id
         ],
         "backfills": [_backfill(b) for b in rows.backfills if b.to_generation_id == g.id],
+        "bridges": [_bridge(b) for b in rows.bridges if b.from_generation_id == g.id],
     }
 
 

@@ -90,6 +90,17 @@ FIELDS: tuple[Field, ...] = (
         shape="items",
     ),
     Field(
+        "bridges",
+        "[object]",
+        "the fitted maps *from* this generation's space (lineage revision 0008; docs/design.md §11): `to` the "
+        "generation whose space it maps into, `role` `adapter` (this generation's queries into its parent's "
+        "gallery space) or `transform` (stored vectors into a newer generation's space), the map's `kind`, its "
+        "`version` (each fit of one (to, role) the next), the `sha256` of its file at `path`, the paired `sample` "
+        "and held-out `fit_error`, and its MLflow model version once registered",
+        keys=("to", "role", "kind", "version", "sha256", "sample", "fit_error", "mlflow_version", "path"),
+        shape="items",
+    ),
+    Field(
         "compatibility",
         "object \\| null",
         "the compatibility matrix over the serving generations as of this generation, one object per metric "

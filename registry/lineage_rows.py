@@ -22,7 +22,7 @@ EvalTable = dict[tuple[int, str, int, str], dict[str, float]]
 
 @dataclass
 class LineageRows:
-    """The lineage's rows: generations, promotions, backfills and live pointers oldest first; evaluations as a
+    """The lineage's rows: generations, promotions, backfills, bridges and live pointers oldest first; evaluations as a
     table; derived / diagnostic metrics, decisions, ζ steps and compatibility summaries by generation id."""
 
     gens: list[Generation]
@@ -35,6 +35,7 @@ class LineageRows:
     promotions: list[orm.Promotion]
     compat: dict[int, dict[str, Any]]
     backfills: list[orm.BackfillEvent]
+    bridges: list[orm.FittedBridge]
 
     @property
     def live(self) -> orm.GalleryPointer | None:
@@ -56,6 +57,7 @@ def read_rows(sessions: sessionmaker[Session], paths: WorkspacePaths) -> Lineage
             promotions=list(s.scalars(select(orm.Promotion).order_by(orm.Promotion.id))),
             compat={},
             backfills=list(s.scalars(select(orm.BackfillEvent).order_by(orm.BackfillEvent.id))),
+            bridges=list(s.scalars(select(orm.FittedBridge).order_by(orm.FittedBridge.id))),
         )
         for c in s.scalars(select(orm.CompatSummary).order_by(orm.CompatSummary.id)):
             summary = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}
@@ -65,7 +67,7 @@ def read_rows(sessions: sessionmaker[Session], paths: WorkspacePaths) -> Lineage
             rows.table.setdefault(key, {})[e.metric] = e.value
         for m in s.scalars(select(orm.GenerationMetric)):
             (rows.derived if m.kind == "derived" else rows.diags).setdefault(m.generation_id, {})[m.name] = m.value
-    for row in (*rows.gens, *rows.pointers, *rows.backfills):
+    for row in (*rows.gens, *rows.pointers, *rows.backfills, *rows.bridges):
         paths.resolve_row(row)
     return rows
 

@@ -42,6 +42,7 @@ __all__ = [
     "Base",
     "CompatSummary",
     "Evaluation",
+    "FittedBridge",
     "GalleryPointer",
     "Generation",
     "GenerationMetric",
@@ -237,6 +238,30 @@ class CompatSummary(Base):
     ac: Mapped[float | None] = mapped_column(Float, nullable=True)
     aa: Mapped[float | None] = mapped_column(Float, nullable=True)
     aca: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class FittedBridge(Base):
+    """A fitted map between two generations' spaces (revision 0008; docs/design.md §11): ``role`` ``adapter`` (a
+    query map from a new generation into its parent's space) or ``transform`` (a map of stored vectors from an old
+    generation into a new one's); ``version`` counts the fits of one (from, to, role), the newest serves; its file
+    (``path``, ``.npz``) pinned by ``sha256``; the paired ``sample`` it was fitted on and its held-out ``fit_error``;
+    its MLflow model version once registered."""
+
+    __tablename__ = "bridges"
+    __table_args__ = (UniqueConstraint("from_generation_id", "to_generation_id", "role", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    from_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    to_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    role: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))
+    sample: Mapped[int] = mapped_column(Integer)
+    fit_error: Mapped[float] = mapped_column(Float)
+    mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class SchemaInfo(Base):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from registry.orm import BackfillEvent, GalleryPointer, Generation
+from registry.orm import BackfillEvent, FittedBridge, GalleryPointer, Generation
 
 __all__ = ["PATH_COLUMNS", "WorkspacePaths"]
 
@@ -22,6 +22,7 @@ PATH_COLUMNS: dict[str, tuple[str, ...]] = {
     Generation.__tablename__: ("data_snapshot", "checkpoint_path", "index_path", "reference_checkpoint_path"),
     GalleryPointer.__tablename__: ("index_path", "model_checkpoint"),
     BackfillEvent.__tablename__: ("index_path",),
+    FittedBridge.__tablename__: ("path",),
 }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 __all__ = [
     "BackfillRecord",
+    "BridgeRecord",
     "CompatRecord",
     "DecisionRecord",
     "EvaluationRecord",
@@ -142,6 +143,21 @@ class BackfillRecord:
     metrics: dict[str, Any]
     started_at: Any
     duration_s: float
+
+
+@dataclass
+class BridgeRecord:
+    """A fitted bridge as the lineage records it (``bridges``, revision 0008); its version is the lineage's to give."""
+
+    from_generation_id: int
+    to_generation_id: int
+    role: str  # adapter | transform
+    kind: str
+    path: str
+    sha256: str
+    sample: int
+    fit_error: float
+    mlflow_version: str | None = None
 
 
 @dataclass

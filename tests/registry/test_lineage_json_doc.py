@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from registry.lineage_json_doc import DOC, documented_keys, emitted_keys, lineage_json_doc
-from registry.records import CompatRecord, DecisionRecord, EvaluationRecord, GenerationBundle, ZetaRecord
+from registry.records import (
+    BridgeRecord,
+    CompatRecord,
+    DecisionRecord,
+    EvaluationRecord,
+    GenerationBundle,
+    ZetaRecord,
+)
 from tests.conftest import REPO
 from tests.helpers import generation_record, lineage_story
 
@@ -19,7 +26,8 @@ def test_the_committed_page_is_what_the_generator_renders():
 
 def _every_kind_of_value(path: Path) -> list[dict]:
     """The document of a lineage where every optional block is filled: promotions (one forced), a full backfill with
-    a ζ restart, and a generation with a ζ step, a reference φ*, a backfill decision and a compatibility matrix."""
+    a ζ restart, and a generation with a ζ step, a reference φ*, a backfill decision, a compatibility matrix and a
+    bridge."""
     with lineage_story(path) as store:
         g3 = generation_record(3, 2, alignment="hbct", zeta=1.4, mlflow_version="4", mlflow_run_id="run3")
         g3.compatible_with_live = True
@@ -41,6 +49,7 @@ def _every_kind_of_value(path: Path) -> list[dict]:
                 compat=[CompatRecord("map", [2, 3], matrix, ac=0.6, aa=0.7, aca=0.6)],
             )
         )
+        store.record_bridge(BridgeRecord(3, 2, "adapter", "procrustes", str(path.parent / "b.npz"), "a" * 64, 99, 0.1))
         return store.to_json()
 
 
@@ -48,7 +57,7 @@ def test_the_page_documents_exactly_the_keys_a_lineage_document_has(tmp_path: Pa
     document = _every_kind_of_value(tmp_path / "lineage.db")
     last = document[-1]
     assert last["zeta_step"] and last["compatibility"] and last["metrics"]["reference"] and last["metrics"]["p_com"]
-    assert document[0]["promotions"] and document[1]["backfills"]
+    assert document[0]["promotions"] and document[1]["backfills"] and last["bridges"]
     emitted, documented = emitted_keys(document), documented_keys()
     undocumented = [k for k in emitted if k not in documented]
     stale = [k for k in documented if k not in emitted]

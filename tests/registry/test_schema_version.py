@@ -155,3 +155,23 @@ def test_revision_0007_records_where_the_live_vectors_live_and_rows_before_it_re
     old = upgraded.live_pointer()
     assert (old.store, old.collection, old.rows_by_generation, old.index_params) == (None, None, None, None)
     upgraded.close()
+
+
+def test_revision_0008_adds_the_bridges_table_and_a_lineage_before_it_has_none(db_url):
+    from registry.records import BridgeRecord
+
+    store = LineageStore(db_url)
+    store.commit_generation(GenerationBundle(generation_record(0)))
+    store.commit_generation(GenerationBundle(generation_record(1, parent=0)))
+    store.record_bridge(BridgeRecord(1, 0, "adapter", "procrustes", "/b.npz", "a" * 64, 100, 0.1))
+    store.close()
+    engine = create_engine(db_url)
+    schema_version.downgrade(engine, "0007_pointer_store")  # the lineage as the previous bctflow wrote it
+    assert "bridges" not in inspect(engine).get_table_names()
+    engine.dispose()
+    with pytest.raises(LineageError, match=r"older than .*run `bctflow db-upgrade`"):
+        LineageStore(db_url)
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == [f"migrated 0007_pointer_store → {schema_version.head_revision()}"]
+    assert upgraded.bridges() == [] and [g.id for g in upgraded.generations()] == [0, 1]
+    upgraded.close()

@@ -44,7 +44,7 @@ from components.indexing.db_index import (
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, StoredPart
 
-__all__ = ["MilvusStore", "queries_per_call"]
+__all__ = ["MilvusStore", "create_index", "queries_per_call"]
 
 _CLIENTS: dict[str, Any] = {}
 _DEFAULTS: dict[str, Any] = {"index_type": "HNSW", "M": 16, "efConstruction": 200, "ef": 128, "nlist": 128}
@@ -76,6 +76,30 @@ def queries_per_call(limit: int, dim: int) -> int:
     width ``dim`` per query stay under ``_REPLY_BYTES`` (a corpus's top-101 metrics, re-ranked 4×, asked 2048
     queries for 430 MB)."""
     return max(1, min(_BATCH, _REPLY_BYTES // (max(1, limit) * (4 * dim + 64))))
+
+
+def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) -> None:
+    """Create ``collection``'s vector index (``kind`` under ``metric``) and wait until it covers every row. The gRPC
+    connection can be reset while the server builds (GOAWAY "too many pings", seen building HNSW over 1M rows in
+    Milvus Lite) and pymilvus then retries a create that went through: the index the retry finds must be the one
+    asked for (IndexIntegrityError in one line otherwise), and is waited for."""
+    from pymilvus.exceptions import MilvusException
+
+    try:
+        db.create_index(collection, spec)
+    except MilvusException as err:
+        if "already exists" not in str(err):
+            raise
+    while True:
+        found = db.describe_index(collection, "vector")
+        if (found.get("index_type"), found.get("metric_type")) != (kind, metric):
+            raise IndexIntegrityError(
+                f"the Milvus collection {collection} holds a {found.get('index_type')} index under "
+                f"{found.get('metric_type')}, not the {kind} under {metric} asked for; rebuild that gallery version"
+            )
+        if found.get("state", "Finished") == "Finished" and not found.get("pending_index_rows"):
+            return
+        time.sleep(0.5)
 
 
 def _metric(geometry: str) -> str:
@@ -233,7 +257,7 @@ class MilvusStore(DatabaseStore):
         spec = db.prepare_index_params()
         metric = _metric(self._facts(collection)["geometry"])
         spec.add_index("vector", index_type=kind, metric_type=metric, params=params)
-        db.create_index(collection, spec)
+        create_index(db, collection, spec, kind, metric)
         db.load_collection(collection)
 
     # ---------------------------------------------------------------- reads

@@ -42,3 +42,24 @@ def test_a_search_asks_few_enough_queries_per_call_that_the_reply_fits_and_answe
     np.testing.assert_array_equal(split[1], whole[1])
     np.testing.assert_allclose(split[0], whole[0])
     store.close()
+
+
+def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_the_one_asked(tmp_path):
+    """pymilvus retries a create_index whose gRPC connection the server reset mid-build (GOAWAY, seen building HNSW
+    over 1M rows) and the retry finds the index the first call built: that one is accepted when it is the index
+    asked for, and a different one is one line."""
+    from components.errors import IndexIntegrityError
+    from components.indexing.index_config import IndexConfig
+    from components.indexing.stores import milvus
+    from tests.components.indexing.test_backend import stamped_store
+
+    parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
+    store = vector_store("milvus", str(tmp_path / "m.db"), {"index_type": "HNSW"})
+    store.build(parts, tmp_path / "index", collection="t_g0_v0", generation=0, config=IndexConfig(recall_queries=50))
+    db = store._db()
+    spec = db.prepare_index_params()
+    spec.add_index("vector", index_type="HNSW", metric_type="IP", params={"M": 16, "efConstruction": 200})
+    milvus.create_index(db, "t_g0_v0", spec, "HNSW", "IP")  # "index already exists": the retry's answer, accepted
+    with pytest.raises(IndexIntegrityError, match=r"holds a HNSW index under IP, not the IVF_FLAT under IP asked for"):
+        milvus.create_index(db, "t_g0_v0", spec, "IVF_FLAT", "IP")
+    store.close()

@@ -131,7 +131,7 @@ def _dying_with_command() -> type:
             super().start(timeout)  # Prefect calls it again on each client it makes: started once
             process = self.server_process
             if process is not None and process is not self._watched:
-                self._watched = process
+                self._watched, self._stopping = process, False  # a new server (a second start after a failed one)
                 threading.Thread(target=self._watch, args=(process,), name="prefect-server-watch", daemon=True).start()
 
         def stop(self) -> None:

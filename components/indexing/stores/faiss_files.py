@@ -73,7 +73,7 @@ class FaissFiles(VectorStore):
         gens, counts = np.unique(stamps, return_counts=True)
         return {int(g): int(c) for g, c in zip(gens, counts)}
 
-    def verify(self, out: Path) -> None:
+    def verify(self, out: Path, *, by_generation: bool = True) -> None:
         index = GalleryIndex.load(out)
         store = _stamps_store(Path(out), index.manifest.generation)
         store.verify()  # every part the file store.json pins

@@ -57,6 +57,8 @@ _MAX_LIMIT = 16384
 _REPLY_BYTES = 64 << 20
 #: the collection property that records its generation, geometry, curvature, width and accepted stamps
 _FACTS = "bctflow.facts"
+#: create_index: seconds between looks at a building index, and without a newly indexed row before it gives up
+POLL_S, STALLED_S = 0.5, 600.0
 _INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
 
 
@@ -82,7 +84,9 @@ def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) ->
     """Create ``collection``'s vector index (``kind`` under ``metric``) and wait until it covers every row. The gRPC
     connection can be reset while the server builds (GOAWAY "too many pings", seen building HNSW over 1M rows in
     Milvus Lite) and pymilvus then retries a create that went through: the index the retry finds must be the one
-    asked for (IndexIntegrityError in one line otherwise), and is waited for."""
+    asked for (IndexIntegrityError in one line otherwise), and is waited for — as long as its indexed rows grow: a
+    build that indexes no row for :data:`STALLED_S` seconds ends in one line (the written rows are kept; the same
+    command builds the index again)."""
     from pymilvus.exceptions import MilvusException
 
     try:
@@ -90,6 +94,7 @@ def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) ->
     except MilvusException as err:
         if "already exists" not in str(err):
             raise
+    indexed, since = -1, time.monotonic()
     while True:
         found = db.describe_index(collection, "vector")
         if (found.get("index_type"), found.get("metric_type")) != (kind, metric):
@@ -99,7 +104,16 @@ def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) ->
             )
         if found.get("state", "Finished") == "Finished" and not found.get("pending_index_rows"):
             return
-        time.sleep(0.5)
+        if int(found.get("indexed_rows", 0)) > indexed:
+            indexed, since = int(found.get("indexed_rows", 0)), time.monotonic()
+        elif time.monotonic() - since > STALLED_S:
+            raise IndexIntegrityError(
+                f"the Milvus collection {collection}'s {kind} index has indexed {indexed} of "
+                f"{found.get('total_rows', '?')} rows and none more for {STALLED_S:g} s (state "
+                f"{found.get('state', '?')}); check the Milvus server and its logs, then run the same command again "
+                "(the rows written are kept)"
+            )
+        time.sleep(POLL_S)
 
 
 def _metric(geometry: str) -> str:

@@ -159,3 +159,31 @@ def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itse
         table.add(pa.table({k: [v] for k, v in row.items()} | {"vector": vector}, schema=table.schema))
     twice = 1 if db.name == "lancedb" else 0
     assert db.audit(out) == {"rows": 300 + twice, "duplicates": twice, "unstamped": 1}
+
+
+def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_generation(db, tmp_path):
+    """``verify(by_generation=False)`` (the rollback's gate) reads the holder's row total only: a row restamped
+    behind bctflow's back passes it and fails the full verify (doctor's); a row deleted fails both."""
+    parts, out, _ = _build(db, tmp_path, "t_light_g1_v0", stamps=(0, 1))
+    first = next(parts.parts())
+    restamp = int(first.gallery.ids[np.flatnonzero(first.stamps == 1)[0]])
+    gone = int(first.gallery.ids[np.flatnonzero(first.stamps == 0)[0]])
+    if db.name == "milvus":
+        row = db._db().get("t_light_g1_v0", ids=[restamp], output_fields=["id", "generation", "model", "vector"])[0]
+        db._db().upsert("t_light_g1_v0", [{**row, "generation": 0}])
+    else:
+        db._db().open_table("t_light_g1_v0").update(where=f"id = {restamp}", values={"generation": 0})
+    db.verify(out, by_generation=False)
+    with pytest.raises(IndexIntegrityError) as err:
+        db.verify(out)
+    assert f"holds rows per generation {{0: 151, 1: 149}}, {out}/manifest.json says {{0: 150, 1: 150}}" in str(err.value)
+    if db.name == "milvus":
+        db._db().delete("t_light_g1_v0", ids=[gone])
+    else:
+        db._db().open_table("t_light_g1_v0").delete(f"id = {gone}")
+    with pytest.raises(IndexIntegrityError) as err:
+        db.verify(out, by_generation=False)
+    assert str(err.value) == (
+        f"the {NAMES[db.name][0]} t_light_g1_v0 holds 299 rows, {out}/manifest.json says 300; "
+        "rebuild that gallery version (bctflow backfill)"
+    )

@@ -63,3 +63,54 @@ def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_
     with pytest.raises(IndexIntegrityError, match=r"holds a HNSW index under IP, not the IVF_FLAT under IP asked for"):
         milvus.create_index(db, "t_g0_v0", spec, "IVF_FLAT", "IP")
     store.close()
+
+
+def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_path, monkeypatch):
+    """A server whose index build stops (its indexed rows stay where they are) is not waited for forever: after
+    ``STALLED_S`` seconds without a newly indexed row, one line naming the collection and what to do. The stall is
+    the real Milvus Lite's describe_index answer with its state held at 'InProgress' (a build cannot be stopped
+    here); a build that still indexes rows is waited for."""
+    import time
+
+    from components.errors import IndexIntegrityError
+    from components.indexing.index_config import IndexConfig
+    from components.indexing.stores import milvus
+    from tests.components.indexing.test_backend import stamped_store
+
+    parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
+    store = vector_store("milvus", str(tmp_path / "m.db"), {"index_type": "HNSW"})
+    store.build(parts, tmp_path / "index", collection="t_g0_v0", generation=0, config=IndexConfig(recall_queries=50))
+    db = store._db()
+    spec = db.prepare_index_params()
+    spec.add_index("vector", index_type="HNSW", metric_type="IP", params={"M": 16, "efConstruction": 200})
+    real, looks = db.describe_index, []
+
+    class Stalled:
+        """The real client, its index build reported as stuck after ``grows`` looks that each indexed a row more."""
+
+        def __init__(self, grows: int) -> None:
+            self.grows = grows
+
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        def describe_index(self, collection, field):
+            looks.append(time.monotonic())
+            found = real(collection, field)
+            done = min(len(looks), self.grows) if self.grows else 7
+            return {**found, "state": "InProgress", "indexed_rows": done, "total_rows": 300, "pending_index_rows": 1}
+
+    monkeypatch.setattr(milvus, "POLL_S", 0.05)
+    monkeypatch.setattr(milvus, "STALLED_S", 0.3)
+    with pytest.raises(IndexIntegrityError) as err:
+        milvus.create_index(Stalled(0), "t_g0_v0", spec, "HNSW", "IP")
+    assert str(err.value) == (
+        "the Milvus collection t_g0_v0's HNSW index has indexed 7 of 300 rows and none more for 0.3 s (state "
+        "InProgress); check the Milvus server and its logs, then run the same command again (the rows written are kept)"
+    )
+    looks.clear()
+    with pytest.raises(IndexIntegrityError):
+        milvus.create_index(Stalled(20), "t_g0_v0", spec, "HNSW", "IP")  # 20 looks × 0.05 s of growth, then stuck
+    assert looks[-1] - looks[0] >= 20 * 0.05 + 0.3  # waited while rows were indexed, gave up 0.3 s after the last
+    assert store.count_by_generation(tmp_path / "index") == {0: 300}  # the rows written are kept
+    store.close()

@@ -12,7 +12,7 @@ import atexit
 import os
 import sys
 
-from bctflow import generations, live, operations, serve, stages  # noqa: F401 (registers the commands)
+from bctflow import generations, live, operations, serve, stages, upgrade  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError

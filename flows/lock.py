@@ -27,7 +27,7 @@ from pathlib import Path
 
 from components.errors import LineageError
 
-__all__ = ["BACKFILL", "LINEAGE_LOCK_KEY", "NEW_GENERATION", "ROLLBACK", "database_lock", "workspace_lock"]
+__all__ = ["BACKFILL", "LINEAGE_LOCK_KEY", "NEW_GENERATION", "ROLLBACK", "UPGRADE", "database_lock", "workspace_lock"]
 
 
 #: the advisory-lock key of a bctflow lineage (any 64-bit constant shared by every bctflow)
@@ -37,6 +37,7 @@ LINEAGE_LOCK_KEY = 0x6263_7466_6C6F_77  # "bctflow"
 NEW_GENERATION = "a new generation is being created"
 BACKFILL = "a backfill is running"
 ROLLBACK = "a rollback is moving the live gallery"
+UPGRADE = "a bridge between generations is being fitted"
 
 #: the workspaces this process holds (resolved home), each with the thread that holds it
 _HELD: dict[Path, int] = {}

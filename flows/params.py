@@ -34,6 +34,7 @@ from flows.gallery_params import GalleryParams, IndexParams
 from flows.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
 from flows.param_tags import AlignedModel, AlignedOutput, Data, Model, Output, RunOption, pick, sections, select
 from flows.serve_params import ServeParams
+from flows.upgrade_params import UpgradeParams
 
 __all__ = [
     "DEFAULT_PARAMS_PATH",
@@ -302,6 +303,7 @@ class Params(_Strict):
     lineage: LineageParams = LineageParams()
     schedule: ScheduleParams = ScheduleParams()
     serve: ServeParams = ServeParams()
+    upgrade: UpgradeParams = UpgradeParams()
 
     @model_validator(mode="after")
     def _unique_generation_names(self) -> Params:

@@ -8,10 +8,10 @@ the lineage pinned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from registry.tracking.common import quiet_mlflow
+from registry.tracking.common import metric_key, quiet_mlflow
 from registry.tracking.registered_model import MlflowStore
 
 __all__ = ["BRIDGE_ARTIFACT", "BridgeRegistration", "bridge_model_name", "register_bridge"]
@@ -23,7 +23,8 @@ BRIDGE_ARTIFACT = "bridge"
 @dataclass(frozen=True)
 class BridgeRegistration:
     """What to register: the bridge's file and what the lineage records of it; ``generation_run_id``: the MLflow
-    run of the generation the bridge belongs to (the new one of an adapter or a transform), when it has one."""
+    run of the generation the bridge belongs to (the new one of an adapter or a transform), when it has one;
+    ``metrics``: what it serves, logged in the bridge's run (flows/steps/bridge_fit.py)."""
 
     path: Path
     sha256: str
@@ -34,6 +35,7 @@ class BridgeRegistration:
     sample: int
     fit_error: float
     generation_run_id: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def bridge_model_name(store: MlflowStore) -> str:
@@ -63,6 +65,8 @@ def register_bridge(store: MlflowStore, req: BridgeRegistration) -> str:
             store.experiment_id(client), run_name=f"{req.role} bridge g{req.source}→g{req.target}", tags=tags
         )
         client.log_artifact(run.info.run_id, str(req.path), artifact_path=BRIDGE_ARTIFACT)
+        for key, value in req.metrics.items():
+            client.log_metric(run.info.run_id, metric_key(key), float(value))
         client.set_terminated(run.info.run_id)
         try:
             client.get_registered_model(name)

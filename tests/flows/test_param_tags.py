@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from flows.param_tags import Model, RunOption, Shapes, leaf_tags, pick, sections, select
 from flows.params import Params, apply_overrides, load_params, params_digest
 from flows.serve_params import ServeParams
+from flows.upgrade_params import UpgradeParams
 from tests.conftest import REPO
 
 # --- the lists as they were hand-kept before the tags (flows/params.py, flows/dvc_yaml.py) ---
@@ -68,6 +69,7 @@ OLD_NEVER = {
     "gallery.keep_versions",  # was backfill.retain_versions (every store keeps versions for rollback)
     "backfill.plan_sample",  # the backfill's plan (added with it): run options
     "backfill.target_map",
+    *(f"upgrade.{k}" for k in UpgradeParams.model_fields),  # a bridge's fit (added with it): run options
 }
 #: flows/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

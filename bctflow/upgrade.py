@@ -1,0 +1,48 @@
+"""``bctflow upgrade``: fit an upgrade route's bridge between two committed generations — a query adapter or a
+gallery transform — measure what it serves, and record it in MLflow and the lineage (flows/steps/bridge_fit.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, parse_params
+from components.errors import BctflowError
+from flows.lock import UPGRADE, workspace_lock
+
+
+@app.command()
+def upgrade(
+    generation: int = typer.Option(..., "--generation", help="the new generation the route serves"),
+    route: str = typer.Option(
+        ...,
+        "--route",
+        help="adapter (the new generation's queries into the older gallery) | transform (the older "
+        "gallery's vectors into the new space)",
+    ),
+    parent: int | None = typer.Option(
+        None, "--from", help="the earlier generation it bridges to (default: the generation's parent)"
+    ),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    overrides: list[str] | None = SetOpt,
+) -> None:
+    """Fit a bridge between a generation and an earlier one on a paired sample of the training split, measure the
+    route on the labelled split, and record the map (MLflow model version, lineage bridge row)."""
+    from flows.steps.bridge_fit import fit_route
+    from flows.workspace import Workspace, resolve_home
+
+    h = resolve_home(home)
+    p = parse_params(params, overrides)
+    try:
+        with workspace_lock(h, UPGRADE, p.lineage.db_url):
+            r = fit_route(p, Workspace(h), generation=generation, role=route, parent=parent)
+    except BctflowError as err:
+        fail(err)
+    recovered = f", {r.recovered:.1%} of a full backfill's {r.full['map']:.4f}" if r.recovered is not None else ""
+    console.print(
+        f"{r.role} bridge g{r.source}→g{r.target} v{r.version} ({r.kind}, {r.sample} paired items, held-out error "
+        f"{r.fit_error:.4f}; MLflow version {r.mlflow_version}): served mAP {r.served['map']:.4f}{recovered} (the "
+        f"old gallery alone {r.old['map']:.4f}); {r.us_per_query:.2f} µs per query; {r.path}; {r.seconds:.1f} s"
+    )

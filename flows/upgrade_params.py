@@ -1,0 +1,31 @@
+"""params ``upgrade:``: how a bridge between two generations is fitted (``bctflow upgrade``, docs/design.md §11).
+
+A bridge shapes no generation's model (every field is a run option): it is its own versioned object, fitted after
+both generations are committed. The section lives in its own module so that flows/params.py stays one screenful per
+section.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.param_tags import RunOption
+
+__all__ = ["UpgradeParams"]
+
+
+class UpgradeParams(BaseModel):
+    """``upgrade:`` of params.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the bridge's map kind (components/bridges/maps): procrustes | low_rank | residual_mlp
+    map: RunOption[str] = "procrustes"
+    #: the map's options by name (low_rank: rank, ridge, iterations; residual_mlp: hidden, epochs, lr, batch, decay)
+    map_options: RunOption[dict[str, Any]] = Field(default_factory=dict)
+    #: paired items (embedded by both generations, drawn from the training split) as a fraction of the live gallery
+    paired_fraction: RunOption[float] = Field(0.01, gt=0.0, le=1.0)
+    #: the pairs' draw and the map's own randomness
+    seed: RunOption[int] = 0

@@ -1,0 +1,177 @@
+"""``bctflow upgrade`` (flows/steps/bridge_fit.py): bridges fitted between real generations of a workspace on a paired
+sample of the training split, measured on the labelled split, recorded in MLflow and the lineage, chained across
+three generations — and the refusals that record nothing."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.bridges.base import Bridge, fitting_space, relative_error
+from components.bridges.chain import BridgeChain
+from components.errors import CheckpointMismatchError, ConfigError, LineageError
+from components.evaluation.retrieval import gallery_metrics
+from components.indexing.store import GalleryStore
+from components.indexing.version import GalleryVersion
+from components.io import file_sha256
+from flows.params import apply_overrides, load_params
+from flows.steps.bridge_fit import fit_route, paired_positions
+from flows.workspace import Workspace
+from tests.helpers import first_generation, run_generation
+
+PAIRED = 0.25  # of the digits demo's ~540-row live gallery: ~135 pairs, the 16-wide tiny models need 32
+
+
+@pytest.fixture(scope="module")
+def three(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+    """(home, params file): g0 on digits 0–4, then g1 and g2 on every class, each trained without alignment (the
+    adapter's and the transform's case: a new model free of its parent)."""
+    home, params = first_generation(tmp_path_factory.mktemp("routes"), [f"upgrade.paired_fraction={PAIRED}"])
+    for name in ("g1", "g2"):
+        run_generation(home, params, {"name": name, "classes": "all", "alignment": "independent", "reference": False})
+    return home, params
+
+
+def _labelled(home: Path, g: int):
+    return GalleryStore(GalleryVersion(Workspace(home).generation_dir(g)).evaluation_store).embeddings()
+
+
+def _bridges(home: Path, params: Path) -> list[tuple]:
+    with Workspace(home).lineage(load_params(params), readonly=True) as store:
+        return [(b.from_generation_id, b.to_generation_id, b.role, b.version) for b in store.bridges()]
+
+
+def test_the_pairs_are_a_seeded_fraction_of_the_gallery_drawn_from_the_training_split():
+    a = paired_positions(1000, 50_000, 0.01, seed=0)
+    assert len(a) == 500 and len(np.unique(a)) == 500 and a.max() < 1000 and (np.diff(a) > 0).all()
+    np.testing.assert_array_equal(a, paired_positions(1000, 50_000, 0.01, seed=0))
+    assert not np.array_equal(a, paired_positions(1000, 50_000, 0.01, seed=1))
+    assert len(paired_positions(100, 50_000, 0.01, seed=0)) == 100  # at most the whole training split
+
+
+def test_an_adapter_carries_a_free_models_queries_into_the_old_gallery_and_is_recorded_in_mlflow_and_the_lineage(three):
+    """g1 was trained without alignment: its raw queries against g0's gallery are near chance; through the adapter
+    fitted on paired training items they retrieve far better. The file, the MLflow version and the lineage row agree."""
+    home, params = three
+    p, ws = load_params(params), Workspace(home)
+    r = fit_route(p, ws, generation=1, role="adapter")
+    assert (r.role, r.source, r.target, r.kind, r.version) == ("adapter", 1, 0, "procrustes", 1)
+    g0, g1 = _labelled(home, 0), _labelled(home, 1)
+    raw = gallery_metrics(g1, g0)["map"]
+    assert r.served["map"] > raw, (r.served, raw)  # g1's queries carried into g0's space retrieve better than raw
+    bridge = Bridge.load(Path(r.path))  # on the labelled split, never paired: nearer g0's vectors than g1's own
+    x, y = fitting_space(g1), fitting_space(g0)
+    assert relative_error(bridge.map_vectors(x), y) < 0.9 * relative_error(x, y)
+    assert r.full["map"] == pytest.approx(gallery_metrics(g1, g1)["map"])
+    assert r.old["map"] == pytest.approx(gallery_metrics(g0, g0)["map"])
+    assert r.recovered == pytest.approx(r.served["map"] / r.full["map"]) and 0 < r.us_per_query < 1000
+    assert r.sample == len(paired_positions(10**9, len(g0), PAIRED, 0))  # the live gallery is g0's labelled split
+    assert file_sha256(Path(r.path)) == r.sha256
+    loaded = Bridge.load(Path(r.path), sha256=r.sha256, source=1, target=0)
+    np.testing.assert_allclose(
+        loaded.map_gallery(g1).emb, Bridge.load(Path(r.path)).map_gallery(g1).emb
+    )  # the file is the fitted map
+    assert _bridges(home, params) == [(1, 0, "adapter", 1)]
+    with ws.lineage(p, readonly=True) as store:
+        row = store.bridges()[0]
+    assert (row.path, row.sha256, row.sample, row.mlflow_version) == (r.path, r.sha256, r.sample, r.mlflow_version)
+    client = ws.tracking(p, readonly=True).client()
+    version = client.get_model_version(f"{p.tracking.registered_model}-bridges", r.mlflow_version)
+    assert version.tags["bctflow.bridge.sha256"] == r.sha256 and version.tags["bctflow.bridge.role"] == "adapter"
+    run = client.get_run(version.run_id)
+    assert run.data.metrics["served_map"] == pytest.approx(r.served["map"])
+    assert run.data.metrics["recovered_map"] == pytest.approx(r.recovered)
+
+
+def test_a_chain_of_adapters_carries_g2s_queries_to_g0s_gallery_and_a_transform_maps_g1s_vectors_into_g2(three):
+    home, params = three
+    p, ws = load_params(params), Workspace(home)
+    if not _bridges(home, params):
+        fit_route(p, ws, generation=1, role="adapter")
+    fit_route(p, ws, generation=2, role="adapter", parent=1)  # g2's parent is g0 (the live gallery's): --from 1
+    t = fit_route(p, ws, generation=2, role="transform", parent=1)
+    assert (t.source, t.target, t.version) == (1, 2, 1)
+    g0, g1, g2 = (_labelled(home, g) for g in (0, 1, 2))
+    assert t.served["map"] > gallery_metrics(g2, g1)["map"]  # g2's queries on g1's vectors carried into g2
+    with ws.lineage(p, readonly=True) as store:
+        links = store.bridge_chain(2, 0, "adapter")
+    chain = BridgeChain(tuple(Bridge.load(Path(b.path), sha256=b.sha256) for b in links))
+    assert chain.generations == [2, 1, 0]
+    through = gallery_metrics(chain.map_gallery(g2), g0)["map"]
+    assert through > gallery_metrics(g2, g0)["map"]  # a query from g2 reaches g0's gallery through g1
+    again = fit_route(p, ws, generation=2, role="adapter", parent=1)  # fitted again: the next version, beside
+    assert again.version == 2 and Path(again.path).name == "procrustes-v2.npz"
+
+
+def test_refusals_are_one_line_before_any_work_and_record_nothing(three, tmp_path):
+    home, params = three
+    p, ws = load_params(params), Workspace(home)
+    before = _bridges(home, params)
+    cases = [
+        (dict(generation=0, role="adapter"), ConfigError, "generation 0 has no parent to bridge to; pass --from"),
+        (dict(generation=1, role="adapter", parent=2), ConfigError, "--from 2 is not earlier than generation 1"),
+        (dict(generation=1, role="query"), ConfigError, "--route 'query' is not a bridge's route; use one of"),
+        (dict(generation=7, role="adapter"), LineageError, "generation 7 is not in the lineage"),
+    ]
+    for kw, kind, words in cases:
+        with pytest.raises(kind) as err:
+            fit_route(p, ws, **kw)
+        assert str(err.value).startswith(words) and "\n" not in str(err.value)
+    bad = apply_overrides(p, ["upgrade.map=low_rank", "upgrade.map_options={rank: 4, width: 9}"])
+    with pytest.raises(ConfigError) as err:
+        fit_route(bad, ws, generation=1, role="adapter")
+    assert str(err.value) == (
+        "the low_rank map has no option 'width' (its options: rank, ridge, iterations); fix upgrade.map_options"
+    )
+    with sqlite3.connect(home / "lineage.db") as db:  # the lineage says g0 was a Euclidean model
+        db.execute("UPDATE generations SET geometry = 'euclidean' WHERE id = 0")
+    try:
+        with pytest.raises(ConfigError) as err:
+            fit_route(p, ws, generation=1, role="adapter")
+    finally:
+        with sqlite3.connect(home / "lineage.db") as db:
+            db.execute("UPDATE generations SET geometry = 'lorentz' WHERE id = 0")
+    assert str(err.value).startswith("generation 1 is lorentz and generation 0 euclidean; a bridge maps within one")
+    with Workspace(home).lineage(p, readonly=True) as store:
+        ckpt = Path(store.generation(0).checkpoint_path)
+    kept = ckpt.read_bytes()
+    ckpt.write_bytes(kept + b"\0")
+    try:
+        with pytest.raises(CheckpointMismatchError) as err:
+            fit_route(p, ws, generation=1, role="adapter")
+    finally:
+        ckpt.write_bytes(kept)
+    assert str(err.value) == (
+        f"generation 0's checkpoint {ckpt} is not the file the lineage recorded (sha256 differs); restore it from a "
+        "backup"
+    )
+    ckpt.rename(ckpt.with_suffix(".away"))
+    try:
+        with pytest.raises(CheckpointMismatchError) as err:
+            fit_route(p, ws, generation=1, role="adapter")
+    finally:
+        ckpt.with_suffix(".away").rename(ckpt)
+    assert str(err.value) == (
+        f"generation 0's checkpoint {ckpt} is missing; restore it from a backup (a bridge needs both models)"
+    )
+    assert _bridges(home, params) == before
+
+
+def test_the_command_prints_one_line_and_refuses_in_one(three):
+    home, params = three
+    cmd = [sys.executable, "-m", "bctflow.cli", "upgrade", "--home", str(home), "--params", str(params)]
+    env = {"COLUMNS": "400"}
+    done = subprocess.run([*cmd, "--generation", "1", "--route", "transform"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = " ".join(done.stdout.split())
+    assert line.startswith("transform bridge g0→g1 v1 (procrustes, ") and "µs per query" in line, line
+    out = subprocess.run([*cmd, "--generation", "0", "--route", "adapter"], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "generation 0 has no parent to bridge to" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr

@@ -154,9 +154,9 @@ def _aliases(tracking: MlflowStore, store: LineageStore, repair: bool) -> list[F
     ptr = store.live_pointer()
     if ptr is not None and ptr.generation_id in versions:
         want["gallery"] = versions[ptr.generation_id]
-    out = []
+    out, held = [], tracking.aliases()  # one call for every alias (one each took 90 ms of a 1 s rollback)
     for alias, version in want.items():
-        if tracking.alias_version(alias) != version:
+        if held.get(alias) != version:
             if repair:
                 tracking.move_alias(alias, version)
             out.append(Finding(f"MLflow alias {alias} is not on version {version} as the lineage says", repair))

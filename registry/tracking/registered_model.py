@@ -328,6 +328,16 @@ class MlflowStore:
             for k, v in tags.items():
                 client.set_model_version_tag(self.model_name, version, k, v[:TAG_MAX])
 
+    def aliases(self) -> dict[str, str]:
+        """Every alias of the registered model → its version, in one call ({} before the model exists)."""
+        from mlflow.exceptions import MlflowException
+
+        with quiet_mlflow():
+            try:
+                return {a: str(v) for a, v in self.client().get_registered_model(self.model_name).aliases.items()}
+            except MlflowException:
+                return {}
+
     def alias_version(self, alias: str) -> str | None:
         from mlflow.exceptions import MlflowException
 

@@ -80,6 +80,8 @@ def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: 
     assert list(v1.tags)[:3] == ["bctflow.generation", "bctflow.zeta", "bctflow.backfill_required"]  # telling first
     assert v1.description == "Chain: g0 → g1"
     assert str(client.get_model_version_by_alias("embedder", "gen-1").version) == "2"
+    assert {a: reg.aliases()[a] for a in ("gen-0", "gen-1")} == {"gen-0": "1", "gen-1": "2"}  # every alias at once
+    assert MlflowStore(uri, "exp", "no-such-model", tmp_path / "artifacts").aliases() == {}
     run = client.get_run(r1.run_id)
     assert run.data.metrics[metric_key("self/cmc@1")] == 0.9
     assert "p_com/map" not in run.data.metrics  # None is not logged as a number

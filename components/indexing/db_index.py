@@ -286,8 +286,9 @@ class DatabaseStore(VectorStore):
         """The holder's ``generation`` and ``dim`` (IndexIntegrityError where it does not exist)."""
 
     @abstractmethod
-    def _total(self, collection: str) -> int:
-        """The holder's row count."""
+    def _total(self, collection: str, expect: int | None = None) -> int:
+        """The holder's row count. ``expect``: the count the attachment records; a store may confirm it from the
+        database's own statistics (no scan) and count exactly only when they disagree."""
 
     @abstractmethod
     def _count(self, collection: str, generation: int) -> int:
@@ -332,7 +333,7 @@ class DatabaseStore(VectorStore):
                 f"the {self.holder} {m.collection} holds generation {facts['generation']} at width {facts['dim']}, "
                 f"{out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery version"
             )
-        total = self._total(m.collection)
+        total = self._total(m.collection, expect=m.count)
         if total != m.count:
             raise IndexIntegrityError(
                 f"the {self.holder} {m.collection} holds {total} rows, {out}/manifest.json says {m.count}; "

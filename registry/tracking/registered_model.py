@@ -153,14 +153,12 @@ class MlflowStore:
         self._located = False  # artifact URIs checked against the workspace's place (see relocate)
 
     def prepare(self) -> None:
-        """Import MLflow and open its store where it exists (a client of a missing SQLite file would create it):
-        a switch that ends with the MLflow aliases (a rollback) calls it before its gate, so the imports and the
-        store's opening (longer than the whole switch) fall in neither — the model registry's store too, which
-        MLflow opens at a client's first registry call (0.5 s of a 1.0 s Milvus rollback before it moved here)."""
-        import mlflow  # noqa: F401
+        """Import MLflow, open its tracking and registry stores where they exist (not a missing SQLite file): a rollback
+        calls it before its timer (the registry's opening took 0.5 s of a 1.0 s Milvus rollback's switch)."""
+        import mlflow  # noqa: F401 (imported before the timer even where no store exists yet)
 
         if self.missing_file() is None:
-            self.aliases()  # opens the tracking and the registry store (read-only: changes nothing)
+            self.aliases()  # read-only: changes nothing
 
     def _client(self) -> Any:
         import mlflow
@@ -340,13 +338,7 @@ class MlflowStore:
                 return {}
 
     def alias_version(self, alias: str) -> str | None:
-        from mlflow.exceptions import MlflowException
-
-        with quiet_mlflow():
-            try:
-                return str(self.client().get_model_version_by_alias(self.model_name, alias).version)
-            except MlflowException:
-                return None
+        return self.aliases().get(alias)
 
     def generation_versions(self) -> list[tuple[str, str]]:
         """(version, its ``bctflow.generation`` tag) of every registered version bctflow created."""

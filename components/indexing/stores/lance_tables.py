@@ -198,7 +198,7 @@ class LanceStore(DatabaseStore):
         t.create_index("vector", config=make(distance_type=_distance(geometry), num_partitions=parts), replace=True)
         return kind
 
-    def _total(self, table: str) -> int:
+    def _total(self, table: str, expect: int | None = None) -> int:
         return int(self._db().open_table(table).count_rows())
 
     def _columns(self, table: str) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -178,8 +178,9 @@ def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_gen
         db.verify(out)
     says = f"holds rows per generation {{0: 151, 1: 149}}, {out}/manifest.json says {{0: 150, 1: 150}}"
     assert says in str(err.value)
-    if db.name == "milvus":
+    if db.name == "milvus":  # flushed, as a deletion is once persisted (the row total reads the statistics first)
         db._db().delete("t_light_g1_v0", ids=[gone])
+        db._db().flush("t_light_g1_v0")
     else:
         db._db().open_table("t_light_g1_v0").delete(f"id = {gone}")
     with pytest.raises(IndexIntegrityError) as err:

@@ -44,13 +44,9 @@ def test_a_search_asks_few_enough_queries_per_call_that_the_reply_fits_and_answe
     store.close()
 
 
-def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_the_one_asked(tmp_path):
-    """pymilvus retries a create_index whose gRPC connection the server reset mid-build (GOAWAY, seen building HNSW
-    over 1M rows) and the retry finds the index the first call built: that one is accepted when it is the index
-    asked for, and a different one is one line."""
-    from components.errors import IndexIntegrityError
+def _hnsw_collection(tmp_path):
+    """(store, its client, an HNSW index spec) over a built 300-row collection ``t_g0_v0`` in a Milvus Lite file."""
     from components.indexing.index_config import IndexConfig
-    from components.indexing.stores import milvus
     from tests.components.indexing.test_backend import stamped_store
 
     parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
@@ -59,6 +55,17 @@ def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_
     db = store._db()
     spec = db.prepare_index_params()
     spec.add_index("vector", index_type="HNSW", metric_type="IP", params={"M": 16, "efConstruction": 200})
+    return store, db, spec
+
+
+def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_the_one_asked(tmp_path):
+    """pymilvus retries a create_index whose gRPC connection the server reset mid-build (GOAWAY, seen building HNSW
+    over 1M rows) and the retry finds the index the first call built: that one is accepted when it is the index
+    asked for, and a different one is one line."""
+    from components.errors import IndexIntegrityError
+    from components.indexing.stores import milvus
+
+    store, db, spec = _hnsw_collection(tmp_path)
     milvus.create_index(db, "t_g0_v0", spec, "HNSW", "IP")  # "index already exists": the retry's answer, accepted
     with pytest.raises(IndexIntegrityError, match=r"holds a HNSW index under IP, not the IVF_FLAT under IP asked for"):
         milvus.create_index(db, "t_g0_v0", spec, "IVF_FLAT", "IP")
@@ -73,16 +80,9 @@ def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_pa
     import time
 
     from components.errors import IndexIntegrityError
-    from components.indexing.index_config import IndexConfig
     from components.indexing.stores import milvus
-    from tests.components.indexing.test_backend import stamped_store
 
-    parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
-    store = vector_store("milvus", str(tmp_path / "m.db"), {"index_type": "HNSW"})
-    store.build(parts, tmp_path / "index", collection="t_g0_v0", generation=0, config=IndexConfig(recall_queries=50))
-    db = store._db()
-    spec = db.prepare_index_params()
-    spec.add_index("vector", index_type="HNSW", metric_type="IP", params={"M": 16, "efConstruction": 200})
+    store, db, spec = _hnsw_collection(tmp_path)
     real, looks = db.describe_index, []
 
     class Stalled:

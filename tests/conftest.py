@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# one OpenMP/torch thread in every test process and each child it starts: two xdist workers on a 2-core machine,
+# each with a thread per core, spent their CPU waiting on each other (a 40-test slice of flow tests: 141 s with the
+# default threads, 119 s with one). Tests that need threads set them (benchmarks' workers, the cluster's).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from flows.env import quiet_environment
 
 quiet_environment()

@@ -15,7 +15,6 @@ import math
 from collections.abc import Iterable
 
 import torch
-from timm.optim import create_optimizer_v2
 from torch import nn
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
@@ -36,6 +35,10 @@ def build_optimizer(
     """
     if name not in _OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; use {' or '.join(_OPTIMIZERS)}")
+    # imported here: timm imports torchvision and torch._dynamo (~3 s of CPU), which a command that never builds an
+    # optimiser (backfill, rollback, doctor, serve) should not pay at start-up
+    from timm.optim import create_optimizer_v2
+
     trainable = [p for p in params if p.requires_grad]
     extra = {"momentum": momentum, "nesterov": momentum > 0} if name == "sgd" else {}
     return create_optimizer_v2(trainable, opt=name, lr=lr, weight_decay=weight_decay, filter_bias_and_bn=False, **extra)

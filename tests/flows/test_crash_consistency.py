@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,9 +71,16 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         assert not (ws.backfills_dir / "in_progress").exists()
 
 
-@pytest.fixture
-def g0(tmp_path: Path, prefect_harness) -> tuple[Path, Path]:
-    params = tmp_path / "params.yaml"
+#: generation 1 as params.yaml lists it below
+G1 = {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False}
+
+
+@pytest.fixture(scope="module")
+def g0_template(tmp_path_factory, prefect_harness) -> Path:
+    """A folder with params.yaml and a workspace ``ws`` holding generation 0, made once by the real flow; each test
+    works on a copy (:func:`_copy`), as a user copies a workspace with ``cp -a`` (see test_workspace_copy.py)."""
+    root = tmp_path_factory.mktemp("crash-g0")
+    params = root / "params.yaml"
     write_params(
         params,
         [
@@ -80,9 +88,34 @@ def g0(tmp_path: Path, prefect_harness) -> tuple[Path, Path]:
             " {name: g1, classes: all, alignment: hbct, reference: false}]"
         ],
     )
-    home = tmp_path / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    return home, params
+    run_generation(root / "ws", params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    return root
+
+
+@pytest.fixture(scope="module")
+def g1_template(g0_template, tmp_path_factory) -> Path:
+    """The same after generation 1 (aligned, not backfilled), made once by the real flow on a copy of g0's."""
+    root = tmp_path_factory.mktemp("crash-g1")
+    home, params = _copy(g0_template, root)
+    run_generation(home, params, G1)
+    return root
+
+
+def _copy(template: Path, to: Path) -> tuple[Path, Path]:
+    """(home, params file) of a copy of ``template``'s workspace (``cp -a``) and params in ``to``."""
+    subprocess.run(["cp", "-a", str(template / "ws"), str(to / "ws")], check=True)
+    shutil.copy2(template / "params.yaml", to / "params.yaml")
+    return to / "ws", to / "params.yaml"
+
+
+@pytest.fixture
+def g0(g0_template, tmp_path: Path) -> tuple[Path, Path]:
+    return _copy(g0_template, tmp_path)
+
+
+@pytest.fixture
+def g1(g1_template, tmp_path: Path) -> tuple[Path, Path]:
+    return _copy(g1_template, tmp_path)
 
 
 @pytest.mark.parametrize("point", GENERATION_POINTS)
@@ -117,9 +150,8 @@ def test_a_training_killed_after_an_epoch_resumes_there_and_says_so_in_one_line(
 
 
 @pytest.mark.parametrize("point", BACKFILL_POINTS)
-def test_a_backfill_killed_at_each_commit_step_is_finished_by_the_same_command(g0, point):
-    home, params = g0
-    assert _bctflow(["run", "--generation", "g1"], home, params).returncode == 0
+def test_a_backfill_killed_at_each_commit_step_is_finished_by_the_same_command(g1, point):
+    home, params = g1
     killed = _bctflow(["backfill", "--generation", "1"], home, params, kill_at=point)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     again = _bctflow(["backfill", "--generation", "1"], home, params)

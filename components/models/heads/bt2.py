@@ -7,7 +7,7 @@ reads: ``embed_dim`` (m), ``compat_dim`` (n, default m), ``extra_dims`` (d), ``b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -20,16 +20,32 @@ if TYPE_CHECKING:
 
 __all__ = ["BT2", "BT2Head", "orthonormal_from_skew"]
 
+#: orthonormal_from_skew left out of torch.compile: made at first use (importing torch._dynamo), then a module global
+_LEFT_OUT = "orthonormal_left_out_of_compile"
 
-@torch.compiler.disable
+
 def orthonormal_from_skew(params: Tensor) -> Tensor:
     """P = exp(A) with A = U − Uᵀ skew-symmetric, so P is orthonormal (BT² Lemma 2). (m, m) → (m, m).
 
-    Left out of ``torch.compile`` (a graph break): on CUDA, ``matrix_exp`` copies from the host to choose its
-    degree, which CUDA-graph capture (``train.compile_mode: reduce-overhead``, the default on a GPU) refuses —
-    seen on an H200, where every BT² model failed at its first step."""
+    :class:`BT2Head` calls it left out of ``torch.compile`` (a graph break): on CUDA, ``matrix_exp`` copies from the
+    host to choose its degree, which CUDA-graph capture (``train.compile_mode: reduce-overhead``, the default on a
+    GPU) refuses — seen on an H200, where every BT² model failed at its first step. The head wraps it when it is
+    built, not at import: ``torch.compiler.disable`` imports ``torch._dynamo`` (2 s of every command's start-up
+    here, for a head most models do not have)."""
     a = params.triu(1)
     return torch.linalg.matrix_exp(a - a.t())
+
+
+def __getattr__(name: str) -> Any:
+    """``orthonormal_left_out_of_compile``: :func:`orthonormal_from_skew` under ``torch.compiler.disable``, made at
+    first use and kept as this module's global of that name, so a head holding it pickles by that name (the spawn
+    of distributed training) and a new process makes it again when it unpickles one."""
+    if name != _LEFT_OUT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    left_out = torch.compiler.disable(orthonormal_from_skew)
+    left_out.__name__ = left_out.__qualname__ = name
+    globals()[name] = left_out
+    return left_out
 
 
 class BT2Head(nn.Module):
@@ -58,16 +74,17 @@ class BT2Head(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(m, m))
         self.b2 = nn.Parameter(torch.zeros(n, n))
         self.scale_c = float(scale_c)
+        self._orthonormal = globals().get(_LEFT_OUT) or __getattr__(_LEFT_OUT)  # see orthonormal_from_skew
 
     def forward(self, feats: Tensor) -> HeadOutput:
         phi1 = self.neck(feats).float()
         phi3 = F.normalize(phi1[:, : self.m], dim=-1)
-        phi4 = self.scale_c * phi3 @ orthonormal_from_skew(self.b1).t()
+        phi4 = self.scale_c * phi3 @ self._orthonormal(self.b1).t()
         keep = self.n - self.d
         parts = [phi4[:, :keep]]
         if self.f is not None:
             parts.insert(0, F.normalize(self.f(phi1), dim=-1))
-        phi5 = torch.cat(parts, dim=-1) @ orthonormal_from_skew(self.b2).t()
+        phi5 = torch.cat(parts, dim=-1) @ self._orthonormal(self.b2).t()
         z = torch.cat([phi5, phi4[:, keep:]], dim=-1)
         emb = F.normalize(z, dim=-1)
         clipped = torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)

@@ -152,3 +152,32 @@ def test_bt2_model_builds_from_spec():
         tiny_spec(geometry="euclidean", head="bt2", compat_dim=16, extra_dims=17)
     with pytest.raises(ValueError):
         tiny_spec(geometry="euclidean", extra_dims=4)  # standard head
+
+
+def test_the_head_leaves_matrix_exp_out_of_compile_without_importing_dynamo_at_import_and_pickles_to_a_new_process(
+    tmp_path,
+):
+    """Importing the head catalog does not import torch._dynamo (2 s of every command's start-up); a built head
+    holds orthonormal_from_skew under torch.compiler.disable, and pickles by that wrapper's module name, so the
+    spawn of distributed training hands it to a new process that answers the same."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = "import sys, components.models.heads.bt2; print('torch._dynamo' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert imported.stdout.strip() == "False", imported.stderr
+    head = BT2Head(8, 4, 4, 2)
+    _randomise(head)
+    assert getattr(head._orthonormal, "_torchdynamo_disable", False)  # left out of torch.compile
+    x = torch.randn(3, 8)
+    torch.save(x, tmp_path / "x.pt")
+    (tmp_path / "head.pkl").write_bytes(pickle.dumps(head))
+    torch.save(head(x).emb.detach(), tmp_path / "emb.pt")
+    check = (
+        "import pickle, sys, torch; head = pickle.loads(open(sys.argv[1], 'rb').read()); "
+        "x, emb = torch.load(sys.argv[2]), torch.load(sys.argv[3]); print(torch.equal(head(x).emb, emb))"
+    )
+    args = [str(tmp_path / n) for n in ("head.pkl", "x.pt", "emb.pt")]
+    answered = subprocess.run([sys.executable, "-c", check, *args], capture_output=True, text=True, check=True)
+    assert answered.stdout.strip() == "True", answered.stderr

@@ -4,17 +4,27 @@ before ``os._exit`` — Prefect's temporary server, DataLoader workers, a Milvus
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import psutil
 
-__all__ = ["GRACE_S", "stop_descendants"]
+__all__ = ["GRACE_S", "stop_descendants", "stopping_descendants"]
 
 #: seconds the descendants get to end after SIGTERM before they are killed
 GRACE_S = 3.0
 
+_STOPPING = threading.Event()
+
+
+def stopping_descendants() -> bool:
+    """Whether this process has begun stopping its descendants: a child that dies from then on was stopped by the
+    command, not lost (a watcher of Prefect's server must not report the command's own stop as a loss)."""
+    return _STOPPING.is_set()
+
 
 def stop_descendants(grace_s: float = GRACE_S) -> None:
     """SIGTERM every descendant of this process, wait up to ``grace_s`` seconds, SIGKILL what is left."""
+    _STOPPING.set()
     children = psutil.Process().children(recursive=True)
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):

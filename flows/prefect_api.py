@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import ConfigError
-from components.processes import stop_descendants
+from components.processes import stop_descendants, stopping_descendants
 from flows.env import STARTUP_TIMEOUT_VAR, configure_environment, startup_timeout
 from registry.prefect_db import seed_prefect_database
 
@@ -144,8 +144,8 @@ def _dying_with_command() -> type:
                 _detach_api_logs()
 
         def _watch(self, process: subprocess.Popen) -> None:
-            process.wait()
-            if not self._stopping and process is self.server_process:
+            process.wait()  # a SIGTERM's handler stopping the command's children is the command's own stop too
+            if not self._stopping and not stopping_descendants() and process is self.server_process:
                 _server_lost(self.api_url, process)
 
     return DiesWithCommand

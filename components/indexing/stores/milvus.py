@@ -323,7 +323,7 @@ class MilvusStore(DatabaseStore):
         kind = str(manifest.params.get("index_type", "HNSW")).upper()
         ef, nprobe = int(manifest.params.get("ef", 128)), int(manifest.params.get("nprobe", 16))
         rerank = int(manifest.params.get("rerank", 1))
-        db = self._db()
+        db = self._loaded(manifest.collection)  # a new process finds it released (Milvus Lite: "call load()")
 
         metric = _metric(manifest.geometry)
 

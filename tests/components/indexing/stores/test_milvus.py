@@ -114,3 +114,18 @@ def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_pa
     assert looks[-1] - looks[0] >= 20 * 0.05 + 0.3  # waited while rows were indexed, gave up 0.3 s after the last
     assert store.count_by_generation(tmp_path / "index") == {0: 300}  # the rows written are kept
     store.close()
+
+
+def test_a_gallery_opened_where_its_collection_is_released_loads_it_to_search(tmp_path):
+    """A new process finds an indexed collection released (Milvus Lite's server keeps loads in its memory): opening
+    the gallery to search loads it. The bench's search of generation 0's corpus failed so ("call load() before
+    search") once the rollback's gate stopped counting rows, the load that used to come first."""
+    import numpy as np
+
+    from components.indexing.backend import open_index
+
+    store, db, _ = _hnsw_collection(tmp_path)
+    db.release_collection("t_g0_v0")  # Milvus Lite has no get_load_state: the search below is the check
+    _, ids = open_index(tmp_path / "index").search(np.eye(8, dtype=np.float32)[:3], 5)
+    assert ids.shape == (3, 5) and (ids >= 1000).all()
+    store.close()

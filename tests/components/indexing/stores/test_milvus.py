@@ -129,3 +129,30 @@ def test_a_gallery_opened_where_its_collection_is_released_loads_it_to_search(tm
     _, ids = open_index(tmp_path / "index").search(np.eye(8, dtype=np.float32)[:3], 5)
     assert ids.shape == (3, 5) and (ids >= 1000).all()
     store.close()
+
+
+def test_a_missing_alias_or_collection_is_answered_without_pymilvus_logging_an_error(tmp_path):
+    """The alias and a collection's facts are asked for directly (one round trip where they exist); where they do not,
+    the miss is the answer, not an ERROR with a traceback in the command's output (pymilvus logs every failed call on
+    its own handler)."""
+    import logging
+
+    from components.errors import IndexIntegrityError
+
+    store, db, _ = _hnsw_collection(tmp_path)
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("pymilvus.decorators")
+    logger.addHandler(handler)
+    try:
+        assert store.live_collection("t_g0_v0") is None
+        with pytest.raises(IndexIntegrityError, match="the Milvus collection t_g9_v0 does not exist"):
+            store._facts("t_g9_v0")
+        assert seen == []
+        with pytest.raises(Exception, match="does not exist"):
+            db.describe_alias("t_live")  # outside the store's expected misses pymilvus still reports its errors
+        assert [r.levelno for r in seen] == [logging.ERROR]
+    finally:
+        logger.removeHandler(handler)
+        store.close()

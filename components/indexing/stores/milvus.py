@@ -84,6 +84,8 @@ def _may_miss() -> Iterator[None]:
         yield
     finally:
         _QUIET.on = False
+
+
 #: create_index: seconds between looks at a building index, and without a newly indexed row before it gives up
 POLL_S, STALLED_S = 0.5, 600.0
 _INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"

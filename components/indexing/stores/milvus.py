@@ -64,11 +64,9 @@ _FACTS = "bctflow.facts"
 _QUIET = threading.local()
 
 
-class _ExpectedMiss(logging.Filter):
-    """Drops pymilvus's report of a failed call made inside :func:`_may_miss` on this thread."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_QUIET, "on", False)
+def _not_expected(_record: logging.LogRecord) -> bool:
+    """A logging filter: drops pymilvus's report of a failed call made inside :func:`_may_miss` on this thread."""
+    return not getattr(_QUIET, "on", False)
 
 
 @contextlib.contextmanager
@@ -76,9 +74,7 @@ def _may_miss() -> Iterator[None]:
     """A call tried first because it usually succeeds (the alias or collection exists; each check first costs a
     round trip, 70-120 ms in Milvus Lite): pymilvus logs every failed call at ERROR with its traceback, so its miss
     is kept out of the log here (this thread only) and the caller decides what the miss means."""
-    logger = logging.getLogger("pymilvus.decorators")
-    if not any(isinstance(f, _ExpectedMiss) for f in logger.filters):
-        logger.addFilter(_ExpectedMiss())
+    logging.getLogger("pymilvus.decorators").addFilter(_not_expected)  # once: a filter already there is not added again
     _QUIET.on = True
     try:
         yield

@@ -16,10 +16,12 @@ GRACE_S = 3.0
 _STOPPING = threading.Event()
 
 
-def stopping_descendants() -> bool:
-    """Whether this process has begun stopping its descendants: a child that dies from then on was stopped by the
-    command, not lost (a watcher of Prefect's server must not report the command's own stop as a loss)."""
-    return _STOPPING.is_set()
+def stopping_descendants(within_s: float = 0.0) -> bool:
+    """Whether this process has begun stopping its descendants (waiting up to ``within_s`` seconds for it): a child
+    that dies from then on was stopped by the command, not lost (a watcher of Prefect's server must not report the
+    command's own stop as a loss). A terminal's Ctrl-C reaches the whole group at once, so the child can die before
+    the command's own handler has run: a watcher gives that handler ``within_s``."""
+    return _STOPPING.wait(within_s) if within_s > 0 else _STOPPING.is_set()
 
 
 def stop_descendants(grace_s: float = GRACE_S) -> None:

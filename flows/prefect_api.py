@@ -40,6 +40,8 @@ __all__ = ["STARTS", "WARM_UP", "cluster_api", "prefect_api"]
 #: starts of the temporary server before a command gives up (each waits up to the startup timeout)
 STARTS = 2
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: seconds a dead server's watch waits for the command's own signal handler (a Ctrl-C reaches the server too)
+_OWN_STOP_S = 2.0
 
 #: what the flows' steps import on first use (registration, the data snapshot, the plots) and MLflow's map of the
 #: installed packages (its first model log checks the model's pip requirements against it: seconds, once per
@@ -144,8 +146,8 @@ def _dying_with_command() -> type:
                 _detach_api_logs()
 
         def _watch(self, process: subprocess.Popen) -> None:
-            process.wait()  # a SIGTERM's handler stopping the command's children is the command's own stop too
-            if not self._stopping and not stopping_descendants() and process is self.server_process:
+            process.wait()  # a signal's handler stopping the command's children is the command's own stop too
+            if not self._stopping and not stopping_descendants(_OWN_STOP_S) and process is self.server_process:
                 _server_lost(self.api_url, process)
 
     return DiesWithCommand

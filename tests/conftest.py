@@ -87,3 +87,31 @@ def db_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'lineage.db'}"
     return request.getfixturevalue("pg_cluster").new_database()
+
+
+#: the test files that take longest (worker seconds in CI, 2026-11-28/29), longest first. `--dist loadfile` keeps a
+#: file on one worker and hands files out in collection order as workers free up; collected last, the crash-consistency
+#: file (~650 s) or the DVC pipeline (~140 s) ran alone on one worker while the other had finished. Handed out first
+#: (longest-processing-time first), the rest fill the other worker around them.
+LONGEST_FIRST = (
+    "tests/flows/test_crash_consistency.py",
+    "tests/flows/test_cluster.py",
+    "tests/bctflow/test_interrupt.py",
+    "tests/flows/test_prefect_api.py",
+    "tests/test_dvc_pipeline.py",
+    "tests/flows/test_gallery_stores.py",
+    "tests/components/training/test_compile.py",
+    "tests/flows/test_backfill_kill.py",
+    "tests/flows/steps/test_reembed.py",
+    "tests/flows/test_lifecycle_session.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`LONGEST_FIRST` first, in its order; every file's tests keep their order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.path.relative_to(REPO).as_posix(), len(rank))
+
+    items.sort(key=key)  # stable: the others keep their collection order

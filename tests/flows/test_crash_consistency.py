@@ -164,10 +164,11 @@ def test_a_backfill_killed_at_each_commit_step_is_finished_by_the_same_command(g
         assert store.live_pointer().generation_id == 1 and len(store.backfills()) == 1  # never run twice
 
 
-def test_twenty_kills_at_random_instants_then_the_same_command_finishes(g0):
+def test_ten_kills_at_random_instants_then_the_same_command_finishes(g0):
     """Kills at random moments (fixed seed), not only at the named boundaries: a generation and then a backfill are
-    started until each was SIGKILLed 10 times after a random delay (an attempt that finishes first is simply a rerun;
-    at most 40 attempts each); each attempt resumes from what the previous one left: 20 kills in all."""
+    started until each was SIGKILLed 5 times after a random delay (an attempt that finishes first is simply a rerun;
+    at most 20 attempts each); each attempt resumes from what the previous one left: 10 kills in all (20 until CI's
+    time limit came near: the test took 175-179 s of one worker)."""
     home, params = g0
     rng = random.Random(20261123)
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
@@ -176,7 +177,7 @@ def test_twenty_kills_at_random_instants_then_the_same_command_finishes(g0):
     for args in (["run", "--generation", "g1"], ["backfill", "--generation", "1"]):
         cmd = [sys.executable, "-m", "bctflow.cli", *args, "--home", str(home), "--params", str(params)]
         killed = attempts = 0
-        while killed < 10 and attempts < 40:
+        while killed < 5 and attempts < 20:
             attempts += 1
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
@@ -188,7 +189,7 @@ def test_twenty_kills_at_random_instants_then_the_same_command_finishes(g0):
         kills += killed
         final = _bctflow(args, home, params)
         assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-    assert kills >= 20, f"only {kills} attempts were killed"
+    assert kills >= 10, f"only {kills} attempts were killed"
     _assert_consistent(home, params, ["g0", "g1"])
 
 

@@ -37,25 +37,6 @@ def prefect_harness():
         yield
 
 
-@pytest.fixture(scope="session", autouse=True)
-def commands_report_to_the_session_prefect_server(prefect_harness):
-    """Every ``bctflow`` command a test starts as a process reports to this worker's Prefect API (PREFECT_API_URL in
-    the environment it inherits), as commands do beside a ``prefect server start``: a temporary server per command
-    cost each one ~10 s of CPU (the server's process and the client's import of it). The tests of the temporary
-    server itself (tests/flows/test_prefect_api.py, tests/bctflow/test_interrupt.py) use :func:`own_prefect_server`."""
-    from prefect.settings import PREFECT_API_URL
-
-    os.environ["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
-    yield
-    os.environ.pop("PREFECT_API_URL", None)
-
-
-@pytest.fixture
-def own_prefect_server(monkeypatch):
-    """Commands started by this test start their own temporary Prefect server, as on a machine with none configured."""
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-
-
 @pytest.fixture
 def tiny_params_file(tmp_path: Path) -> Path:
     """A params.yaml with the repository's defaults and the tiny overrides applied."""

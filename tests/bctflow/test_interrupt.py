@@ -55,9 +55,7 @@ def _wait_training(proc: subprocess.Popen, home: Path, sink) -> None:
     [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGTERM, False)],
     ids=["ctrl-c", "sigterm-group", "sigterm-process"],
 )
-def test_an_interrupted_run_stops_within_5_s_with_one_line_and_no_orphans(
-    tmp_path: Path, sig, to_group, own_prefect_server
-):
+def test_an_interrupted_run_stops_within_5_s_with_one_line_and_no_orphans(tmp_path: Path, sig, to_group):
     out = tmp_path / "out.txt"
     with open(out, "w") as sink:
         params, home = _params(tmp_path, epochs=40)
@@ -109,9 +107,7 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
-def test_two_commands_started_together_one_runs_one_is_a_busy_line_and_kill_9_takes_the_server_along(
-    tmp_path: Path, own_prefect_server
-):
+def test_two_commands_started_together_one_runs_one_is_a_busy_line_and_kill_9_takes_the_server_along(tmp_path: Path):
     """As in the issue: two `bctflow run` on one workspace started together. The one that plans second is refused at
     the lock in one line, before a Prefect server of its own would start (it used to start one, then fail in the flow
     or time out waiting for that server, with a traceback). The other trains; a `kill -9` of it, which no handler

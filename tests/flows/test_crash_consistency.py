@@ -6,6 +6,7 @@ generation's MLflow run FINISHED."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -71,7 +72,8 @@ def _assert_consistent(home: Path, params: Path, generations: list[str]) -> None
         assert not (ws.backfills_dir / "in_progress").exists()
 
 
-#: generation 1 as params.yaml lists it below
+#: the two generations params.yaml lists (g0 on classes 0-4, g1 aligned to it on all)
+G0 = {"name": "g0", "classes": [0, 1, 2, 3, 4]}
 G1 = {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False}
 
 
@@ -81,14 +83,8 @@ def g0_template(tmp_path_factory, prefect_harness) -> Path:
     works on a copy (:func:`_copy`), as a user copies a workspace with ``cp -a`` (see test_workspace_copy.py)."""
     root = tmp_path_factory.mktemp("crash-g0")
     params = root / "params.yaml"
-    write_params(
-        params,
-        [
-            "generations=[{name: g0, classes: [0, 1, 2, 3, 4]},"
-            " {name: g1, classes: all, alignment: hbct, reference: false}]"
-        ],
-    )
-    run_generation(root / "ws", params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    write_params(params, [f"generations={json.dumps([G0, G1])}"])  # JSON is YAML's flow style
+    run_generation(root / "ws", params, G0)
     return root
 
 

@@ -4,6 +4,7 @@ gallery transform — measure what it serves, and record it in MLflow and the li
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,15 +12,19 @@ from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, parse_
 from components.errors import BctflowError
 from flows.lock import UPGRADE, workspace_lock
 
+if TYPE_CHECKING:
+    from flows.steps.bridge_fit import FittedRoute
+
 
 @app.command()
 def upgrade(
     generation: int = typer.Option(..., "--generation", help="the new generation the route serves"),
-    route: str = typer.Option(
-        ...,
+    route: str | None = typer.Option(
+        None,
         "--route",
-        help="adapter (the new generation's queries into the older gallery) | transform (the older "
-        "gallery's vectors into the new space)",
+        help="adapter (fit the new generation's query map into the older gallery) | transform (fit the map of the "
+        "older gallery's vectors into the new space) | auto (fit both, measure all four routes, take the cheapest "
+        "reaching upgrade.min_map) | compatible | backfill (measure all four, report that one); default upgrade.route",
     ),
     parent: int | None = typer.Option(
         None, "--from", help="the earlier generation it bridges to (default: the generation's parent)"
@@ -29,17 +34,31 @@ def upgrade(
     overrides: list[str] | None = SetOpt,
 ) -> None:
     """Fit a bridge between a generation and an earlier one on a paired sample of the training split, measure the
-    route on the labelled split, and record the map (MLflow model version, lineage bridge row)."""
+    route on the labelled split, and record the map (MLflow model version, lineage bridge row); or measure every
+    route and take the one upgrade.route selects."""
     from flows.steps.bridge_fit import fit_route
+    from flows.steps.route_choice import choose_upgrade
     from flows.workspace import Workspace, resolve_home
+    from registry.bridge_ledger import ROLES
 
     h = resolve_home(home)
     p = parse_params(params, overrides)
+    route = route or p.upgrade.route
     try:
         with workspace_lock(h, UPGRADE, p.lineage.db_url):
+            if route not in ROLES:
+                c = choose_upgrade(p, Workspace(h), generation=generation, parent=parent, route=route)
+                for r in (c.adapter, c.transform):
+                    _print_bridge(r)
+                console.print(c.choice.line)
+                return
             r = fit_route(p, Workspace(h), generation=generation, role=route, parent=parent)
     except BctflowError as err:
         fail(err)
+    _print_bridge(r)
+
+
+def _print_bridge(r: FittedRoute) -> None:
     recovered = f", {r.recovered:.1%} of a full backfill's {r.full['map']:.4f}" if r.recovered is not None else ""
     console.print(
         f"{r.role} bridge g{r.source}→g{r.target} v{r.version} ({r.kind}, {r.sample} paired items, held-out error "

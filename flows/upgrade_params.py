@@ -7,11 +7,12 @@ section.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.param_tags import RunOption
+from flows.upgrade_route import ROUTES
 
 __all__ = ["UpgradeParams"]
 
@@ -29,3 +30,8 @@ class UpgradeParams(BaseModel):
     paired_fraction: RunOption[float] = Field(0.01, gt=0.0, le=1.0)
     #: the pairs' draw and the map's own randomness
     seed: RunOption[int] = 0
+    #: `bctflow upgrade` without --route: auto (the cheapest route whose served mAP reaches min_map) | compatible |
+    #: adapter | transform | backfill (flows/upgrade_route.py)
+    route: RunOption[Literal[("auto", *ROUTES)]] = "auto"  # type: ignore[valid-type]
+    #: the bar of route auto: the served mAP on the labelled split a route must reach (null: auto refuses to choose)
+    min_map: RunOption[float | None] = Field(None, ge=0.0, le=1.0)

@@ -28,12 +28,21 @@ import numpy as np
 import torch
 
 from components.errors import ConfigError, IndexIntegrityError
-from components.geometry import expmap0
+from components.geometry import expmap0, logmap0
 from components.indexing.gallery import GalleryEmbeddings, read_npz
 from components.io import atomic_write_bytes, file_sha256
 from components.plugins import Catalog
 
-__all__ = ["MAPS", "Bridge", "BridgeMap", "fitting_space", "register_map", "relative_error"]
+__all__ = [
+    "MAPS",
+    "Bridge",
+    "BridgeMap",
+    "fitting_space",
+    "fitting_vectors",
+    "register_map",
+    "relative_error",
+    "retrieval_vectors",
+]
 
 MAPS: Catalog[type[BridgeMap]] = Catalog(
     "bridge map", "components.bridges.maps", ConfigError, "set upgrade.map in params.yaml"
@@ -74,13 +83,34 @@ class BridgeMap(ABC):
         """The map with these fitted parameters."""
 
 
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
+
+
 def fitting_space(g: GalleryEmbeddings) -> np.ndarray:
     """(N, D) float64: the tangent vectors at the origin (Lorentz) or the unit vectors (Euclidean)."""
     if g.features != "embedding":
         raise ConfigError(f"a bridge maps embeddings, not {g.features} features; set evaluation features: embedding")
     if g.geometry == "lorentz":
         return g.z.astype(np.float64)
-    return g.emb.astype(np.float64) / np.linalg.norm(g.emb, axis=1, keepdims=True).clip(1e-300)
+    return _unit(g.emb.astype(np.float64))
+
+
+def fitting_vectors(vectors: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
+    """Retrieval vectors as a model serves them — (N, D+1) hyperboloid points (Lorentz) or (N, D) unit vectors —
+    → (N, D) float64 fitting-space vectors: HBCT Eq. (6) ``logmap0`` on the K-hyperboloid, or normalised."""
+    x = np.asarray(vectors, dtype=np.float64)
+    if geometry == "lorentz":
+        return logmap0(torch.from_numpy(x), curvature).numpy()
+    return _unit(x)
+
+
+def retrieval_vectors(z: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
+    """(N, D) fitting-space vectors → (N, D+1) points of the K-hyperboloid (HBCT Eq. (5) ``expmap0``) or (N, D)
+    unit vectors: what the gallery stores and searches, float64."""
+    if geometry == "lorentz":
+        return expmap0(torch.from_numpy(np.asarray(z, dtype=np.float64)), curvature).numpy()
+    return _unit(np.asarray(z, dtype=np.float64))
 
 
 def relative_error(mapped: np.ndarray, target: np.ndarray) -> float:
@@ -157,11 +187,9 @@ class Bridge:
         retrieval vectors on the target's manifold (a Lorentz ``emb`` on the target's K-hyperboloid), its logits
         kept (a bridge maps embeddings only)."""
         z = self.map_vectors(fitting_space(g))
-        if self.geometry == "lorentz":
-            emb = expmap0(torch.from_numpy(z), self.target_curvature).numpy()
-        else:
-            z = z / np.linalg.norm(z, axis=1, keepdims=True).clip(1e-300)
-            emb = z
+        emb = retrieval_vectors(z, self.geometry, self.target_curvature)
+        if self.geometry != "lorentz":
+            z = emb
         return replace(
             g, curvature=self.target_curvature, z=z.astype(np.float32), emb=emb.astype(np.float32), compat_dim=None
         )

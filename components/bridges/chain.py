@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.bridges.base import Bridge
+from components.bridges.base import Bridge, fitting_vectors, retrieval_vectors
 from components.errors import ConfigError
 from components.indexing.gallery import GalleryEmbeddings
 
@@ -54,6 +54,15 @@ class BridgeChain:
         for b in self.links:
             x = b.map_vectors(x)
         return x
+
+    def map_queries(self, vectors: np.ndarray) -> np.ndarray:
+        """(N, D_s) retrieval vectors of the source as its model serves them (Lorentz: hyperboloid points, time
+        first; Euclidean: unit vectors) → (N, D_t) retrieval vectors on the target's manifold, float64: what
+        searches the target's gallery (a query service's adapter). Tangent space at the origin in between (HBCT
+        Eqs. (5)–(6))."""
+        first, last = self.links[0], self.links[-1]
+        z = self.map_vectors(fitting_vectors(vectors, first.geometry, first.source_curvature))
+        return retrieval_vectors(z, last.geometry, last.target_curvature)
 
     def map_gallery(self, g: GalleryEmbeddings) -> GalleryEmbeddings:
         """``g`` (embedded by the chain's source) carried through every link onto the target's manifold."""

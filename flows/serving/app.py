@@ -271,6 +271,7 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
                 "production_generation": f.production,
                 "image_queries_embedded_by": v.query_generation,
                 "compatible_generations": list(f.compatible),
+                "adapted_generations": {str(g): v.route(g) for g in sorted(v.adapters)},
                 "lineage_generations": list(f.known),
                 "merge": params.merge,
             }

@@ -2,7 +2,8 @@
 
 Every refusal is a :class:`QueryError` with the HTTP status it deserves and one line naming the problem and the fix:
 a vector of the wrong width or with NaN/inf, an unknown generation (422), a generation whose queries the live gallery
-cannot serve (409, the lineage's compatibility), a bad ``k``, a file that is not an image. Answering runs one batch of
+cannot serve and no query adapter carries (409, the lineage's compatibility and bridges), a bad ``k``, a file that is
+not an image. Answering runs one batch of
 queries against one :class:`~flows.serving.version.ServedVersion`: image queries are embedded in one forward pass
 (``torch.inference_mode``), vectors searched in one FAISS call; with ``serve.merge: rank`` a mixed gallery is searched
 per generation, each with its own query, and the lists merged by rank (:func:`components.indexing.mixed.merge_by_rank`).
@@ -80,10 +81,13 @@ def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: 
         raise QueryError(
             422, f"generation {generation} is not in the lineage (it has {list(facts.known)}); `bctflow lineage`"
         )
-    if generation not in facts.compatible:
+    if generation not in facts.compatible and generation not in version.adapters:
         fix = f"query with generation {version.query_generation}'s model"
         if generation > facts.generation:  # a newer model: its backfill would make the gallery serve it
-            fix = f"backfill the gallery with generation {generation}, or {fix}"
+            fix = (
+                f"backfill the gallery with generation {generation}, fit a query adapter (bctflow upgrade "
+                f"--generation {generation} --route adapter), or {fix}"
+            )
         raise QueryError(
             409,
             f"generation {generation}'s vectors cannot search the live gallery (embedded by generation "
@@ -129,22 +133,34 @@ def decode_query(data: bytes, version: ServedVersion, max_pixels: int) -> np.nda
 def _hits(version: ServedVersion, scores: np.ndarray, ids: np.ndarray, query_gen: int | list[int]) -> dict[str, Any]:
     keep = ids >= 0
     s, d = scores[keep], ids[keep]
-    return {
+    hits = {
         "ids": d.tolist(),
         "scores": [float(x) if math.isfinite(x) else None for x in s],
         "generations": version.stamps_of(d).tolist(),
         "query_generation": query_gen,
         "answered_by": version.describe(),
     }
+    if isinstance(query_gen, int) and query_gen in version.adapters:
+        hits["query_route"] = version.route(query_gen)  # the adapters that carried the query, each map's sha256
+    return hits
+
+
+def _adapted(version: ServedVersion, vectors: np.ndarray, gen: int) -> np.ndarray:
+    """(N, D) queries of generation ``gen`` as the gallery searches them: through its adapter chain when it has one
+    (a few matrix products, :meth:`components.bridges.chain.BridgeChain.map_queries`)."""
+    chain = version.adapters.get(gen)
+    return vectors if chain is None else chain.map_queries(vectors)
 
 
 def answer_vectors(version: ServedVersion, queries: list[VectorQuery]) -> list[dict[str, Any]]:
-    """Checked vector queries of one version, searched one FAISS call per query generation."""
+    """Checked vector queries of one version, searched one FAISS call per query generation (a generation the
+    gallery does not serve as it is: its queries carried by its adapter chain first)."""
     out: list[dict[str, Any] | None] = [None] * len(queries)
     for gen in {q.generation for q in queries}:
         rows = [i for i, q in enumerate(queries) if q.generation == gen]
         k = max(queries[i].k for i in rows)
-        scores, ids = version.index.search(np.stack([queries[i].vector for i in rows]), k, query_generation=gen)
+        vectors = _adapted(version, np.stack([queries[i].vector for i in rows]), gen)
+        scores, ids = version.index.search(vectors, k, query_generation=version.searches_as(gen))
         for j, i in enumerate(rows):
             out[i] = _hits(version, scores[j, : queries[i].k], ids[j, : queries[i].k], gen)
     return out  # type: ignore[return-value]
@@ -155,7 +171,7 @@ def _embed(version: ServedVersion, images: np.ndarray, gen: int) -> np.ndarray:
 
     with torch.inference_mode():
         x = torch.from_numpy(images).to(version.device)
-        return version.embedders[gen](x).cpu().numpy().astype(np.float64)
+        return _adapted(version, version.embedders[gen](x).cpu().numpy().astype(np.float64), gen)
 
 
 def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -213,7 +229,7 @@ def _search_embedded(version: ServedVersion, embeddings: dict[int, np.ndarray], 
     k = max(ks)
     gens = sorted(embeddings)
     if len(gens) == 1:
-        scores, ids = version.index.search(embeddings[gens[0]], k, query_generation=gens[0])
+        scores, ids = version.index.search(embeddings[gens[0]], k, query_generation=version.searches_as(gens[0]))
         return [_hits(version, scores[i, :qk], ids[i, :qk], gens[0]) for i, qk in enumerate(ks)]
     lists = {g: _own_lists(version, embeddings[g], g, k) for g in gens}
     out = []

@@ -59,18 +59,20 @@ class SwapManager:
         )
 
     def key(self) -> str:
-        """What identifies the live version: CURRENT's bytes and the lineage's pointer row and production."""
+        """What identifies the live version: CURRENT's bytes and the lineage's pointer row, production generation
+        and newest bridge."""
         try:
             if self._store is None:
                 self._store = self.ws.lineage(self.params, readonly=True)
             ptr, prod = self._store.live_pointer(), self._store.production_generation_id()
+            bridge = max((int(b.id) for b in self._store.bridges()), default=0)  # a new adapter serves on reload
             self.lineage_reachable = True
         except Exception as err:  # an unreachable lineage is reported in /health, not raised
             self.lineage_reachable = False
             self._store = None
             log.warning("the lineage is not reachable: %s", err)
             return self._loaded_key or ""
-        return f"{pointer_fingerprint(self.ws)}:{ptr.id if ptr else None}:{prod}"
+        return f"{pointer_fingerprint(self.ws)}:{ptr.id if ptr else None}:{prod}:{bridge}"
 
     def reload(self, *, force: bool = False) -> dict[str, Any]:
         """Load the live version if it changed (or ``force``) and swap it in; a failure keeps the old one. The old

@@ -3,8 +3,10 @@ queries, loaded beside the serving one and verified against the lineage before i
 
 What may be served comes from the lineage, never from a guess: the newest live-pointer row names the gallery, the
 generations whose queries it accepts, the sha256 of its index manifest and of its model; ``live/CURRENT`` must name
-the same index. An image query is embedded by the production generation when the gallery accepts its queries,
-otherwise by the gallery's own model. A failed check raises :class:`~components.errors.IndexIntegrityError` (or
+the same index. An image query is embedded by the production generation when the gallery accepts its queries
+or the lineage records a chain of query adapters (docs/design.md §11) that carries them into a generation it accepts,
+otherwise by the gallery's own model; a vector query of a generation the gallery does not serve is carried by its
+adapter chain the same way. A failed check raises :class:`~components.errors.IndexIntegrityError` (or
 :class:`~components.errors.CheckpointMismatchError`) and the caller keeps serving what it had.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from components.errors import CheckpointMismatchError, IndexIntegrityError
+from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
 from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
@@ -44,11 +46,26 @@ class LineageFacts:
     checkpoints: dict[int, tuple[str, str | None]]
     production: int | None
     known: tuple[int, ...]
+    #: generation → the query adapters (path, sha256, from, to, version), in chain order, that carry its queries
+    #: into a generation the gallery serves — for each generation the gallery does not serve and a chain reaches
+    adapters: dict[int, tuple[tuple[str, str, int, int, int], ...]] = field(default_factory=dict)
 
-    @property
-    def fingerprint(self) -> str:
-        """Changes when the live pointer row or the production generation changes."""
-        return f"{self.pointer_id}:{self.production}"
+
+def _adapter_chains(lineage: Any, known: list[int], compatible: tuple[int, ...]) -> dict[int, tuple]:
+    """For each known generation the gallery does not serve, the shortest chain of adapter bridges (each link its
+    pair's newest version) into one it serves: the lineage's own answer (``bridge_chain``), never a guess."""
+    chains: dict[int, tuple] = {}
+    for g in known:
+        if g in compatible:
+            continue
+        found = []
+        for c in compatible:
+            with contextlib.suppress(LineageError):  # no chain into that one
+                found.append(lineage.bridge_chain(g, c, "adapter"))
+        if found:
+            links = min(found, key=len)
+            chains[g] = tuple((b.path, b.sha256, b.from_generation_id, b.to_generation_id, b.version) for b in links)
+    return chains
 
 
 def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFacts:
@@ -61,6 +78,9 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
             raise IndexIntegrityError(f"the lineage of {ws.home} has no live gallery; create generation 0 first")
         gens = lineage.generations()
         production = lineage.production_generation_id()
+        compatible = tuple(int(g) for g in (ptr.compatible_generations or [ptr.generation_id]))
+        bridges = lineage.bridges()
+        adapters = _adapter_chains(lineage, [g.id for g in gens], compatible) if bridges else {}
     checkpoints = {g.id: (g.checkpoint_path, g.checkpoint_sha256) for g in gens}
     if ptr.model_checkpoint:
         checkpoints[ptr.generation_id] = (ptr.model_checkpoint, ptr.model_sha256)
@@ -68,11 +88,12 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
         pointer_id=int(ptr.id),
         generation=int(ptr.generation_id),
         index_path=str(ptr.index_path),
-        compatible=tuple(int(g) for g in (ptr.compatible_generations or [ptr.generation_id])),
+        compatible=compatible,
         index_sha256=ptr.index_sha256,
         checkpoints=checkpoints,
         production=production,
         known=tuple(g.id for g in gens),
+        adapters=adapters,
     )
 
 
@@ -92,6 +113,9 @@ class ServedVersion:
     image_size: int
     channels: int
     device: str
+    #: generation → the adapter chain (components.bridges.chain.BridgeChain) carrying its queries into a generation
+    #: the gallery serves (LineageFacts.adapters, each file checked against its recorded sha256)
+    adapters: dict[int, Any] = field(default_factory=dict)
     loaded_at: float = field(default_factory=time.time)
     #: requests answering from this version now (changed under the manager's lock: :meth:`SwapManager.acquire`)
     in_flight: int = 0
@@ -122,6 +146,26 @@ class ServedVersion:
             "index": self.index_name,
             "compatible_generations": list(self.facts.compatible),
         }
+
+    def route(self, generation: int) -> dict[str, Any] | None:
+        """How ``generation``'s queries reach the gallery: None when the gallery serves them as they are, else the
+        adapter chain — the generations it passes through and each map's kind, version and sha256."""
+        chain = self.adapters.get(generation)
+        if chain is None:
+            return None
+        links = self.facts.adapters[generation]
+        return {
+            "generations": chain.generations,
+            "maps": [
+                {"from": a, "to": b, "kind": bridge.kind, "version": v, "sha256": sha}
+                for (_, sha, a, b, v), bridge in zip(links, chain.links)
+            ],
+        }
+
+    def searches_as(self, generation: int) -> int:
+        """The generation whose queries ``generation``'s (adapted) queries are in the gallery: the chain's end."""
+        chain = self.adapters.get(generation)
+        return generation if chain is None else int(chain.target)
 
 
 def _checkpoint(path: str, pinned: str | None, gen: int) -> Any:
@@ -182,7 +226,9 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
     index_dir = live.serving_index()
     index = open_index(index_dir).with_compatible_generations(facts.compatible)
     stamp_ids, stamps = _stamps(Path(facts.index_path), facts.generation)
-    query_gen = facts.production if facts.production in facts.compatible else facts.generation
+    adapters = _load_adapters(facts)
+    served = set(facts.compatible) | set(adapters)  # an adapter serves the production model's queries too
+    query_gen = facts.production if facts.production in served else facts.generation
     wanted = {query_gen}
     if merge == "rank":
         wanted |= {int(g) for g in np.unique(stamps)}
@@ -202,12 +248,25 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
         stamps=stamps,
         query_generation=query_gen,
         embedders=embedders,
+        adapters=adapters,
         image_size=int(spec.image_size),
         channels=int(spec.in_chans),
         device=device,
     )
     _warm_up(version)
     return version
+
+
+def _load_adapters(facts: LineageFacts) -> dict[int, Any]:
+    """Each adapter chain the lineage names, every file checked against its recorded sha256 and generations
+    (IndexIntegrityError / ConfigError in one line: the caller keeps serving what it had)."""
+    from components.bridges.base import Bridge
+    from components.bridges.chain import BridgeChain
+
+    return {
+        g: BridgeChain(tuple(Bridge.load(Path(path), sha256=sha, source=a, target=b) for path, sha, a, b, _ in links))
+        for g, links in facts.adapters.items()
+    }
 
 
 def _warm_up(version: ServedVersion) -> None:
@@ -218,6 +277,8 @@ def _warm_up(version: ServedVersion) -> None:
     with torch.inference_mode():
         for embedder in version.embedders.values():
             vec = embedder(blank.to(version.device)).cpu().numpy().astype(np.float64)
+            if version.query_generation in version.adapters and embedder is version.embedders[version.query_generation]:
+                vec = version.adapters[version.query_generation].map_queries(vec)
             version.index.search(vec, 1, query_generation=None)
 
 

@@ -58,7 +58,8 @@ _LATENCY_BATCH = 1024
 class FittedRoute:
     """A fitted and recorded bridge and what it serves on the labelled split. ``served`` / ``full`` / ``old``:
     ``{"map": …, "cmc@1": …}`` of the route, of a full backfill (the new model on both sides) and of the old
-    gallery (the parent on both sides); ``recovered``: served mAP / full mAP; ``us_per_query``: the map alone."""
+    gallery (the parent on both sides); ``cross``: the new model's raw queries on the old gallery; ``recovered``:
+    served mAP / full mAP; ``us_per_query``: the map alone."""
 
     role: str
     source: int
@@ -73,9 +74,13 @@ class FittedRoute:
     served: dict[str, float] = field(default_factory=dict)
     full: dict[str, float] = field(default_factory=dict)
     old: dict[str, float] = field(default_factory=dict)
+    #: the new generation's queries on the old gallery with no bridge: M(φ_G, φ_P) (the compatible route)
+    cross: dict[str, float] = field(default_factory=dict)
     recovered: float | None = None
     us_per_query: float = 0.0
     seconds: float = 0.0
+    #: the live gallery's rows (what the paired fraction was taken of, and what a route's cost is counted over)
+    gallery_items: int = 0
 
 
 def paired_positions(train_items: int, gallery_rows: int, fraction: float, seed: int) -> np.ndarray:
@@ -161,14 +166,16 @@ def _pairs(p: Params, source: GallerySource, positions: np.ndarray, g: Generatio
 
 def _measure(p: Params, bridge: Bridge, role: str, new: GalleryEmbeddings, old: GalleryEmbeddings) -> dict:
     """What the route serves on the labelled split (``new`` / ``old``: the two generations' evaluation galleries):
-    ``served``, ``full`` (a full backfill), ``old`` (the old gallery alone), each ``{"map", "cmc@1"}``."""
+    ``served``, ``full`` (a full backfill), ``old`` (the old gallery alone), ``cross`` (the new model's queries on
+    the old gallery, no bridge), each ``{"map", "cmc@1"}``."""
 
     def metrics(q: GalleryEmbeddings, g: GalleryEmbeddings) -> dict[str, float]:
         m = gallery_metrics(q, g, tuple(p.evaluation.cmc_k), p.evaluation.chunk_size)
         return {k: float(m[k]) for k in ("map", "cmc@1") if k in m}
 
     served = metrics(bridge.map_gallery(new), old) if role == "adapter" else metrics(new, bridge.map_gallery(old))
-    return {"served": served, "full": metrics(new, new), "old": metrics(old, old)}
+    cross = metrics(new, old) if new.emb.shape[1] == old.emb.shape[1] else {}  # other widths: no raw search
+    return {"served": served, "full": metrics(new, new), "old": metrics(old, old), "cross": cross}
 
 
 def _record(p: Params, ws: Workspace, store: LineageStore, bridge: Bridge, role: str, run_id: str | None,
@@ -220,5 +227,6 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
         path, sha, mlflow_version, version = _record(params, ws, store, bridge, role, new.mlflow_run_id, m)
     return FittedRoute(
         role, src.id, tgt.id, bridge.kind, version, str(path), sha, bridge.sample, bridge.fit_error, mlflow_version,
-        m["served"], m["full"], m["old"], m["recovered_map"], m["us_per_query"], time.perf_counter() - t0,
+        m["served"], m["full"], m["old"], m["cross"], m["recovered_map"], m["us_per_query"], time.perf_counter() - t0,
+        rows,
     )  # fmt: skip

@@ -5,6 +5,7 @@ three generations — and the refusals that record nothing."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -89,12 +90,69 @@ def test_an_adapter_carries_a_free_models_queries_into_the_old_gallery_and_is_re
     assert run.data.metrics["recovered_map"] == pytest.approx(r.recovered)
 
 
+def test_the_query_service_carries_a_new_generations_queries_through_its_adapter_chain(three):
+    """The service (flows/serving) reads the adapter chains from the lineage: g2's vector is refused with 409 until
+    its adapter is recorded, then the watch's key changes, the reloaded version carries g2's queries g2 → g1 → g0
+    into g0's gallery — the same vectors the route's measurement searched — and a tampered map never serves."""
+    from components.errors import IndexIntegrityError
+    from flows.serving.metrics import ServeMetrics
+    from flows.serving.queries import QueryError, answer_vectors, check_vector_query
+    from flows.serving.swap import SwapManager
+    from flows.serving.version import load_version
+
+    home, params = three
+    p, ws = load_params(params), Workspace(home)
+    if (1, 0, "adapter", 1) not in _bridges(home, params):
+        fit_route(p, ws, generation=1, role="adapter")
+    manager = SwapManager(ws, p, ServeMetrics(), device="cpu")
+    manager.reload(force=True)
+    v = manager.current
+    assert v.facts.compatible == (0,) and sorted(v.adapters) == [1], (v.facts.compatible, v.adapters)
+    g2 = _labelled(home, 2)
+    queries = g2.emb[:5].astype(np.float64)
+    with pytest.raises(QueryError) as err:
+        check_vector_query(v, queries[0].tolist(), 2, 10)
+    assert err.value.status == 409 and err.value.message.endswith(
+        "backfill the gallery with generation 2, fit a query adapter (bctflow upgrade --generation 2 --route "
+        "adapter), or query with generation 0's model"
+    ), err.value.message
+    key = manager.key()
+    fit_route(p, ws, generation=2, role="adapter", parent=1)
+    assert manager.key() != key  # the watch notices a new bridge
+    manager.reload()
+    v = manager.current
+    assert sorted(v.adapters) == [1, 2] and v.adapters[2].generations == [2, 1, 0]
+    answers = answer_vectors(v, [check_vector_query(v, q.tolist(), 2, 10) for q in queries])
+    with ws.lineage(p, readonly=True) as store:
+        links = store.bridge_chain(2, 0, "adapter")
+    chain = BridgeChain(tuple(Bridge.load(Path(b.path), sha256=b.sha256) for b in links))
+    carried = chain.map_queries(queries)
+    np.testing.assert_allclose(carried, chain.map_gallery(g2).emb[:5], atol=1e-5)  # what the route was measured on
+    _, ids = v.index.search(carried, 10, query_generation=0)
+    for a, row in zip(answers, ids):
+        assert a["ids"] == row[row >= 0].tolist() and set(a["generations"]) == {0}
+        assert a["query_generation"] == 2 and a["query_route"]["generations"] == [2, 1, 0]
+        assert [m["sha256"] for m in a["query_route"]["maps"]] == [b.sha256 for b in links]
+    assert len(set(ids[:, 0])) > 1 and v.describe()["gallery_generation"] == 0
+    path = Path(links[0].path)
+    kept = path.read_bytes()
+    path.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # one bit of g2 → g1's map flipped
+    try:
+        with pytest.raises(IndexIntegrityError) as err:
+            load_version(ws, p, device="cpu", merge="none")
+    finally:
+        path.write_bytes(kept)
+    assert str(err.value).startswith(f"bridge {path} is not the file the lineage recorded")
+    assert "\n" not in str(err.value)
+    manager.loader.shutdown()
+
+
 def test_a_chain_of_adapters_carries_g2s_queries_to_g0s_gallery_and_a_transform_maps_g1s_vectors_into_g2(three):
     home, params = three
     p, ws = load_params(params), Workspace(home)
     if not _bridges(home, params):
         fit_route(p, ws, generation=1, role="adapter")
-    fit_route(p, ws, generation=2, role="adapter", parent=1)  # g2's parent is g0 (the live gallery's): --from 1
+    first = fit_route(p, ws, generation=2, role="adapter", parent=1)  # g2's parent is g0 (the gallery's): --from 1
     t = fit_route(p, ws, generation=2, role="transform", parent=1)
     assert (t.source, t.target, t.version) == (1, 2, 1)
     g0, g1, g2 = (_labelled(home, g) for g in (0, 1, 2))
@@ -106,7 +164,37 @@ def test_a_chain_of_adapters_carries_g2s_queries_to_g0s_gallery_and_a_transform_
     through = gallery_metrics(chain.map_gallery(g2), g0)["map"]
     assert through > gallery_metrics(g2, g0)["map"]  # a query from g2 reaches g0's gallery through g1
     again = fit_route(p, ws, generation=2, role="adapter", parent=1)  # fitted again: the next version, beside
-    assert again.version == 2 and Path(again.path).name == "procrustes-v2.npz"
+    assert again.version == first.version + 1 and Path(again.path).name == f"procrustes-v{again.version}.npz"
+
+
+def test_route_auto_measures_all_four_routes_and_takes_the_cheapest_reaching_the_bar(three):
+    """``bctflow upgrade --route auto`` (flows/steps/route_choice.py): both bridges fitted and recorded, the four
+    routes measured on the labelled split, the rule applied with the user's bar, the line tagged on g1's run."""
+    from flows.steps.route_choice import choose_upgrade
+
+    home, params = three
+    ws = Workspace(home)
+    g0, g1 = _labelled(home, 0), _labelled(home, 1)
+    full, cross = gallery_metrics(g1, g1)["map"], gallery_metrics(g1, g0)["map"]
+    for bar in (0.0, full):
+        p = apply_overrides(load_params(params), [f"upgrade.min_map={bar}"])
+        c = choose_upgrade(p, ws, generation=1)
+        e = {x.route: x for x in c.choice.evidence}
+        assert e["compatible"].served_map == pytest.approx(cross) and e["backfill"].served_map == pytest.approx(full)
+        assert e["adapter"].served_map == c.adapter.served["map"]
+        assert e["transform"].served_map == c.transform.served["map"]
+        assert e["backfill"].seconds_per_item == pytest.approx(1 / c.forward_items_per_s) and c.forward_items_per_s > 0
+        assert 0 < e["transform"].seconds_per_item < e["backfill"].seconds_per_item  # a matrix product, not a forward
+        chosen = e[c.choice.route]
+        assert c.choice.met_bar and chosen.served_map >= bar
+        cost = chosen.gallery_s(c.adapter.gallery_items)
+        assert all(x.gallery_s(c.adapter.gallery_items) >= cost for x in e.values() if x.served_map >= bar)
+    assert c.choice.route in ("transform", "backfill")  # at the backfill's own quality no free route reaches it
+    with ws.lineage(p, readonly=True) as store:
+        run_id = store.generation(1).mlflow_run_id
+    run = ws.tracking(p, readonly=True).client().get_run(run_id)
+    assert run.data.tags["bctflow.upgrade.route"] == c.choice.route
+    assert run.data.tags["bctflow.upgrade.route_line"] == c.choice.line
 
 
 def test_refusals_are_one_line_before_any_work_and_record_nothing(three, tmp_path):
@@ -167,11 +255,13 @@ def test_the_command_prints_one_line_and_refuses_in_one(three):
     home, params = three
     cmd = [sys.executable, "-m", "bctflow.cli", "upgrade", "--home", str(home), "--params", str(params)]
     env = {"COLUMNS": "400"}
-    done = subprocess.run([*cmd, "--generation", "1", "--route", "transform"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **env})  # fmt: skip
+    done = subprocess.run([*cmd, "--generation", "1", "--set", "upgrade.min_map=0.0"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})  # fmt: skip  # upgrade.route auto by default
     assert done.returncode == 0, done.stderr[-3000:]
-    line = " ".join(done.stdout.split())
-    assert line.startswith("transform bridge g0→g1 v1 (procrustes, ") and "µs per query" in line, line
+    text = " ".join(done.stdout.split())  # each bridge's line, then the choice's (a free route reaches a bar of 0)
+    assert re.fullmatch(r"adapter bridge g1→g0 v\d+ \(procrustes, .* µs per query; .* s transform bridge g0→g1 v\d+ "
+                        r".* µs per query; .* s upgrade route (compatible|adapter): the cheapest route reaching "
+                        r"upgrade\.min_map 0\.0000 for \d+ items \(compatible mAP .*\)", text), text  # fmt: skip
     out = subprocess.run([*cmd, "--generation", "0", "--route", "adapter"], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "generation 0 has no parent to bridge to" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr

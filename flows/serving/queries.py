@@ -166,12 +166,15 @@ def answer_vectors(version: ServedVersion, queries: list[VectorQuery]) -> list[d
     return out  # type: ignore[return-value]
 
 
-def _embed(version: ServedVersion, images: np.ndarray, gen: int) -> np.ndarray:
+def _embed(version: ServedVersion, images: np.ndarray, gen: int, *, adapt: bool) -> np.ndarray:
+    """(B, H, W, C) uint8 images → (B, D) generation ``gen``'s queries; with ``adapt``, carried by its adapter chain
+    (a merge searches each generation's own vectors with its own, unadapted query)."""
     import torch
 
     with torch.inference_mode():
         x = torch.from_numpy(images).to(version.device)
-        return _adapted(version, version.embedders[gen](x).cpu().numpy().astype(np.float64), gen)
+        q = version.embedders[gen](x).cpu().numpy().astype(np.float64)
+    return _adapted(version, q, gen) if adapt else q
 
 
 def _own_lists(version: ServedVersion, q: np.ndarray, gen: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -212,7 +215,8 @@ def embed_images(version: ServedVersion, queries: list[ImageQuery], merge: str, 
     ks = [q.k for q, a in zip(queries, answers) if a is None]
     gens = sorted(version.mix) if merge == "rank" and len(version.mix) > 1 else [version.query_generation]
     images = np.stack(decoded) if decoded else None
-    return EmbeddedImages(answers, ks, {g: _embed(version, images, g) for g in gens} if images is not None else {})
+    embedded = {g: _embed(version, images, g, adapt=len(gens) == 1) for g in gens} if images is not None else {}
+    return EmbeddedImages(answers, ks, embedded)
 
 
 def search_images(version: ServedVersion, batch: EmbeddedImages) -> list[dict[str, Any] | Exception]:

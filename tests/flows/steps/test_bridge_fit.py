@@ -4,6 +4,7 @@ three generations — and the refusals that record nothing."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sqlite3
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 
 from components.bridges.base import Bridge, fitting_space, relative_error
 from components.bridges.chain import BridgeChain
@@ -96,9 +99,18 @@ def test_the_query_service_carries_a_new_generations_queries_through_its_adapter
     into g0's gallery — the same vectors the route's measurement searched — and a tampered map never serves."""
     from components.errors import IndexIntegrityError
     from flows.serving.metrics import ServeMetrics
-    from flows.serving.queries import QueryError, answer_vectors, check_vector_query
+    from flows.serving.queries import (
+        ImageQuery,
+        QueryError,
+        answer_vectors,
+        check_vector_query,
+        decode_query,
+        embed_images,
+        search_images,
+    )
     from flows.serving.swap import SwapManager
     from flows.serving.version import load_version
+    from flows.steps.promotion import promote
 
     home, params = three
     p, ws = load_params(params), Workspace(home)
@@ -144,6 +156,19 @@ def test_the_query_service_carries_a_new_generations_queries_through_its_adapter
         path.write_bytes(kept)
     assert str(err.value).startswith(f"bridge {path} is not the file the lineage recorded")
     assert "\n" not in str(err.value)
+    # the free g2 promoted: image queries are embedded by g2's model and carried through its chain
+    promote(p, ws, 2, force=True, by="test", reason="a free model served through its query adapters")
+    manager.reload()
+    v = manager.current
+    assert v.query_generation == 2 and v.facts.compatible == (0,)
+    png = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (8, 8), dtype=np.uint8)).save(png, format="PNG")
+    (hit,) = search_images(v, embed_images(v, [ImageQuery(png.getvalue(), 5)], "none", 10**6))
+    with torch.inference_mode():
+        image = torch.from_numpy(decode_query(png.getvalue(), v, 10**6)[None])
+        own = v.embedders[2](image).numpy().astype(np.float64)
+    _, want = v.index.search(chain.map_queries(own), 5, query_generation=0)
+    assert hit["ids"] == want[0].tolist() and hit["query_route"]["generations"] == [2, 1, 0]
     manager.loader.shutdown()
 
 

@@ -60,6 +60,8 @@ def upgrade(
 
 def _print_bridge(r: FittedRoute) -> None:
     recovered = f", {r.recovered:.1%} of a full backfill's {r.full['map']:.4f}" if r.recovered is not None else ""
+    if r.recovered_recall10 is not None:
+        recovered += f"; CMC@10 {r.served['cmc@10']:.4f}, {r.recovered_recall10:.1%} of the full backfill's"
     console.print(
         f"{r.role} bridge g{r.source}→g{r.target} v{r.version} ({r.kind}, {r.sample} paired items, held-out error "
         f"{r.fit_error:.4f}; MLflow version {r.mlflow_version}): served mAP {r.served['map']:.4f}{recovered} (the "

@@ -12,8 +12,10 @@ parent). An *adapter* maps G's queries into P's space, so the gallery P embedded
    (:meth:`components.bridges.base.Bridge.fit`; its held-out error on a fifth of the pairs).
 3. **Measure on the labelled split**, with the generations' own evaluation galleries (no new embedding): the served
    M(route) — an adapter: M(bridge(φ_G), φ_P), G's queries carried into P's gallery; a transform: M(φ_G,
-   bridge(φ_P)) — beside a full backfill's M(φ_G, φ_G) and the old gallery's M(φ_P, φ_P); ``recovered``: the
-   route's mAP over the full backfill's; and the map's microseconds per query (a batch of 1024, numpy on the CPU).
+   bridge(φ_P)) — beside a full backfill's M(φ_G, φ_G), the old gallery's M(φ_P, φ_P) and the raw M(φ_G, φ_P);
+   ``recovered``: the route's mAP over the full backfill's, and its CMC@10 over the full backfill's (Drift-Adapter's
+   share of a full re-embed's Recall@10, on labelled data); and the map's microseconds per query (a batch of 1024,
+   numpy on the CPU).
 4. **Record**: the file (``<map>-v<k>.npz``, its sha256), an MLflow model version of ``<model>-bridges`` with the
    measurements in its run, then the lineage's bridge row (version k). A kill before the lineage row leaves a file
    and possibly an MLflow version the lineage never names; the same command fits and records the next.
@@ -50,6 +52,8 @@ from registry.tracking.bridge_model import BridgeRegistration, register_bridge
 
 __all__ = ["FittedRoute", "fit_route", "paired_positions"]
 
+#: the rank of Drift-Adapter's recovery metric: CMC@10 (a relevant item among the first 10), labelled-data Recall@10
+RECALL_K = 10
 #: queries per batch when the map's cost per query is measured
 _LATENCY_BATCH = 1024
 
@@ -57,9 +61,9 @@ _LATENCY_BATCH = 1024
 @dataclass(frozen=True)
 class FittedRoute:
     """A fitted and recorded bridge and what it serves on the labelled split. ``served`` / ``full`` / ``old``:
-    ``{"map": …, "cmc@1": …}`` of the route, of a full backfill (the new model on both sides) and of the old
-    gallery (the parent on both sides); ``cross``: the new model's raw queries on the old gallery; ``recovered``:
-    served mAP / full mAP; ``us_per_query``: the map alone."""
+    ``{"map": …, "cmc@1": …, "cmc@10": …}`` of the route, of a full backfill (the new model on both sides) and of
+    the old gallery (the parent on both sides); ``cross``: the new model's raw queries on the old gallery;
+    ``recovered``: served mAP / full mAP; ``us_per_query``: the map alone."""
 
     role: str
     source: int
@@ -81,6 +85,8 @@ class FittedRoute:
     seconds: float = 0.0
     #: the live gallery's rows (what the paired fraction was taken of, and what a route's cost is counted over)
     gallery_items: int = 0
+    #: served CMC@10 / full CMC@10: Drift-Adapter's "share of a full re-embed's Recall@10" on labelled data
+    recovered_recall10: float | None = None
 
 
 def paired_positions(train_items: int, gallery_rows: int, fraction: float, seed: int) -> np.ndarray:
@@ -167,11 +173,11 @@ def _pairs(p: Params, source: GallerySource, positions: np.ndarray, g: Generatio
 def _measure(p: Params, bridge: Bridge, role: str, new: GalleryEmbeddings, old: GalleryEmbeddings) -> dict:
     """What the route serves on the labelled split (``new`` / ``old``: the two generations' evaluation galleries):
     ``served``, ``full`` (a full backfill), ``old`` (the old gallery alone), ``cross`` (the new model's queries on
-    the old gallery, no bridge), each ``{"map", "cmc@1"}``."""
+    the old gallery, no bridge), each ``{"map", "cmc@1", "cmc@10"}``."""
 
     def metrics(q: GalleryEmbeddings, g: GalleryEmbeddings) -> dict[str, float]:
-        m = gallery_metrics(q, g, tuple(p.evaluation.cmc_k), p.evaluation.chunk_size)
-        return {k: float(m[k]) for k in ("map", "cmc@1") if k in m}
+        m = gallery_metrics(q, g, (1, RECALL_K), p.evaluation.chunk_size)
+        return {k: float(m[k]) for k in ("map", "cmc@1", f"cmc@{RECALL_K}")}
 
     served = metrics(bridge.map_gallery(new), old) if role == "adapter" else metrics(new, bridge.map_gallery(old))
     cross = metrics(new, old) if new.emb.shape[1] == old.emb.shape[1] else {}  # other widths: no raw search
@@ -223,10 +229,12 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
         bridge = Bridge.fit(params.upgrade.map, src.id, tgt.id, x, y, params.upgrade.seed, **options)
         m = _measure(params, bridge, role, labelled[new.id], labelled[old.id])
         m["recovered_map"] = m["served"]["map"] / m["full"]["map"] if m["full"].get("map") else None
+        hit = f"cmc@{RECALL_K}"
+        m[f"recovered_{hit}"] = m["served"][hit] / m["full"][hit] if m["full"].get(hit) else None
         m["us_per_query"] = _us_per_query(bridge, fitting_space(labelled[src.id]))
         path, sha, mlflow_version, version = _record(params, ws, store, bridge, role, new.mlflow_run_id, m)
     return FittedRoute(
         role, src.id, tgt.id, bridge.kind, version, str(path), sha, bridge.sample, bridge.fit_error, mlflow_version,
         m["served"], m["full"], m["old"], m["cross"], m["recovered_map"], m["us_per_query"], time.perf_counter() - t0,
-        rows,
+        rows, m[f"recovered_{hit}"],
     )  # fmt: skip

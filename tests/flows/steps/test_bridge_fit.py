@@ -27,6 +27,7 @@ from components.io import file_sha256
 from flows.params import apply_overrides, load_params
 from flows.steps.bridge_fit import fit_route, paired_positions
 from flows.workspace import Workspace
+from registry.tracking.common import metric_key
 from tests.helpers import first_generation, run_generation
 
 PAIRED = 0.25  # of the digits demo's ~540-row live gallery: ~135 pairs, the 16-wide tiny models need 32
@@ -91,6 +92,9 @@ def test_an_adapter_carries_a_free_models_queries_into_the_old_gallery_and_is_re
     run = client.get_run(version.run_id)
     assert run.data.metrics["served_map"] == pytest.approx(r.served["map"])
     assert run.data.metrics["recovered_map"] == pytest.approx(r.recovered)
+    assert r.recovered_recall10 == pytest.approx(r.served["cmc@10"] / r.full["cmc@10"])  # Drift-Adapter's metric
+    assert run.data.metrics[metric_key("recovered_cmc@10")] == pytest.approx(r.recovered_recall10)
+    assert r.full["cmc@10"] == pytest.approx(gallery_metrics(g1, g1, (1, 10))["cmc@10"])
 
 
 def test_the_query_service_carries_a_new_generations_queries_through_its_adapter_chain(three):

@@ -20,11 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.errors import ConfigError
+from registry.records import ROUTES  # every route, cheapest in kind first (the tie-break at equal cost and quality)
 
 __all__ = ["ROUTES", "RouteChoice", "RouteEvidence", "check_route", "choose_route"]
-
-#: every route, cheapest in kind first (the tie-break at equal cost and quality)
-ROUTES = ("compatible", "adapter", "transform", "backfill")
 
 
 @dataclass(frozen=True)

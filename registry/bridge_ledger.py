@@ -1,5 +1,6 @@
 """The lineage's bridges (revision 0008; docs/design.md §11): record a fitted map between two generations, list
-them, and answer which chain of maps carries one generation's vectors into another's space.
+them, and answer which chain of maps carries one generation's vectors into another's space; and the upgrade route a
+rule took for a generation (revision 0009).
 
 A mixin of :class:`registry.lineage.LineageStore` (its sessions, paths and write guard): each record is one
 transaction, its version the next of its (from, to, role).
@@ -14,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import LineageError
-from registry.orm import FittedBridge, Generation
-from registry.records import BridgeRecord
+from registry.orm import FittedBridge, Generation, RouteChoice
+from registry.records import ROUTES, BridgeRecord, RouteChoiceRecord
 
 __all__ = ["ROLES", "BridgeLedger"]
 
@@ -92,3 +93,30 @@ class BridgeLedger:
                 f"(reached: {', '.join(f'g{g}' for g in sorted(paths))}); fit the missing bridge"
             )
         return paths[target]
+
+    def record_route_choice(self, choice: RouteChoiceRecord) -> RouteChoice:
+        """Record the route a rule took for a generation (one transaction); refused in one line, nothing written, for
+        a route that is not one or a generation the lineage does not hold. Returns the row."""
+        self._writable()
+        if choice.route not in ROUTES:
+            raise LineageError(f"an upgrade route is one of {', '.join(ROUTES)}, not {choice.route!r}")
+        try:
+            with self._sessions.begin() as s:
+                known = set(s.scalars(select(Generation.id)))
+                missing = [g for g in (choice.generation_id, choice.from_generation_id) if g not in known]
+                if missing:
+                    raise LineageError(
+                        f"the {choice.route} route of generation {choice.generation_id} names generation "
+                        f"{missing[0]}, which this lineage does not hold; choose routes between committed generations"
+                    )
+                row = RouteChoice(**asdict(choice))
+                s.add(row)
+                s.flush()
+                return row
+        except SQLAlchemyError as err:
+            raise LineageError(f"recording the route choice failed and was rolled back ({err})") from err
+
+    def route_choices(self) -> list[RouteChoice]:
+        """Every route choice, oldest first (the newest for a generation is the one in force)."""
+        with self._sessions() as s:
+            return list(s.scalars(select(RouteChoice).order_by(RouteChoice.id)))

@@ -69,6 +69,19 @@ def _bridge(b: orm.FittedBridge) -> dict[str, Any]:
     }
 
 
+def _route_choice(c: orm.RouteChoice) -> dict[str, Any]:
+    return {
+        "from": c.from_generation_id,
+        "route": c.route,
+        "rule": c.rule,
+        "min_map": c.min_map,
+        "met_bar": c.met_bar,
+        "line": c.line,
+        "evidence": c.evidence,
+        "at": c.created_at.isoformat(),
+    }
+
+
 def _live_gallery(live: orm.GalleryPointer) -> dict[str, Any]:
     """Where the live gallery's vectors live, as its pointer row recorded them (null values: before revision 0007)."""
     return {
@@ -98,6 +111,7 @@ def _roles(g: Generation, step: GenerationStep, rows: LineageRows, timeline: Tim
         ],
         "backfills": [_backfill(b) for b in rows.backfills if b.to_generation_id == g.id],
         "bridges": [_bridge(b) for b in rows.bridges if b.from_generation_id == g.id],
+        "route_choices": [_route_choice(c) for c in rows.route_choices if c.generation_id == g.id],
     }
 
 

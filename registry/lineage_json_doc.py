@@ -101,6 +101,17 @@ FIELDS: tuple[Field, ...] = (
         shape="items",
     ),
     Field(
+        "route_choices",
+        "[object]",
+        "the upgrade routes a rule took for this generation (lineage revision 0009; `bctflow upgrade --route "
+        "auto|compatible|backfill`, docs/design.md §11), the newest last: `from` the generation whose gallery the "
+        "route starts from, the `route` taken, the `rule` (`auto` or the route the user set), the bar `min_map` and "
+        "whether the route `met_bar`, the one `line` that says why, every route's measurement (`evidence`: route, "
+        "served_map, seconds_per_item, query_us) and when (`at`)",
+        keys=("from", "route", "rule", "min_map", "met_bar", "line", "evidence", "at"),
+        shape="items",
+    ),
+    Field(
         "compatibility",
         "object \\| null",
         "the compatibility matrix over the serving generations as of this generation, one object per metric "

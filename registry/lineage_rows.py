@@ -22,8 +22,9 @@ EvalTable = dict[tuple[int, str, int, str], dict[str, float]]
 
 @dataclass
 class LineageRows:
-    """The lineage's rows: generations, promotions, backfills, bridges and live pointers oldest first; evaluations as a
-    table; derived / diagnostic metrics, decisions, ζ steps and compatibility summaries by generation id."""
+    """The lineage's rows: generations, promotions, backfills, bridges, route choices and live pointers oldest first;
+    evaluations as a table; derived / diagnostic metrics, decisions, ζ steps and compatibility summaries by
+    generation id."""
 
     gens: list[Generation]
     table: EvalTable
@@ -36,6 +37,7 @@ class LineageRows:
     compat: dict[int, dict[str, Any]]
     backfills: list[orm.BackfillEvent]
     bridges: list[orm.FittedBridge]
+    route_choices: list[orm.RouteChoice]
 
     @property
     def live(self) -> orm.GalleryPointer | None:
@@ -58,6 +60,7 @@ def read_rows(sessions: sessionmaker[Session], paths: WorkspacePaths) -> Lineage
             compat={},
             backfills=list(s.scalars(select(orm.BackfillEvent).order_by(orm.BackfillEvent.id))),
             bridges=list(s.scalars(select(orm.FittedBridge).order_by(orm.FittedBridge.id))),
+            route_choices=list(s.scalars(select(orm.RouteChoice).order_by(orm.RouteChoice.id))),
         )
         for c in s.scalars(select(orm.CompatSummary).order_by(orm.CompatSummary.id)):
             summary = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}

@@ -10,6 +10,8 @@ Tables
 * ``backfill_events``    every backfill: from/to generation, full or partial, counts, duration
 * ``promotions``         which generation the `production` alias pointed to, when, by whom, forced or not
 * ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
+* ``bridges``            fitted maps between generations' spaces (query adapters, gallery transforms)
+* ``route_choices``      the upgrade route a rule took for a generation, with every route's measurement
 
 Schema changes are Alembic revisions in ``registry/migrations/versions/`` (:mod:`registry.schema_version`
 runs them); a new database is built by the migrations. :func:`upgrade_schema` is only the bridge
@@ -31,6 +33,7 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     String,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -47,6 +50,7 @@ __all__ = [
     "Generation",
     "GenerationMetric",
     "Promotion",
+    "RouteChoice",
     "ZetaStep",
     "upgrade_schema",
     "utcnow",
@@ -261,6 +265,26 @@ class FittedBridge(Base):
     sample: Mapped[int] = mapped_column(Integer)
     fit_error: Mapped[float] = mapped_column(Float)
     mlflow_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RouteChoice(Base):
+    """The upgrade route a rule took for a generation (revision 0009; docs/design.md §11): from the gallery of
+    ``from_generation_id``, ``route`` (compatible | adapter | transform | backfill) by ``rule`` (``auto`` or the route
+    the user set) at the bar ``min_map``, whether it ``met_bar``, the one ``line`` that says why, and ``evidence``:
+    every route's ``{"route", "served_map", "seconds_per_item", "query_us"}``."""
+
+    __tablename__ = "route_choices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    from_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    route: Mapped[str] = mapped_column(String(16))
+    rule: Mapped[str] = mapped_column(String(16))
+    min_map: Mapped[float | None] = mapped_column(Float, nullable=True)
+    met_bar: Mapped[bool] = mapped_column(Boolean)
+    line: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

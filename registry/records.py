@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "ROUTES",
     "BackfillRecord",
     "BridgeRecord",
     "CompatRecord",
@@ -14,6 +15,7 @@ __all__ = [
     "GenerationBundle",
     "GenerationRecord",
     "PointerRecord",
+    "RouteChoiceRecord",
     "ZetaRecord",
 ]
 
@@ -158,6 +160,26 @@ class BridgeRecord:
     sample: int
     fit_error: float
     mlflow_version: str | None = None
+
+
+#: the upgrade routes, cheapest in kind first (docs/design.md §11; the rule: flows/upgrade_route.py)
+ROUTES = ("compatible", "adapter", "transform", "backfill")
+
+
+@dataclass(frozen=True)
+class RouteChoiceRecord:
+    """The upgrade route a rule took for generation ``generation_id`` from ``from_generation_id``'s gallery
+    (``route_choices``, revision 0009): ``rule`` is ``auto`` or the route the user set; ``evidence`` every route's
+    measurement."""
+
+    generation_id: int
+    from_generation_id: int
+    route: str
+    rule: str
+    min_map: float | None
+    met_bar: bool
+    line: str
+    evidence: list[dict[str, Any]]
 
 
 @dataclass

@@ -7,13 +7,14 @@ served mAP comes from the same labelled-split galleries — compatible M(φ_G, �
 transform M(φ_G, bridge(φ_P)), backfill M(φ_G, φ_G) — and their gallery cost from measurements of this run: the
 transform's map per item and the backfill's forward pass per item, timed the way ``bctflow backfill --plan`` times
 it (G's checkpoint embedding ``backfill.plan_sample`` training items into a temporary folder, the rate after the
-first batch). The choice's one line goes to the command's output and, as tags, to generation G's MLflow run.
+first batch). The choice's one line goes to the command's output, as tags to generation G's MLflow run, and to the
+lineage (``route_choices``, with every route's measurement).
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from flows.data import GallerySource, load_splits
@@ -22,6 +23,7 @@ from flows.steps.bridge_fit import FittedRoute, fit_route, paired_positions
 from flows.steps.gallery_pipeline import embed_gallery
 from flows.upgrade_route import RouteChoice, RouteEvidence, check_route, choose_route
 from flows.workspace import Workspace
+from registry.records import RouteChoiceRecord
 
 __all__ = ["UpgradeChoice", "choose_upgrade"]
 
@@ -51,8 +53,8 @@ def choose_upgrade(params: Params, ws: Workspace, *, generation: int, parent: in
                    route: str = "auto") -> UpgradeChoice:  # fmt: skip
     """Fit both bridges between ``generation`` and ``parent`` (default: its parent), measure the four routes and
     take the one ``route`` selects (``auto``: the cheapest reaching ``upgrade.min_map``); the line is tagged on the
-    generation's MLflow run. ConfigError in one line, before any work, for a route that is not one or ``auto``
-    without ``upgrade.min_map``."""
+    generation's MLflow run and the choice recorded in the lineage. ConfigError in one line, before any work, for a
+    route that is not one or ``auto`` without ``upgrade.min_map``."""
     check_route(route, params.upgrade.min_map)
     adapter = fit_route(params, ws, generation=generation, role="adapter", parent=parent)
     transform = fit_route(params, ws, generation=generation, role="transform", parent=parent)
@@ -70,4 +72,8 @@ def choose_upgrade(params: Params, ws: Workspace, *, generation: int, parent: in
         client = ws.tracking(params).client()
         client.set_tag(new.mlflow_run_id, "bctflow.upgrade.route", choice.route)
         client.set_tag(new.mlflow_run_id, "bctflow.upgrade.route_line", choice.line[:5000])
+    with ws.lineage(params) as store:
+        record = RouteChoiceRecord(new.id, adapter.target, choice.route, route, params.upgrade.min_map,
+                                   choice.met_bar, choice.line, [asdict(e) for e in evidence])  # fmt: skip
+        store.record_route_choice(record)
     return UpgradeChoice(choice, adapter, transform, rate)

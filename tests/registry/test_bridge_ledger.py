@@ -8,7 +8,7 @@ import pytest
 
 from components.errors import LineageError
 from registry.lineage import LineageStore
-from registry.records import BridgeRecord, GenerationBundle
+from registry.records import BridgeRecord, GenerationBundle, RouteChoiceRecord
 from tests.helpers import generation_record
 
 
@@ -57,3 +57,23 @@ def test_unknown_generations_roles_and_broken_chains_are_one_line_and_write_noth
     store.close()
     with pytest.raises(LineageError, match="read-only"):
         LineageStore(db_url, readonly=True).record_bridge(_bridge(2, 1))
+
+
+def test_route_choices_are_recorded_oldest_first_and_refused_in_one_line(db_url: str):
+    """Revision 0009: the route a rule took for a generation, with every route's measurement (JSON round trip); a
+    route that is not one, or a generation the lineage does not hold, is one line with nothing written."""
+    store = _store(db_url)
+    evidence = [{"route": "adapter", "served_map": 0.5, "seconds_per_item": 0.0, "query_us": 1.5}]
+    store.record_route_choice(RouteChoiceRecord(2, 1, "adapter", "auto", 0.4, True, "upgrade route adapter", evidence))
+    store.record_route_choice(RouteChoiceRecord(2, 1, "backfill", "backfill", None, True, "set by the user", []))
+    with pytest.raises(LineageError, match=r"^an upgrade route is one of compatible, adapter, transform, backfill, "):
+        store.record_route_choice(RouteChoiceRecord(2, 1, "query", "auto", 0.4, True, "x", []))
+    with pytest.raises(LineageError, match=r"^the adapter route of generation 9 names generation 9, which this lin"):
+        store.record_route_choice(RouteChoiceRecord(9, 1, "adapter", "auto", 0.4, True, "x", []))
+    rows = store.route_choices()
+    assert [(r.generation_id, r.route, r.rule, r.min_map, r.met_bar) for r in rows] == [
+        (2, "adapter", "auto", 0.4, True),
+        (2, "backfill", "backfill", None, True),
+    ]
+    assert rows[0].evidence == evidence and rows[0].line == "upgrade route adapter"
+    store.close()

@@ -12,6 +12,7 @@ from registry.records import (
     DecisionRecord,
     EvaluationRecord,
     GenerationBundle,
+    RouteChoiceRecord,
     ZetaRecord,
 )
 from tests.conftest import REPO
@@ -50,6 +51,9 @@ def _every_kind_of_value(path: Path) -> list[dict]:
             )
         )
         store.record_bridge(BridgeRecord(3, 2, "adapter", "procrustes", str(path.parent / "b.npz"), "a" * 64, 99, 0.1))
+        evidence = [{"route": "adapter", "served_map": 0.5, "seconds_per_item": 0.0, "query_us": 2.0}]
+        choice = RouteChoiceRecord(3, 2, "adapter", "auto", 0.4, True, "upgrade route adapter", evidence)
+        store.record_route_choice(choice)
         return store.to_json()
 
 
@@ -57,7 +61,7 @@ def test_the_page_documents_exactly_the_keys_a_lineage_document_has(tmp_path: Pa
     document = _every_kind_of_value(tmp_path / "lineage.db")
     last = document[-1]
     assert last["zeta_step"] and last["compatibility"] and last["metrics"]["reference"] and last["metrics"]["p_com"]
-    assert document[0]["promotions"] and document[1]["backfills"] and last["bridges"]
+    assert document[0]["promotions"] and document[1]["backfills"] and last["bridges"] and last["route_choices"]
     emitted, documented = emitted_keys(document), documented_keys()
     undocumented = [k for k in emitted if k not in documented]
     stale = [k for k in documented if k not in emitted]

@@ -175,3 +175,23 @@ def test_revision_0008_adds_the_bridges_table_and_a_lineage_before_it_has_none(d
     assert upgraded.upgraded == [f"migrated 0007_pointer_store → {schema_version.head_revision()}"]
     assert upgraded.bridges() == [] and [g.id for g in upgraded.generations()] == [0, 1]
     upgraded.close()
+
+
+def test_revision_0009_adds_the_route_choices_table_and_a_lineage_before_it_has_none(db_url):
+    from registry.records import RouteChoiceRecord
+
+    store = LineageStore(db_url)
+    store.commit_generation(GenerationBundle(generation_record(0)))
+    store.commit_generation(GenerationBundle(generation_record(1, parent=0)))
+    store.record_route_choice(RouteChoiceRecord(1, 0, "adapter", "auto", 0.5, True, "upgrade route adapter", []))
+    store.close()
+    engine = create_engine(db_url)
+    schema_version.downgrade(engine, "0008_bridges")  # the lineage as the previous bctflow wrote it
+    assert "route_choices" not in inspect(engine).get_table_names()
+    engine.dispose()
+    with pytest.raises(LineageError, match=r"older than .*run `bctflow db-upgrade`"):
+        LineageStore(db_url)
+    upgraded = LineageStore(db_url, upgrade=True)
+    assert upgraded.upgraded == [f"migrated 0008_bridges → {schema_version.head_revision()}"]
+    assert upgraded.route_choices() == [] and [g.id for g in upgraded.generations()] == [0, 1]
+    upgraded.close()

@@ -224,6 +224,12 @@ def test_route_auto_measures_all_four_routes_and_takes_the_cheapest_reaching_the
     run = ws.tracking(p, readonly=True).client().get_run(run_id)
     assert run.data.tags["bctflow.upgrade.route"] == c.choice.route
     assert run.data.tags["bctflow.upgrade.route_line"] == c.choice.line
+    with ws.lineage(p, readonly=True) as store:
+        rows = [r for r in store.route_choices() if r.generation_id == 1]
+    assert [(r.from_generation_id, r.rule, r.min_map) for r in rows] == [(0, "auto", 0.0), (0, "auto", full)]
+    assert (rows[-1].route, rows[-1].met_bar, rows[-1].line) == (c.choice.route, True, c.choice.line)
+    assert [e["route"] for e in rows[-1].evidence] == ["compatible", "adapter", "transform", "backfill"]
+    assert rows[-1].evidence[1]["served_map"] == c.adapter.served["map"]
 
 
 def test_refusals_are_one_line_before_any_work_and_record_nothing(three, tmp_path):

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import LineageError
-from registry.orm import FittedBridge, Generation, RouteChoice
+from registry.orm import ChosenRoute, FittedBridge, Generation
 from registry.records import ROUTES, BridgeRecord, RouteChoiceRecord
 
 __all__ = ["ROLES", "BridgeLedger"]
@@ -94,7 +94,7 @@ class BridgeLedger:
             )
         return paths[target]
 
-    def record_route_choice(self, choice: RouteChoiceRecord) -> RouteChoice:
+    def record_route_choice(self, choice: RouteChoiceRecord) -> ChosenRoute:
         """Record the route a rule took for a generation (one transaction); refused in one line, nothing written, for
         a route that is not one or a generation the lineage does not hold. Returns the row."""
         self._writable()
@@ -109,14 +109,14 @@ class BridgeLedger:
                         f"the {choice.route} route of generation {choice.generation_id} names generation "
                         f"{missing[0]}, which this lineage does not hold; choose routes between committed generations"
                     )
-                row = RouteChoice(**asdict(choice))
+                row = ChosenRoute(**asdict(choice))
                 s.add(row)
                 s.flush()
                 return row
         except SQLAlchemyError as err:
             raise LineageError(f"recording the route choice failed and was rolled back ({err})") from err
 
-    def route_choices(self) -> list[RouteChoice]:
+    def route_choices(self) -> list[ChosenRoute]:
         """Every route choice, oldest first (the newest for a generation is the one in force)."""
         with self._sessions() as s:
-            return list(s.scalars(select(RouteChoice).order_by(RouteChoice.id)))
+            return list(s.scalars(select(ChosenRoute).order_by(ChosenRoute.id)))

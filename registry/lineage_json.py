@@ -69,7 +69,7 @@ def _bridge(b: orm.FittedBridge) -> dict[str, Any]:
     }
 
 
-def _route_choice(c: orm.RouteChoice) -> dict[str, Any]:
+def _route_choice(c: orm.ChosenRoute) -> dict[str, Any]:
     return {
         "from": c.from_generation_id,
         "route": c.route,

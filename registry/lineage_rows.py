@@ -37,7 +37,7 @@ class LineageRows:
     compat: dict[int, dict[str, Any]]
     backfills: list[orm.BackfillEvent]
     bridges: list[orm.FittedBridge]
-    route_choices: list[orm.RouteChoice]
+    route_choices: list[orm.ChosenRoute]
 
     @property
     def live(self) -> orm.GalleryPointer | None:
@@ -60,7 +60,7 @@ def read_rows(sessions: sessionmaker[Session], paths: WorkspacePaths) -> Lineage
             compat={},
             backfills=list(s.scalars(select(orm.BackfillEvent).order_by(orm.BackfillEvent.id))),
             bridges=list(s.scalars(select(orm.FittedBridge).order_by(orm.FittedBridge.id))),
-            route_choices=list(s.scalars(select(orm.RouteChoice).order_by(orm.RouteChoice.id))),
+            route_choices=list(s.scalars(select(orm.ChosenRoute).order_by(orm.ChosenRoute.id))),
         )
         for c in s.scalars(select(orm.CompatSummary).order_by(orm.CompatSummary.id)):
             summary = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}

@@ -43,6 +43,7 @@ __all__ = [
     "BackfillDecision",
     "BackfillEvent",
     "Base",
+    "ChosenRoute",
     "CompatSummary",
     "Evaluation",
     "FittedBridge",
@@ -50,7 +51,6 @@ __all__ = [
     "Generation",
     "GenerationMetric",
     "Promotion",
-    "RouteChoice",
     "ZetaStep",
     "upgrade_schema",
     "utcnow",
@@ -268,7 +268,7 @@ class FittedBridge(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class RouteChoice(Base):
+class ChosenRoute(Base):
     """The upgrade route a rule took for a generation (revision 0009; docs/design.md §11): from the gallery of
     ``from_generation_id``, ``route`` (compatible | adapter | transform | backfill) by ``rule`` (``auto`` or the route
     the user set) at the bar ``min_map``, whether it ``met_bar``, the one ``line`` that says why, and ``evidence``:

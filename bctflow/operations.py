@@ -212,7 +212,9 @@ def schedule(
     )
 
 
-bench_app = typer.Typer(no_args_is_help=False, help="Benchmarks: the method table (default), `scale` and `perf`.")
+bench_app = typer.Typer(
+    no_args_is_help=False, help="Benchmarks: the method table (default), `routes`, `scale` and `perf`."
+)
 app.add_typer(bench_app, name="bench")
 
 
@@ -276,6 +278,43 @@ def bench(
             methods=methods,
             workers=workers,
             scheduler=scheduler,
+            log=lambda m: console.print(m, highlight=False, markup=False),
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}  ({seconds / 60:.1f} min)")
+
+
+@bench_app.command("routes")
+def bench_routes(
+    profile: str = typer.Option("cpu", "--profile", autocompletion=complete_profile, help="benchmark profile"),
+    scenario: str = typer.Option("ext_class", "--scenario", help="ext_class | ext_data"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="the report goes to OUT/<profile>/routes-<s>/"),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    set_: list[str] | None = SetOpt,
+    bench_set: list[str] | None = typer.Option(
+        None, "--bench-set", metavar="KEY=VALUE", help="override a benchmark setting, e.g. --bench-set seeds=[0,1]"
+    ),
+) -> None:
+    """Every upgrade route (compatible, adapter, transform, backfill) on one scenario, each seed, chosen on
+    validation: served quality during and after, cost per item, the adapter's share of a backfill's CMC@10."""
+    from benchmarks.run import run_routes_benchmark
+    from flows.workspace import resolve_home
+
+    announce_params(params)
+    h = resolve_home(home)
+    configure_environment(h)
+    try:
+        md, seconds = run_routes_benchmark(
+            profile,
+            scenario,
+            out=out,
+            home=h,
+            params_path=params,
+            command="bctflow " + " ".join(sys.argv[1:]),
+            overrides=list(set_ or []),
+            bench_set=list(bench_set or []),
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:

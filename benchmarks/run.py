@@ -26,7 +26,7 @@ from components.training.device import select_device
 from flows.params import Params, apply_overrides
 from flows.workspace import Workspace
 
-__all__ = ["ALL_SCENARIOS", "run_benchmark"]
+__all__ = ["ALL_SCENARIOS", "run_benchmark", "run_routes_benchmark"]
 
 
 def _select(prof: Profile, bench_set: list[str], methods: str | None) -> Profile:
@@ -127,3 +127,33 @@ def run_benchmark(
     result = run_table(b, sc)
     ctx["wall_seconds"] = time.perf_counter() - t0
     return write_table_report(result, ctx, folder), ctx["wall_seconds"]
+
+
+def run_routes_benchmark(
+    profile: str,
+    scenario: str,
+    *,
+    out: Path,
+    home: Path,
+    params_path: Path,
+    command: str,
+    overrides: list[str] | None = None,
+    bench_set: list[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[Path, float]:
+    """`bctflow bench routes`: every upgrade route on ``scenario`` (benchmarks/routes.py); the report goes to
+    ``out/<profile>/routes-<scenario>/``. Returns (report.md, wall seconds)."""
+    from benchmarks.routes import run_routes
+    from benchmarks.routes_report import write_routes_report
+
+    prof, p = load_profile(profile, params_path)
+    if overrides:
+        p = apply_overrides(p, overrides)
+    if bench_set:
+        prof = _select(prof, bench_set, None)
+    t0 = time.perf_counter()
+    b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log)
+    ctx = _context(prof, p, b, command)
+    res = run_routes(b, scenario)
+    ctx["wall_seconds"] = time.perf_counter() - t0
+    return write_routes_report(res, ctx, out / prof.name / f"routes-{scenario}"), ctx["wall_seconds"]

@@ -312,15 +312,17 @@ class Bench:
         """
         k = float(model.curvature.detach())
         t0 = time.perf_counter()
-        val = self._embed(model, self.val, k)
-        test = self._embed(model, self.test, k)
+        val = self.embed(model, self.val, k)
+        test = self.embed(model, self.test, k)
         embed_seconds = time.perf_counter() - t0
         save_model(model.cpu(), folder / "model.pt")
         val.save(folder / "val.npz")
         test.save(folder / "test.npz")
         return val, test, embed_seconds
 
-    def _embed(self, model: Any, data: SourceDataset, curvature: float) -> GalleryEmbeddings:
+    def embed(self, model: Any, data: SourceDataset, curvature: float | None = None) -> GalleryEmbeddings:
+        """``data`` embedded by ``model`` (its own curvature unless ``curvature``), eval mode, the params' batch."""
+        curvature = float(model.curvature.detach()) if curvature is None else curvature
         t = self.params.train
         emb, labels, ids = embed_split(
             model, data, batch_size=t.eval_batch_size, device=t.device, precision=t.precision

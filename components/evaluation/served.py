@@ -9,8 +9,6 @@ partial-backfill benchmark draws its curves with them, and the backfill plan pre
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from components.evaluation.retrieval import retrieval_scores
@@ -29,16 +27,7 @@ MERGES = {"none": "served_map", "rank": "served_map_rank"}
 def backfilled(old: GalleryEmbeddings, new: GalleryEmbeddings, pos: np.ndarray) -> GalleryEmbeddings:
     """``old``'s gallery with the items at ``pos`` (sorted positions) replaced by ``new``'s rows of them: the gallery
     a partial backfill of those items leaves (``old`` and ``new`` embed the same items in the same order)."""
-    part = replace(
-        new,
-        z=new.z[pos],
-        emb=new.emb[pos],
-        clipped=new.clipped[pos],
-        logits=new.logits[pos],
-        ids=new.ids[pos],
-        labels=new.labels[pos],
-    )
-    return mix_galleries(old, part, pos)
+    return mix_galleries(old, new.take(pos), pos)
 
 
 def served_maps(

@@ -82,6 +82,18 @@ class GalleryEmbeddings:
     features: str = "embedding"
     compat_dim: int | None = None
 
+    def take(self, pos: np.ndarray) -> GalleryEmbeddings:
+        """The rows at ``pos`` ((M,) int positions), in that order."""
+        return replace(
+            self,
+            z=self.z[pos],
+            emb=self.emb[pos],
+            clipped=self.clipped[pos],
+            logits=self.logits[pos],
+            ids=self.ids[pos],
+            labels=self.labels[pos],
+        )
+
     def __len__(self) -> int:
         return len(self.ids)
 

@@ -1,4 +1,5 @@
-"""The committed method tables of the equal-budget protocol: no row was selected by self quality alone.
+"""The committed method tables of the equal-budget protocol: no row was selected by self quality alone; and the
+committed upgrade-route tables: the route `upgrade.route: auto` is said to take is the one the rule takes on them.
 
 Every ``benchmarks/results/<profile>/<scenario>/results.json`` written under the one selection rule (its context names
 the rule) is checked: each trained row's rule is one of the two of benchmarks/selection.py, its configuration count is
@@ -19,8 +20,10 @@ from tests.conftest import REPO
 RESULTS = sorted(
     p
     for p in (REPO / "benchmarks" / "results").glob("*/*/results.json")
-    if "selection_rule" in json.loads(p.read_text()).get("context", {})
+    if "selection_rule" in json.loads(p.read_text()).get("context", {}) and not p.parent.name.startswith("routes-")
 )
+#: the committed `bctflow bench routes` reports
+ROUTE_RESULTS = sorted((REPO / "benchmarks" / "results").glob("*/routes-*/results.json"))
 
 
 def test_the_equal_budget_protocol_has_committed_results():
@@ -50,3 +53,27 @@ def test_no_row_was_selected_by_self_quality_alone(path: Path):
         assert (pick["head"], pick["weight"], pick["options"]) == (row["head"], row["weight"], row["options"])
         if rule == CONSTRAINT_NOT_MET:  # flagged, and truly no configuration kept validation P_up
             assert all(c["val_p_up"] is None or c["val_p_up"] < floor for c in configs)
+
+
+def check_routes_auto(doc: dict) -> None:
+    """Each of a routes report's ``auto`` lines is :func:`flows.upgrade_route.choose_route` applied to its own mean
+    rows (each route at its largest fitted sample): the rule, pinned on the table."""
+    from flows.upgrade_route import RouteEvidence, choose_route
+
+    evidence = []
+    for route in ("compatible", "adapter", "transform", "backfill"):
+        fitted = [r for r in doc["mean"] if r["route"] == route and r["map"] is not None]
+        if fitted:
+            r = fitted[-1]
+            evidence.append(RouteEvidence(route, r["map"], r["gallery_s_per_item"], r.get("query_us") or 0.0))
+    assert doc["auto"], "the report shows auto at no bar"
+    for a in doc["auto"]:
+        c = choose_route(evidence, items=a["items"], min_map=a["bar"])
+        assert (c.route, c.met_bar, c.line) == (a["route"], a["met_bar"], a["line"]), a
+
+
+@pytest.mark.parametrize(
+    "path", ROUTE_RESULTS, ids=[str(p.parent.relative_to(REPO / "benchmarks" / "results")) for p in ROUTE_RESULTS]
+)
+def test_the_committed_route_tables_say_what_auto_takes(path: Path):
+    check_routes_auto(json.loads(path.read_text()))

@@ -2,7 +2,7 @@
 
 Each command parses params.yaml once and, for a generation or a backfill, makes
 the run's one plan before any Prefect server starts, so bad input fails fast
-and writes nothing. The commands live in :mod:`bctflow.generations`,
+and writes nothing. The commands live in :mod:`bctflow.generations`, :mod:`bctflow.bench`,
 :mod:`bctflow.live` and :mod:`bctflow.operations`; importing them registers them on the app.
 """
 
@@ -12,7 +12,7 @@ import atexit
 import os
 import sys
 
-from bctflow import generations, live, operations, serve, stages, upgrade  # noqa: F401 (registers the commands)
+from bctflow import bench, generations, live, operations, serve, stages, upgrade  # noqa: F401 (registers the commands)
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from bctflow.operations import bench_app
+from bctflow.bench import bench_app
 from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, parse_params
 from components.errors import BctflowError
 

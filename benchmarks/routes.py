@@ -36,7 +36,7 @@ import numpy as np
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenario_defs import make_scenario
 from benchmarks.scenarios import base_models, selections
-from components.bridges.base import Bridge
+from components.bridges.base import Bridge, us_per_query
 from components.bridges.chain import BridgeChain
 from components.errors import ConfigError
 from components.evaluation import gallery_metrics, p_com, p_up
@@ -51,7 +51,6 @@ PAIRED_FRACTIONS = (0.001, 0.01, 0.05, 0.1, 0.3)
 #: the map kinds every route tries (each with its defaults), the best on validation reported
 MAP_KINDS = ("procrustes", "low_rank", "residual_mlp")
 _KS = (1, 10)
-_BATCH = 1024
 
 
 @dataclass
@@ -83,18 +82,6 @@ def _forward_s_per_item(bench: Bench, m: BenchModel) -> float:
     t0 = time.perf_counter()
     out = bench.embed(model, bench.test)
     return (time.perf_counter() - t0) / len(out)
-
-
-def _query_us(bridge: Bridge, queries: np.ndarray) -> float:
-    """µs per query through the served chain (hyperboloid points in and out), a batch of 1024, best of 5."""
-    chain = BridgeChain((bridge,))
-    batch = np.ascontiguousarray(np.resize(queries.astype(np.float64), (_BATCH, queries.shape[1])))
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        chain.map_queries(batch)
-        best = min(best, time.perf_counter() - t0)
-    return best / _BATCH * 1e6
 
 
 def _fit_best(
@@ -156,7 +143,7 @@ def _seed_rows(bench: Bench, old: BenchModel, ref: BenchModel, new: BenchModel, 
                 continue
             if role == "adapter":
                 served = _metrics(bridge.map_gallery(ref.test), old.test, bench)
-                us = _query_us(bridge, ref.test.emb)
+                us = us_per_query(BridgeChain((bridge,)).map_queries, ref.test.emb)  # hyperboloid points in and out
                 rec = served["cmc@10"] / ref_self["cmc@10"] if ref_self["cmc@10"] else None
                 rows.append(row(role, f, served, served["map"], 0.0, query_us=us, recovered_cmc10=rec, **info))
             else:

@@ -71,6 +71,18 @@ def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]
     }
 
 
+def _load(
+    profile: str, params_path: Path, overrides: list[str] | None, bench_set: list[str] | None, methods: str | None
+) -> tuple[Profile, Params]:
+    """The profile (with ``--bench-set`` and a ``--methods`` subset) and its params (with ``--set`` overrides)."""
+    prof, p = load_profile(profile, params_path)
+    if overrides:
+        p = apply_overrides(p, overrides)
+    if bench_set or methods:
+        prof = _select(prof, bench_set or [], methods)
+    return prof, p
+
+
 def run_benchmark(
     profile: str,
     scenario: str,
@@ -98,11 +110,7 @@ def run_benchmark(
         raise ConfigError(f"--workers / --scheduler run the method-table scenarios; {scenario} runs sequentially")
     if scheduler and workers > 1:
         raise ConfigError("--workers sizes a local cluster; with --scheduler the cluster's own workers train")
-    prof, p = load_profile(profile, params_path)
-    if overrides:
-        p = apply_overrides(p, overrides)
-    if bench_set or methods:
-        prof = _select(prof, bench_set or [], methods)
+    prof, p = _load(profile, params_path, overrides, bench_set, methods)
     if scenario not in ALL_SCENARIOS:
         raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(ALL_SCENARIOS)}")
     folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
@@ -146,11 +154,7 @@ def run_routes_benchmark(
     from benchmarks.routes import run_routes
     from benchmarks.routes_report import write_routes_report
 
-    prof, p = load_profile(profile, params_path)
-    if overrides:
-        p = apply_overrides(p, overrides)
-    if bench_set:
-        prof = _select(prof, bench_set, None)
+    prof, p = _load(profile, params_path, overrides, bench_set, None)
     t0 = time.perf_counter()
     b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log)
     ctx = _context(prof, p, b, command)

@@ -18,6 +18,8 @@ matrix products per batch), so a query adapter adds microseconds, not a model fo
 from __future__ import annotations
 
 import io
+import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -42,6 +44,7 @@ __all__ = [
     "register_map",
     "relative_error",
     "retrieval_vectors",
+    "us_per_query",
 ]
 
 MAPS: Catalog[type[BridgeMap]] = Catalog(
@@ -111,6 +114,18 @@ def retrieval_vectors(z: np.ndarray, geometry: str, curvature: float) -> np.ndar
     if geometry == "lorentz":
         return expmap0(torch.from_numpy(np.asarray(z, dtype=np.float64)), curvature).numpy()
     return _unit(np.asarray(z, dtype=np.float64))
+
+
+def us_per_query(apply: Callable[[np.ndarray], Any], queries: np.ndarray, batch: int = 1024, repeats: int = 5) -> float:
+    """Microseconds per query of ``apply`` over a batch of ``batch`` rows of ``queries`` ((N, D), repeated to fill
+    it), the best of ``repeats`` runs (a shared machine's noise only ever adds time)."""
+    x = np.ascontiguousarray(np.resize(np.asarray(queries, dtype=np.float64), (batch, queries.shape[1])))
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        apply(x)
+        best = min(best, time.perf_counter() - t0)
+    return best / batch * 1e6
 
 
 def relative_error(mapped: np.ndarray, target: np.ndarray) -> float:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.bridges.base import MAPS, Bridge, fitting_space
+from components.bridges.base import MAPS, Bridge, fitting_space, us_per_query
 from components.errors import CheckpointMismatchError, ConfigError
 from components.evaluation.retrieval import gallery_metrics
 from components.indexing.backend import gallery_facts
@@ -54,8 +54,6 @@ __all__ = ["FittedRoute", "fit_route", "paired_positions"]
 
 #: the rank of Drift-Adapter's recovery metric: CMC@10 (a relevant item among the first 10), labelled-data Recall@10
 RECALL_K = 10
-#: queries per batch when the map's cost per query is measured
-_LATENCY_BATCH = 1024
 
 
 @dataclass(frozen=True)
@@ -150,17 +148,6 @@ def _evaluation_gallery(ws: Workspace, g: Generation) -> GalleryEmbeddings:
     return GalleryStore(GalleryVersion(ws.generation_dir(g.id)).evaluation_store).embeddings()
 
 
-def _us_per_query(bridge: Bridge, x: np.ndarray) -> float:
-    """The map's microseconds per query over a batch of up to 1024 fitting-space queries (best of 5)."""
-    batch = np.ascontiguousarray(np.resize(x, (_LATENCY_BATCH, x.shape[1])))
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        bridge.map_vectors(batch)
-        best = min(best, time.perf_counter() - t0)
-    return best / _LATENCY_BATCH * 1e6
-
-
 def _pairs(p: Params, source: GallerySource, positions: np.ndarray, g: Generation, work: Path) -> GalleryEmbeddings:
     """The paired items embedded by generation ``g``: a part store under ``work`` named by the sample (the sha256 of
     its positions: another draw never resumes this one's parts), kept for a rerun."""
@@ -231,7 +218,7 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
         m["recovered_map"] = m["served"]["map"] / m["full"]["map"] if m["full"].get("map") else None
         hit = f"cmc@{RECALL_K}"
         m[f"recovered_{hit}"] = m["served"][hit] / m["full"][hit] if m["full"].get(hit) else None
-        m["us_per_query"] = _us_per_query(bridge, fitting_space(labelled[src.id]))
+        m["us_per_query"] = us_per_query(bridge.map_vectors, fitting_space(labelled[src.id]))  # a batch of 1024
         path, sha, mlflow_version, version = _record(params, ws, store, bridge, role, new.mlflow_run_id, m)
     return FittedRoute(
         role, src.id, tgt.id, bridge.kind, version, str(path), sha, bridge.sample, bridge.fit_error, mlflow_version,

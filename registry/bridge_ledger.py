@@ -25,6 +25,14 @@ __all__ = ["ROLES", "BridgeLedger"]
 ROLES = ("adapter", "transform")
 
 
+def _require_generations(s: Any, ids: tuple[int, ...], what: str, fix: str) -> None:
+    """LineageError in one line when ``what`` names a generation of ``ids`` the lineage (session ``s``) lacks."""
+    known = set(s.scalars(select(Generation.id)))
+    missing = [g for g in ids if g not in known]
+    if missing:
+        raise LineageError(f"{what} names generation {missing[0]}, which this lineage does not hold; {fix}")
+
+
 class BridgeLedger:
     """Bridge rows of the lineage: a mixin of the store, whose ``_sessions``, ``paths`` and ``_writable`` it uses."""
 
@@ -40,14 +48,9 @@ class BridgeLedger:
             raise LineageError(f"a bridge's role is one of {', '.join(ROLES)}, not {bridge.role!r}")
         try:
             with self._sessions.begin() as s:
-                known = set(s.scalars(select(Generation.id)))
-                missing = [g for g in (bridge.from_generation_id, bridge.to_generation_id) if g not in known]
-                if missing:
-                    raise LineageError(
-                        f"the {bridge.role} bridge g{bridge.from_generation_id}→g{bridge.to_generation_id} names "
-                        f"generation {missing[0]}, which this lineage does not hold; fit bridges between committed "
-                        "generations"
-                    )
+                what = f"the {bridge.role} bridge g{bridge.from_generation_id}→g{bridge.to_generation_id}"
+                _require_generations(s, (bridge.from_generation_id, bridge.to_generation_id), what,
+                                     "fit bridges between committed generations")  # fmt: skip
                 newest = s.scalar(
                     select(func.max(FittedBridge.version)).where(
                         FittedBridge.from_generation_id == bridge.from_generation_id,
@@ -102,13 +105,9 @@ class BridgeLedger:
             raise LineageError(f"an upgrade route is one of {', '.join(ROUTES)}, not {choice.route!r}")
         try:
             with self._sessions.begin() as s:
-                known = set(s.scalars(select(Generation.id)))
-                missing = [g for g in (choice.generation_id, choice.from_generation_id) if g not in known]
-                if missing:
-                    raise LineageError(
-                        f"the {choice.route} route of generation {choice.generation_id} names generation "
-                        f"{missing[0]}, which this lineage does not hold; choose routes between committed generations"
-                    )
+                what = f"the {choice.route} route of generation {choice.generation_id}"
+                _require_generations(s, (choice.generation_id, choice.from_generation_id), what,
+                                     "choose routes between committed generations")  # fmt: skip
                 row = ChosenRoute(**asdict(choice))
                 s.add(row)
                 s.flush()

@@ -121,8 +121,9 @@ def _seed_rows(bench: Bench, old: BenchModel, ref: BenchModel, new: BenchModel, 
         return {"route": route, "fraction": f, **served, "during_map": during, "p_com": pc, "p_com_denominator": den,
                 "p_up": up, "gallery_s_per_item": s_item, **extra}  # fmt: skip
 
+    cross = _metrics(new.test, old.test, bench)
     rows = [
-        row("compatible", None, _metrics(new.test, old.test, bench), _metrics(new.test, old.test, bench)["map"], 0.0),
+        row("compatible", None, cross, cross["map"], 0.0),  # no gallery work: it serves at once
         row("backfill", None, ref_self, old_self["map"], forward),
     ]
     most = min(len(bench.train), math.ceil(max(PAIRED_FRACTIONS) * n))

@@ -72,6 +72,11 @@ class BridgeLedger:
         with self._sessions() as s:
             return [self.paths.resolve_row(r) for r in s.scalars(select(FittedBridge).order_by(FittedBridge.id))]
 
+    def newest_bridge_id(self) -> int:
+        """The newest bridge row's id (0: none) — one aggregate, for a service that watches for new bridges."""
+        with self._sessions() as s:
+            return int(s.scalar(select(func.max(FittedBridge.id))) or 0)
+
     def bridge_chain(self, source: int, target: int, role: str) -> list[FittedBridge]:
         """The shortest chain of ``role`` bridges (each link its (from, to)'s newest version) that carries
         ``source``'s vectors into ``target``'s space — an adapter chain g2 → g1 → g0, a transform chain g0 → g1 →

@@ -65,7 +65,7 @@ class SwapManager:
             if self._store is None:
                 self._store = self.ws.lineage(self.params, readonly=True)
             ptr, prod = self._store.live_pointer(), self._store.production_generation_id()
-            bridge = max((int(b.id) for b in self._store.bridges()), default=0)  # a new adapter serves on reload
+            bridge = self._store.newest_bridge_id()  # a new adapter serves on reload
             self.lineage_reachable = True
         except Exception as err:  # an unreachable lineage is reported in /health, not raised
             self.lineage_reachable = False

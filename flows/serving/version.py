@@ -79,8 +79,7 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
         gens = lineage.generations()
         production = lineage.production_generation_id()
         compatible = tuple(int(g) for g in (ptr.compatible_generations or [ptr.generation_id]))
-        bridges = lineage.bridges()
-        adapters = _adapter_chains(lineage, [g.id for g in gens], compatible) if bridges else {}
+        adapters = _adapter_chains(lineage, [g.id for g in gens], compatible) if lineage.newest_bridge_id() else {}
     checkpoints = {g.id: (g.checkpoint_path, g.checkpoint_sha256) for g in gens}
     if ptr.model_checkpoint:
         checkpoints[ptr.generation_id] = (ptr.model_checkpoint, ptr.model_sha256)

@@ -25,6 +25,7 @@ def _bridge(a: int, b: int, role: str = "adapter", kind: str = "procrustes", nam
 
 def test_each_fit_is_a_version_and_the_chain_follows_the_newest_links(db_url: str):
     store = _store(db_url)
+    assert store.newest_bridge_id() == 0  # none yet
     first = store.record_bridge(_bridge(1, 0, name="a"))
     store.record_bridge(_bridge(2, 1, kind="low_rank", name="b"))
     again = store.record_bridge(_bridge(1, 0, kind="residual_mlp", name="c"))  # a refit of g1 → g0
@@ -54,6 +55,7 @@ def test_unknown_generations_roles_and_broken_chains_are_one_line_and_write_noth
     with pytest.raises(LineageError, match=r"^no chain of adapter bridges carries generation 3's vectors into .*g3"):
         store.bridge_chain(3, 0, "adapter")
     assert [(r.from_generation_id, r.to_generation_id) for r in store.bridges()] == [(1, 0)]
+    assert store.newest_bridge_id() == store.bridges()[-1].id
     store.close()
     with pytest.raises(LineageError, match="read-only"):
         LineageStore(db_url, readonly=True).record_bridge(_bridge(2, 1))

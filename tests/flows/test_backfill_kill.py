@@ -1,7 +1,8 @@
 """SIGKILL a backfill half-way, rerun it, and the live index answers correctly throughout.
 
-A real `bctflow backfill` subprocess (its own Prefect server), a throttle so the kill lands between parts, and
-queries against the live gallery from this process the whole time.
+A real `bctflow backfill` subprocess (on the test's Prefect server; a temporary server killed with its command is
+tests/flows/test_prefect_api.py's), a throttle so the kill lands between parts, and queries against the live gallery
+from this process the whole time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from prefect.settings import PREFECT_API_URL
 
 from components.errors import IncompatibleQueryError
 from components.indexing.live import LivePointer
@@ -54,7 +56,7 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
 
     parts = GalleryVersion(ws.backfills_dir / "in_progress").evaluation_store / "parts"
     cmd = [str(BIN / "bctflow"), "backfill", "--home", str(home), "--params", str(params), "--generation", "1"]
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PREFECT_API_URL": PREFECT_API_URL.value()}
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 240
     while (not parts.exists() or len(list(parts.glob("part-*.npz"))) < 3) and time.time() < deadline:

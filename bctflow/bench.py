@@ -1,4 +1,5 @@
-"""`bctflow bench`: the method table (the default), `routes`, `scale` and `perf` — thin commands over benchmarks/."""
+"""`bctflow bench`: the method table (the default), `routes`, `scale`, `transform` and `perf` — thin commands over
+benchmarks/."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from flows.env import configure_environment
 from flows.params import Params, apply_overrides
 
 bench_app = typer.Typer(
-    no_args_is_help=False, help="Benchmarks: the method table (default), `routes`, `scale` and `perf`."
+    no_args_is_help=False, help="Benchmarks: the method table (default), `routes`, `scale`, `transform` and `perf`."
 )
 app.add_typer(bench_app, name="bench")
 
@@ -147,6 +148,42 @@ def bench_scale(
             workers=workers,
             store=store,
             workers_sweep=_counts(workers_sweep),
+            log=lambda m: console.print(m, highlight=False, markup=False),
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}")
+
+
+@bench_app.command("transform")
+def bench_transform(
+    items: int = typer.Option(..., "--items", help="corpus size N (the scale benchmark's synthetic corpus)"),
+    out: Path = typer.Option(..., "--out", help="folder for transform.json and report.md"),
+    index: IndexType = typer.Option("flat", "--index", help="index type (both backfills build the same)"),
+    work: Path = typer.Option(
+        Path(".bctflow/bench-scale"), "--work", help="scratch folder: the cached corpus and the benchmark workspace"
+    ),
+    chunk_size: int = typer.Option(8192, "--chunk-size", help="items per persisted part"),
+    epochs: int = typer.Option(2, "--epochs", help="training epochs of the two generations (speed, not quality)"),
+    paired_fraction: float | None = typer.Option(
+        None,
+        "--paired-fraction",
+        help="the bridge's pairs, a fraction of the gallery (default upgrade.paired_fraction)",
+    ),
+) -> None:
+    """A gallery transform against a full re-embedding of the same N-item corpus, in one run."""
+    from benchmarks.transform_speed import run_transform_bench
+
+    try:
+        md = run_transform_bench(
+            items,
+            out,
+            work=work / f"transform-n{items}-{index}",
+            corpus_dir=work / f"corpus-{items}",
+            index_type=index,
+            chunk_size=chunk_size,
+            epochs=epochs,
+            paired_fraction=paired_fraction,
             log=lambda m: console.print(m, highlight=False, markup=False),
         )
     except BctflowError as err:

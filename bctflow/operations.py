@@ -41,6 +41,12 @@ def backfill(
         "--force",
         help="partial backfill with a generation whose compatibility with the live gallery was not established",
     ),
+    transform: bool = typer.Option(
+        False,
+        "--transform",
+        help="carry the live gallery's stored vectors into the generation's space through the lineage's newest "
+        "transform bridge (bctflow upgrade --route transform) instead of re-embedding the items",
+    ),
     plan_only: bool = typer.Option(
         False,
         "--plan",
@@ -62,8 +68,9 @@ def backfill(
             if not plan_only:  # the plan writes nothing, not even a roll-forward
                 report_finished(finish_interrupted(p, h))
             plan = plan_backfill(
-                p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force
-            )
+                p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force,
+                transform=transform,
+            )  # fmt: skip
             done = finished_backfill(plan)
             if done is not None:  # rerun after it finished (or after a kill just past its commit): nothing is written
                 more = "" if plan.kind == "full" else " (to re-embed more of it: another --fraction, --order or --seed)"
@@ -91,14 +98,16 @@ def backfill(
         from flows.backfill import backfill as backfill_flow
 
         items = ", ".join(f"{g.selected} of {g.total} {g.name} items" for g in plan.galleries)
+        how = plan.kind if plan.bridge is None else f"transform by bridge v{plan.bridge.version} ({plan.bridge.kind})"
         console.print(
-            f"backfill with generation {plan.target}: {plan.kind}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
+            f"backfill with generation {plan.target}: {how}, {items}, {plan.n_parts} parts of {plan.chunk_size}"
         )
         res = finish(lambda: backfill_flow(plan, forecast, return_state=True), "backfill")  # the flow logs the plan
         record_command(plan, int(res["event"]), started)  # the next plan's rest: up to the command's end
     console.print(
         f"backfill {res['event']} done: generation {res['target']} now embeds the live gallery "
-        f"({res['reembedded']} items re-embedded, {res['parts_resumed']}/{res['parts']} parts resumed from an "
+        f"({res['reembedded']} items {'re-embedded' if res['kind'] != 'transform' else 'carried by the bridge'}, "
+        f"{res['parts_resumed']}/{res['parts']} parts resumed from an "
         "earlier run); "
         f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
     )

@@ -103,12 +103,12 @@ from flows.specs import index_config
 from flows.steps.gallery_pipeline import embed_gallery
 from flows.workspace import Workspace
 
-__all__ = ["run_scale"]
+__all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params"]
 
 _BARE_ITEMS = 40_000  # items timed for embed_vs_bare
 
 
-def _bctflow(
+def run_child(
     args: list[str],
     log: Callable[[str], None],
     *,
@@ -198,7 +198,7 @@ def fresh_workspace(work: Path, raw: dict) -> tuple[Path, list[str]]:
     return home, ["--home", str(home), "--params", str(params_path)]
 
 
-def _params(
+def scale_params(
     profile: str, corpus: Path, index_type: str, chunk: int, epochs: int, workers: int | None, store: str
 ) -> dict[str, Any]:
     _, base = load_profile(profile)
@@ -242,7 +242,7 @@ def run_scale(
     corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")
-    raw = _params(profile, corpus_dir, index_type, chunk_size, epochs, workers, store)
+    raw = scale_params(profile, corpus_dir, index_type, chunk_size, epochs, workers, store)
     home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {
         "items": items,
@@ -254,7 +254,7 @@ def run_scale(
         "epochs": epochs,
         "workers_sweep": ",".join(map(str, workers_sweep or [])) or None,
     }
-    g0 = _bctflow(["run", *common, "--generation", "g0"], log)
+    g0 = run_child(["run", *common, "--generation", "g0"], log)
     res["run_g0_s"], res["run_g0_peak_rss_mb"] = g0["seconds"], g0["peak_rss_mb"]
     gen0 = GalleryVersion(home / "generations" / "gen_000")
     res["gen0_corpus_items_per_s"] = _parts_rate(gen0.corpus_store)
@@ -271,7 +271,7 @@ def run_scale(
     res["cosine_qps_vs_flat"] = res["cosine_search_qps"] / res["cosine_flat_search_qps"]
     store_of(gen0.corpus_index).close()  # a Milvus Lite file serves one process: the children's turn
     res.update(_embed_vs_bare(gen0.root / "model.pt", raw, home, corpus))
-    g1 = _bctflow(["run", *common, "--generation", "g1"], log)
+    g1 = run_child(["run", *common, "--generation", "g1"], log)
     res["run_g1_s"] = g1["seconds"]
     # a full backfill with g1, killed half-way through the corpus, then resumed
     work_corpus = GalleryVersion(home / "backfills" / "in_progress").corpus_store / "parts"
@@ -279,16 +279,16 @@ def run_scale(
     def half(_pid: int) -> bool:
         return past_half(work_corpus, items, chunk_size)
 
-    killed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_when=half)
+    killed = run_child(["backfill", *common, "--generation", "1"], log, kill_when=half)
     done = items_in_parts(work_corpus)
     # a database store: the resumed run killed by itself half-way through writing the corpus's rows, then run again
     in_write = f"store.half_written.{NAME}_g1_v1_corpus" if store != "faiss" else None
-    resumed = _bctflow(["backfill", *common, "--generation", "1"], log, kill_at=in_write)
-    last = _bctflow(["backfill", *common, "--generation", "1"], log) if in_write else resumed
+    resumed = run_child(["backfill", *common, "--generation", "1"], log, kill_at=in_write)
+    last = run_child(["backfill", *common, "--generation", "1"], log) if in_write else resumed
     res["resume_done_before_kill"] = done
-    res["resume_reembedded"], resumed_rate = _reembedded(resumed["out"])
+    res["resume_reembedded"], resumed_rate = corpus_rate(resumed["out"])
     res["store_write_killed"] = bool(in_write) and resumed["killed"]
-    res["resume_final_reembedded"] = _reembedded(last["out"])[0] if in_write else None
+    res["resume_final_reembedded"] = corpus_rate(last["out"])[0] if in_write else None
     res.update(_after_resume(home))
     res["rollback_s"], res["rollback_switch_s"] = _rollback_s(common, log)
     res["resume_expected"] = items - done
@@ -297,15 +297,15 @@ def run_scale(
     res["backfill_items_per_s"] = resumed_rate
     res["peak_rss_mb"] = max(killed["peak_rss_mb"], resumed["peak_rss_mb"], last["peak_rss_mb"])
     res["backfill_resumed_s"] = resumed["seconds"] + (last["seconds"] if in_write else 0.0)
-    partial = _bctflow(["backfill", *common, "--generation", "1", "--fraction", "0.1", "--order", "uncertainty"], log)
+    partial = run_child(["backfill", *common, "--generation", "1", "--fraction", "0.1", "--order", "uncertainty"], log)
     res["partial_backfill_s"] = partial["seconds"]
     res["partial_backfill_peak_rss_mb"] = partial["peak_rss_mb"]
-    res["partial_reembedded"], res["partial_backfill_items_per_s"] = _reembedded(partial["out"])
+    res["partial_reembedded"], res["partial_backfill_items_per_s"] = corpus_rate(partial["out"])
     res["partial_vs_full_items_per_s"] = res["partial_backfill_items_per_s"] / res["backfill_items_per_s"]
     res.update(_plan_vs_actual(partial["out"]), plan_actual_total_s=partial["seconds"])
     res.update(_planned_map(home, raw))
     if workers_sweep:
-        res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, _bctflow, _reembedded, log))
+        res.update(workers_sweep_run(common, home, workers_sweep, chunk_size, items, run_child, corpus_rate, log))
     ev = measure_exact_eval(10_000, 128)
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s
@@ -339,7 +339,7 @@ def _rollback_s(common: list[str], log: Callable[[str], None]) -> tuple[float, f
     the store's alias, the MLflow aliases); not the process start-up."""
     seconds, switch = [], []
     for version in (0, 1):
-        out = _bctflow(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
+        out = run_child(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
         found = re.search(r"; ([\d.]+) s \(the switch ([\d.]+) s\)", " ".join(out["out"].split()))  # unwrapped
         seconds.append(float(found[1]))
         switch.append(float(found[2]))
@@ -355,7 +355,7 @@ def _planned_map(home: Path, raw: dict[str, Any]) -> dict[str, float | None]:
     return {"plan_predicted_map": metrics.get("plan_predicted_map"), "plan_actual_map": metrics.get("served_map")}
 
 
-def _reembedded(output: str) -> tuple[int, float]:
+def corpus_rate(output: str) -> tuple[int, float]:
     """(items a backfill run embedded itself, their items/s), from its log line
     ``serving corpus: N of M selected items embedded now (… at R items/s; …)``."""
     for line in output.splitlines():

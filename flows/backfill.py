@@ -86,14 +86,15 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
     """Every gallery's selected items, embedded into parts in this process (resumed). Returns (parts resumed, parts
     in all)."""
     items = sum(g.selected for g in plan.galleries)
-    with progress_bar(f"backfill with g{plan.target}: embedding (items)", items) as advance:
+    doing = "embedding" if plan.bridge is None else f"carrying through bridge v{plan.bridge.version}"
+    with progress_bar(f"backfill with g{plan.target}: {doing} (items)", items) as advance:
         return _log_embedded(reembed.reembed(plan, advance))
 
 
 def _embed(plan: BackfillPlan) -> tuple[int, int]:
     """The embedding step: in this process, or on the Dask cluster params ``backfill.cluster`` names
     (:mod:`flows.cluster`: a subflow whose chunk runs are task runs on the cluster)."""
-    if not on_cluster(plan.params):
+    if plan.bridge is not None or not on_cluster(plan.params):  # a transform: matrix products, no cluster needed
         return embed_task(plan)
     runner = task_runner(plan.params)
     with cluster_api():
@@ -137,7 +138,7 @@ def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> di
     summary = {
         "event": event,
         "target": plan.target,
-        "kind": plan.kind,
+        "kind": plan.kind if plan.bridge is None else "transform",
         "reembedded": plan.evaluation.selected,
         "parts_resumed": before,
         "parts": total,
@@ -146,7 +147,7 @@ def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> di
         "index": index_dir,
     }
     lines = [
-        f"# backfill {event}: generation {plan.target} ({plan.kind})",
+        f"# backfill {event}: {publish.describe(plan)}",
         "",
         f"- items re-embedded: {_describe(plan)}",
         f"- parts resumed from an earlier run: {before} of {total}",

@@ -185,8 +185,11 @@ class GalleryEmbeddings:
         return cls.load_with(path)[0]
 
     @classmethod
-    def load_with(cls, path: Path, *extra: str) -> tuple[GalleryEmbeddings, dict[str, np.ndarray]]:
-        """The gallery at ``path`` and the ``extra`` arrays saved beside it (one read of the file)."""
+    def load_with(
+        cls, path: Path, *extra: str, optional: tuple[str, ...] = ()
+    ) -> tuple[GalleryEmbeddings, dict[str, np.ndarray]]:
+        """The gallery at ``path`` and the ``extra`` arrays saved beside it (one read of the file); ``optional``:
+        more arrays, returned where the file holds them."""
         with read_npz(Path(path)) as f:
             compat = int(f["compat_dim"])
             gallery = cls(
@@ -201,7 +204,7 @@ class GalleryEmbeddings:
                 features=str(f["features"]),
                 compat_dim=None if compat < 0 else compat,
             )
-            return gallery, {name: f[name] for name in extra}
+            return gallery, {name: f[name] for name in extra} | {n: f[n] for n in optional if n in f.files}
 
     @classmethod
     def from_embeddings(

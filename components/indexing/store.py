@@ -2,7 +2,8 @@
 
 Every gallery — the labelled evaluation split a generation is measured on, a serving corpus of millions of items,
 the re-embedded items of a backfill — is written as it is produced, ``chunk_size`` items per part file
-(``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the generation ``stamps`` of its rows), every part
+(``parts/part-NNNNN.npz``, each a :class:`GalleryEmbeddings` plus the generation ``stamps`` of its rows and, for
+rows a gallery transform carried from an older generation's vectors, the lineage ``bridges`` that did), every part
 written atomically. A killed embedding keeps every finished part; :meth:`PartWriter.missing_parts` tells the
 resumed run which parts (chunk k of the items is part k) are still to write. ``producer.txt`` names what embedded
 the parts (the model's sha256, the source's fingerprint): parts of another producer are stale and a writer opened
@@ -42,28 +43,37 @@ _PRODUCER = "producer.txt"
 
 @dataclass(frozen=True)
 class StoredPart:
-    """One part: ``gallery`` (n items) and ``stamps`` (n,) int64, the generation that embedded each row."""
+    """One part: ``gallery`` (n items), ``stamps`` (n,) int64, the generation whose space each row is in, and
+    ``bridges`` (n,) int64, the lineage bridge that carried each row there from an older generation's vector (a
+    gallery transform; 0: the row was embedded by its generation's model; None: no row was carried)."""
 
     gallery: GalleryEmbeddings
     stamps: np.ndarray
+    bridges: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.gallery)
 
+    def bridge_ids(self) -> np.ndarray:
+        """(n,) int64: ``bridges``, zeros where no row was carried."""
+        return np.zeros(len(self), np.int64) if self.bridges is None else self.bridges.astype(np.int64)
+
 
 def _save_part(path: Path, part: StoredPart) -> None:
-    part.gallery.save(path, stamps=part.stamps.astype(np.int64))
+    carried = {} if part.bridges is None or not part.bridges.any() else {"bridges": part.bridge_ids()}
+    part.gallery.save(path, stamps=part.stamps.astype(np.int64), **carried)
 
 
 def _load_part(path: Path) -> StoredPart:
-    gallery, extra = GalleryEmbeddings.load_with(path, "stamps")
-    return StoredPart(gallery, extra["stamps"])
+    gallery, extra = GalleryEmbeddings.load_with(path, "stamps", optional=("bridges",))
+    return StoredPart(gallery, extra["stamps"], extra.get("bridges"))
 
 
 def _concat(parts: list[StoredPart]) -> StoredPart:
     first = parts[0].gallery
     cat = {name: np.concatenate([getattr(p.gallery, name) for p in parts]) for name in _ROW_FIELDS}
-    return StoredPart(replace(first, **cat), np.concatenate([p.stamps for p in parts]))
+    carried = None if all(p.bridges is None for p in parts) else np.concatenate([p.bridge_ids() for p in parts])
+    return StoredPart(replace(first, **cat), np.concatenate([p.stamps for p in parts]), carried)
 
 
 _ROW_FIELDS = ("z", "emb", "ids", "labels", "clipped", "logits")
@@ -73,7 +83,8 @@ _STORED_COLUMNS = ("ids", "labels", "clipped", "stamps")
 
 def _take(part: StoredPart, rows: slice | np.ndarray) -> StoredPart:
     g = part.gallery
-    return StoredPart(replace(g, **{name: getattr(g, name)[rows] for name in _ROW_FIELDS}), part.stamps[rows])
+    carried = None if part.bridges is None else part.bridges[rows]
+    return StoredPart(replace(g, **{name: getattr(g, name)[rows] for name in _ROW_FIELDS}), part.stamps[rows], carried)
 
 
 class PartWriter:
@@ -244,8 +255,11 @@ class GalleryStore:
             yield _load_part(p)
 
     def column(self, name: str) -> np.ndarray:
-        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``clipped``, ``stamps`` (read alone from
-        each part) or ``uncertainty`` (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
+        """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``clipped``, ``stamps``, ``bridges``
+        (read alone from each part; ``bridges`` 0 where a row was not carried by a bridge) or ``uncertainty``
+        (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
+        if name == "bridges":
+            return np.concatenate([p.bridge_ids() for p in self.parts()]) if self.legacy else self._bridges()
         if name in _STORED_COLUMNS and not self.legacy:
             out = []
             for path in self.part_paths():
@@ -262,6 +276,14 @@ class GalleryStore:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)
 
+    def _bridges(self) -> np.ndarray:
+        out = []
+        for path in self.part_paths():
+            with read_npz(path) as arrays:
+                has = "bridges" in arrays.files
+                out.append(arrays["bridges"] if has else np.zeros(len(arrays["ids"]), np.int64))
+        return np.concatenate(out).astype(np.int64)
+
     def backfill_order(self, order: str, seed: int = 0) -> np.ndarray:
         """Positions (N,) of the store's items in re-embedding order (:func:`~components.indexing.mixed.order_items`),
         from the column ``order`` needs — the stored uncertainty or the generation stamps: what a partial backfill
@@ -269,6 +291,22 @@ class GalleryStore:
         uncertainty = self.column("uncertainty") if order == "uncertainty" else None
         stamps = self.column("stamps") if order == "oldest" else None
         return order_items(len(self), order, seed, uncertainty=uncertainty, stamps=stamps)
+
+    def windows(self, size: int) -> Iterator[StoredPart]:
+        """The rows in store order, ``size`` at a time (the last window shorter), whatever the parts' sizes; one
+        part (and one window) in memory at a time."""
+        pending: list[StoredPart] = []
+        held = 0
+        for part in self.parts():
+            pending.append(part)
+            held += len(part)
+            while held >= size:
+                rows = _concat(pending)
+                yield _take(rows, slice(0, size))
+                rest = _take(rows, slice(size, None))
+                pending, held = ([rest], len(rest)) if len(rest) else ([], 0)
+        if held:
+            yield _concat(pending)
 
     def load_all(self) -> StoredPart:
         """The whole store in memory (small galleries: exact evaluation)."""
@@ -312,7 +350,9 @@ def mix_stores(current: GalleryStore, replacement: GalleryStore, writer: PartWri
     found = 0
     for part in current.parts():
         if part.gallery.logits.shape[1] != rep.gallery.logits.shape[1]:  # as mix_galleries: logits of one width
-            part = StoredPart(replace(part.gallery, logits=np.zeros((len(part), 0), np.float32)), part.stamps)
+            part = StoredPart(
+                replace(part.gallery, logits=np.zeros((len(part), 0), np.float32)), part.stamps, part.bridges
+            )
         ids = part.gallery.ids
         hit = np.isin(ids, rep_ids)
         if hit.any():
@@ -320,7 +360,11 @@ def mix_stores(current: GalleryStore, replacement: GalleryStore, writer: PartWri
             sub = _take(rep, rows)
             stamps = part.stamps.copy()
             stamps[hit] = sub.stamps
-            part = StoredPart(mix_galleries(part.gallery, sub.gallery, np.flatnonzero(hit)), stamps)
+            carried = None
+            if part.bridges is not None or sub.bridges is not None:
+                carried = part.bridge_ids().copy()
+                carried[hit] = sub.bridge_ids()
+            part = StoredPart(mix_galleries(part.gallery, sub.gallery, np.flatnonzero(hit)), stamps, carried)
             found += int(hit.sum())
         writer.add(part)
     if found != len(rep):

@@ -140,6 +140,9 @@ def _hits(version: ServedVersion, scores: np.ndarray, ids: np.ndarray, query_gen
         "query_generation": query_gen,
         "answered_by": version.describe(),
     }
+    carried = version.carried_by(d)
+    if carried is not None:  # a gallery transform's rows: the map that carried each stored vector, with its sha256
+        hits["carried_by"] = carried
     if isinstance(query_gen, int) and query_gen in version.adapters:
         hits["query_route"] = version.route(query_gen)  # the adapters that carried the query, each map's sha256
     return hits

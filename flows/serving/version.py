@@ -49,6 +49,8 @@ class LineageFacts:
     #: generation → the query adapters (path, sha256, from, to, version), in chain order, that carry its queries
     #: into a generation the gallery serves — for each generation the gallery does not serve and a chain reaches
     adapters: dict[int, tuple[tuple[str, str, int, int, int], ...]] = field(default_factory=dict)
+    #: transform bridge id → what it is (from, to, kind, version, sha256): the maps that may have carried stored rows
+    transforms: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def _adapter_chains(lineage: Any, known: list[int], compatible: tuple[int, ...]) -> dict[int, tuple]:
@@ -79,7 +81,19 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
         gens = lineage.generations()
         production = lineage.production_generation_id()
         compatible = tuple(int(g) for g in (ptr.compatible_generations or [ptr.generation_id]))
-        adapters = _adapter_chains(lineage, [g.id for g in gens], compatible) if lineage.newest_bridge_id() else {}
+        bridges = lineage.bridges() if lineage.newest_bridge_id() else []
+        adapters = _adapter_chains(lineage, [g.id for g in gens], compatible) if bridges else {}
+        transforms = {
+            int(b.id): {
+                "from": b.from_generation_id,
+                "to": b.to_generation_id,
+                "kind": b.kind,
+                "version": b.version,
+                "sha256": b.sha256,
+            }
+            for b in bridges
+            if b.role == "transform"
+        }
     checkpoints = {g.id: (g.checkpoint_path, g.checkpoint_sha256) for g in gens}
     if ptr.model_checkpoint:
         checkpoints[ptr.generation_id] = (ptr.model_checkpoint, ptr.model_sha256)
@@ -93,6 +107,7 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
         production=production,
         known=tuple(g.id for g in gens),
         adapters=adapters,
+        transforms=transforms,
     )
 
 
@@ -106,7 +121,9 @@ class ServedVersion:
     index_dir: Path
     index_name: str  # the serving index, relative to the workspace
     stamp_ids: np.ndarray  # the gallery's ids, sorted
-    stamps: np.ndarray  # the generation that embedded each of them
+    stamps: np.ndarray  # the generation whose space each of them is in
+    #: the transform bridge that carried each of them into it (0: embedded by its generation's model)
+    carried: np.ndarray
     query_generation: int  # the generation that embeds image queries
     embedders: dict[int, Any]  # generation → RetrievalEmbedder (the query generation; every stamp's for merge)
     image_size: int
@@ -136,6 +153,14 @@ class ServedVersion:
         """The generation stamp of each gallery id (-1 for -1: no hit)."""
         pos = np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
         return np.where(ids >= 0, self.stamps[pos], -1)
+
+    def carried_by(self, ids: np.ndarray) -> list[dict[str, Any] | None] | None:
+        """For each gallery id, the transform bridge that carried its stored vector (None: its model embedded it);
+        None when no row of the version was carried."""
+        if not self.carried.any():
+            return None
+        pos = np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
+        return [self.facts.transforms.get(int(b)) if b else None for b in self.carried[pos]]
 
     def describe(self) -> dict[str, Any]:
         """The version as responses name it."""
@@ -189,11 +214,12 @@ def _embedder(path: str, pinned: str | None, gen: int, device: str) -> Any:
         return RetrievalEmbedder(model).eval()
 
 
-def _stamps(index_dir: Path, gen: int) -> tuple[np.ndarray, np.ndarray]:
+def _stamps(index_dir: Path, gen: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids sorted, their generation stamps, the transform bridge that carried each: 0 for none)."""
     store = GalleryStore(GalleryVersion.of_index(index_dir).serving().gallery, generation=gen)
     ids, stamps = store.column("ids").astype(np.int64), store.column("stamps").astype(np.int64)
     order = np.argsort(ids, kind="stable")
-    return ids[order], stamps[order]
+    return ids[order], stamps[order], store.column("bridges")[order]
 
 
 def _relative(path: Path, home: Path) -> str:
@@ -224,7 +250,7 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
         )
     index_dir = live.serving_index()
     index = open_index(index_dir).with_compatible_generations(facts.compatible)
-    stamp_ids, stamps = _stamps(Path(facts.index_path), facts.generation)
+    stamp_ids, stamps, carried = _stamps(Path(facts.index_path), facts.generation)
     adapters = _load_adapters(facts)
     served = set(facts.compatible) | set(adapters)  # an adapter serves the production model's queries too
     query_gen = facts.production if facts.production in served else facts.generation
@@ -245,6 +271,7 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
         index_name=_relative(Path(index_dir), ws.home),
         stamp_ids=stamp_ids,
         stamps=stamps,
+        carried=carried,
         query_generation=query_gen,
         embedders=embedders,
         adapters=adapters,

@@ -52,6 +52,7 @@ from flows.steps.reembed import (
     live_store,
     selected_positions,
 )
+from flows.steps.transform import transform_rate
 
 __all__ = [
     "COMMAND_FILE",
@@ -151,6 +152,10 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryForecast:
     positions = selected_positions(plan, gallery)
     sample = positions[: p.backfill.plan_sample]
     stamps: list[tuple[float, int]] = []
+    if plan.bridge is not None:  # a gallery transform: the live rows through the bridge, timed the same way
+        sample_n = len(sample)
+        fixed, warm, rate = transform_rate(plan.bridge, live_store(plan, gallery), sample_n, p.train.eval_batch_size)
+        return _forecast(plan, gallery, len(positions), sample_n, fixed, warm, rate, warm)
     with tempfile.TemporaryDirectory(prefix="bctflow-plan-") as tmp:
         t0 = time.perf_counter()
         embed_gallery(
@@ -168,14 +173,19 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryForecast:
         fixed, warm, rate = t1 - t0, first, sum(n for _, n in rest) / max(rest[-1][0] - t1, 1e-9)
     else:  # a sample of one batch: its own rate, no fixed cost apart
         fixed, warm, rate = 0.0, 0, first / max(t1 - t0, 1e-9)
-    items = len(positions)
+    return _forecast(plan, gallery, len(positions), len(sample), fixed, warm, rate, first)
+
+
+def _forecast(plan: BackfillPlan, gallery: BackfillGallery, items: int, sample: int, fixed: float, warm: int,
+              rate: float, first: int) -> GalleryForecast:  # fmt: skip
+    """``items`` of ``gallery`` at ``rate`` after ``fixed`` s for the first ``warm`` (``first``: the first batch)."""
     parts = (items + plan.chunk_size - 1) // plan.chunk_size
     embed = fixed + (items - warm) / rate + plan.throttle_s * parts
     index_s, note = _index_estimate(plan, gallery)
     return GalleryForecast(
         name=gallery.name,
         items=items,
-        sample=len(sample),
+        sample=sample,
         first=first,
         fixed_s=fixed,
         items_per_s=rate,
@@ -222,6 +232,10 @@ def _curve(plan: BackfillPlan, fractions: tuple[float, ...]) -> tuple[str, list[
     key = MERGES[p.serve.merge]
     current = live_store(plan, plan.evaluation)
     old, new = current.embeddings(), _own_gallery(plan)
+    if plan.bridge is not None:  # all or nothing: the target's queries on the live gallery carried by the bridge
+        carried = plan.bridge.load().map_gallery(old)
+        return "all", [served_maps(old, new, carried, np.arange(len(old)), merge)[key] if f == 1.0 else None
+                       for f in fractions]  # fmt: skip
     whole = _restarted(plan, new)
     full = served_maps(whole, whole, whole, np.arange(len(whole)), merge)[key]
     order = plan.order if plan.kind == "partial" else p.backfill.order

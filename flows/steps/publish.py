@@ -40,7 +40,7 @@ from flows.steps.reembed import (
 )
 from registry.records import BackfillRecord, PointerRecord
 
-__all__ = ["publish", "switch"]
+__all__ = ["describe", "publish", "switch"]
 
 
 def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> GalleryStore:
@@ -81,11 +81,12 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryStore, 
         }
     new = store.embeddings()
     own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
-    queries = new if plan.kind == "full" else GalleryStore(own).embeddings()
+    embedded = plan.kind == "full" and plan.bridge is None  # the gallery is the target's own embedding of the split
+    queries = new if embedded else GalleryStore(own).embeddings()
     if queries.incompatibility(new) is not None:
         return {"share_embedded_by_target": share}
     # what the query service answers over it (serve.merge), as the backfill's plan predicted it
-    old = queries if plan.kind == "full" else live_store(plan, gallery).embeddings()
+    old = queries if embedded else live_store(plan, gallery).embeddings()
     pos = np.flatnonzero(store.column("stamps") == plan.target)
     served = served_maps(old, queries, new, pos, (plan.params.serve.merge,))
     return {**gallery_metrics(queries, new), **served, "share_embedded_by_target": share}
@@ -138,17 +139,31 @@ def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, flo
     return BackfillRecord(
         from_generation_id=plan.source_generation,
         to_generation_id=plan.target,
-        kind=plan.kind,
+        kind=plan.kind if plan.bridge is None else "transform",
         fraction=plan.fraction,
         order=plan.order,
         total=plan.evaluation.total,
         reembedded=plan.evaluation.selected,
         index_path=str(index_dir),
         zeta_restarted=plan.restart_zeta,
-        metrics={**metrics, "forced": plan.forced},
+        metrics={**metrics, "forced": plan.forced, **_carried_by(plan)},
         started_at=started,
         duration_s=(datetime.now(UTC) - started).total_seconds(),
     )
+
+
+def _carried_by(plan: BackfillPlan) -> dict[str, int | str]:
+    """A gallery transform's bridge, as its backfill event names it (nothing for a re-embedding)."""
+    b = plan.bridge
+    return {} if b is None else {"bridge_id": b.id, "bridge_version": b.version, "bridge_sha256": b.sha256}
+
+
+def describe(plan: BackfillPlan) -> str:
+    """The live pointer's reason: ``full backfill with generation 2``, ``gallery transform into generation 2 by
+    bridge v1 (procrustes)``."""
+    if plan.bridge is None:
+        return f"{plan.kind} backfill with generation {plan.target}"
+    return f"gallery transform into generation {plan.target} by bridge v{plan.bridge.version} ({plan.bridge.kind})"
 
 
 def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
@@ -172,7 +187,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         pointer = PointerRecord(
             plan.target,
             str(index_dir),
-            f"{plan.kind} backfill with generation {plan.target}",
+            describe(plan),
             model_ckpt,
             plan.zeta,
             [plan.target],

@@ -1,24 +1,21 @@
-"""Steps 1–2 of a backfill: plan (or resume) it, then re-embed every gallery it keeps current with a generation.
+"""Steps 1–2 of a backfill: plan (or resume) it, then re-embed every gallery it keeps current (docs/design.md §7.6,
+§7.10): the live version's evaluation gallery — always: the next generation is evaluated against it — and the
+serving corpus of params ``gallery:``, through the same code, in ``<home>/backfills/in_progress/`` laid out as a
+gallery version (:class:`~components.indexing.version.GalleryVersion`).
 
-docs/design.md §7.6, §7.10. A backfill keeps current the live version's evaluation gallery — always: the next
-generation is evaluated against the live gallery — and, when params ``gallery:`` name one, the serving corpus. Each
-goes through the same code; the work happens in ``<home>/backfills/in_progress/``, laid out as a gallery version
-(:class:`~components.indexing.version.GalleryVersion`: ``gallery/``, ``corpus/gallery/``):
-
-1. :func:`plan_backfill` fixes the target generation, kind, fraction, order and the galleries with their item
-   counts. It writes nothing; :func:`finished_backfill` says when it repeats the backfill that made the live gallery
-   (nothing to do); :func:`start` (under the workspace lock) saves it as ``plan.json``, or resumes the
-   unfinished backfill that asked for the same thing and refuses a different request while one is unfinished, and
-   fixes each gallery's items once (:func:`select_items`: all, or the fraction first in ``order`` over the live
-   gallery's own vectors — highest hyperbolic uncertainty, random, or oldest stamps), saved in ``selection/``.
+1. :func:`plan_backfill` fixes the target, kind, fraction, order and the galleries with their item counts, writing
+   nothing; :func:`finished_backfill` says when it repeats the backfill that made the live gallery; :func:`start`
+   (under the workspace lock) saves it as ``plan.json`` or resumes the unfinished backfill that asked for the same
+   thing (a different request is refused), and fixes each gallery's items once (:func:`select_items`: all, or the
+   fraction first in ``order`` — highest hyperbolic uncertainty, random, oldest stamps), saved in ``selection/``.
 2. :func:`reembed` embeds each gallery's items through the one pipeline
-   (:func:`flows.steps.gallery_pipeline.embed_gallery`): a killed process keeps every finished part.
-3. and 4. :mod:`flows.steps.publish` assembles, indexes and verifies the new gallery version and switches the live
-   gallery to it.
+   (:func:`flows.steps.gallery_pipeline.embed_gallery`) — or, a gallery transform, carries the live rows through a
+   transform bridge (:mod:`flows.steps.transform`); a killed process keeps every finished part.
+3. and 4. :mod:`flows.steps.publish` publishes the new, verified gallery version and switches the live gallery to it.
 
-A full backfill with ``backfill.restart_zeta`` rescales the target generation's embeddings into the ζ₀ ball
-(z ← z·ζ₀/ζ_g, a copy of its checkpoint with ``tangent_scale``), so the chain that follows restarts at ζ₀ + Δζ;
-older generations retire from compatibility duties.
+A full backfill with ``backfill.restart_zeta`` rescales the target's embeddings into the ζ₀ ball (z ← z·ζ₀/ζ_g, a
+copy of its checkpoint with ``tangent_scale``), so the chain that follows restarts at ζ₀ + Δζ; older generations
+retire from compatibility duties.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from components.errors import ConfigError, LineageError
 from components.indexing.mixed import ORDERS
@@ -42,7 +39,9 @@ from flows.cluster_spec import check_cluster
 from flows.data import GallerySource, evaluation_source, open_corpus
 from flows.params import Params
 from flows.specs import gallery_store
+from flows.steps.backfill_spec import IN_PROGRESS, BackfillGallery, BackfillPlan
 from flows.steps.gallery_pipeline import Embedded, embed_gallery
+from flows.steps.transform import check_fraction, plan_transform, transform_gallery
 from flows.workspace import Workspace
 from registry.lineage import LineageStore
 from registry.orm import GalleryPointer, Generation
@@ -63,98 +62,24 @@ __all__ = [
     "start",
 ]
 
-IN_PROGRESS = "in_progress"
-
-
-class BackfillGallery(BaseModel):
-    """A gallery the backfill keeps current: the live version's ``evaluation`` gallery or its serving ``corpus``,
-    with its items (``total``) and how many this backfill re-embeds (``selected``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: Literal["evaluation", "corpus"]
-    total: int
-    selected: int
-
-    @property
-    def corpus(self) -> bool:
-        return self.name == "corpus"
-
-
-class BackfillPlan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    home: str
-    params: Params
-    target: int
-    target_checkpoint: str
-    source_generation: int
-    source_pointer_version: int
-    #: the live version's evaluation index the backfill replaces (the lineage pointer row's ``index_path``)
-    source_index: str
-    kind: str
-    fraction: float
-    order: str
-    seed: int
-    chunk_size: int
-    throttle_s: float
-    restart_zeta: bool
-    zeta: float | None
-    #: the evaluation gallery first, then the serving corpus when there is one
-    galleries: tuple[BackfillGallery, ...]
-    started_at: str
-    forced: bool = False
-
-    @property
-    def workspace(self) -> Workspace:
-        return Workspace(Path(self.home))
-
-    @property
-    def work_dir(self) -> Path:
-        return self.workspace.backfills_dir / IN_PROGRESS
-
-    @property
-    def work_version(self) -> GalleryVersion:
-        """The re-embedded parts, laid out as a gallery version in the work folder."""
-        return GalleryVersion(self.work_dir)
-
-    @property
-    def live_version(self) -> GalleryVersion:
-        """The gallery version the live pointer names (the one this backfill replaces)."""
-        return GalleryVersion.of_index(self.source_index)
-
-    @property
-    def evaluation(self) -> BackfillGallery:
-        return self.galleries[0]
-
-    @property
-    def n_parts(self) -> int:
-        """Parts of ``chunk_size`` items the selected items fill, over every gallery."""
-        return sum((g.selected + self.chunk_size - 1) // self.chunk_size for g in self.galleries)
-
-    def source_in_workspace(self) -> str:
-        """``source_index`` relative to the workspace (where it lies in it): the same in a copied workspace."""
-        src, home = Path(self.source_index), Path(self.home)
-        return src.relative_to(home).as_posix() if src.is_relative_to(home) else str(src)
-
-    def same_request(self, other: BackfillPlan) -> bool:
-        keys = ("target", "kind", "fraction", "order", "seed", "chunk_size", "forced")
-        same_source = self.source_in_workspace() == other.source_in_workspace()
-        names = [g.name for g in self.galleries] == [g.name for g in other.galleries]
-        return same_source and names and all(getattr(self, k) == getattr(other, k) for k in keys)
-
-    def repeats(self, done: BackfillPlan) -> bool:
-        """Whether this plan asks for what the finished backfill ``done`` did: the same generation, kind, fraction,
-        order, seed and galleries under the same params (the gallery it replaces is ``done``'s result)."""
-        keys = ("target", "kind", "fraction", "order", "seed", "forced", "restart_zeta", "zeta", "galleries")
-        return self.params.as_dict() == done.params.as_dict() and all(
-            getattr(self, k) == getattr(done, k) for k in keys
-        )
-
 
 def finished_dir(ws: Workspace, event_id: int) -> Path:
     """Where a committed backfill's work folder is kept (its ``plan.json`` among its files)."""
     return ws.backfills_dir / f"bf_{event_id:03d}"
+
+
+def _live_backfill(plan: BackfillPlan) -> tuple[int, BackfillPlan] | None:
+    """(id, kept plan) of the committed backfill that published the live gallery ``plan`` replaces; None: the live
+    gallery is a generation's own, or its backfill's record or work folder is gone (or an older bctflow wrote it)."""
+    with plan.workspace.lineage(plan.params, readonly=True) as store:
+        event = next((e for e in store.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
+    if event is None:
+        return None
+    try:
+        done = BackfillPlan.model_validate_json((finished_dir(plan.workspace, event.id) / "plan.json").read_text())
+    except (OSError, ValidationError):
+        return None
+    return int(event.id), done
 
 
 def finished_backfill(plan: BackfillPlan) -> int | None:
@@ -162,15 +87,8 @@ def finished_backfill(plan: BackfillPlan) -> int | None:
     version that backfill published, and its kept ``plan.json`` asked for the same thing — run again, it would
     re-embed the same items with the same generation into a second, identical version and record a second event.
     Reads only."""
-    with plan.workspace.lineage(plan.params, readonly=True) as store:
-        event = next((e for e in store.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
-    if event is None:
-        return None  # the live gallery is a generation's own, or a backfill's whose record is gone
-    try:
-        done = BackfillPlan.model_validate_json((finished_dir(plan.workspace, event.id) / "plan.json").read_text())
-    except (OSError, ValidationError):
-        return None  # its work folder was removed, or an older bctflow wrote it: nothing to compare, so it runs
-    return int(event.id) if plan.repeats(done) else None
+    live = _live_backfill(plan)
+    return live[0] if live is not None and plan.repeats(live[1]) else None
 
 
 def plan_backfill(
@@ -182,22 +100,34 @@ def plan_backfill(
     order: str | None = None,
     seed: int = 0,
     force: bool = False,
+    transform: bool = False,
 ) -> BackfillPlan:
     """Decide what to re-embed (writes nothing; :func:`start` saves or resumes it and fixes the items).
 
-    A partial backfill mixes the target's vectors with the live gallery's, which is only
-    meaningful when the target's queries passed the compatibility criterion against it;
-    ``force`` lets an operator override that (recorded with the event).
+    A partial backfill mixes the target's vectors with the live gallery's, which is only meaningful when the target's
+    queries passed the compatibility criterion against it; ``force`` lets an operator override that (recorded with
+    the event). ``transform``: carry the live rows through a transform bridge instead (flows/steps/transform.py).
     """
     order = order or params.backfill.order
     if order not in ORDERS:
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"--fraction must be in (0, 1] (got {fraction}); 1 re-embeds the whole gallery")
+    if transform:
+        check_fraction(fraction)
     gallery_store(params, ws.home).check()  # known, installed, reachable: before anything is embedded
     check_cluster(params)  # a scheduler that answers
     with ws.lineage(params, readonly=True) as store:
-        return _plan(params, ws, store, target, fraction, order, seed, force)
+        plan = _plan(params, ws, store, target, fraction, order, seed, force)
+        if transform:  # the live rows carried as they are: no ζ restart, the target's own ζ
+            live = _live_backfill(plan)
+            if live is not None and live[1].bridge is not None and live[1].target == plan.target:
+                return plan.model_copy(update={"bridge": live[1].bridge, "restart_zeta": False, "zeta": live[1].zeta})
+            bridge = plan_transform(store, plan.source_generation, plan.target, live_store(plan, plan.evaluation))
+            plan = plan.model_copy(
+                update={"bridge": bridge, "restart_zeta": False, "zeta": store.generation(plan.target).zeta}
+            )
+        return plan
 
 
 def _check_partial(store: LineageStore, ptr: GalleryPointer, g: Generation, force: bool) -> None:
@@ -385,15 +315,14 @@ def reembed(
     checkpoint = gallery_model_checkpoint(plan)
     done = []
     for gallery in plan.galleries:
-        embedded = embed_gallery(
-            plan.params,
-            gallery_source(plan, gallery),
-            checkpoint,
-            plan.work_version.store(gallery.corpus),
-            generation=plan.target,
-            positions=select_items(plan, gallery),
-            on_batch=on_batch,
-            throttle=plan.throttle_s,
-        )
+        out, p, pause = plan.work_version.store(gallery.corpus), plan.params, plan.throttle_s
+        if plan.bridge is not None:  # a gallery transform: the live rows through the bridge, no model
+            embedded = transform_gallery(
+                p, live_store(plan, gallery), plan.bridge, out, on_batch=on_batch, throttle=pause
+            )
+        else:
+            items = select_items(plan, gallery)
+            embedded = embed_gallery(p, gallery_source(plan, gallery), checkpoint, out, generation=plan.target,
+                                     positions=items, on_batch=on_batch, throttle=pause)  # fmt: skip
         done.append((gallery, embedded))
     return done

@@ -98,6 +98,34 @@ def test_mixing_swaps_exactly_the_reembedded_items_part_by_part(tmp_path):
         mix_stores(current, stray.finish(), PartWriter(tmp_path / "mix2", chunk_size=4))
 
 
+def test_windows_cut_the_rows_in_store_order_whatever_the_parts_sizes(tmp_path):
+    writer = PartWriter(tmp_path / "s", chunk_size=5)
+    writer.add(_part(np.arange(12), generation=1, seed=3))  # parts of 5, 5, 2
+    store = writer.finish()
+    windows = list(store.windows(4))
+    assert [len(w) for w in windows] == [4, 4, 4]
+    np.testing.assert_array_equal(np.concatenate([w.gallery.ids for w in windows]), np.arange(12))
+    np.testing.assert_array_equal(windows[1].gallery.z, _gallery(np.arange(12), seed=3).z[4:8])
+    assert [len(w) for w in store.windows(7)] == [7, 5]
+
+
+def test_rows_a_bridge_carried_keep_its_id_through_the_store_and_a_mix(tmp_path):
+    """A gallery transform stamps each row with the bridge that carried it (0: embedded by a model); the column
+    reads back, defaults to 0 for parts without it, and survives a partial backfill's mix row by row."""
+    cw = PartWriter(tmp_path / "cur", chunk_size=4)
+    ids = np.arange(6)
+    cw.add(StoredPart(_gallery(ids), np.full(6, 2, np.int64), np.full(6, 9, np.int64)))  # carried by bridge 9
+    current = cw.finish()
+    np.testing.assert_array_equal(current.column("bridges"), np.full(6, 9))
+    rw = PartWriter(tmp_path / "rep", chunk_size=4)
+    rw.add(_part(np.array([4, 1]), generation=2, seed=5))  # re-embedded by generation 2's model
+    replacement = rw.finish()
+    np.testing.assert_array_equal(replacement.column("bridges"), [0, 0])
+    mixed = mix_stores(current, replacement, PartWriter(tmp_path / "mix", chunk_size=4))
+    np.testing.assert_array_equal(mixed.column("bridges"), [9, 0, 9, 9, 0, 9])
+    np.testing.assert_array_equal(mixed.load_all().bridge_ids(), [9, 0, 9, 9, 0, 9])
+
+
 def test_parts_of_another_producer_are_stale_and_the_store_starts_over(tmp_path):
     first = PartWriter(tmp_path / "s", chunk_size=4, producer="model a")
     first.add(_part(np.arange(0, 6), generation=1))  # one part written, then "killed"

@@ -138,7 +138,7 @@ def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> di
     summary = {
         "event": event,
         "target": plan.target,
-        "kind": plan.kind if plan.bridge is None else "transform",
+        "kind": plan.event_kind,
         "reembedded": plan.evaluation.selected,
         "parts_resumed": before,
         "parts": total,
@@ -147,7 +147,7 @@ def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> di
         "index": index_dir,
     }
     lines = [
-        f"# backfill {event}: {publish.describe(plan)}",
+        f"# backfill {event}: {plan.reason()}",
         "",
         f"- items re-embedded: {_describe(plan)}",
         f"- parts resumed from an earlier run: {before} of {total}",

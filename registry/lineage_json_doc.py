@@ -73,7 +73,9 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "backfills",
         "[object]",
-        "the backfills *with* this generation (`from`: the generation whose gallery it re-embedded)",
+        "the backfills *with* this generation (`from`: the generation whose gallery it re-embedded; `kind` `full`, "
+        "`partial`, or `transform`: the stored vectors carried by a transform bridge, which `metrics` names by "
+        "`bridge_id`, `bridge_version` and `bridge_sha256`)",
         keys=(
             "id",
             "kind",

@@ -78,6 +78,18 @@ class BackfillPlan(BaseModel):
         return GalleryVersion.of_index(self.source_index)
 
     @property
+    def event_kind(self) -> str:
+        """The backfill event's kind: ``full`` / ``partial``, or ``transform`` for a gallery transform."""
+        return self.kind if self.bridge is None else "transform"
+
+    def reason(self) -> str:
+        """The live pointer's reason: ``full backfill with generation 2``, ``gallery transform into generation 2 by
+        bridge v1 (procrustes)``."""
+        if self.bridge is None:
+            return f"{self.kind} backfill with generation {self.target}"
+        return f"gallery transform into generation {self.target} by bridge v{self.bridge.version} ({self.bridge.kind})"
+
+    @property
     def evaluation(self) -> BackfillGallery:
         return self.galleries[0]
 

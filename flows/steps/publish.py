@@ -40,7 +40,7 @@ from flows.steps.reembed import (
 )
 from registry.records import BackfillRecord, PointerRecord
 
-__all__ = ["describe", "publish", "switch"]
+__all__ = ["publish", "switch"]
 
 
 def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> GalleryStore:
@@ -139,7 +139,7 @@ def _backfill_record(plan: BackfillPlan, index_dir: Path, metrics: dict[str, flo
     return BackfillRecord(
         from_generation_id=plan.source_generation,
         to_generation_id=plan.target,
-        kind=plan.kind if plan.bridge is None else "transform",
+        kind=plan.event_kind,
         fraction=plan.fraction,
         order=plan.order,
         total=plan.evaluation.total,
@@ -156,14 +156,6 @@ def _carried_by(plan: BackfillPlan) -> dict[str, int | str]:
     """A gallery transform's bridge, as its backfill event names it (nothing for a re-embedding)."""
     b = plan.bridge
     return {} if b is None else {"bridge_id": b.id, "bridge_version": b.version, "bridge_sha256": b.sha256}
-
-
-def describe(plan: BackfillPlan) -> str:
-    """The live pointer's reason: ``full backfill with generation 2``, ``gallery transform into generation 2 by
-    bridge v1 (procrustes)``."""
-    if plan.bridge is None:
-        return f"{plan.kind} backfill with generation {plan.target}"
-    return f"gallery transform into generation {plan.target} by bridge v{plan.bridge.version} ({plan.bridge.kind})"
 
 
 def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> int:
@@ -187,7 +179,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
         pointer = PointerRecord(
             plan.target,
             str(index_dir),
-            describe(plan),
+            plan.reason(),
             model_ckpt,
             plan.zeta,
             [plan.target],

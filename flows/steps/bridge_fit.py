@@ -50,7 +50,7 @@ from registry.orm import Generation
 from registry.records import BridgeRecord
 from registry.tracking.bridge_model import BridgeRegistration, register_bridge
 
-__all__ = ["FittedRoute", "fit_route", "paired_positions"]
+__all__ = ["FittedRoute", "check_pairs", "fit_route", "paired_positions"]
 
 #: the rank of Drift-Adapter's recovery metric: CMC@10 (a relevant item among the first 10), labelled-data Recall@10
 RECALL_K = 10
@@ -93,6 +93,19 @@ def paired_positions(train_items: int, gallery_rows: int, fraction: float, seed:
     n = min(train_items, max(1, math.ceil(fraction * gallery_rows)))
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(train_items, size=n, replace=False)).astype(np.int64)
+
+
+def check_pairs(pairs: np.ndarray, labelled: np.ndarray) -> None:
+    """Refuse a paired sample (item ids (n,)) holding items of the labelled split that measures the route (ids (m,)):
+    a map fitted on them would be measured on what it was fitted to."""
+    leak = np.intersect1d(pairs, labelled)
+    if leak.size:
+        shown = ", ".join(str(int(i)) for i in leak[:3]) + (", …" if leak.size > 3 else "")
+        raise ConfigError(
+            f"{leak.size} of the {len(pairs)} paired items are in the labelled test split that measures the route (ids "
+            f"{shown}); pairs come from the training split only — give the dataset's train and test splits disjoint "
+            "items and ids"
+        )
 
 
 def _generations(store: LineageStore, generation: int, parent: int | None) -> tuple[Generation, Generation]:
@@ -210,6 +223,7 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
         train = load_splits(params, ws).train
         rows = _gallery_rows(store, len(labelled[new.id]))
         positions = paired_positions(len(train), rows, params.upgrade.paired_fraction, params.upgrade.seed)
+        check_pairs(train.ids[positions], labelled[new.id].ids)  # never the split the route is measured on
         work = ws.home / "bridges" / f"{role}-g{src.id}-g{tgt.id}"
         source = GallerySource("train", train, 0)
         x, y = (_pairs(params, source, positions, g, work) for g in (src, tgt))

@@ -4,6 +4,7 @@ three generations — and the refusals that record nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -25,6 +26,7 @@ from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.params import apply_overrides, load_params
+from flows.steps import bridge_fit
 from flows.steps.bridge_fit import fit_route, paired_positions
 from flows.workspace import Workspace
 from registry.tracking.common import metric_key
@@ -230,6 +232,26 @@ def test_route_auto_measures_all_four_routes_and_takes_the_cheapest_reaching_the
     assert (rows[-1].route, rows[-1].met_bar, rows[-1].line) == (c.choice.route, True, c.choice.line)
     assert [e["route"] for e in rows[-1].evidence] == ["compatible", "adapter", "transform", "backfill"]
     assert rows[-1].evidence[1]["served_map"] == c.adapter.served["map"]
+
+
+def test_a_paired_sample_drawn_from_the_test_split_is_refused_before_any_embedding(three, monkeypatch):
+    """A dataset whose "training" split holds the labelled test split's items (here: the test split given as both):
+    the pairs would be the very items the route is measured on — one line before they are embedded, nothing
+    recorded."""
+    home, params = three
+    p, ws = load_params(params), Workspace(home)
+    real = bridge_fit.load_splits
+    monkeypatch.setattr(bridge_fit, "load_splits", lambda *a: dataclasses.replace(s := real(*a), train=s.test))
+    before = _bridges(home, params)
+    with pytest.raises(ConfigError) as err:
+        fit_route(p, ws, generation=1, role="adapter")
+    assert re.fullmatch(
+        r"\d+ of the \d+ paired items are in the labelled test split that measures the route \(ids \d+, \d+, \d+, …\); "
+        r"pairs come from the training split only — give the dataset's train and test splits disjoint items and ids",
+        str(err.value),
+    ), str(err.value)
+    assert _bridges(home, params) == before
+    bridge_fit.check_pairs(np.arange(10), np.arange(10, 20))  # disjoint: accepted
 
 
 def test_refusals_are_one_line_before_any_work_and_record_nothing(three, tmp_path):

@@ -88,13 +88,6 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores. The tests mostly wait on children (CLI commands, servers, Dask
-    workers, throttled backfills); with a worker per core, 15% of the two cores' CPU time went unused in CI
-    (2026-11-29: 2 930 CPU-s in a 1 730 s suite). ``--maxprocesses`` still caps it."""
-    return (os.cpu_count() or 1) + 1
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files of :data:`LONGEST_FIRST` first, in its order; every file's tests keep their order."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.scale import _plan_vs_actual, _reembedded
+from benchmarks.scale import _plan_vs_actual, corpus_rate
 
 
 def test_the_backfill_log_line_gives_items_and_rate():
@@ -15,9 +15,9 @@ def test_the_backfill_log_line_gives_items_and_rate():
         "after 3.2 s of start-up; 977 of 1954 parts resumed"
     )
     out = f"noise\n12:00:01 | INFO | Task run 'embed-parts' - {line}\n"
-    assert _reembedded(out) == (500288, 2664.0)
+    assert corpus_rate(out) == (500288, 2664.0)
     with pytest.raises(RuntimeError, match="no 'serving corpus"):
-        _reembedded("the run printed something else")
+        corpus_rate("the run printed something else")
 
 
 def test_the_backfills_logged_plan_is_set_against_its_embedding_phase():

@@ -78,13 +78,25 @@ def _concat(parts: list[StoredPart]) -> StoredPart:
 
 _ROW_FIELDS = ("z", "emb", "ids", "labels", "clipped", "logits")
 #: per-item arrays a part file holds under their own name (read without loading the vectors)
-_STORED_COLUMNS = ("ids", "labels", "clipped", "stamps")
+_STORED_COLUMNS = ("ids", "labels", "clipped", "stamps", "bridges")
 
 
 def _take(part: StoredPart, rows: slice | np.ndarray) -> StoredPart:
     g = part.gallery
     carried = None if part.bridges is None else part.bridges[rows]
     return StoredPart(replace(g, **{name: getattr(g, name)[rows] for name in _ROW_FIELDS}), part.stamps[rows], carried)
+
+
+def _full_chunks(pending: list[StoredPart], size: int) -> tuple[list[StoredPart], list[StoredPart]]:
+    """The rows of ``pending`` (in order) cut into chunks of ``size``: (the full chunks, the rest — fewer than
+    ``size`` rows, as at most one part; [] when none is left)."""
+    held = sum(len(p) for p in pending)
+    if held < size:
+        return [], pending
+    rows = _concat(pending)
+    cut = held - held % size
+    chunks = [_take(rows, slice(i, i + size)) for i in range(0, cut, size)]
+    return chunks, [_take(rows, slice(cut, None))] if cut < held else []
 
 
 class PartWriter:
@@ -113,7 +125,6 @@ class PartWriter:
                 atomic_write_text(mark, producer)
         (self.directory / _PARTS).mkdir(parents=True, exist_ok=True)
         self._pending: list[StoredPart] = []
-        self._n_pending = 0
         self._next = len(self.part_files()) if first_part is None else int(first_part)
 
     def part_files(self) -> list[Path]:
@@ -127,13 +138,9 @@ class PartWriter:
 
     def add(self, part: StoredPart, on_part: Callable[[], None] | None = None) -> None:
         """Buffer rows; every full ``chunk_size`` rows become one part file (``on_part()`` after each is written)."""
-        self._pending.append(part)
-        self._n_pending += len(part)
-        while self._n_pending >= self.chunk_size:
-            rows = _concat(self._pending)
-            self._write(_take(rows, slice(0, self.chunk_size)))
-            rest = _take(rows, slice(self.chunk_size, None))
-            self._pending, self._n_pending = ([rest], len(rest)) if len(rest) else ([], 0)
+        chunks, self._pending = _full_chunks([*self._pending, part], self.chunk_size)
+        for chunk in chunks:
+            self._write(chunk)
             if on_part is not None:
                 on_part()
 
@@ -143,9 +150,9 @@ class PartWriter:
 
     def flush(self) -> None:
         """Write the buffered rows (fewer than ``chunk_size``: the last chunk) as one part; no ``store.json``."""
-        if self._n_pending:
+        if self._pending:
             self._write(_concat(self._pending))
-            self._pending, self._n_pending = [], 0
+            self._pending = []
 
     def finish(self) -> GalleryStore:
         """Write the remaining rows and ``store.json`` (checking ids are unique); returns the store."""
@@ -258,31 +265,24 @@ class GalleryStore:
         """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``clipped``, ``stamps``, ``bridges``
         (read alone from each part; ``bridges`` 0 where a row was not carried by a bridge) or ``uncertainty``
         (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
-        if name == "bridges":
-            return np.concatenate([p.bridge_ids() for p in self.parts()]) if self.legacy else self._bridges()
         if name in _STORED_COLUMNS and not self.legacy:
             out = []
             for path in self.part_paths():
-                with read_npz(path) as arrays:
-                    out.append(arrays[name])
+                with read_npz(path) as arrays:  # a part no transform carried has no bridges: zeros
+                    has = name != "bridges" or "bridges" in arrays.files
+                    out.append(arrays[name] if has else np.zeros(len(arrays["ids"]), np.int64))
             return np.concatenate(out)
         out = []
         for part in self.parts():
             if name == "stamps":
                 out.append(part.stamps)
+            elif name == "bridges":
+                out.append(part.bridge_ids())
             elif name == "uncertainty":
                 out.append(item_uncertainty(part.gallery))
             else:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)
-
-    def _bridges(self) -> np.ndarray:
-        out = []
-        for path in self.part_paths():
-            with read_npz(path) as arrays:
-                has = "bridges" in arrays.files
-                out.append(arrays["bridges"] if has else np.zeros(len(arrays["ids"]), np.int64))
-        return np.concatenate(out).astype(np.int64)
 
     def backfill_order(self, order: str, seed: int = 0) -> np.ndarray:
         """Positions (N,) of the store's items in re-embedding order (:func:`~components.indexing.mixed.order_items`),
@@ -296,16 +296,10 @@ class GalleryStore:
         """The rows in store order, ``size`` at a time (the last window shorter), whatever the parts' sizes; one
         part (and one window) in memory at a time."""
         pending: list[StoredPart] = []
-        held = 0
         for part in self.parts():
-            pending.append(part)
-            held += len(part)
-            while held >= size:
-                rows = _concat(pending)
-                yield _take(rows, slice(0, size))
-                rest = _take(rows, slice(size, None))
-                pending, held = ([rest], len(rest)) if len(rest) else ([], 0)
-        if held:
+            chunks, pending = _full_chunks([*pending, part], size)
+            yield from chunks
+        if pending:
             yield _concat(pending)
 
     def load_all(self) -> StoredPart:

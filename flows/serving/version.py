@@ -149,18 +149,25 @@ class ServedVersion:
         gens, counts = np.unique(self.stamps, return_counts=True)
         return {int(g): int(c) for g, c in zip(gens, counts)}
 
+    def _rows(self, ids: np.ndarray) -> np.ndarray:
+        """Each gallery id's position in ``stamp_ids`` (clipped: the callers mask ids that are not there)."""
+        return np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
+
     def stamps_of(self, ids: np.ndarray) -> np.ndarray:
         """The generation stamp of each gallery id (-1 for -1: no hit)."""
-        pos = np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
-        return np.where(ids >= 0, self.stamps[pos], -1)
+        return np.where(ids >= 0, self.stamps[self._rows(ids)], -1)
+
+    @cached_property
+    def any_carried(self) -> bool:
+        """Whether a gallery transform carried any row (counted once: a version's rows never change)."""
+        return bool(self.carried.any())
 
     def carried_by(self, ids: np.ndarray) -> list[dict[str, Any] | None] | None:
         """For each gallery id, the transform bridge that carried its stored vector (None: its model embedded it);
         None when no row of the version was carried."""
-        if not self.carried.any():
+        if not self.any_carried:
             return None
-        pos = np.clip(np.searchsorted(self.stamp_ids, ids), 0, len(self.stamp_ids) - 1)
-        return [self.facts.transforms.get(int(b)) if b else None for b in self.carried[pos]]
+        return [self.facts.transforms.get(int(b)) if b else None for b in self.carried[self._rows(ids)]]
 
     def describe(self) -> dict[str, Any]:
         """The version as responses name it."""

@@ -20,6 +20,7 @@ retire from compatibility duties.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -68,11 +69,13 @@ def finished_dir(ws: Workspace, event_id: int) -> Path:
     return ws.backfills_dir / f"bf_{event_id:03d}"
 
 
-def _live_backfill(plan: BackfillPlan) -> tuple[int, BackfillPlan] | None:
+def _live_backfill(plan: BackfillPlan, store: LineageStore | None = None) -> tuple[int, BackfillPlan] | None:
     """(id, kept plan) of the committed backfill that published the live gallery ``plan`` replaces; None: the live
-    gallery is a generation's own, or its backfill's record or work folder is gone (or an older bctflow wrote it)."""
-    with plan.workspace.lineage(plan.params, readonly=True) as store:
-        event = next((e for e in store.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
+    gallery is a generation's own, or its backfill's record or work folder is gone (or an older bctflow wrote it).
+    ``store``: an open lineage session to read it through (else one is opened for the call)."""
+    opened = plan.workspace.lineage(plan.params, readonly=True) if store is None else contextlib.nullcontext(store)
+    with opened as lineage:
+        event = next((e for e in lineage.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
     if event is None:
         return None
     try:
@@ -120,13 +123,13 @@ def plan_backfill(
     with ws.lineage(params, readonly=True) as store:
         plan = _plan(params, ws, store, target, fraction, order, seed, force)
         if transform:  # the live rows carried as they are: no ζ restart, the target's own ζ
-            live = _live_backfill(plan)
+            live = _live_backfill(plan, store)
             if live is not None and live[1].bridge is not None and live[1].target == plan.target:
-                return plan.model_copy(update={"bridge": live[1].bridge, "restart_zeta": False, "zeta": live[1].zeta})
-            bridge = plan_transform(store, plan.source_generation, plan.target, live_store(plan, plan.evaluation))
-            plan = plan.model_copy(
-                update={"bridge": bridge, "restart_zeta": False, "zeta": store.generation(plan.target).zeta}
-            )
+                bridge = live[1].bridge  # the transform that made the live gallery: its rerun is "already done"
+            else:
+                bridge = plan_transform(store, plan.source_generation, plan.target, live_store(plan, plan.evaluation))
+            zeta = store.generation(plan.target).zeta
+            plan = plan.model_copy(update={"bridge": bridge, "restart_zeta": False, "zeta": zeta})
         return plan
 
 

@@ -94,6 +94,13 @@ def plan_transform(store: LineageStore, source: int, target: int, live: GalleryS
     return planned
 
 
+def _carry(bridge: Bridge, planned: PlannedBridge, window: StoredPart) -> StoredPart:
+    """``window``'s rows mapped into the target's space, each stamped with the target and the bridge's id."""
+    n = len(window)
+    target, carried = np.full(n, planned.target, np.int64), np.full(n, planned.id, np.int64)
+    return StoredPart(bridge.map_gallery(window.gallery), target, carried)
+
+
 def transform_gallery(
     p: Params,
     live: GalleryStore,
@@ -120,8 +127,7 @@ def transform_gallery(
             continue
         n = len(window)
         part = PartWriter(out, cs, first_part=k)
-        part.add(StoredPart(bridge.map_gallery(window.gallery), np.full(n, planned.target, np.int64),
-                            np.full(n, planned.id, np.int64)))  # fmt: skip
+        part.add(_carry(bridge, planned, window))
         part.flush()  # the last, shorter window
         carried += n
         if not first:
@@ -147,10 +153,8 @@ def transform_rate(planned: PlannedBridge, live: GalleryStore, sample: int, batc
     with tempfile.TemporaryDirectory(prefix="bctflow-plan-") as tmp:
         writer = PartWriter(Path(tmp), batch)
         for window in live.windows(batch):
-            n = len(window)
-            carried = bridge.map_gallery(window.gallery)
-            writer.add(StoredPart(carried, np.full(n, planned.target, np.int64), np.full(n, planned.id, np.int64)))
-            done.append((time.perf_counter(), n))
+            writer.add(_carry(bridge, planned, window))
+            done.append((time.perf_counter(), len(window)))
             if sum(k for _, k in done) >= sample:
                 break
     (t1, first), rest = done[0], done[1:]

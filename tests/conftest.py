@@ -37,6 +37,18 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def g0_template(prefect_harness, tmp_path_factory) -> Path:
+    """A folder holding the tiny ``params.yaml`` and a workspace ``ws`` with generation 0 (digits classes 0–4), made
+    by the real flow once per test process; tests take copies (:func:`tests.helpers.copy_workspace`) — each module
+    and test that trained its own took 13–16 s of a CI worker."""
+    from tests.helpers import first_generation
+
+    root = tmp_path_factory.mktemp("g0-template")
+    first_generation(root)
+    return root
+
+
 @pytest.fixture
 def tiny_params_file(tmp_path: Path) -> Path:
     """A params.yaml with the repository's defaults and the tiny overrides applied."""

@@ -73,6 +73,17 @@ def first_generation(root, overrides: list[str] | None = None) -> tuple:
     return home, params
 
 
+def copy_workspace(template, to) -> tuple:
+    """``(home, params file)`` of a copy, in ``to``, of ``template``'s workspace ``ws`` (``cp -a``, as a user copies
+    one: tests/flows/test_workspace_copy.py) and its ``params.yaml``."""
+    import shutil
+    import subprocess
+
+    subprocess.run(["cp", "-a", str(template / "ws"), str(to / "ws")], check=True)
+    shutil.copy2(template / "params.yaml", to / "params.yaml")
+    return to / "ws", to / "params.yaml"
+
+
 def generation_record(gid: int = 0, parent: int | None = None, **fields):
     """A lineage row of a Lorentz generation ``gid`` (``fields`` override any column)."""
     from registry.records import GenerationRecord

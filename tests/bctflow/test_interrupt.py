@@ -52,10 +52,12 @@ def _wait_training(proc: subprocess.Popen, home: Path, sink) -> None:
 
 @pytest.mark.parametrize(
     ("sig", "to_group"),
-    [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGTERM, False)],
-    ids=["ctrl-c", "sigterm-group", "sigterm-process"],
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c", "sigterm-process"],
 )
 def test_an_interrupted_run_stops_within_5_s_with_one_line_and_no_orphans(tmp_path: Path, sig, to_group):
+    """Each signal and each way of sending it, once: SIGINT to the group (a terminal's Ctrl-C), SIGTERM to the command
+    alone (`kill PID`, a supervisor). (SIGTERM to the group, the two combined, took ~40 s of one CI worker.)"""
     out = tmp_path / "out.txt"
     with open(out, "w") as sink:
         params, home = _params(tmp_path, epochs=40)

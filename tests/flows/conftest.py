@@ -6,14 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_generation, write_params
+from tests.helpers import copy_workspace
 
 
 @pytest.fixture
-def g0_workspace(prefect_harness, tmp_path: Path) -> tuple[Path, Path]:
-    """(home, params file) of a fresh workspace holding generation 0 (digits classes 0–4), made by the real flow."""
-    params = tmp_path / "params.yaml"
-    write_params(params)
-    home = tmp_path / "ws"
-    run_generation(home, params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    return home, params
+def g0_workspace(g0_template: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """(home, params file) of a fresh workspace holding generation 0 (digits classes 0–4): a copy of the one the real
+    flow made for this test process (``g0_template``)."""
+    return copy_workspace(g0_template, tmp_path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prefect.settings import PREFECT_API_URL
 
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
@@ -80,14 +81,22 @@ class Cluster:
                 p.wait()
 
 
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """One scheduler for the module's tests (a scheduler and two workers started for each test, every process
+    importing torch and the project, took ~50 s of one CI worker)."""
+    c = Cluster(tmp_path_factory.mktemp("dask"))
     try:
-        c.add_workers(2)
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster) -> Cluster:
+    """The module's scheduler with two live workers (a test that killed one gets it replaced)."""
+    module_cluster.add_workers(2 - len(module_cluster.alive()))
+    return module_cluster
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +214,15 @@ def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finish
     home, params = workspace
     cmd = [sys.executable, "-m", "bctflow.cli", "backfill", "--home", str(home), "--params", str(params)]
     cmd += ["--generation", "1", "--seed", "7", "--set", f"backfill.cluster={cluster.address}"]
-    cmd += ["--set", "backfill.chunks_per_task=1", "--set", "backfill.throttle_seconds=1.0"]
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the command's own temporary server
+    cmd += ["--set", "backfill.chunks_per_task=1"]
+    # the session's Prefect server (outside the killed command's process group; two temporary servers, one a command,
+    # took ~35 s of one CI worker — a temporary server killed with its command: tests/flows/test_prefect_api.py)
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     parts = Workspace(home).backfills_dir / "in_progress"
     log = cluster.tmp / "first.log"
-    with open(log, "w") as out:
-        first = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log, "w") as out:  # slowed down (a run option) so that the kill lands between chunks
+        slow = [*cmd, "--set", "backfill.throttle_seconds=1.0"]
+        first = subprocess.Popen(slow, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_for("two finished parts", lambda: len(list(parts.glob("**/parts/part-*.npz"))) >= 2 or first.poll(), 400)
         assert first.poll() is None, log.read_text()[-3000:]

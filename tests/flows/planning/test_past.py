@@ -16,13 +16,13 @@ from components.indexing.version import GalleryVersion
 from flows.params import GenerationSpec, load_params
 from flows.planning import make_plan
 from flows.workspace import Workspace
-from tests.helpers import first_generation
+from tests.helpers import copy_workspace
 
 
 @pytest.fixture(scope="module")
-def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+def g0(g0_template, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file) of a workspace holding generation 0, made by the real flow; tests plan in copies."""
-    return first_generation(tmp_path_factory.mktemp("past"))
+    return copy_workspace(g0_template, tmp_path_factory.mktemp("past"))
 
 
 def _copy(g0: tuple[Path, Path], tmp_path: Path) -> Path:

@@ -17,17 +17,17 @@ from flows.params import apply_overrides, load_params
 from flows.steps.backfill_plan import RUN_KEYS, STEPS, forecast_backfill, forecast_lines, record_command
 from flows.steps.reembed import plan_backfill
 from flows.workspace import Workspace
-from tests.helpers import first_generation, run_backfill, run_generation
+from tests.helpers import copy_workspace, run_backfill, run_generation
 
 #: the backfills measured against the plan: partial (10%, 50%, uncertainty order) and full
 MEASURED = (0.1, 0.5, 1.0)
 
 
 @pytest.fixture(scope="module")
-def story(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+def story(g0_template, tmp_path_factory) -> tuple[Path, Path]:
     """g0 (classes 0–4, live) and g1 (every class, HBCT-aligned to g0): the plan's workspace. One tiny epoch leaves
     g1 short of the compatibility criterion, so its partial backfills are forced (as an operator would)."""
-    home, params = first_generation(tmp_path_factory.mktemp("plan"))
+    home, params = copy_workspace(g0_template, tmp_path_factory.mktemp("plan"))
     run_generation(home, params, {"name": "g1", "classes": "all", "alignment": "hbct", "reference": False})
     return home, params
 

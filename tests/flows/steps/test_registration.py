@@ -22,7 +22,7 @@ from flows.steps.results import Evaluation, EvaluationGallery, Snapshot, Trained
 from flows.steps.snapshot import snapshot_data
 from registry.lineage import LineageStore
 from registry.records import BackfillRecord, DecisionRecord, GenerationBundle, GenerationRecord, PointerRecord
-from tests.helpers import generation_record, run_generation, write_params
+from tests.helpers import copy_workspace, generation_record
 
 LIVE = "the live gallery does not accept its queries (they fail the compatibility criterion against it)"
 COMPAT_OK = {"rule": "compatibility", "passed": True, "detail": "cross map 0.60 > self map 0.50"}
@@ -53,13 +53,9 @@ def test_gate_failures(compatible: bool | None, checks: list[dict], expected: li
 
 
 @pytest.fixture(scope="module")
-def g0(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+def g0(g0_template, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file) of a workspace holding generation 0 made by the real flow (read-only for the lineage)."""
-    tmp = tmp_path_factory.mktemp("registration")
-    params = tmp / "params.yaml"
-    write_params(params)
-    run_generation(tmp / "ws", params, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
-    return tmp / "ws", params
+    return copy_workspace(g0_template, tmp_path_factory.mktemp("registration"))
 
 
 def _g1_plan(home: Path, params_file: Path) -> GenerationPlan:

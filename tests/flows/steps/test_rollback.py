@@ -18,16 +18,16 @@ from flows.steps.commit import PRODUCTION_ALIAS
 from flows.steps.gallery_rollback import rollback
 from flows.steps.reconcile import inspect_workspace
 from flows.workspace import Workspace
-from tests.helpers import first_generation, run_backfill, run_generation, write_params
+from tests.helpers import copy_workspace, run_backfill, run_generation, write_params
 
 G0_GALLERY = Path("generations") / "gen_000" / "index"
 V1 = Path("live") / "index-v001" / "index"
 
 
 @pytest.fixture(scope="module")
-def backfilled(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+def backfilled(g0_template, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file): g0 live (version 0), g1 not compatible with it, a full backfill with g1 (version 1)."""
-    home, params = first_generation(tmp_path_factory.mktemp("rollback"))
+    home, params = copy_workspace(g0_template, tmp_path_factory.mktemp("rollback"))
     with pytest.raises(ConfigError) as err:  # one version so far
         rollback(load_params(params), Workspace(home), by="t")
     assert str(err.value) == "the live gallery (version 0) has no earlier version to roll back to"

@@ -167,9 +167,10 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
     table = dvc("exp", "show", "--md", "--drop", ".*", "--keep", "Experiment|.*g1/metrics.json:self.map", cwd=proj)
     assert "!" not in table and f"{after['self']['map']:.5f}"[:6] in table
 
-    diff = json.loads(dvc("metrics", "diff", "--json", cwd=proj))["results/g1/metrics.json"]
+    diffs = json.loads(dvc("metrics", "diff", "--json", cwd=proj))
+    diff = diffs["results/g1/metrics.json"]
     assert diff["self.map"]["old"] == before["self"]["map"] and diff["self.map"]["new"] == after["self"]["map"]
-    assert "results/g0/metrics.json" not in json.loads(dvc("metrics", "diff", "--json", cwd=proj))
+    assert "results/g0/metrics.json" not in diffs
     params = json.loads(dvc("params", "diff", "--json", cwd=proj))["params.yaml"]
     assert {key: (v["old"], v["new"]) for key, v in params.items()} == {"alignment.weight": (0.3, 0.5)}
 

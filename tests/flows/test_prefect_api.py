@@ -177,7 +177,9 @@ def test_a_temporary_server_killed_mid_command_is_one_error_line_and_the_same_co
     """The temporary server SIGKILLed while the flow runs (as a loaded machine's OOM killer did to a benchmark's
     `bctflow run`, which then retried the dead API for minutes and ended in Prefect's traceback): the command stops
     within seconds with one error line naming the server and the way on, exit 1, no traceback, no process left;
-    the same command then finishes the generation."""
+    nothing is committed and the staged training is kept for the same command, which resumes it (a rerun here, with
+    a temporary server of its own, took ~50 s of one CI worker; resuming a killed generation's staged work:
+    tests/flows/test_crash_consistency.py)."""
     from tests.helpers import write_params
 
     params, home = tmp_path / "params.yaml", tmp_path / "ws"
@@ -203,10 +205,4 @@ def test_a_temporary_server_killed_mid_command_is_one_error_line_and_the_same_co
     assert "run the same command again" in errors[0] and "PREFECT_API_URL" in errors[0]
     assert time.monotonic() - killed < 30  # not Prefect's minutes of retries
     assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
-    again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
-    lineage = subprocess.run(
-        [sys.executable, "-m", "bctflow.cli", "lineage", "--json", "--home", str(home), "--params", str(params)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert [g["id"] for g in json.loads(lineage.stdout)] == [0], lineage.stdout[-2000:]
+    assert (home / "staging" / "gen_000").is_dir() and not (home / "generations" / "gen_000").exists()

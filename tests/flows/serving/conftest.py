@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers import first_generation, run_generation
+from tests.helpers import copy_workspace, run_generation, write_params
 
 
 def free_port() -> int:
@@ -25,9 +25,10 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def served_ws(prefect_harness, tmp_path_factory) -> tuple[Path, Path]:
+def served_ws(g0_template, tmp_path_factory) -> tuple[Path, Path]:
     """(home, params file): generation 0 live, generation 1 trained on every class (not yet backfilled)."""
-    home, params = first_generation(tmp_path_factory.mktemp("served"), ["serve.watch_interval_s=0.2", "serve.max_k=50"])
+    home, params = copy_workspace(g0_template, tmp_path_factory.mktemp("served"))
+    write_params(params, ["serve.watch_interval_s=0.2", "serve.max_k=50"])  # the service's settings only
     run_generation(home, params, {"name": "g1"})
     return home, params
 

@@ -30,23 +30,19 @@ from flows.steps.reconcile import inspect_workspace
 from flows.steps.reembed import BackfillPlan, finished_backfill, plan_backfill, reembed, select_items, start
 from flows.workspace import Workspace
 from registry.records import BackfillRecord, PointerRecord
-from tests.helpers import run_backfill, run_generation, write_params
+from tests.helpers import copy_workspace, run_backfill, run_generation, write_params
 
 N_GALLERY = 539  # the digits test split
 
 
 @pytest.fixture(scope="module")
-def lineage(prefect_harness, tmp_path_factory) -> tuple[Params, Workspace]:
+def lineage(g0_template, tmp_path_factory) -> tuple[Params, Workspace]:
     """g0 (classes 0–4, live, production) and g1, an independent model the live gallery does not accept.
 
     g1 trains from another seed, so its queries live in an unrelated embedding space: their retrieval on g0's
     gallery is at chance, below g0's own. Tests that write under backfills/ clean up (see ``work``).
     """
-    tmp = tmp_path_factory.mktemp("reembed")
-    params_file = tmp / "params.yaml"
-    write_params(params_file)
-    home = tmp / "ws"
-    run_generation(home, params_file, {"name": "g0", "classes": [0, 1, 2, 3, 4]})
+    home, params_file = copy_workspace(g0_template, tmp_path_factory.mktemp("reembed"))
     g1 = run_generation(home, params_file, {"name": "g1", "alignment": "independent"}, ["train.seed=1"])
     assert g1["compatible_with_live_gallery"] is False, f"precondition: g1 must be incompatible ({g1['cross']})"
     params = load_params(params_file)

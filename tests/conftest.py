@@ -82,21 +82,29 @@ def db_url(request, tmp_path) -> str:
     return request.getfixturevalue("pg_cluster").new_database()
 
 
-#: the test files that take longest (worker seconds in CI, 2026-11-28/29), longest first. `--dist loadfile` keeps a
-#: file on one worker and hands files out in collection order as workers free up; collected last, the crash-consistency
-#: file (~650 s) or the DVC pipeline (~140 s) ran alone on one worker while the other had finished. Handed out first
-#: (longest-processing-time first), the rest fill the other worker around them.
+#: the test files that take longest (worker seconds in CI, 2026-11-29), longest first. `--dist loadfile` keeps a file
+#: on one worker and, with `--no-loadscope-reorder` (pyproject.toml), hands files out in collection order as workers
+#: free up (xdist's default hands out the files with the most tests first, which started these few-test files last);
+#: handed out first (longest-processing-time first), the rest fill the other worker around them.
 LONGEST_FIRST = (
     "tests/flows/test_crash_consistency.py",
     "tests/flows/test_cluster.py",
-    "tests/bctflow/test_interrupt.py",
-    "tests/flows/test_prefect_api.py",
     "tests/test_dvc_pipeline.py",
     "tests/flows/test_gallery_stores.py",
+    "tests/flows/test_prefect_api.py",
+    "tests/bctflow/test_interrupt.py",
+    "tests/components/training/test_distributed.py",
     "tests/components/training/test_compile.py",
     "tests/flows/test_backfill_kill.py",
-    "tests/flows/steps/test_reembed.py",
+    "tests/flows/steps/test_transform.py",
     "tests/flows/test_lifecycle_session.py",
+    "tests/registry/tracking/test_registered_model.py",
+    "tests/flows/steps/test_training_streamed.py",
+    "tests/flows/steps/test_reembed.py",
+    "tests/flows/serving/test_app.py",
+    "tests/flows/test_mlflow_story.py",
+    "tests/flows/test_distributed_generation.py",
+    "tests/flows/test_postgres_backend.py",
 )
 
 

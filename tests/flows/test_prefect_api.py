@@ -173,7 +173,7 @@ def test_a_configured_server_is_used(prefect_harness, tmp_path: Path, monkeypatc
     assert SubprocessASGIServer() is harness and harness.server_process.pid == pid  # nothing else started
 
 
-def test_a_temporary_server_killed_mid_command_is_one_error_line_and_the_same_command_resumes(tmp_path: Path):
+def test_a_temporary_server_killed_mid_command_is_one_error_line_and_keeps_the_staged_work(tmp_path: Path):
     """The temporary server SIGKILLed while the flow runs (as a loaded machine's OOM killer did to a benchmark's
     `bctflow run`, which then retried the dead API for minutes and ended in Prefect's traceback): the command stops
     within seconds with one error line naming the server and the way on, exit 1, no traceback, no process left;

@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +104,18 @@ class Workspace:
     def lineage(self, params: Params, *, readonly: bool = False, upgrade: bool = False) -> LineageStore:
         """The lineage store params name (default: this workspace's); see :func:`registry.stores.open_lineage`."""
         return open_lineage(params.lineage.db_url, self.home, readonly=readonly, upgrade=upgrade)
+
+    @contextlib.contextmanager
+    def session(
+        self, params: Params, store: LineageStore | None = None, *, readonly: bool = False
+    ) -> Iterator[LineageStore]:
+        """``store``, a lineage session the caller holds (left open for it), else one opened here for the block and
+        closed after it (:meth:`lineage`)."""
+        if store is not None:
+            yield store
+            return
+        with self.lineage(params, readonly=readonly) as opened:
+            yield opened
 
     def tracking(self, params: Params, *, readonly: bool = False) -> MlflowStore:
         """The MLflow store of params ``tracking`` (default: this workspace's); ``readonly``: see

@@ -74,7 +74,7 @@ def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFa
     """The live gallery's facts from the lineage (IndexIntegrityError when it has no live gallery), read through
     ``store`` (an open read-only LineageStore: a service keeps one — opening one reads the schema's migration scripts,
     Python work that holds the GIL while requests wait) or a store opened for the call."""
-    with contextlib.nullcontext(store) if store is not None else ws.lineage(params, readonly=True) as lineage:
+    with ws.session(params, store, readonly=True) as lineage:
         ptr = lineage.live_pointer()
         if ptr is None:
             raise IndexIntegrityError(f"the lineage of {ws.home} has no live gallery; create generation 0 first")

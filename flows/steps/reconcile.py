@@ -29,7 +29,6 @@ missing store file is not created).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,8 +237,7 @@ def _backfill_folder(ws: Workspace, store: LineageStore, repair: bool) -> list[F
 
 def roll_forward(ws: Workspace, params: Params, store: LineageStore | None = None) -> list[Finding]:
     """Finish what committed lineage rows imply (staging moves, live pointer, aliases); returns what it did."""
-    # a caller's store stays open for the caller; one opened here is closed here
-    with contextlib.nullcontext(store) if store is not None else ws.lineage(params) as store:
+    with ws.session(params, store) as store:  # a caller's store stays open for the caller
         done = _folders(ws, store, True)
         crash_point("commit.after_move")
         done += _live(ws, store, True)
@@ -276,7 +274,7 @@ def finish_interrupted(params: Params, home: Path, store: LineageStore | None = 
     Reads only, and writes nothing, when the workspace is consistent (or has no lineage yet); ``store``: a
     read-only session the caller holds for its plan (else one is opened for the check)."""
     ws = Workspace(home)
-    with contextlib.nullcontext(store) if store is not None else ws.lineage(params, readonly=True) as reader:
+    with ws.session(params, store, readonly=True) as reader:
         if not reader.count():
             return []
         tracking = ws.tracking(params)

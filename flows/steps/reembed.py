@@ -20,7 +20,6 @@ retire from compatibility duties.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -73,8 +72,7 @@ def _live_backfill(plan: BackfillPlan, store: LineageStore | None = None) -> tup
     """(id, kept plan) of the committed backfill that published the live gallery ``plan`` replaces; None: the live
     gallery is a generation's own, or its backfill's record or work folder is gone (or an older bctflow wrote it).
     ``store``: an open lineage session to read it through (else one is opened for the call)."""
-    opened = plan.workspace.lineage(plan.params, readonly=True) if store is None else contextlib.nullcontext(store)
-    with opened as lineage:
+    with plan.workspace.session(plan.params, store, readonly=True) as lineage:
         event = next((e for e in lineage.backfills() if Path(e.index_path) == Path(plan.source_index)), None)
     if event is None:
         return None

@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 import psutil
 
-from benchmarks.scale import _bctflow, _params, fresh_workspace
+from benchmarks.scale import fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
 from components.data.catalog import load_dataset
@@ -199,12 +199,12 @@ def run_serve_bench(
     corpus_dir = work.parent / f"corpus-{items}"
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
-    raw = _params(profile, corpus_dir, index_type, 8192, 1, None)
+    raw = scale_params(profile, corpus_dir, index_type, 8192, 1, None, "faiss")
     home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency, "seconds": seconds}
     res["torch_threads"] = _TORCH_THREADS
-    res["run_g0_s"] = _bctflow(["run", *common, "--generation", "g0"], log)["seconds"]
-    res["run_g1_s"] = _bctflow(["run", *common, "--generation", "g1"], log)["seconds"]
+    res["run_g0_s"] = run_child(["run", *common, "--generation", "g0"], log)["seconds"]
+    res["run_g1_s"] = run_child(["run", *common, "--generation", "g1"], log)["seconds"]
     t = time.perf_counter()
     plan, new_index, metrics = _prepare_backfill(home, raw)
     res["backfill_prepare_s"] = time.perf_counter() - t

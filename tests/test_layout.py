@@ -3,6 +3,7 @@ the registry alone knows where the stores live, modules stay small."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -80,3 +81,57 @@ def test_test_files_have_unique_names():
     for p in sorted((REPO / "tests").rglob("test_*.py")):
         names.setdefault(p.name, []).append(str(p.relative_to(REPO)))
     assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level (definitions, assignments, imports), searched in every block."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def test_every_name_imported_from_the_project_exists_in_its_module():
+    """`from benchmarks.scale import X` where scale.py no longer defines X fails only when that command runs (a
+    renamed helper once broke `bctflow bench serve`, which no test imports): every project-internal from-import,
+    in the packages and the tests, names something its module binds, or one of its submodules."""
+    roots = (*PACKAGES, "tests")
+    bound: dict[str, set[str]] = {}
+    files: dict[str, Path] = {}
+    for path in _sources(*roots):
+        mod = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        mod = mod.removesuffix(".__init__")
+        files[mod] = path
+    for mod, path in files.items():
+        bound[mod] = _top_level_names(ast.parse(path.read_text())) | {
+            m.rpartition(".")[2] for m in files if m.rpartition(".")[0] == mod
+        }
+    stars = {
+        mod: {
+            n.module
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "*" for a in n.names)
+        }
+        & set(files)
+        for mod, path in files.items()
+    }
+    for _ in range(3):  # `from X import *` re-exports X's names (chains of them)
+        for mod, sources in stars.items():
+            for source in sources:
+                bound[mod] |= bound[source]
+    missing = []
+    for path in files.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in bound:
+                missing += [
+                    f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name != "*" and a.name not in bound[node.module]
+                ]
+    assert missing == []

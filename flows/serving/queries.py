@@ -106,24 +106,27 @@ def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: 
 
 
 def decode_query(data: bytes, version: ServedVersion, max_pixels: int) -> np.ndarray:
-    """Image bytes (PNG, JPEG, … or a uint8 ``.npy``) decoded and resized as the gallery's sources are, (H, W, C)."""
-    from components.data.sources.decode import NPY_MAGIC, decode_image, image_info, resize_uint8
+    """Image bytes (PNG, JPEG, … or a uint8 ``.npy``) decoded and resized as the gallery's sources are, (H, W, C);
+    its size (and a ``.npy``'s channels) checked from the header, before the pixels are decoded."""
+    from components.data.sources.decode import decode_image, resize_uint8
     from components.errors import DataError
 
     if not data:
         raise QueryError(422, "the request body is empty; send the query image's bytes (PNG, JPEG, …)")
-    hint = "send a PNG, JPEG, BMP, WebP or uint8 .npy image"
-    try:
-        channels, h, w = image_info(data, name="the query", hint=hint)
+
+    def check(channels: int, h: int, w: int, npy: bool) -> None:
         if h * w > max_pixels:
             raise QueryError(
                 413, f"the query image is {w}×{h} pixels, more than serve.max_pixels ({max_pixels}); send it smaller"
             )
-        if data[:6] == NPY_MAGIC and channels != version.channels:
+        if npy and channels != version.channels:
             raise QueryError(
                 422, f"the query array has {channels} channel(s) but the model takes {version.channels}; convert it"
             )
-        img = decode_image(data, channels=version.channels, name="the query", hint=hint)
+
+    hint = "send a PNG, JPEG, BMP, WebP or uint8 .npy image"
+    try:
+        img = decode_image(data, channels=version.channels, name="the query", hint=hint, check=check)
     except DataError as err:
         raise QueryError(415, str(err)) from None
     img = resize_uint8(img[None], version.image_size)[0]

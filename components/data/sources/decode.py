@@ -9,6 +9,7 @@ out as a uint8 tensor (C, H, W). Resizing is bilinear with antialiasing in torch
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,12 +62,14 @@ def _read_npy(data: bytes, name: str, hint: str) -> np.ndarray:
     return arr if arr.ndim == 3 else arr[:, :, None]
 
 
-def _open(src: bytes | str | Path, name: str, hint: str) -> Image.Image:
+def _open(src: bytes | str | Path, name: str, hint: str, *, load: bool = True) -> Image.Image:
+    """The image opened by Pillow; ``load``: its pixels decoded too (else only its header read, Pillow's lazy open)."""
     from PIL import Image
 
     try:
         im = Image.open(io.BytesIO(src) if isinstance(src, bytes | bytearray | memoryview) else src)
-        im.load()
+        if load:
+            im.load()
         return im
     except (*_BAD_IMAGE, Image.DecompressionBombError) as e:
         raise _bad(name, e, hint) from e
@@ -81,14 +84,25 @@ def image_info(src: bytes | str | Path, *, name: str, hint: str) -> tuple[int, i
         return (1 if im.mode in _GREY_MODES else 3), im.height, im.width
 
 
-def decode_image(src: bytes | str | Path, *, channels: int, name: str, hint: str) -> Tensor:
+def decode_image(
+    src: bytes | str | Path,
+    *,
+    channels: int,
+    name: str,
+    hint: str,
+    check: Callable[[int, int, int, bool], None] | None = None,
+) -> Tensor:
     """The image at ``src`` (a path, or encoded bytes) as uint8 (C, H, W) with ``channels`` channels (1 or 3).
 
     ``name`` (the file, or shard and key) and ``hint`` (how to fix it) make up the DataError of an undecodable
-    image.
+    image. ``check(channels, height, width, is_npy)``, when given, sees what the file holds (channels as
+    :func:`image_info` counts them) once its header is read and before its pixels are decoded, and may raise to
+    refuse it (a query service's size limit): one open of the file, not one for the header and one for the pixels.
     """
     if isinstance(src, bytes | bytearray | memoryview) and bytes(src[:6]) == NPY_MAGIC:
         arr = _read_npy(bytes(src), name, hint)
+        if check is not None:
+            check(arr.shape[2], arr.shape[0], arr.shape[1], True)
         if arr.shape[2] != channels:  # grey ↔ RGB like Pillow's L / RGB conversion
             if channels == 1:
                 w = np.array([299, 587, 114], dtype=np.uint32)
@@ -96,7 +110,9 @@ def decode_image(src: bytes | str | Path, *, channels: int, name: str, hint: str
             else:
                 arr = np.repeat(arr, 3, axis=2)
         return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
-    with _open(src, name, hint) as im:
+    with _open(src, name, hint, load=check is None) as im:
+        if check is not None:
+            check(1 if im.mode in _GREY_MODES else 3, im.height, im.width, False)
         try:
             arr = np.array(im.convert("L" if channels == 1 else "RGB"), dtype=np.uint8)  # a writable copy
         except _BAD_IMAGE as e:

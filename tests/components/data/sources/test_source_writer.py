@@ -98,3 +98,30 @@ def test_decoder_npy_grey_rgb_and_resize():
     assert resize_uint8(x, 9) is x and resize_uint8(x, 4).shape == (2, 1, 4, 4)
     with pytest.raises(DataError, match=r"cannot decode image bad\.png \(.*\); fix it"):
         decode_image(io.BytesIO(b"\x89PNG\r\n\x1a\nxx").getvalue(), channels=1, name="bad.png", hint="fix it")
+
+
+def test_the_decoders_check_sees_the_header_before_the_pixels_are_decoded(monkeypatch):
+    """``check`` gets what image_info reports (and whether it is a .npy) once the header is read; raising refuses
+    the image before Pillow decodes its pixels (a query service's size limit), and passing decodes it as before."""
+    rgb = images(1, (4, 6), 3)[0]
+    png, npy = encode_image(rgb, "png"), encode_image(rgb, "npy")
+    seen = []
+    for data in (png, npy):
+        got = decode_image(data, channels=3, name="x", hint="", check=lambda *a: seen.append(a))
+        assert torch.equal(got, decode_image(data, channels=3, name="x", hint=""))
+    assert seen == [(3, 4, 6, False), (3, 4, 6, True)]
+
+    class TooLarge(Exception):
+        pass
+
+    def refuse(*_):
+        raise TooLarge
+
+    decoded = []
+    from PIL import ImageFile
+
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(1) or real(self))
+    with pytest.raises(TooLarge):
+        decode_image(png, channels=3, name="x", hint="", check=refuse)
+    assert decoded == []

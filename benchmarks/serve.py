@@ -78,7 +78,7 @@ def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: 
     """Child process: import and open everything first, then switch the live pointer when told."""
     from flows.steps import publish
 
-    plan.workspace.tracking(plan.params)
+    plan.workspace.tracking(plan.params).prepare()  # MLflow imported, its store opened (tracking() alone is lazy)
     ready.set()
     go.wait()
     publish.switch(plan, Path(index_dir), metrics)

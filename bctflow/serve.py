@@ -42,7 +42,13 @@ def bench_serve(
     ),
     items: int = typer.Option(100_000, "--items", min=1000, help="gallery items (the scale corpus)"),
     index: str = typer.Option("hnsw", "--index", help="the gallery's index type: hnsw or ivf"),
-    concurrency: int = typer.Option(16, "--concurrency", min=1, help="requests in flight at once"),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, help="vector requests in flight at once"),
+    image_concurrency: int = typer.Option(
+        32,
+        "--image-concurrency",
+        min=1,
+        help="image requests in flight at once (two batches' worth: one embedded while the next is collected)",
+    ),
     seconds: float = typer.Option(10.0, "--seconds", min=1.0, help="length of each measured load phase"),
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile for the models"),
 ) -> None:
@@ -57,6 +63,7 @@ def bench_serve(
             items=items,
             index_type=index,
             concurrency=concurrency,
+            image_concurrency=image_concurrency,
             seconds=seconds,
             profile=profile,
             command=command.strip(),

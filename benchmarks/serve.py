@@ -7,14 +7,16 @@
    searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also
    ``inprocess_search_qps_batch1``, one query per call — the shape each request carries — beside it:
    ``vector_vs_inprocess_batch1``);
-4. image queries → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare batched
-   forward at the mean served batch size, read from ``/metrics``);
-5. image queries while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
+4. image queries at ``image_concurrency`` (two batches' worth by default: the batcher embeds one batch while it
+   collects the next) → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare
+   batched forward at the mean served batch size, read from ``/metrics``);
+5. image queries (at ``image_concurrency``) while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
    ``steady_p99_ms`` (before) vs ``swap_p99_ms`` (from the switch until 1 s after the first answer of the new version),
    ``failed_requests``, ``mixed_responses``, ``swap_s``;
 6. ``refused_incompatible``: generation 0 vectors against the backfilled gallery (all must get 409).
 
-Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``:
+Each baseline is measured just before and just after its load and the two averaged (the machines here drift by
+up to 15% between measurements seconds apart). Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``:
 CPU milliseconds per query of the service process and of the load generator (both on the same cores);
 ``forward_cpu_ms_per_item``: the bare forward's; ``load_average_1m_*``: the machine's load around the measurements.
 """
@@ -140,6 +142,12 @@ def _inprocess_qps(index_dir: Path, q: np.ndarray, gen: int, batch: int, seconds
     return qps
 
 
+def _bracket(before: float, after: float, before_batch: int, batch: int) -> float:
+    """A baseline's rate at ``batch``: the mean of its measurements before and after the load when the batch the
+    warm-up formed (``before_batch``) is the load's, else the one after (at the load's batch)."""
+    return (before + after) / 2 if before_batch == batch else after
+
+
 def _bare_qps(ckpt: Path, images: np.ndarray, batch: int, seconds: float = 3.0) -> float:
     """Items/s of the model's bare batched forward (``_TORCH_THREADS`` threads, as the service runs it)."""
     import torch
@@ -188,6 +196,7 @@ def run_serve_bench(
     items: int,
     index_type: str,
     concurrency: int,
+    image_concurrency: int,
     seconds: float,
     profile: str,
     command: str,
@@ -201,7 +210,8 @@ def run_serve_bench(
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     raw = scale_params(profile, corpus_dir, index_type, 8192, 1, None, "faiss")
     home, common = fresh_workspace(work, raw)
-    res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency, "seconds": seconds}
+    res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency}
+    res.update(image_concurrency=image_concurrency, seconds=seconds)
     res["torch_threads"] = _TORCH_THREADS
     res["run_g0_s"] = run_child(["run", *common, "--generation", "g0"], log)["seconds"]
     res["run_g1_s"] = run_child(["run", *common, "--generation", "g1"], log)["seconds"]
@@ -243,7 +253,10 @@ def run_serve_bench(
         def img(i: int) -> Request:
             return img_requests[i % len(img_requests)]
 
-        run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up
+        run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up: also the batch size the baselines take
+        s0, c0 = _batch_sizes(url, "vector")
+        warm = max(1, round(s0 / max(c0, 1)))
+        before = _inprocess_qps(old_index, vectors, 0, warm), _inprocess_qps(old_index, vectors, 0, 1)
         s0, c0 = _batch_sizes(url, "vector")
         cpu = _Cpu(proc.pid)
         v = run_load(url, vec, concurrency=concurrency, seconds=seconds)
@@ -255,22 +268,29 @@ def run_serve_bench(
         res.update(vector_qps=len(ok) / wall, vector_p50_ms=percentile_ms(ok, 50), vector_p99_ms=percentile_ms(ok, 99))
         res["vector_failed"] = len(v.samples) - len(ok)
         batch = max(1, round(res["mean_vector_batch"]))
-        res["inprocess_search_qps"] = _inprocess_qps(old_index, vectors, 0, batch)
-        res["inprocess_search_qps_batch1"] = _inprocess_qps(old_index, vectors, 0, 1)
+        # the baselines measured before and after the load (the mean of the two): on a noisy machine a single
+        # measurement a few seconds away from the load drifted by up to 15% from one run to the next
+        res["inprocess_search_qps"] = _bracket(before[0], _inprocess_qps(old_index, vectors, 0, batch), warm, batch)
+        res["inprocess_search_qps_batch1"] = (before[1] + _inprocess_qps(old_index, vectors, 0, 1)) / 2
         res["vector_vs_inprocess"] = res["vector_qps"] / res["inprocess_search_qps"]
         res["vector_vs_inprocess_batch1"] = res["vector_qps"] / res["inprocess_search_qps_batch1"]
 
+        ckpt = home / "generations" / f"gen_{qgen:03d}" / "model.pt"
+        run_load(url, img, concurrency=image_concurrency, seconds=2.0)  # warm-up, and the batch size it forms
+        s0, c0 = _batch_sizes(url, "image")
+        warm = max(1, round(s0 / max(c0, 1)))
+        bare_before = _bare_qps(ckpt, images, warm)
         s0, c0 = _batch_sizes(url, "image")
         cpu = _Cpu(proc.pid)
-        m = run_load(url, img, concurrency=concurrency, seconds=seconds)
+        m = run_load(url, img, concurrency=image_concurrency, seconds=seconds)
         res["image_service_cpu_ms"], res["image_client_cpu_ms"] = cpu.per_query_ms(len(m.samples))
         s1, c1 = _batch_sizes(url, "image")
         ok = [s for s in m.samples if s.status == 200]
         wall = max(s.end for s in m.samples) - m.t0
         res.update(image_qps=len(ok) / wall, image_p50_ms=percentile_ms(ok, 50), image_p99_ms=percentile_ms(ok, 99))
         res["mean_image_batch"] = (s1 - s0) / max(c1 - c0, 1)
-        ckpt = home / "generations" / f"gen_{qgen:03d}" / "model.pt"
-        res["bare_forward_qps"] = _bare_qps(ckpt, images, max(1, round(res["mean_image_batch"])))
+        batch = max(1, round(res["mean_image_batch"]))
+        res["bare_forward_qps"] = _bracket(bare_before, _bare_qps(ckpt, images, batch), warm, batch)
         res["image_vs_bare"] = res["image_qps"] / res["bare_forward_qps"]
         res["forward_cpu_ms_per_item"] = 1000 * _TORCH_THREADS / res["bare_forward_qps"]
 
@@ -283,7 +303,7 @@ def run_serve_bench(
             go.set()
 
         before = int(gen0["live_gallery"]["version"])
-        w = run_load(url, img, concurrency=concurrency, seconds=2 * half + 6, during=swap)
+        w = run_load(url, img, concurrency=image_concurrency, seconds=2 * half + 6, during=swap)
         new = [s for s in w.samples if s.status == 200 and s.body["answered_by"]["version"] != before]
         first = min((s.end - w.t0 for s in new), default=float("nan"))
         at = switched["at"]
@@ -352,7 +372,8 @@ def _report(r: dict[str, Any], command: str) -> str:
         ("image_vs_bare ≥ 0.8", r["image_vs_bare"] >= 0.8),
     ]
     lines = [
-        f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']}",
+        f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']} (vector "
+        f"queries), {r.get('image_concurrency', r['concurrency'])} (image queries)",
         "",
         f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
         "",

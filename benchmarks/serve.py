@@ -10,15 +10,17 @@
 4. image queries at ``image_concurrency`` (two batches' worth by default: the batcher embeds one batch while it
    collects the next) → ``image_qps`` / p99 with dynamic batching, against ``bare_forward_qps`` (the model's bare
    batched forward at the mean served batch size, read from ``/metrics``);
-5. image queries (at ``image_concurrency``) while the backfill's switch (a child process, which also promotes g1) moves the live pointer:
-   ``steady_p99_ms`` (before) vs ``swap_p99_ms`` (from the switch until 1 s after the first answer of the new version),
-   ``failed_requests``, ``mixed_responses``, ``swap_s``;
+5. image queries (at ``image_concurrency``) while the backfill's switch (a child process, which also promotes g1)
+   moves the live pointer: ``steady_p99_ms`` (before) vs ``swap_p99_ms`` (from the switch until 1 s after the first
+   answer of the new version), ``failed_requests``, ``mixed_responses``, ``swap_s``, ``switch_s`` (the switch call
+   itself) and the service's log of its versions;
 6. ``refused_incompatible``: generation 0 vectors against the backfilled gallery (all must get 409).
 
 Each baseline is measured just before and just after its load and the two averaged (the machines here drift by
-up to 15% between measurements seconds apart). Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``:
-CPU milliseconds per query of the service process and of the load generator (both on the same cores);
-``forward_cpu_ms_per_item``: the bare forward's; ``load_average_1m_*``: the machine's load around the measurements.
+up to 15% between measurements seconds apart). Both sides of a ratio run torch with ``_TORCH_THREADS`` intra-op
+threads. ``*_service_cpu_ms`` / ``*_client_cpu_ms``: CPU milliseconds per query of the service process and of the
+load generator (both on the same cores); ``forward_cpu_ms_per_item``: the bare forward's; ``load_average_1m_*``: the
+machine's load around the measurements.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import psutil
 from benchmarks.scale import fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
+from benchmarks.serve_report import render_report, swap_timeline
 from components.data.catalog import load_dataset
 from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
@@ -76,14 +79,16 @@ def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[s
     return plan, str(index_dir), metrics
 
 
-def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any) -> None:
-    """Child process: import and open everything first, then switch the live pointer when told."""
+def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any, done: Any) -> None:
+    """Child process: import and open everything first, then switch the live pointer when told; ``done``: when the
+    switch returned (``time.perf_counter``, the machine's monotonic clock, which the load's samples share)."""
     from flows.steps import publish
 
     plan.workspace.tracking(plan.params).prepare()  # MLflow imported, its store opened (tracking() alone is lazy)
     ready.set()
     go.wait()
     publish.switch(plan, Path(index_dir), metrics)
+    done.value = time.perf_counter()
 
 
 def _png(images: np.ndarray, i: int) -> bytes:
@@ -232,8 +237,8 @@ def run_serve_bench(
     images = resize_uint8(torch.from_numpy(images).permute(0, 3, 1, 2), 16).permute(0, 2, 3, 1).numpy()
     pngs = [_png(images, i) for i in range(len(images))]
     ctx = mp.get_context("spawn")
-    ready, go = ctx.Event(), ctx.Event()
-    switcher = ctx.Process(target=_switch_when_told, args=(plan, new_index, metrics, ready, go))
+    ready, go, done = ctx.Event(), ctx.Event(), ctx.Value("d", float("nan"))
+    switcher = ctx.Process(target=_switch_when_told, args=(plan, new_index, metrics, ready, go, done))
     switcher.start()
     port = _free_port()
     proc = _start_service(home, work / "params.yaml", port, log)
@@ -310,6 +315,7 @@ def run_serve_bench(
         steady = [s for s in w.window(0, at) if s.status == 200]
         swapping = [s for s in w.window(at, first + 1.0) if s.status == 200]
         res["swap_s"] = first - at
+        res["switch_s"] = done.value - w.t0 - at  # the backfill's switch itself (lineage commit, CURRENT, aliases)
         res["steady_p99_ms"], res["swap_p99_ms"] = percentile_ms(steady, 99), percentile_ms(swapping, 99)
         res["steady_requests"], res["swap_window_requests"] = len(steady), len(swapping)
         res["failed_requests"] = sum(s.status != 200 for s in w.samples)
@@ -319,7 +325,7 @@ def run_serve_bench(
             if s.status == 200
         )
         res["answered_by_new_version"] = len(new)
-        res["swap_timeline"] = _timeline(w, at, first)
+        res["swap_timeline"] = swap_timeline(w, at, first)
         res["swap_p99_vs_steady"] = res["swap_p99_ms"] / res["steady_p99_ms"]
         after = httpx.get(f"{url}/generations").json()
         res["after_swap"] = {k: after[k] for k in ("production_generation", "compatible_generations")}
@@ -336,75 +342,12 @@ def run_serve_bench(
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
         switcher.join(30)
+    # the service's own account of its swaps ("serving version N … loaded in X s", "version M released")
+    log_lines = (home.parent / "serve.log").read_text(errors="replace").splitlines()
+    res["service_swap_log"] = [line.split("bctflow.serve ", 1)[1] for line in log_lines if "bctflow.serve INFO" in line]
     res["cpu_cores"] = os.cpu_count()
     res["load_average_1m_at_start"], res["load_average_1m_at_end"] = load_start, os.getloadavg()[0]
     (out / "serve.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
     md = out / "report.md"
-    md.write_text(_report(res, command))
+    md.write_text(render_report(res, command))
     return md
-
-
-def _timeline(load: Any, at: float, first: float, step: float = 0.25) -> list[dict[str, float]]:
-    """The swap run in ``step``-second buckets around the switch (``at``) and the first new answer (``first``): each
-    bucket's start (s since the switch), requests started in it, their p50 and p99 (ms) — where a slow window sits."""
-    out = []
-    t = max(0.0, at - 2.0)
-    while t < first + 2.0:
-        bucket = [s for s in load.window(t, t + step) if s.status == 200]
-        p50, p99 = percentile_ms(bucket, 50), percentile_ms(bucket, 99)
-        out.append({"t": round(t - at, 3), "n": len(bucket), "p50": p50, "p99": p99})
-        t += step
-    return out
-
-
-def _report(r: dict[str, Any], command: str) -> str:
-    def f(k: str) -> str:
-        v = r[k]
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    checks = [
-        ("failed_requests = 0", r["failed_requests"] == 0),
-        ("mixed_responses = 0", r["mixed_responses"] == 0),
-        ("swap_p99_ms ≤ 1.2 × steady_p99_ms", r["swap_p99_ms"] <= 1.2 * r["steady_p99_ms"]),
-        ("every incompatible query refused (409)", r["refused_incompatible"] == r["incompatible_queries"]),
-        ("vector_vs_inprocess ≥ 0.3 (in-process at the mean served batch)", r["vector_vs_inprocess"] >= 0.3),
-        ("vector_vs_inprocess_batch1 ≥ 0.3 (in-process at one query per call)", r["vector_vs_inprocess_batch1"] >= 0.3),
-        ("image_vs_bare ≥ 0.8", r["image_vs_bare"] >= 0.8),
-    ]
-    lines = [
-        f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']} (vector "
-        f"queries), {r.get('image_concurrency', r['concurrency'])} (image queries)",
-        "",
-        f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
-        "",
-        "| check | holds |",
-        "|---|---|",
-        *(f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks),
-        "",
-        "| key | value |",
-        "|---|---|",
-        *(f"| `{k}` | {f(k)} |" for k in r if not isinstance(r[k], dict | list)),
-        "",
-        f"Where the CPU goes (image queries): the service spent {f('image_service_cpu_ms')} ms of CPU per query, of "
-        f"which the forward is {f('forward_cpu_ms_per_item')} ms (the bare forward per item at the same batch size, "
-        f"{r['torch_threads']} torch thread); the rest is HTTP, routing, decoding, batching, search and JSON. The load "
-        f"generator spent {f('image_client_cpu_ms')} ms per query on the same cores. Load average (1 min) "
-        f"{f('load_average_1m_at_start')} when the measurements began, {f('load_average_1m_at_end')} at the end.",
-        "",
-        f"Vector queries: each request carries one query; the service batches concurrent ones (mean "
-        f"{f('mean_vector_batch')} per FAISS call), so it is compared with the index searched in-process at that "
-        f"batch ({f('inprocess_search_qps')} q/s) and at one query per call ({f('inprocess_search_qps_batch1')} q/s). "
-        f"The service spent {f('vector_service_cpu_ms')} ms of CPU per vector query, the load generator "
-        f"{f('vector_client_cpu_ms')} ms.",
-        "",
-        f"After the swap: {json.dumps(r['after_swap'])}.",
-        "",
-        "The swap run in 0.25 s buckets (t: seconds since the switch; the new version first answered at "
-        f"t = {r['swap_s']:.2f} s):",
-        "",
-        "| t (s) | requests | p50 (ms) | p99 (ms) |",
-        "|---|---|---|---|",
-        *(f"| {b['t']:+.2f} | {b['n']} | {b['p50']:.1f} | {b['p99']:.1f} |" for b in r.get("swap_timeline", [])),
-        "",
-    ]
-    return "\n".join(lines)

@@ -53,7 +53,12 @@ def serve(ws: Workspace, params: Params, host: str, port: int, announce: Callabl
 
     token = os.environ.get(TOKEN_ENV) or None
     check_bind(host, token)
-    logging.getLogger("bctflow.serve").setLevel(logging.INFO)
+    log = logging.getLogger("bctflow.serve")
+    log.setLevel(logging.INFO)
+    if not log.handlers:  # the swaps and releases (INFO) on stderr, each with its time; without one only warnings
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s bctflow.serve %(levelname)s %(message)s"))
+        log.addHandler(handler)
     device = str(select_device(params.serve.device))
     manager = SwapManager(ws, params, ServeMetrics(), device=device)
     manager.reload(force=True)  # the first version; a failure here stops the command with its message

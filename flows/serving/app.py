@@ -92,8 +92,14 @@ class _Guard:
         app = self.queries.get(path, self.app) if scope["method"] == "POST" else self.app
         try:
             await app(scope, receive, send_status)
+        except _Disconnected:
+            status = 499
         finally:
             self.metrics.answered(endpoint, status, time.perf_counter() - t0)
+
+
+class _Disconnected(Exception):
+    """The client went away before its request's body arrived."""
 
 
 async def _body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -105,7 +111,7 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise QueryError(400, "the client disconnected before sending the whole body")
+            raise _Disconnected  # no one to answer: counted as 499 (nginx's "client closed request")
         data += message.get("body", b"")
         if len(data) > limit:
             raise QueryError(413, f"the request body is more than serve.max_body_bytes ({limit}) bytes")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
+import time
 
 import httpx
 import numpy as np
@@ -165,6 +167,21 @@ def test_a_base64_image_in_json_or_a_multipart_upload_is_answered_like_its_bytes
     assert raw["ids"] == wrapped["ids"] == uploaded["ids"] and len(raw["ids"]) == 3
     refused = httpx.get(f"{url}/metrics").text
     assert 'bctflow_serve_refused_queries_total{status="422"}' in refused
+
+
+def test_a_client_that_leaves_in_the_middle_of_its_body_is_counted_499_and_the_service_keeps_serving(service):
+    """The query routes read the body themselves (plain ASGI endpoints): a client that closes its connection before
+    the body it declared has arrived gets no answer (there is no one to answer) and is counted as 499."""
+    url, good = service
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 900\r\n\r\n{")
+    deadline = time.time() + 20
+    while 'bctflow_serve_requests_total{endpoint="/search",status="499"} 1.0' not in httpx.get(f"{url}/metrics").text:
+        assert time.time() < deadline, "the abandoned request was never counted"
+        time.sleep(0.1)
+    ok = httpx.post(f"{url}/search", json={"vector": good.tolist(), "generation": 0, "k": 2}, timeout=30)
+    assert ok.status_code == 200 and len(ok.json()["ids"]) == 2
 
 
 def test_an_image_that_does_not_decode_fails_alone_and_its_batch_is_answered(served_ws):

@@ -53,10 +53,10 @@ def _json_response(body: Any, status: int = 200) -> Response:
 
 class _Guard:
     """Pure ASGI middleware around every route: the bearer token, request counts by status, latency — and the query
-    routes (``POST /search``, ``POST /search/batch``, ``queries``) answered here, as plain ASGI endpoints, instead of
-    through the router: Starlette's exception middleware, routing, request objects and response class cost 30% of
-    the service's Python per query on the event loop (py-spy, image queries at concurrency 32). Any other path or
-    method goes on to the FastAPI app.
+    routes (``queries``: ``POST /search`` and ``POST /search/batch``) answered here, as plain ASGI endpoints, instead
+    of through the router: Starlette's exception middleware, routing, request and query-string objects cost 30% of
+    the event loop's Python per query (py-spy, image queries at concurrency 32). Any other path or method goes on to
+    the FastAPI app.
 
     (``@app.middleware("http")`` would wrap each request in a task and a memory stream of its own, per-request work
     a small query does not need.)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -173,3 +174,33 @@ def test_a_backfill_killed_at_each_commit_step_in_turn_is_finished_by_the_same_c
     p = load_params(params)
     with Workspace(home).lineage(p, readonly=True) as store:
         assert store.live_pointer().generation_id == 1 and len(store.backfills()) == 1  # never run twice
+
+
+def test_kills_at_random_instants_then_the_same_command_finishes(g0):
+    """Kills at random moments (fixed seed), not only at the named boundaries: a generation and then a backfill are
+    started until each was SIGKILLed after a random delay (an attempt that finishes first is simply a rerun; at most
+    6 attempts each), and the same command then resumes from what the kill left: 2 kills (20, then 10, 6 and 4, as
+    CI's time limit came near, then none; back since the suite caches its byte-code and takes ~11 minutes — the
+    named boundaries are each killed above)."""
+    home, params = g0
+    rng = random.Random(20261123)
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env.pop(KILL_ENV, None)
+    kills = 0
+    for args in (["run", "--generation", "g1"], ["backfill", "--generation", "1"]):
+        cmd = [sys.executable, "-m", "bctflow.cli", *args, "--home", str(home), "--params", str(params)]
+        killed = attempts = 0
+        while killed < 1 and attempts < 6:
+            attempts += 1
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                proc.wait(timeout=rng.uniform(1.5, 12.0))  # finished before its kill: the next attempt is a rerun
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                killed += 1
+        kills += killed
+        final = _bctflow(args, home, params)
+        assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+    assert kills == 2, f"only {kills} attempts were killed"
+    _assert_consistent(home, params, ["g0", "g1"])

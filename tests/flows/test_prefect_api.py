@@ -183,7 +183,9 @@ def test_a_temporary_server_killed_mid_command_is_one_error_line_and_keeps_the_s
     from tests.helpers import write_params
 
     params, home = tmp_path / "params.yaml", tmp_path / "ws"
-    write_params(params)
+    # epochs enough that the server dies mid-training: with one epoch the whole tiny generation, commit included,
+    # could finish before the watch saw the server die (the test then found it committed)
+    write_params(params, ["train.epochs=40"])
     cmd = [sys.executable, "-m", "bctflow.cli", "run", "--home", str(home), "--params", str(params)]
     env = _child_env(BCTFLOW_HOME=str(tmp_path / "shared"))
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -101,36 +101,33 @@ def test_every_name_imported_from_the_project_exists_in_its_module():
     """`from benchmarks.scale import X` where scale.py no longer defines X fails only when that command runs (a
     renamed helper once broke `bctflow bench serve`, which no test imports): every project-internal from-import,
     in the packages and the tests, names something its module binds, or one of its submodules."""
-    roots = (*PACKAGES, "tests")
-    bound: dict[str, set[str]] = {}
-    files: dict[str, Path] = {}
-    for path in _sources(*roots):
-        mod = ".".join(path.relative_to(REPO).with_suffix("").parts)
-        mod = mod.removesuffix(".__init__")
-        files[mod] = path
-    for mod, path in files.items():
-        bound[mod] = _top_level_names(ast.parse(path.read_text())) | {
-            m.rpartition(".")[2] for m in files if m.rpartition(".")[0] == mod
-        }
+    trees: dict[str, ast.Module] = {}
+    for path in _sources(*PACKAGES, "tests"):
+        mod = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        trees[mod] = ast.parse(path.read_text())
+    bound = {
+        mod: _top_level_names(tree) | {m.rpartition(".")[2] for m in trees if m.rpartition(".")[0] == mod}
+        for mod, tree in trees.items()
+    }
     stars = {
         mod: {
             n.module
-            for n in ast.walk(ast.parse(path.read_text()))
+            for n in ast.walk(tree)
             if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "*" for a in n.names)
         }
-        & set(files)
-        for mod, path in files.items()
+        & set(trees)
+        for mod, tree in trees.items()
     }
     for _ in range(3):  # `from X import *` re-exports X's names (chains of them)
         for mod, sources in stars.items():
             for source in sources:
                 bound[mod] |= bound[source]
     missing = []
-    for path in files.values():
-        for node in ast.walk(ast.parse(path.read_text())):
+    for mod, tree in trees.items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in bound:
                 missing += [
-                    f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{a.name}"
+                    f"{mod}:{node.lineno}: {node.module}.{a.name}"
                     for a in node.names
                     if a.name != "*" and a.name not in bound[node.module]
                 ]

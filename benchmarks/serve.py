@@ -215,9 +215,14 @@ def run_serve_bench(
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     raw = scale_params(profile, corpus_dir, index_type, 8192, 1, None, "faiss")
     home, common = fresh_workspace(work, raw)
-    res: dict[str, Any] = {"items": items, "index_type": index_type, "concurrency": concurrency}
-    res.update(image_concurrency=image_concurrency, seconds=seconds)
-    res["torch_threads"] = _TORCH_THREADS
+    res: dict[str, Any] = {
+        "items": items,
+        "index_type": index_type,
+        "concurrency": concurrency,
+        "image_concurrency": image_concurrency,
+        "seconds": seconds,
+        "torch_threads": _TORCH_THREADS,
+    }
     res["run_g0_s"] = run_child(["run", *common, "--generation", "g0"], log)["seconds"]
     res["run_g1_s"] = run_child(["run", *common, "--generation", "g1"], log)["seconds"]
     t = time.perf_counter()
@@ -259,10 +264,9 @@ def run_serve_bench(
             return img_requests[i % len(img_requests)]
 
         run_load(url, vec, concurrency=concurrency, seconds=2.0)  # warm-up: also the batch size the baselines take
-        s0, c0 = _batch_sizes(url, "vector")
+        s0, c0 = _batch_sizes(url, "vector")  # the warm-up's batches (measuring in-process changes none of them)
         warm = max(1, round(s0 / max(c0, 1)))
         before = _inprocess_qps(old_index, vectors, 0, warm), _inprocess_qps(old_index, vectors, 0, 1)
-        s0, c0 = _batch_sizes(url, "vector")
         cpu = _Cpu(proc.pid)
         v = run_load(url, vec, concurrency=concurrency, seconds=seconds)
         s1, c1 = _batch_sizes(url, "vector")
@@ -282,10 +286,9 @@ def run_serve_bench(
 
         ckpt = home / "generations" / f"gen_{qgen:03d}" / "model.pt"
         run_load(url, img, concurrency=image_concurrency, seconds=2.0)  # warm-up, and the batch size it forms
-        s0, c0 = _batch_sizes(url, "image")
+        s0, c0 = _batch_sizes(url, "image")  # the warm-up's batches (the bare forward changes none of them)
         warm = max(1, round(s0 / max(c0, 1)))
         bare_before = _bare_qps(ckpt, images, warm)
-        s0, c0 = _batch_sizes(url, "image")
         cpu = _Cpu(proc.pid)
         m = run_load(url, img, concurrency=image_concurrency, seconds=seconds)
         res["image_service_cpu_ms"], res["image_client_cpu_ms"] = cpu.per_query_ms(len(m.samples))

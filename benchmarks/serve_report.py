@@ -41,7 +41,7 @@ def render_report(r: dict[str, Any], command: str) -> str:
     ]
     lines = [
         f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']} (vector "
-        f"queries), {r.get('image_concurrency', r['concurrency'])} (image queries)",
+        f"queries), {r['image_concurrency']} (image queries)",
         "",
         f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
         "",
@@ -66,10 +66,10 @@ def render_report(r: dict[str, Any], command: str) -> str:
         f"{f('vector_client_cpu_ms')} ms.",
         "",
         f"After the swap: {json.dumps(r['after_swap'])}. The backfill's switch took "
-        f"{r.get('switch_s', float('nan')):.2f} s (the lineage commit, live/CURRENT, the MLflow aliases); the "
+        f"{r['switch_s']:.2f} s (the lineage commit, live/CURRENT, the MLflow aliases); the "
         "service's log of its versions:",
         "",
-        *(f"    {line}" for line in r.get("service_swap_log", [])),
+        *(f"    {line}" for line in r["service_swap_log"]),
         "",
         "The swap run in 0.25 s buckets (t: seconds since the switch; the new version first answered at "
         f"t = {r['swap_s']:.2f} s):",

@@ -51,6 +51,9 @@ def bench_serve(
     ),
     seconds: float = typer.Option(10.0, "--seconds", min=1.0, help="length of each measured load phase"),
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile for the models"),
+    image_size: int = typer.Option(
+        16, "--image-size", min=8, max=32, help="side of the corpus's images (Fashion-MNIST resized; 28 = native)"
+    ),
 ) -> None:
     """The query service under load: throughput, latency, batching and a swap in mid-run (serve.json + report.md)."""
     from benchmarks.serve import run_serve_bench
@@ -66,6 +69,7 @@ def bench_serve(
             image_concurrency=image_concurrency,
             seconds=seconds,
             profile=profile,
+            image_size=image_size,
             command=command.strip(),
             log=lambda line: console.print(line, highlight=False),
         )

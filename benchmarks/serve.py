@@ -205,15 +205,17 @@ def run_serve_bench(
     seconds: float,
     profile: str,
     command: str,
+    image_size: int = 16,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
     work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
-    corpus_dir = work.parent / f"corpus-{items}"
+    corpus_dir = work.parent / f"corpus-{items}-{image_size}px"
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
-    build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
+    build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=image_size)
     raw = scale_params(profile, corpus_dir, index_type, 8192, 1, None, "faiss")
+    raw["data"]["image_size"] = image_size  # the model trains on, and the service preprocesses to, the corpus's size
     home, common = fresh_workspace(work, raw)
     res: dict[str, Any] = {
         "items": items,
@@ -221,6 +223,7 @@ def run_serve_bench(
         "concurrency": concurrency,
         "image_concurrency": image_concurrency,
         "seconds": seconds,
+        "image_size": image_size,
         "torch_threads": _TORCH_THREADS,
     }
     res["run_g0_s"] = run_child(["run", *common, "--generation", "g0"], log)["seconds"]
@@ -237,9 +240,9 @@ def run_serve_bench(
         images = images[:, :, :, None]
     import torch
 
-    from components.data.sources.decode import resize_uint8  # the corpus's images are 16×16
+    from components.data.sources.decode import resize_uint8  # the query images: the corpus's size
 
-    images = resize_uint8(torch.from_numpy(images).permute(0, 3, 1, 2), 16).permute(0, 2, 3, 1).numpy()
+    images = resize_uint8(torch.from_numpy(images).permute(0, 3, 1, 2), image_size).permute(0, 2, 3, 1).numpy()
     pngs = [_png(images, i) for i in range(len(images))]
     ctx = mp.get_context("spawn")
     ready, go, done = ctx.Event(), ctx.Event(), ctx.Value("d", float("nan"))

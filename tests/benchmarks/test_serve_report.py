@@ -1,19 +1,26 @@
-"""The committed serving report is what the renderer makes of its serve.json, and its checks read the numbers."""
+"""Each committed serving report is what the renderer makes of its serve.json, and its checks read the numbers."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import pytest
+
 from benchmarks.serve_report import render_report
 from tests.conftest import REPO
 
-RUN = REPO / "benchmarks" / "results" / "serve" / "n100000-hnsw"
+RUNS = sorted((REPO / "benchmarks" / "results" / "serve").glob("*/serve.json"))
 
 
-def test_the_committed_serving_report_renders_from_its_json_and_its_checks_follow_the_numbers():
-    res = json.loads((RUN / "serve.json").read_text())
-    md = (RUN / "report.md").read_text()
+def test_both_committed_serving_runs_are_there():
+    assert {p.parent.name for p in RUNS} >= {"n100000-hnsw", "n100000-hnsw-28px"}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.parent.name)
+def test_a_committed_serving_report_renders_from_its_json_and_its_checks_follow_the_numbers(run):
+    res = json.loads(run.read_text())
+    md = (run.parent / "report.md").read_text()
     command = re.search(r"^Command: `(.+?)`", md, flags=re.M).group(1)
     assert render_report(res, command) == md
     holds = dict(re.findall(r"^\| (.+?) \| (yes|\*\*no\*\*) \|$", md, flags=re.M))

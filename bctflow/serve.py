@@ -51,8 +51,12 @@ def bench_serve(
     ),
     seconds: float = typer.Option(10.0, "--seconds", min=1.0, help="length of each measured load phase"),
     profile: str = typer.Option("cpu", "--profile", help="benchmark profile for the models"),
-    image_size: int = typer.Option(
-        16, "--image-size", min=8, max=32, help="side of the corpus's images (Fashion-MNIST resized; 28 = native)"
+    image_size: int | None = typer.Option(
+        None,
+        "--image-size",
+        min=8,
+        max=32,
+        help="side of the corpus's images (Fashion-MNIST resized, 28 = its own; default: the profile's)",
     ),
 ) -> None:
     """The query service under load: throughput, latency, batching and a swap in mid-run (serve.json + report.md)."""

@@ -42,6 +42,7 @@ import httpx
 import numpy as np
 import psutil
 
+from benchmarks.profile import load_profile
 from benchmarks.scale import fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
@@ -211,6 +212,8 @@ def run_serve_bench(
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
     work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
+    _, profile_params = load_profile(profile)
+    image_size = image_size or int(profile_params.data.image_size or 16)
     corpus_dir = work.parent / f"corpus-{items}-{image_size}px"
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=image_size)

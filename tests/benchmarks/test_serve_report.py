@@ -13,8 +13,8 @@ from tests.conftest import REPO
 RUNS = sorted((REPO / "benchmarks" / "results" / "serve").glob("*/serve.json"))
 
 
-def test_both_committed_serving_runs_are_there():
-    assert {p.parent.name for p in RUNS} >= {"n100000-hnsw", "n100000-hnsw-28px"}
+def test_the_committed_serving_runs_are_there():
+    assert {p.parent.name for p in RUNS} >= {"n100000-hnsw", "n100000-hnsw-28px", "n100000-hnsw-resnet18"}
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.parent.name)

@@ -1,7 +1,8 @@
 """``bctflow bench serve``: the query service under a bounded load on loopback, over a gallery of the scale corpus.
 
-1. the scale corpus (:mod:`benchmarks.scale_corpus`) and ``bctflow run`` g0 (its gallery, indexed with ``--index``)
-   and g1; a full backfill with g1 re-embedded and published beforehand, not yet switched;
+1. the scale corpus (:mod:`benchmarks.scale_corpus`, its images ``image_size`` square: the profile's
+   ``data.image_size`` unless given) and ``bctflow run`` g0 (its gallery, indexed with ``--index``) and g1; a full
+   backfill with g1 re-embedded and published beforehand, not yet switched;
 2. ``bctflow serve`` started as a real process on a free loopback port;
 3. vector queries at ``concurrency`` → ``vector_qps`` / p50 / p99, against ``inprocess_search_qps`` (the same index
    searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also

@@ -207,7 +207,7 @@ def run_serve_bench(
     seconds: float,
     profile: str,
     command: str,
-    image_size: int = 16,
+    image_size: int | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""

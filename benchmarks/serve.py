@@ -55,7 +55,7 @@ from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
 
-__all__ = ["run_serve_bench"]
+__all__ = ["corpus_image_size", "run_serve_bench"]
 
 #: torch's intra-op (and FAISS's OpenMP) threads, the service's and the in-process baselines' alike: on 2 cores shared
 #: with the load generator (and other work) a 2-thread forward's spinning threads lose their core and crawl (12–2,300
@@ -67,6 +67,11 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def corpus_image_size(profile: str, given: int | None) -> int:
+    """The side of the corpus's images: ``given``, else the profile's ``data.image_size`` (16 where it has none)."""
+    return given or int(load_profile(profile)[1].data.image_size or 16)
 
 
 def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[str, float]]:
@@ -213,8 +218,7 @@ def run_serve_bench(
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
     work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
-    _, profile_params = load_profile(profile)
-    image_size = image_size or int(profile_params.data.image_size or 16)
+    image_size = corpus_image_size(profile, image_size)
     corpus_dir = work.parent / f"corpus-{items}-{image_size}px"
     base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=image_size)

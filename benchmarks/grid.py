@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.profile import Profile
+from benchmarks.records import RecordStore
 from benchmarks.runner import Bench, ModelRef, ModelRequest
 from benchmarks.scenarios import (
     SIMPLEX,
@@ -74,6 +75,7 @@ class _BenchArgs:
     params: Params
     out_dir: Path
     datasets_dir: Path
+    records: Path | None
 
 
 _WORKER_BENCH: list[tuple[_BenchArgs, Bench]] = []  # a worker process's Bench, built on its first task
@@ -81,16 +83,17 @@ _WORKER_BENCH: list[tuple[_BenchArgs, Bench]] = []  # a worker process's Bench, 
 
 def _worker_bench(args: _BenchArgs) -> Bench:
     if not _WORKER_BENCH or _WORKER_BENCH[0][0] != args:
-        _WORKER_BENCH[:] = [
-            (args, Bench(args.profile, args.params, args.out_dir, args.datasets_dir, log=lambda _m: None))
-        ]
+        records = RecordStore(args.records) if args.records is not None else None
+        bench = Bench(args.profile, args.params, args.out_dir, args.datasets_dir, log=lambda _m: None, records=records)
+        _WORKER_BENCH[:] = [(args, bench)]
     return _WORKER_BENCH[0][1]
 
 
 def _train_task(
-    args: _BenchArgs, label: str, req: ModelRequest, after: list[Any], threads: int | None
+    args: _BenchArgs, label: str, req: ModelRequest, after: list[Any], threads: int | None, record: bool
 ) -> dict[str, Any]:
-    """On a worker: train one model into the cache (``after``: the results of the tasks it waits for, unused)."""
+    """On a worker: train one model into the cache (``after``: the results of the tasks it waits for, unused); a new
+    model of a method (``record``) is measured against its old model and φ* too, and its record kept."""
     import torch
     from distributed import get_worker
 
@@ -99,7 +102,7 @@ def _train_task(
     t0 = time.perf_counter()
     bench = _worker_bench(args)
     try:
-        key, diverged = bench.train_model(label, req).key, None
+        key, diverged = (bench.record(label, req) if record else bench.train_model(label, req)).key, None
     except TrainingDivergedError as err:  # recorded in the cache; the table leaves the configuration out
         key, diverged = bench.model_ref(label, req).key, str(err)
     return {
@@ -113,13 +116,17 @@ def _train_task(
 
 class _Planner:
     """Stands in for a Bench in the scenario's functions (it has what they use: ``settings``, ``params``, ``log``,
-    ``train_model``): ``train_model`` submits the model's training to the cluster (once per cache key, after the
-    tasks of its old model and φ*) and returns its :class:`ModelRef`."""
+    ``train_model``, ``record``): ``train_model`` / ``record`` submit the model's training (and a new model's
+    evaluation) to the cluster (once per cache key, after the tasks of its old model and φ*) and return its
+    :class:`ModelRef`; a model already in the cache, or a new model with a kept record, is not submitted."""
 
     def __init__(self, bench: Bench, client: Any, threads: int | None, log: Callable[[str], None]) -> None:
         self.bench, self.settings, self.params = bench, bench.settings, bench.params
         self.client, self.threads, self._log = client, threads, log
-        self.args = _BenchArgs(bench.profile, bench.params, bench.out_dir.resolve(), bench.datasets_dir.resolve())
+        records = bench.records.folder.resolve() if bench.records is not None else None
+        self.args = _BenchArgs(
+            bench.profile, bench.params, bench.out_dir.resolve(), bench.datasets_dir.resolve(), records
+        )
         self.futures: dict[str, Any] = {}
         self.done: set[str] = set()
         self.cached: set[str] = set()
@@ -128,16 +135,27 @@ class _Planner:
         """The scenario functions' progress lines: nothing is trained here, so they are dropped."""
 
     def train_model(self, label: str, req: ModelRequest) -> ModelRef:
+        return self._submit(label, req, record=False)
+
+    def record(self, label: str, req: ModelRequest) -> ModelRef:
+        return self._submit(label, req, record=True)
+
+    def _submit(self, label: str, req: ModelRequest, *, record: bool) -> ModelRef:
         ref = self.bench.model_ref(label, req)
         if ref.key in self.futures or ref.key in self.cached:
             return ref
-        if self.bench.is_cached(ref.key):
+        records = self.bench.records
+        if record and records is not None and req.old is not None and req.reference is not None:
+            done = records.get(ref.key, req.old.key, req.reference.key) is not None
+        else:
+            done = self.bench.is_cached(ref.key)
+        if done:
             self.cached.add(ref.key)
             return ref
         parents = (req.old, req.reference)
         after = [self.futures[m.key] for m in parents if m is not None and m.key in self.futures]
         self.futures[ref.key] = self.client.submit(
-            _train_task, self.args, label, req, after, self.threads, key=f"bench-model-{ref.key}"
+            _train_task, self.args, label, req, after, self.threads, record, key=f"bench-model-{ref.key}"
         )
         return ref
 
@@ -146,7 +164,8 @@ class _Planner:
         from distributed import as_completed
 
         pending = [f for k, f in self.futures.items() if k not in self.done]
-        self._log(f"[grid] {wave}: {len(pending)} models to train, {len(self.cached)} found in the cache so far")
+        found = len(self.cached)
+        self._log(f"[grid] {wave}: {len(pending)} models to train, {found} found in the cache or the records so far")
         for fut in as_completed(pending):
             res = fut.result()
             if f"bench-model-{res['key']}" != fut.key:

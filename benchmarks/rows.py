@@ -1,6 +1,6 @@
 """A method's row of a benchmark table: self / cross / P_up / P_com (docs/design.md §6.3), the method's own
 diagnostics (``AlignmentLoss.diagnostics``, e.g. HBCT's cones) and, for Lorentz models, the radius diagnostics
-(§4.5), all on the test gallery."""
+(§4.5), all on the test gallery — read from the new model's evaluation record (benchmarks/records.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmarks.profile import MethodEntry
+from benchmarks.records import ModelRecord
 from benchmarks.runner import Bench, BenchModel
 from components.data import DataManifest
 from components.errors import ConfigError
 from components.evaluation import DerivedMetrics
-from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
-from components.losses import MethodDiagnostics, choose_alignment
+from components.losses import choose_alignment
 
-__all__ = ["Row", "option_text", "radius_diagnostics", "simplex_row", "table_row"]
+__all__ = ["Row", "option_text", "simplex_row", "table_row"]
 
 
 @dataclass
@@ -63,16 +63,12 @@ def option_text(options: dict[str, Any], sep: str = " ") -> str:
 
 
 def table_row(
-    bench: Bench,
     entry: MethodEntry,
-    new: BenchModel,
-    old: BenchModel,
-    ref: BenchModel,
+    rec: ModelRecord,
     *,
     seed: int,
     weight: float | None,
     selection: str,
-    space: str = "embedding",
     seconds: float | None,
     note: str = "",
     head: str = "",
@@ -80,55 +76,33 @@ def table_row(
     configurations: int | None = None,
     selection_rule: str = "",
 ) -> Row:
-    self_m = bench.metrics(new, new)
-    cross = bench.metrics(new, old)
-    old_self = bench.metrics(old, old)
-    ref_self = bench.metrics(ref, ref)
-    d = DerivedMetrics.measure(new_self=self_m, cross=cross, old_self=old_self, ref_self=ref_self)
-    own = MethodDiagnostics()
-    if space == "embedding" and new.test.incompatibility(old.test) is None:
-        # with the settings they were measured at (HBCT: the ε its cones trained with, chosen from data or configured)
-        own = choose_alignment(entry.method, entry.options).diagnostics(new.meta.get("choices", {}), old.test, new.test)
-    diag: dict[str, float | None] = {**own.settings, **own.measured}
-    if entry.geometry == "lorentz" and space == "embedding":
-        seen = list(old.spec.class_order)
-        diag = {**radius_diagnostics({"new": new, "old": old, "ref": ref}), **diag}
-        diag["uncertainty_old_seen"], diag["uncertainty_old_unseen"] = uncertainty_seen_unseen(
-            old.test.z, old.test.labels, seen, old.test.curvature
-        )
-        diag["uncertainty_new_seen"], diag["uncertainty_new_unseen"] = uncertainty_seen_unseen(
-            new.test.z, new.test.labels, seen, new.test.curvature
-        )
+    """A method's row from the evaluation record of its new model (:meth:`~benchmarks.runner.Bench.evaluate`): the
+    test gallery's self / cross / old self / φ* self and what P_up and P_com make of them (design §6.3)."""
+    t = rec.test
+    d = DerivedMetrics.measure(new_self=t["self"], cross=t["cross"], old_self=t["old_self"], ref_self=t["ref_self"])
     return Row(
         entry.name,
         entry.method,
         entry.geometry,
-        space,
+        rec.space,
         seed,
         weight,
         selection,
-        self_m,
-        cross,
-        old_self,
-        ref_self,
+        t["self"],
+        t["cross"],
+        t["old_self"],
+        t["ref_self"],
         d.p_com,
         d.p_com_denominator,
         d.p_up,
         seconds,
-        diag,
+        dict(rec.diagnostics),
         note,
         head,
         dict(options or {}),
         configurations,
         selection_rule,
     )
-
-
-def radius_diagnostics(models: dict[str, BenchModel]) -> dict[str, float]:
-    """Test-gallery radius diagnostics of Lorentz ``models`` by role: ``clip_fraction_<role>`` for every role, then
-    ``uncertainty_std_<role>``."""
-    out = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in models.items()}
-    return out | {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in models.items()}
 
 
 def simplex_row(
@@ -140,31 +114,24 @@ def simplex_row(
         choose_alignment(kind).check_lineage(new_sel.class_order, replace(old.spec, features=kind))
     except ConfigError as err:
         return table_row(
-            bench,
             entry,
-            ref,
-            old,
-            ref,
+            bench.evaluate(ref.label, ref, old, ref, kind, None, space=kind),
             seed=seed,
             weight=None,
             selection="not applicable",
-            space=kind,
             seconds=None,
             note=str(err),
             configurations=1,
             selection_rule="not applicable",
         )
     note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
+    new, old, ref = ref.view(kind), old.view(kind), ref.view(kind)
     return table_row(
-        bench,
         entry,
-        ref.view(kind),
-        old.view(kind),
-        ref.view(kind),
+        bench.evaluate(new.label, new, old, ref, kind, None, space=kind),
         seed=seed,
         weight=None,
         selection="training-free",
-        space=kind,
         seconds=0.0,
         note=note,
         configurations=1,

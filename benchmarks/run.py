@@ -14,6 +14,7 @@ import yaml
 from benchmarks.grid import describe, train_grid
 from benchmarks.partial_backfill import run_partial_backfill, write_partial_report
 from benchmarks.profile import Profile, load_profile
+from benchmarks.records import RecordStore
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
 from benchmarks.runner import Bench
@@ -115,7 +116,9 @@ def run_benchmark(
         raise ConfigError(f"unknown scenario {scenario!r}; use one of {', '.join(ALL_SCENARIOS)}")
     folder = out / prof.name / (scenario + (f"-{tag}" if tag else ""))
     t0 = time.perf_counter()
-    b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log)
+    # the new models' evaluation records, kept beside the tables: a run on another machine trains none of them again
+    records = RecordStore(out / prof.name / "records")
+    b = Bench(prof, p, home / "bench-cache" / prof.name, Workspace(home).datasets_dir(p), log=log, records=records)
     ctx = _context(prof, p, b, command) | {"execution": describe(workers, scheduler)}
     if scenario == "partial_backfill":
         curve = run_partial_backfill(b)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.profile import BenchSettings, HeadEntry, MethodEntry
-from benchmarks.rows import Row, option_text, radius_diagnostics, simplex_row, table_row
+from benchmarks.records import ModelRecord
+from benchmarks.rows import Row, option_text, simplex_row, table_row
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
 from benchmarks.selection import Scored, select_configuration
@@ -51,10 +52,11 @@ class Config:
 
 @dataclass
 class Chosen:
-    """A trained method's seed-0 choice: its configuration and model, the rule that chose it, the grid's size."""
+    """A trained method's seed-0 choice: its configuration, its model's evaluation record, the rule that chose it,
+    the grid's size."""
 
     config: Config
-    model: BenchModel
+    record: ModelRecord
     rule: str
     configurations: int
     detail: str
@@ -77,11 +79,12 @@ def train_entry(
     seed: int,
     old: BenchModel,
     ref: BenchModel,
-) -> BenchModel:
-    """A method's new model in a scenario in configuration ``cfg`` (its head: one of the protocol's for the entry's
-    geometry) at ``seed`` (trained, or from the cache)."""
+) -> ModelRecord:
+    """The evaluation record of a method's new model in a scenario in configuration ``cfg`` (its head: one of the
+    protocol's for the entry's geometry) at ``seed``: kept, or the model trained (or loaded from the cache) and
+    measured against ``old`` and φ* ``ref`` (:meth:`~benchmarks.runner.Bench.record`)."""
     extra = _head_params(cfg.head, entry.geometry)
-    return bench.train_model(
+    return bench.record(
         f"{entry.name}{cfg.tag(entry.geometry)}/λ={cfg.weight:g}/seed={seed}",
         ModelRequest(
             sel,
@@ -122,16 +125,13 @@ def entry_configs(bench: Bench, entry: MethodEntry) -> list[Config]:
     ]
 
 
-def validation_scores(bench: Bench, model: BenchModel, old: BenchModel, ref: BenchModel) -> dict[str, float | None]:
+def validation_scores(rec: ModelRecord) -> dict[str, float | None]:
     """mAP P_com (None unless φ* beats the old model), its denominator and mAP P_up on the validation split, against
-    the model's own old model and φ*."""
-    old_self, ref_self = bench.metrics(old, old, "val")["map"], bench.metrics(ref, ref, "val")["map"]
-    pc, den = p_com(bench.metrics(model, old, "val")["map"], old_self, ref_self)
-    return {
-        "val_p_com": pc if den > 0 else None,
-        "val_p_com_den": den,
-        "val_p_up": p_up(bench.metrics(model, model, "val")["map"], ref_self),
-    }
+    the model's own old model and φ* (from its evaluation record)."""
+    val = rec.val
+    old_self, ref_self = val["old_self"]["map"], val["ref_self"]["map"]
+    pc, den = p_com(val["cross"]["map"], old_self, ref_self)
+    return {"val_p_com": pc if den > 0 else None, "val_p_com_den": den, "val_p_up": p_up(val["self"]["map"], ref_self)}
 
 
 @dataclass
@@ -142,7 +142,7 @@ class TableResult:
     models: dict[str, dict[str, Any]]
     #: every configuration tried at seed 0: method, head, λ, options, validation mAP P_com (and its denominator) and
     #: P_up, whether it was chosen, and for Lorentz models the test-gallery radius diagnostics of the new model, its
-    #: old model and φ* (:func:`radius_diagnostics`, roles new / old / ref)
+    #: old model and φ* (:meth:`ModelRecord.radius_diagnostics`, roles new / old / ref)
     heads: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -161,7 +161,7 @@ def run_table(bench: Bench, sc: Scenario) -> TableResult:
             continue
         c = chosen[entry.name]
         old, ref = by_head[entry.geometry][c.config.head.name]
-        rows.append(_row(bench, entry, c, c.model, old, ref, seeds[0], c.detail))
+        rows.append(_row(bench, entry, c, c.record, old, ref, seeds[0], c.detail))
     best = best_baseline(bench, val_p_com)
     rows += _extra_seed_rows(bench, sc, old_sel, new_sel, chosen, best)
     models = {
@@ -176,23 +176,29 @@ def _row(
     bench: Bench,
     entry: MethodEntry,
     c: Chosen,
-    model: BenchModel,
+    rec: ModelRecord,
     old: BenchModel,
     ref: BenchModel,
     seed: int,
     detail: str,
 ) -> Row:
-    """A trained method's row at ``seed``, in its chosen configuration ``c``."""
+    """A trained method's row at ``seed``, in its chosen configuration ``c``, from its model's record (measured
+    against ``old`` and φ* ``ref``; the note says when their embeddings are no longer the ones it was measured
+    against: trained again since, on another machine or torch)."""
+    note = ""
+    if rec.parents_digest != bench.parents_digest(old, ref):
+        note = (
+            "measured against its old model and φ* as first trained (record " + rec.parents_digest + "); they were "
+            "trained again since and their test embeddings differ in the last bits"
+        )
     return table_row(
-        bench,
         entry,
-        model,
-        old,
-        ref,
+        rec,
         seed=seed,
         weight=c.config.weight,
         selection=detail,
-        seconds=model.seconds,
+        seconds=rec.seconds,
+        note=note,
         head=c.config.head.name,
         options=dict(c.config.options),
         configurations=c.configurations,
@@ -317,7 +323,7 @@ def _choose(
     never chosen (validation scores None)."""
     s, p = bench.settings, bench.params
     cfgs = entry_configs(bench, entry)
-    models: list[BenchModel | None] = []
+    models: list[ModelRecord | None] = []
     scores: list[Scored] = []
     first = len(record)
     for cfg in cfgs:
@@ -332,12 +338,12 @@ def _choose(
             record.append(tried | {"val_p_com": None, "val_p_com_den": None, "val_p_up": None, "chosen": False})
             record[-1]["diverged"] = str(err)
             continue
-        val = validation_scores(bench, m, old, ref)
+        val = validation_scores(m)
         models.append(m)
         scores.append(Scored(val["val_p_com"], val["val_p_up"]))
         record.append(tried | val | {"chosen": False})
         if entry.geometry == "lorentz":
-            record[-1] |= radius_diagnostics({"new": m, "old": old, "ref": ref})
+            record[-1] |= m.radius_diagnostics()
     i, rule = select_configuration(scores, s.p_up_floor)
     model = models[i]
     if model is None:

@@ -12,6 +12,7 @@ import torch
 from pydantic import ValidationError
 
 from benchmarks.profile import PROFILE_DIR, BenchSettings, Profile, load_profile
+from benchmarks.records import RecordStore
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
 from benchmarks.rerender import rerender_table
@@ -26,7 +27,8 @@ from tests.conftest import REPO, TINY_OVERRIDES
 ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 
 
-def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
+def tiny_bench(tmp: Path, methods: list[dict], records: Path | None = None, **settings) -> Bench:
+    """A bench of tiny models on digits (``tmp / "cache"``), keeping new models' records in ``records`` if given."""
     params = apply_overrides(
         load_params(REPO / "params.yaml"),
         [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
@@ -36,7 +38,8 @@ def tiny_bench(tmp: Path, methods: list[dict], **settings) -> Bench:
     )
     profile = Profile(name="tiny", description="test", bench=bench)
     logs: list[str] = []
-    b = Bench(profile, params, tmp / "cache", tmp / "datasets", log=logs.append)
+    store = RecordStore(records) if records is not None else None
+    b = Bench(profile, params, tmp / "cache", tmp / "datasets", log=logs.append, records=store)
     b.logs = logs  # type: ignore[attr-defined]
     return b
 
@@ -319,3 +322,33 @@ def test_a_configuration_that_diverges_is_recorded_never_chosen_and_not_trained_
     again = run_table(b2, make_scenario(b2, "ext_class"))
     assert not any(m.strip().startswith("training") for m in b2.logs)  # type: ignore[attr-defined]
     assert "recorded in" in next(h for h in again.heads if h["weight"] == 1e39)["diverged"]
+
+
+def test_kept_records_make_a_run_on_another_machine_train_only_the_old_models_and_references(tmp_path: Path):
+    """A run with a records folder keeps one record per new model (diverged ones too); a run with an empty model cache
+    and those records trains the old models and φ* again (their weights are needed) but no new model, and makes the
+    same table. A record measured against parents whose embeddings have changed since says so in its row."""
+    methods = [{"name": "bct", "method": "bct", "tune": True}, {"name": "psp", "method": "psp"}]
+    kept = tmp_path / "records"
+    first = tiny_bench(tmp_path / "a", methods, records=kept, tune_weights=[0.3, 1e39])
+    expected = run_table(first, make_scenario(first, "ext_class"))
+    # bct at λ 0.3 and 1e39 (diverged) at seed 0, at the chosen λ at seed 1
+    assert len(RecordStore(kept)) == 3
+    diverged = [json.loads(f.read_text()) for f in kept.glob("*.json") if json.loads(f.read_text())["diverged"]]
+    assert len(diverged) == 1 and "non-finite" in diverged[0]["diverged"] and diverged[0]["test"] == {}
+
+    other = tiny_bench(tmp_path / "b", methods, records=kept, tune_weights=[0.3, 1e39])
+    got = run_table(other, make_scenario(other, "ext_class"))
+    trained = [m.split(" (")[0].strip() for m in other.logs if m.strip().startswith("training")]  # type: ignore[attr-defined]
+    assert trained and all(t.split()[1].startswith(("old/", "reference/")) for t in trained), trained
+    assert [r.as_dict() for r in got.rows] == [r.as_dict() for r in expected.rows]
+    assert got.heads == expected.heads
+    assert not any(r.note.startswith("measured against") for r in got.rows)
+
+    # the seed-1 record as if measured against other parents' embeddings (another torch): its row says so
+    seed1 = next(f for f in kept.glob("*.json") if json.loads(f.read_text())["label"].endswith("seed=1"))
+    body = json.loads(seed1.read_text())
+    seed1.write_text(json.dumps(body | {"parents_digest": "0" * 16}))
+    third = tiny_bench(tmp_path / "b", methods, records=kept, tune_weights=[0.3, 1e39])
+    row = next(r for r in run_table(third, make_scenario(third, "ext_class")).rows if r.name == "bct" and r.seed == 1)
+    assert row.note.startswith("measured against its old model and φ* as first trained (record 0000")

@@ -52,10 +52,13 @@ def test_two_worker_processes_give_the_sequential_table_and_cache_and_resume_fro
     shutil.copytree(kept.parent, tmp_path / "par" / "cache" / "cache" / kept.parent.name)
     before = (tmp_path / "par" / "cache" / "cache" / kept.parent.name / "done.json").stat().st_mtime_ns
 
-    par = tiny_bench(tmp_path / "par", METHODS)
+    par = tiny_bench(tmp_path / "par", METHODS, records=tmp_path / "records")
     lines: list[str] = []
     counts = train_grid(par, make_scenario(par, "ext_class"), workers=2, log=lines.append)
     assert counts == {"trained": 6, "cached": 1}
+    # the workers measured each new model against its old model and φ* and kept its record
+    labels = sorted(json.loads(f.read_text())["label"] for f in (tmp_path / "records").glob("*.json"))
+    assert labels == sorted(["bct/λ=0.3/seed=0", "bct/λ=1/seed=0", f"bct/λ={expected.rows[0].weight:g}/seed=1"])
     assert not any("old/euclidean/seed=0 " in m for m in lines)  # not retrained
     assert any(m.startswith("[grid] wave 2") and ": 1 models to train" in m for m in lines)  # bct seed 1 waited
     assert _cache(tmp_path / "par")["old/euclidean/seed=0"].stat().st_mtime_ns == before

@@ -1,0 +1,98 @@
+"""Evaluation records: what a method table takes from each new model, kept beside the tables (docs/design.md §6.6).
+
+The model cache (checkpoints and embeddings, megabytes a model) lives in the bench home and goes with the machine,
+while the equal-budget tables need about two hundred models a scenario — some ten hours of a 2-core CPU, more than
+one session on one machine. A record holds everything a table takes from a new model — its validation and test
+metrics against its own old model and φ*, its diagnostics, its training meta, or that its training diverged — in a
+few kilobytes, as ``<records>/<id>.json`` (``bctflow bench`` keeps them under ``<out>/<profile>/records/``, committed
+with the tables). A run that finds a new model's record does not train it: on another machine only the old models
+and φ* are trained again (new models start from their weights; the training-free rows are theirs).
+
+A record names its old model and φ* by cache key and by a digest of their test embeddings
+(:attr:`ModelRecord.parents_digest`): a row whose parents were trained again since with embeddings that differ (another
+torch, another CPU) says so in its note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.io import atomic_write_text
+
+__all__ = ["ModelRecord", "RecordStore", "digest"]
+
+#: the four retrieval measurements a record holds for a split: the new model's self and cross scores, the old
+#: model's and φ*'s self scores (components.evaluation.gallery_metrics dicts: cmc@k, map)
+PAIRS = ("self", "cross", "old_self", "ref_self")
+
+
+def digest(*parts: bytes | str) -> str:
+    """sha256 over ``parts`` (hex, the first 16 digits)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A new model measured against its old model ``old_key`` and φ* ``ref_key``.
+
+    ``val`` / ``test``: split → {self, cross, old_self, ref_self} metric dicts; ``diagnostics``: the method's own
+    (``AlignmentLoss.diagnostics``) and, for Lorentz models, the radius diagnostics of the new model, its old model and
+    φ* (``clip_fraction_<role>``, ``uncertainty_std_<role>``, ``uncertainty_<old|new>_<seen|unseen>``); ``meta``: the
+    cache's ``done.json`` (training seconds, history, what the method chose from data); ``diverged``: the error when
+    training became non-finite (then the metrics are empty).
+    """
+
+    key: str
+    label: str
+    old_key: str
+    ref_key: str
+    parents_digest: str
+    space: str = "embedding"
+    meta: dict[str, Any] = field(default_factory=dict)
+    val: dict[str, dict[str, float]] = field(default_factory=dict)
+    test: dict[str, dict[str, float]] = field(default_factory=dict)
+    diagnostics: dict[str, float | None] = field(default_factory=dict)
+    diverged: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall seconds the model's training took (None for a model not trained: φ* under a training-free view)."""
+        s = self.meta.get("seconds")
+        return None if s is None else float(s)
+
+    def radius_diagnostics(self) -> dict[str, float | None]:
+        """The test-gallery radius diagnostics by role (``clip_fraction_<role>``, ``uncertainty_std_<role>``)."""
+        return {k: v for k, v in self.diagnostics.items() if k.startswith(("clip_fraction_", "uncertainty_std_"))}
+
+
+class RecordStore:
+    """The records of one benchmark profile: one JSON file per (new model, old model, φ*), written atomically."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def path(self, key: str, old_key: str, ref_key: str) -> Path:
+        return self.folder / f"{key}-{digest(old_key, ref_key)[:8]}.json"
+
+    def get(self, key: str, old_key: str, ref_key: str) -> ModelRecord | None:
+        """The record of model ``key`` against those parents, or None."""
+        path = self.path(key, old_key, ref_key)
+        if not path.is_file():
+            return None
+        return ModelRecord(**json.loads(path.read_text()))
+
+    def put(self, record: ModelRecord) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        body = json.dumps(asdict(record), indent=1, sort_keys=True, default=float)
+        atomic_write_text(self.path(record.key, record.old_key, record.ref_key), body + "\n")
+
+    def __len__(self) -> int:
+        return len(list(self.folder.glob("*.json"))) if self.folder.is_dir() else 0

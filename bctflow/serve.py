@@ -58,6 +58,12 @@ def bench_serve(
         max=32,
         help="side of the corpus's images (Fashion-MNIST resized, 28 = its own; default: the profile's)",
     ),
+    reuse: bool = typer.Option(
+        False,
+        "--reuse",
+        help="start from the workspace an earlier run with the same params prepared in --work (g0, g1 and the "
+        "published backfill), instead of building it again",
+    ),
 ) -> None:
     """The query service under load: throughput, latency, batching and a swap in mid-run (serve.json + report.md)."""
     from benchmarks.serve import run_serve_bench
@@ -74,6 +80,7 @@ def bench_serve(
             seconds=seconds,
             profile=profile,
             image_size=image_size,
+            reuse=reuse,
             command=command.strip(),
             log=lambda line: console.print(line, highlight=False),
         )

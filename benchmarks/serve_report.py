@@ -45,6 +45,16 @@ def render_report(r: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
         "",
+        *(
+            [
+                f"The workspace (g0, g1 and g1's published backfill, not yet switched) was prepared by an earlier run "
+                f"with the same params at {r['prepared_at']} and copied back (`--reuse`); every measurement below is "
+                "this run's.",
+                "",
+            ]
+            if r.get("reused_preparation")
+            else []
+        ),
         "| check | holds |",
         "|---|---|",
         *(f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks),

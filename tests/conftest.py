@@ -107,6 +107,7 @@ LONGEST_FIRST = (
     "tests/registry/tracking/test_registered_model.py",
     "tests/flows/steps/test_training_streamed.py",
     "tests/flows/steps/test_reembed.py",
+    "tests/benchmarks/test_serve.py",  # bench serve's preparation, kept and reused (~60-80 s; added 2026-12-05)
     "tests/flows/serving/test_app.py",
     "tests/flows/test_mlflow_story.py",
     "tests/flows/test_distributed_generation.py",

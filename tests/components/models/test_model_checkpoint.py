@@ -171,3 +171,23 @@ def test_the_mlr_logit_scale_is_saved_and_older_checkpoints_load_with_eq9(tmp_pa
         assert torch.equal(loaded(x).logits, model(x).logits)
     old_metadata = {k: v for k, v in tiny_spec().to_dict().items() if k != "mlr_scale"}
     assert ModelSpec.from_dict(old_metadata).mlr_scale == 1.0
+
+
+def test_a_model_is_loaded_into_uninitialised_tensors_and_one_with_tensors_its_file_lacks_is_built_whole(tmp_path):
+    """Loading builds the model on the meta device and takes the file's tensors as its parameters (no memory is
+    allocated and initialised only to be overwritten); a backbone with buffers its checkpoint does not hold (a Swin's
+    non-persistent relative-position index) is built whole instead. Both answer as the model that was saved."""
+    swin = {"img_size": 8, "patch_size": 2, "window_size": 2, "embed_dim": 8, "depths": (1, 1), "num_heads": (1, 1)}
+    for spec in (
+        tiny_spec(),
+        replace(tiny_spec(), backbone="swin_tiny_patch4_window7_224", backbone_kwargs=swin, small_stem=False),
+    ):
+        torch.manual_seed(0)
+        model = build_model(spec).eval()
+        save_model(model, tmp_path / "m.pt")
+        loaded = load_model(tmp_path / "m.pt")
+        assert not any(t.is_meta for t in (*loaded.parameters(), *loaded.buffers()))
+        assert all(isinstance(p, torch.nn.Parameter) and p.requires_grad for p in loaded.parameters())
+        x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            assert torch.equal(loaded(x).emb, model(x).emb)

@@ -89,18 +89,24 @@ def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[s
     return plan, str(index_dir), metrics
 
 
+def _preparing(raw: dict[str, Any]) -> dict[str, Any]:
+    """The params a prepared workspace depends on: all but ``serve:`` (the service's own settings, read from the
+    params file when it starts)."""
+    return {k: v for k, v in raw.items() if k != "serve"}
+
+
 def _prepare(work: Path, raw: dict[str, Any], reuse: bool, res: dict[str, Any], log: Callable[[str], None]) -> tuple:
     """The workspace up to the backfill's switch (step 1): g0 and g1 run, g1's full backfill published. A copy of it
     is kept in ``work/prepared`` (its plan and timings in ``prepared.json``); with ``reuse``, a kept copy prepared with
-    the same params is copied back instead of building it again (the paths inside it are the workspace's own, so it
-    goes back to the same place). Returns (home, plan, index dir, metrics)."""
+    the same params (:func:`_preparing`) is copied back instead of building it again (the paths inside it are the
+    workspace's own, so it goes back to the same place). Returns (home, plan, index dir, metrics)."""
     from flows.steps.backfill_spec import BackfillPlan
 
     kept, info = work / "prepared", work / "prepared" / "prepared.json"
     home, common = fresh_workspace(work, raw)
     if reuse and info.is_file():
         saved = json.loads(info.read_text())
-        if saved["raw"] == json.loads(json.dumps(raw, default=str)):
+        if _preparing(saved["raw"]) == _preparing(json.loads(json.dumps(raw, default=str))):
             shutil.rmtree(home)
             shutil.copytree(kept / "ws", home, symlinks=True)
             res.update(saved["timings"], prepared_at=saved["prepared_at"], reused_preparation=True)

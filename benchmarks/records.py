@@ -19,11 +19,16 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
 from components.io import atomic_write_text
+from components.losses import MethodDiagnostics, choose_alignment
 
-__all__ = ["ModelRecord", "RecordStore", "digest"]
+if TYPE_CHECKING:  # the bench imports this module: its types only for the checker
+    from benchmarks.runner import Bench, BenchModel
+
+__all__ = ["ModelRecord", "RecordStore", "digest", "evaluate", "parents_digest"]
 
 #: the four retrieval measurements a record holds for a split: the new model's self and cross scores, the old
 #: model's and φ*'s self scores (components.evaluation.gallery_metrics dicts: cmc@k, map)
@@ -96,3 +101,43 @@ class RecordStore:
 
     def __len__(self) -> int:
         return len(list(self.folder.glob("*.json"))) if self.folder.is_dir() else 0
+
+
+def parents_digest(old: BenchModel, ref: BenchModel) -> str:
+    """A digest of the old model's and φ*'s test embeddings (what a record's metrics were measured against)."""
+    return digest(*(m.test.z.tobytes() for m in (old, ref)))
+
+
+def evaluate(
+    bench: Bench,
+    label: str,
+    new: BenchModel,
+    old: BenchModel,
+    ref: BenchModel,
+    method: str,
+    options: dict[str, Any] | None,
+    *,
+    space: str = "embedding",
+) -> ModelRecord:
+    """``new`` measured against ``old`` and φ* ``ref`` in retrieval ``space`` (``embedding``, or the PSP / LSP
+    view the models are given in): self / cross / old self / φ* self on the validation split and the test gallery
+    (docs/design.md §6.3), the method's own diagnostics (on the test gallery, with the settings the model trained
+    with: HBCT's ε) and, for Lorentz embeddings, the radius diagnostics of all three (§4.5)."""
+    pairs = dict(zip(PAIRS, ((new, new), (new, old), (old, old), (ref, ref))))
+    val = {name: bench.metrics(q, g, "val") for name, (q, g) in pairs.items()}
+    test = {name: bench.metrics(q, g) for name, (q, g) in pairs.items()}
+    own = MethodDiagnostics()
+    if space == "embedding" and new.test.incompatibility(old.test) is None:
+        own = choose_alignment(method, options).diagnostics(new.meta.get("choices", {}), old.test, new.test)
+    diag: dict[str, float | None] = {**own.settings, **own.measured}
+    if new.spec.geometry == "lorentz" and space == "embedding":
+        roles = {"new": new, "old": old, "ref": ref}
+        radius = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in roles.items()}
+        radius |= {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in roles.items()}
+        diag = {**radius, **diag}
+        seen = list(old.spec.class_order)
+        for role, m in (("old", old), ("new", new)):
+            diag[f"uncertainty_{role}_seen"], diag[f"uncertainty_{role}_unseen"] = uncertainty_seen_unseen(
+                m.test.z, m.test.labels, seen, m.test.curvature
+            )
+    return ModelRecord(new.key, label, old.key, ref.key, parents_digest(old, ref), space, new.meta, val, test, diag)

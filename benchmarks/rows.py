@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmarks.profile import MethodEntry
-from benchmarks.records import ModelRecord
+from benchmarks.records import ModelRecord, evaluate
 from benchmarks.runner import Bench, BenchModel
 from components.data import DataManifest
 from components.errors import ConfigError
@@ -76,7 +76,7 @@ def table_row(
     configurations: int | None = None,
     selection_rule: str = "",
 ) -> Row:
-    """A method's row from the evaluation record of its new model (:meth:`~benchmarks.runner.Bench.evaluate`): the
+    """A method's row from the evaluation record of its new model (:func:`~benchmarks.records.evaluate`): the
     test gallery's self / cross / old self / φ* self and what P_up and P_com make of them (design §6.3)."""
     t = rec.test
     d = DerivedMetrics.measure(new_self=t["self"], cross=t["cross"], old_self=t["old_self"], ref_self=t["ref_self"])
@@ -115,7 +115,7 @@ def simplex_row(
     except ConfigError as err:
         return table_row(
             entry,
-            bench.evaluate(ref.label, ref, old, ref, kind, None, space=kind),
+            evaluate(bench, ref.label, ref, old, ref, kind, None, space=kind),
             seed=seed,
             weight=None,
             selection="not applicable",
@@ -128,7 +128,7 @@ def simplex_row(
     new, old, ref = ref.view(kind), old.view(kind), ref.view(kind)
     return table_row(
         entry,
-        bench.evaluate(new.label, new, old, ref, kind, None, space=kind),
+        evaluate(bench, new.label, new, old, ref, kind, None, space=kind),
         seed=seed,
         weight=None,
         selection="training-free",

@@ -22,15 +22,14 @@ from typing import Any
 import torch
 
 from benchmarks.profile import Arch, Profile
-from benchmarks.records import PAIRS, ModelRecord, RecordStore, digest
+from benchmarks.records import ModelRecord, RecordStore, evaluate, parents_digest
 from components.data import DataManifest, select_training_data
 from components.data.sources.split import SourceDataset
 from components.data.split import stratified_split
 from components.evaluation import gallery_metrics
-from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
 from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
-from components.losses import AlignmentChoice, AlignmentLoss, MethodDiagnostics, choose_alignment
+from components.losses import AlignmentChoice, AlignmentLoss
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import TrainConfig, TrainingDivergedError, TrainResult, embed_split, train_model
 from components.training.data import training_data
@@ -350,8 +349,8 @@ class Bench:
     def record(self, label: str, req: ModelRequest) -> ModelRecord:
         """The evaluation record of the new model ``req`` asks for against its old model and φ* (both required): the
         kept record when there is one (the model is not trained), else the model trained (or loaded from the cache),
-        measured by :meth:`evaluate` and kept. A model whose training diverged raises TrainingDivergedError, from
-        its record too."""
+        measured by :func:`~benchmarks.records.evaluate` and kept. A model whose training diverged raises
+        TrainingDivergedError, from its record too."""
         assert req.old is not None and req.reference is not None, "a record measures a model against both parents"
         old_key, ref_key = req.old.key, req.reference.key
         key = self.model_ref(label, req).key
@@ -359,56 +358,16 @@ class Bench:
         if rec is None:
             old, ref = self.load(req.old), self.load(req.reference)
             try:
-                rec = self.evaluate(label, self.train_model(label, req), old, ref, req.method, req.options)
+                rec = evaluate(self, label, self.train_model(label, req), old, ref, req.method, req.options)
             except TrainingDivergedError as err:
-                rec = ModelRecord(key, label, old_key, ref_key, self.parents_digest(old, ref), diverged=str(err))
+                rec = ModelRecord(key, label, old_key, ref_key, parents_digest(old, ref), diverged=str(err))
             if self.records is not None:
                 self.records.put(rec)
         if rec.diverged is not None:
             raise TrainingDivergedError(rec.diverged)
         return rec
 
-    def parents_digest(self, old: BenchModel, ref: BenchModel) -> str:
-        """A digest of the old model's and φ*'s test embeddings (what a record's metrics were measured against)."""
-        return digest(*(m.test.z.tobytes() for m in (old, ref)))
-
     # ----------------------------------------------------------------------------- evaluation
-    def evaluate(
-        self,
-        label: str,
-        new: BenchModel,
-        old: BenchModel,
-        ref: BenchModel,
-        method: str,
-        options: dict[str, Any] | None,
-        *,
-        space: str = "embedding",
-    ) -> ModelRecord:
-        """``new`` measured against ``old`` and φ* ``ref`` in retrieval ``space`` (``embedding``, or the PSP / LSP
-        view the models are given in): self / cross / old self / φ* self on the validation split and the test gallery
-        (docs/design.md §6.3), the method's own diagnostics (on the test gallery, with the settings the model trained
-        with: HBCT's ε) and, for Lorentz embeddings, the radius diagnostics of all three (§4.5)."""
-        pairs = dict(zip(PAIRS, ((new, new), (new, old), (old, old), (ref, ref))))
-        val = {name: self.metrics(q, g, "val") for name, (q, g) in pairs.items()}
-        test = {name: self.metrics(q, g) for name, (q, g) in pairs.items()}
-        own = MethodDiagnostics()
-        if space == "embedding" and new.test.incompatibility(old.test) is None:
-            own = choose_alignment(method, options).diagnostics(new.meta.get("choices", {}), old.test, new.test)
-        diag: dict[str, float | None] = {**own.settings, **own.measured}
-        if new.spec.geometry == "lorentz" and space == "embedding":
-            roles = {"new": new, "old": old, "ref": ref}
-            radius = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in roles.items()}
-            radius |= {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in roles.items()}
-            diag = {**radius, **diag}
-            seen = list(old.spec.class_order)
-            for role, m in (("old", old), ("new", new)):
-                diag[f"uncertainty_{role}_seen"], diag[f"uncertainty_{role}_unseen"] = uncertainty_seen_unseen(
-                    m.test.z, m.test.labels, seen, m.test.curvature
-                )
-        return ModelRecord(
-            new.key, label, old.key, ref.key, self.parents_digest(old, ref), space, new.meta, val, test, diag
-        )
-
     def metrics(self, query: BenchModel, gallery: BenchModel, split: str = "test") -> dict[str, float]:
         """M(φ_query, φ_gallery) on the test gallery (or the validation split), leave-one-out."""
         q, g = (query.test, gallery.test) if split == "test" else (query.val, gallery.val)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.profile import BenchSettings, HeadEntry, MethodEntry
-from benchmarks.records import ModelRecord
+from benchmarks.records import ModelRecord, parents_digest
 from benchmarks.rows import Row, option_text, simplex_row, table_row
 from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
@@ -186,7 +186,7 @@ def _row(
     against ``old`` and φ* ``ref``; the note says when their embeddings are no longer the ones it was measured
     against: trained again since, on another machine or torch)."""
     note = ""
-    if rec.parents_digest != bench.parents_digest(old, ref):
+    if rec.parents_digest != parents_digest(old, ref):
         note = (
             "measured against its old model and φ* as first trained (record " + rec.parents_digest + "); they were "
             "trained again since and their test embeddings differ in the last bits"

@@ -3,7 +3,7 @@
 1. the scale corpus (:mod:`benchmarks.scale_corpus`, its images ``image_size`` square: the profile's
    ``data.image_size`` unless given) and ``bctflow run`` g0 (its gallery, indexed with ``--index``) and g1; a full
    backfill with g1 re-embedded and published beforehand, not yet switched (kept, and with ``--reuse`` taken from
-   an earlier run with the same params: :func:`_prepare`);
+   an earlier run with the same params: :func:`benchmarks.serve_prepare.prepare`);
 2. ``bctflow serve`` started as a real process on a free loopback port;
 3. vector queries at ``concurrency`` → ``vector_qps`` / p50 / p99, against ``inprocess_search_qps`` (the same index
    searched in this process, queries per call = the mean served vector batch, read from ``/metrics``; also
@@ -27,12 +27,10 @@ machine's load around the measurements.
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,16 +45,16 @@ import numpy as np
 import psutil
 
 from benchmarks.profile import load_profile
-from benchmarks.scale import fresh_workspace, run_child, scale_params
+from benchmarks.scale import scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
+from benchmarks.serve_prepare import prepare
 from benchmarks.serve_report import render_report, swap_timeline
 from components.data.catalog import load_dataset
 from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
-from flows.params import params_from_dict
 
 __all__ = ["corpus_image_size", "run_serve_bench"]
 
@@ -75,64 +73,6 @@ def _free_port() -> int:
 def corpus_image_size(profile: str, given: int | None) -> int:
     """The side of the corpus's images: ``given``, else the profile's ``data.image_size`` (16 where it has none)."""
     return given or int(load_profile(profile)[1].data.image_size or 16)
-
-
-def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[str, float]]:
-    """A full backfill with g1: re-embedded and published, not switched. Returns (plan, index dir, metrics)."""
-    from flows.steps import publish, reembed
-    from flows.workspace import Workspace
-
-    p = params_from_dict(raw, "serve benchmark params")
-    plan = reembed.start(reembed.plan_backfill(p, Workspace(home), target=1, fraction=1.0))
-    reembed.reembed(plan, lambda n: None)
-    index_dir, metrics = publish.publish(plan)
-    return plan, str(index_dir), metrics
-
-
-def _preparing(raw: dict[str, Any]) -> dict[str, Any]:
-    """The params a prepared workspace depends on: all but ``serve:`` (the service's own settings, read from the
-    params file when it starts)."""
-    return {k: v for k, v in raw.items() if k != "serve"}
-
-
-def _prepare(work: Path, raw: dict[str, Any], reuse: bool, res: dict[str, Any], log: Callable[[str], None]) -> tuple:
-    """The workspace up to the backfill's switch (step 1): g0 and g1 run, g1's full backfill published. A copy of it
-    is kept in ``work/prepared`` (its plan and timings in ``prepared.json``); with ``reuse``, a kept copy prepared with
-    the same params (:func:`_preparing`) is copied back instead of building it again (the paths inside it are the
-    workspace's own, so it goes back to the same place). Returns (home, plan, index dir, metrics)."""
-    from flows.steps.backfill_spec import BackfillPlan
-
-    kept, info = work / "prepared", work / "prepared" / "prepared.json"
-    home, common = fresh_workspace(work, raw)
-    if reuse and info.is_file():
-        saved = json.loads(info.read_text())
-        if _preparing(saved["raw"]) == _preparing(json.loads(json.dumps(raw, default=str))):
-            shutil.rmtree(home)
-            shutil.copytree(kept / "ws", home, symlinks=True)
-            res.update(saved["timings"], prepared_at=saved["prepared_at"], reused_preparation=True)
-            log(f"reusing the workspace prepared at {saved['prepared_at']} ({kept})")
-            return home, BackfillPlan.model_validate_json(saved["plan"]), saved["index_dir"], saved["metrics"]
-        log(f"{kept} was prepared with other params: preparing again")
-    timings = {
-        "run_g0_s": run_child(["run", *common, "--generation", "g0"], log)["seconds"],
-        "run_g1_s": run_child(["run", *common, "--generation", "g1"], log)["seconds"],
-    }
-    t = time.perf_counter()
-    plan, index_dir, metrics = _prepare_backfill(home, raw)
-    timings["backfill_prepare_s"] = time.perf_counter() - t
-    res.update(timings, reused_preparation=False)
-    shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(home, kept / "ws", symlinks=True)
-    body = {
-        "raw": raw,
-        "plan": plan.model_dump_json(),
-        "index_dir": index_dir,
-        "metrics": metrics,
-        "timings": timings,
-        "prepared_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
-    info.write_text(json.dumps(body, default=str))
-    return home, plan, index_dir, metrics
 
 
 def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any, done: Any) -> None:
@@ -266,7 +206,7 @@ def run_serve_bench(
     log: Callable[[str], None] = print,
 ) -> Path:
     """Measure the service; write ``out/serve.json`` and ``out/report.md``. Returns the report's path. ``reuse``: start
-    from the workspace an earlier run with the same params prepared (:func:`_prepare`)."""
+    from the workspace an earlier run with the same params prepared (:func:`benchmarks.serve_prepare.prepare`)."""
     out.mkdir(parents=True, exist_ok=True)
     work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
     image_size = corpus_image_size(profile, image_size)
@@ -284,7 +224,7 @@ def run_serve_bench(
         "image_size": image_size,
         "torch_threads": _TORCH_THREADS,
     }
-    home, plan, new_index, metrics = _prepare(work, raw, reuse, res, log)
+    home, plan, new_index, metrics = prepare(work, raw, reuse, res, log)
     live = LivePointer(home / "live")
     old_index = live.serving_index()
     store = GalleryStore(GalleryVersion.of_index(live.pointer()["index"]).serving().gallery)

@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks.scale import scale_params
 from benchmarks.scale_corpus import build_scale_corpus
-from benchmarks.serve import _prepare, corpus_image_size
+from benchmarks.serve import corpus_image_size
+from benchmarks.serve_prepare import prepare
 from components.data.catalog import load_dataset
 from components.indexing.live import LivePointer
 
@@ -34,14 +35,14 @@ def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitc
     raw = scale_params("cpu", tmp_path / "corpus", "hnsw", 8192, 1, None, "faiss")
     raw["data"] |= {"image_size": 8, "max_train_per_class": 20, "max_test_per_class": 10}
     first: dict = {}
-    home, plan, index_dir, metrics = _prepare(work, raw, True, first, print)  # nothing kept yet: prepared
+    home, plan, index_dir, metrics = prepare(work, raw, True, first, print)  # nothing kept yet: prepared
     assert first["reused_preparation"] is False and first["run_g0_s"] > 0
     publish.switch(plan, Path(index_dir), metrics)
     assert LivePointer(home / "live").pointer()["version"] == 1
 
     again: dict = {}
     lines: list[str] = []
-    home2, plan2, index_dir2, metrics2 = _prepare(work, raw, True, again, lines.append)
+    home2, plan2, index_dir2, metrics2 = prepare(work, raw, True, again, lines.append)
     assert home2 == home and again["reused_preparation"] is True and again["run_g0_s"] == first["run_g0_s"]
     assert not any(line.startswith("$ bctflow run") for line in lines) and "reusing the workspace" in lines[0]
     assert LivePointer(home / "live").pointer()["version"] == 0  # the kept copy was never switched

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from components.evaluation.diagnostics import clip_fraction, uncertainty_seen_unseen, uncertainty_std
+from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
 from components.losses import MethodDiagnostics, choose_alignment
-
-if TYPE_CHECKING:  # the bench imports this module: its types only for the checker
-    from benchmarks.runner import Bench, BenchModel
+from components.models import ModelSpec
 
 __all__ = ["ModelRecord", "RecordStore", "digest", "evaluate", "parents_digest"]
 
@@ -103,29 +103,43 @@ class RecordStore:
         return len(list(self.folder.glob("*.json"))) if self.folder.is_dir() else 0
 
 
-def parents_digest(old: BenchModel, ref: BenchModel) -> str:
+class Measured(Protocol):
+    """What a record is made from: a benchmark model with its embeddings (:class:`benchmarks.runner.BenchModel`)."""
+
+    key: str
+    spec: ModelSpec
+    meta: dict[str, Any]
+    val: GalleryEmbeddings
+    test: GalleryEmbeddings
+
+
+#: M(φ_query, φ_gallery) on a split ("val" | "test"): :meth:`benchmarks.runner.Bench.metrics`
+Metrics = Callable[[Measured, Measured, str], dict[str, float]]
+
+
+def parents_digest(old: Measured, ref: Measured) -> str:
     """A digest of the old model's and φ*'s test embeddings (what a record's metrics were measured against)."""
     return digest(*(m.test.z.tobytes() for m in (old, ref)))
 
 
 def evaluate(
-    bench: Bench,
+    metrics: Metrics,
     label: str,
-    new: BenchModel,
-    old: BenchModel,
-    ref: BenchModel,
+    new: Measured,
+    old: Measured,
+    ref: Measured,
     method: str,
     options: dict[str, Any] | None,
     *,
     space: str = "embedding",
 ) -> ModelRecord:
-    """``new`` measured against ``old`` and φ* ``ref`` in retrieval ``space`` (``embedding``, or the PSP / LSP
-    view the models are given in): self / cross / old self / φ* self on the validation split and the test gallery
-    (docs/design.md §6.3), the method's own diagnostics (on the test gallery, with the settings the model trained
-    with: HBCT's ε) and, for Lorentz embeddings, the radius diagnostics of all three (§4.5)."""
+    """``new`` measured by ``metrics`` against ``old`` and φ* ``ref`` in retrieval ``space`` (``embedding``, or the
+    PSP / LSP view the models are given in): self / cross / old self / φ* self on the validation split and the test
+    gallery (docs/design.md §6.3), the method's own diagnostics (on the test gallery, with the settings the model
+    trained with: HBCT's ε) and, for Lorentz embeddings, the radius diagnostics of all three (§4.5)."""
     pairs = dict(zip(PAIRS, ((new, new), (new, old), (old, old), (ref, ref))))
-    val = {name: bench.metrics(q, g, "val") for name, (q, g) in pairs.items()}
-    test = {name: bench.metrics(q, g) for name, (q, g) in pairs.items()}
+    val = {name: metrics(q, g, "val") for name, (q, g) in pairs.items()}
+    test = {name: metrics(q, g, "test") for name, (q, g) in pairs.items()}
     own = MethodDiagnostics()
     if space == "embedding" and new.test.incompatibility(old.test) is None:
         own = choose_alignment(method, options).diagnostics(new.meta.get("choices", {}), old.test, new.test)

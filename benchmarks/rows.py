@@ -115,7 +115,7 @@ def simplex_row(
     except ConfigError as err:
         return table_row(
             entry,
-            evaluate(bench, ref.label, ref, old, ref, kind, None, space=kind),
+            evaluate(bench.metrics, ref.label, ref, old, ref, kind, None, space=kind),
             seed=seed,
             weight=None,
             selection="not applicable",
@@ -128,7 +128,7 @@ def simplex_row(
     new, old, ref = ref.view(kind), old.view(kind), ref.view(kind)
     return table_row(
         entry,
-        evaluate(bench, new.label, new, old, ref, kind, None, space=kind),
+        evaluate(bench.metrics, new.label, new, old, ref, kind, None, space=kind),
         seed=seed,
         weight=None,
         selection="training-free",

@@ -358,7 +358,7 @@ class Bench:
         if rec is None:
             old, ref = self.load(req.old), self.load(req.reference)
             try:
-                rec = evaluate(self, label, self.train_model(label, req), old, ref, req.method, req.options)
+                rec = evaluate(self.metrics, label, self.train_model(label, req), old, ref, req.method, req.options)
             except TrainingDivergedError as err:
                 rec = ModelRecord(key, label, old_key, ref_key, parents_digest(old, ref), diverged=str(err))
             if self.records is not None:

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from components.data.sources.split import SourceDataset
 from components.errors import ConfigError, DataError
-from components.models import ModelSpec, build_model
+from components.models import ModelSpec, build_meta_model
 from components.models.backbone import check_backbone_runs
 from components.training.device import select_device
 from flows.data import open_corpus
@@ -86,9 +84,7 @@ def check_evaluation_split(test: SourceDataset, dataset: str) -> None:
 def _build_on_meta(spec: ModelSpec, pretrained_path: str | None) -> int:
     """Build the model on the meta device (no memory, no compute) and run its backbone on a batch of the images it
     will see (some ``backbone_kwargs`` only fail there); its parameter count."""
-    with warnings.catch_warnings(), torch.device("meta"):
-        warnings.simplefilter("ignore")  # "copying … to a meta parameter … is a no-op": intended here
-        model = build_model(spec, pretrained_path)
+    model = build_meta_model(spec, pretrained_path)
     n_params = sum(p.numel() for p in model.parameters())
     check_backbone_runs(
         model.backbone,

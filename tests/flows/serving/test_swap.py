@@ -114,3 +114,23 @@ def test_a_replaced_version_is_released_in_the_loader_once_the_requests_on_it_an
     loader.join(5)
     assert old.released_in == "loader"
     manager.close()
+
+
+def test_the_loader_thread_runs_at_idle_priority_and_the_request_threads_keep_theirs():
+    """On Linux the loader runs under SCHED_IDLE (a swap's FAISS read and unpickling take no core a request wants);
+    the thread that asked keeps the normal policy."""
+    import os
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flows.serving.swap import _low_priority
+
+    def policy() -> int:
+        return os.sched_getscheduler(threading.get_native_id())
+
+    with ThreadPoolExecutor(1, initializer=_low_priority) as loader:
+        inside = loader.submit(policy).result()
+    if sys.platform.startswith("linux"):
+        assert inside == os.SCHED_IDLE
+    assert policy() == os.SCHED_OTHER

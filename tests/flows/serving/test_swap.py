@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+import pytest
 from PIL import Image
 
 from components.indexing.faiss_index import INDEX_FILE, MANIFEST_FILE
 from components.indexing.live import LivePointer
 from flows.params import load_params
+from flows.serving.swap import _low_priority
 from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running, wait_for
 from tests.helpers import run_backfill
@@ -86,7 +92,6 @@ def test_a_backfill_switch_is_noticed_and_swapped_in_and_a_mixed_gallery_is_serv
 def test_a_replaced_version_is_released_in_the_loader_once_the_requests_on_it_answer(tmp_path):
     """The old index and models are let go of in the loader thread, after the last request that started on the old
     version answered — never under a request still using it, never on a request's thread."""
-    import threading
     import time
 
     from flows.params import params_from_dict
@@ -116,21 +121,14 @@ def test_a_replaced_version_is_released_in_the_loader_once_the_requests_on_it_an
     manager.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 def test_the_loader_thread_runs_at_idle_priority_and_the_request_threads_keep_theirs():
-    """On Linux the loader runs under SCHED_IDLE (a swap's FAISS read and unpickling take no core a request wants);
-    the thread that asked keeps the normal policy."""
-    import os
-    import sys
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
-    from flows.serving.swap import _low_priority
+    """The loader runs under SCHED_IDLE (a swap's FAISS read and unpickling take no core a request wants); the thread
+    that asked keeps the normal policy."""
 
     def policy() -> int:
         return os.sched_getscheduler(threading.get_native_id())
 
     with ThreadPoolExecutor(1, initializer=_low_priority) as loader:
-        inside = loader.submit(policy).result()
-    if sys.platform.startswith("linux"):
-        assert inside == os.SCHED_IDLE
+        assert loader.submit(policy).result() == os.SCHED_IDLE
     assert policy() == os.SCHED_OTHER

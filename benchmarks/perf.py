@@ -40,11 +40,11 @@ import torch.nn.functional as F
 
 from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.perf_report import perf_report
+from benchmarks.report import write_run_report
 from components.data.base import ArrayDataset
 from components.data.batches import ImageTensor, to_image_tensor
 from components.geometry import expmap0
 from components.indexing import GalleryIndex
-from components.io import atomic_write_text
 from components.losses import create_alignment
 from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model
@@ -346,7 +346,4 @@ def run_perf(
         log("flow: the demo's two generations")
         perf["flow"] = flow()
     perf["seconds"] = time.perf_counter() - t0
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "perf.json", json.dumps(perf, indent=1) + "\n")
-    atomic_write_text(out / "report.md", perf_report(perf))
-    return out / "report.md"
+    return write_run_report(out, "perf.json", perf, perf_report)

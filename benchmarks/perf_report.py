@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.report import provenance_lines
+
 __all__ = ["perf_report"]
 
 
@@ -51,6 +53,7 @@ def perf_report(perf: dict[str, Any]) -> str:
         f"- device: {perf['device']}; precision {perf['precision']}; compile {perf['training'].get('compile', 'off')};"
         f" torch {perf['torch']}",
         f"- date: {perf['date']}; total wall time {perf['seconds'] / 60:.1f} min",
+        *provenance_lines(perf),
         "",
         "Each ratio compares two measurements taken alternately in this one run (best of the repeats); "
         "benchmarks/perf.py says what each side is.",

@@ -1,4 +1,9 @@
-"""Benchmark reports: markdown + CSV + JSON of a method table (the sequential one: report_sequential)."""
+"""Benchmark reports: markdown + CSV + JSON of a method table (the sequential one: report_sequential), and the
+JSON + markdown of the single-run benchmarks (perf, scale, serve, transform: :func:`write_run_report`).
+
+Every report records where its numbers come from — :func:`flows.provenance.describe_run`, under ``provenance``: in
+the ``context`` of a table's results.json (its header's facts; ``run.py`` puts it there), at the top level of the
+single-run benchmarks' JSON — and shows it in one line of report.md."""
 
 from __future__ import annotations
 
@@ -14,12 +19,19 @@ from benchmarks.scenarios import Row, Scenario, TableResult
 from benchmarks.selection import RULE_TEXT
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
+from flows.provenance import describe_run, provenance_line
 
-__all__ = ["fmt", "report_header", "write_report_files", "write_table_report"]
+__all__ = ["fmt", "provenance_lines", "report_header", "write_report_files", "write_run_report", "write_table_report"]
 
 
 def fmt(v: float | None, d: int = 4) -> str:
     return "—" if v is None else f"{v:.{d}f}"
+
+
+def provenance_lines(doc: dict[str, Any], prefix: str = "- ") -> list[str]:
+    """The report line of ``doc``'s ``provenance`` (none for a report written before it was recorded)."""
+    p = doc.get("provenance")
+    return [f"{prefix}provenance: {provenance_line(p)}"] if p else []
 
 
 def report_header(title: str, ctx: dict[str, Any]) -> list[str]:
@@ -35,6 +47,7 @@ def report_header(title: str, ctx: dict[str, Any]) -> list[str]:
         f"({ctx['wall_seconds']:.0f} s); seeds {ctx['seeds']}",
         f"- models trained: {ctx.get('execution', 'sequential (one process)')}",
         f"- date: {ctx['date']}",
+        *provenance_lines(ctx),
         "",
     ]
 
@@ -50,6 +63,17 @@ def write_report_files(
     atomic_write_text(md, "\n".join(lines) + "\n")
     write_csv(out_dir / "results.csv")
     atomic_write_text(out_dir / "results.json", json.dumps(results(), indent=1, default=str))
+    return md
+
+
+def write_run_report(out: Path, name: str, res: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> Path:
+    """Record :func:`~flows.provenance.describe_run` in ``res`` (``provenance``), then write ``out/name`` (JSON) and
+    ``out/report.md`` (``render(res)``); returns report.md. The writer of each single-run benchmark's report."""
+    res["provenance"] = describe_run()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / name, json.dumps(res, indent=1, default=float) + "\n")
+    md = out / "report.md"
+    atomic_write_text(md, render(res))
     return md
 
 

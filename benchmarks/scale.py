@@ -85,6 +85,7 @@ import yaml
 
 from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
+from benchmarks.report import provenance_lines, write_run_report
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
 from benchmarks.scale_workers import items_in_parts, past_half
@@ -103,7 +104,7 @@ from flows.specs import index_config
 from flows.steps.gallery_pipeline import embed_gallery
 from flows.workspace import Workspace
 
-__all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params"]
+__all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params", "write_scale_report"]
 
 _BARE_ITEMS = 40_000  # items timed for embed_vs_bare
 
@@ -310,10 +311,12 @@ def run_scale(
     res["eval_10k_s"], res["eval_10k_matmul_s"], res["eval_10k_vs_matmul"] = ev["eval_s"], ev["matmul_s"], ev["ratio"]
     res["corpus_build_s"] = corpus_s
     res["torch_threads"] = torch.get_num_threads()
-    (out / "scale.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    md = out / "report.md"
-    md.write_text(_report(res))
-    return md
+    return write_scale_report(res, out)
+
+
+def write_scale_report(res: dict[str, Any], out: Path) -> Path:
+    """``out/scale.json`` (``res`` and its provenance) and ``out/report.md``; returns the md."""
+    return write_run_report(out, "scale.json", res, _report)
 
 
 def _after_resume(home: Path) -> dict[str, Any]:
@@ -385,13 +388,13 @@ def _plan_vs_actual(output: str) -> dict[str, float]:
 
 
 def _report(r: dict[str, Any]) -> str:
-    rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in r.items()]
-    body = "\n".join(f"| `{k}` | {v} |" for k, v in rows)
+    rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in r.items() if k != "provenance"]
+    body = "".join(f"| `{k}` | {v} |\n" for k, v in rows)
+    sweep = f" --workers-sweep {r['workers_sweep']}" if r.get("workers_sweep") else ""
     return (
         f"# Scale benchmark: {r['items']:,} items, index {r['index_type']}, store {r['store']}\n\n"
         f"Command: `bctflow bench scale --items {r['items']} --index {r['index_type']} --store {r['store']} "
-        f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']}"
-        + (f" --workers-sweep {r['workers_sweep']}" if r.get("workers_sweep") else "")
-        + " --out DIR`\n\n"
-        "| key | value |\n|---|---|\n" + body + "\n"
+        f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']}{sweep} --out DIR`\n\n"
+        + "".join(f"{line}\n\n" for line in provenance_lines(r, prefix=""))
+        + f"| key | value |\n|---|---|\n{body}"
     )

@@ -28,7 +28,6 @@ machine's load around the measurements.
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -45,6 +44,7 @@ import numpy as np
 import psutil
 
 from benchmarks.profile import load_profile
+from benchmarks.report import write_run_report
 from benchmarks.scale import scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
@@ -56,7 +56,7 @@ from components.indexing.live import LivePointer
 from components.indexing.store import GalleryStore
 from components.indexing.version import GalleryVersion
 
-__all__ = ["corpus_image_size", "run_serve_bench"]
+__all__ = ["corpus_image_size", "run_serve_bench", "write_serve_report"]
 
 #: torch's intra-op (and FAISS's OpenMP) threads, the service's and the in-process baselines' alike: on 2 cores shared
 #: with the load generator (and other work) a 2-thread forward's spinning threads lose their core and crawl (12–2,300
@@ -347,7 +347,10 @@ def run_serve_bench(
     res["service_swap_log"] = [line.split("bctflow.serve ", 1)[1] for line in log_lines if "bctflow.serve INFO" in line]
     res["cpu_cores"] = os.cpu_count()
     res["load_average_1m_at_start"], res["load_average_1m_at_end"] = load_start, os.getloadavg()[0]
-    (out / "serve.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    md = out / "report.md"
-    md.write_text(render_report(res, command))
-    return md
+    return write_serve_report(res, out, command)
+
+
+def write_serve_report(res: dict[str, Any], out: Path, command: str) -> Path:
+    """``out/serve.json`` (``res`` and its provenance) and ``out/report.md`` (``command``: the run's); returns the
+    md."""
+    return write_run_report(out, "serve.json", res, lambda r: render_report(r, command))

@@ -4,9 +4,9 @@ values (:mod:`benchmarks.serve` measures them)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
+from benchmarks.report import provenance_lines
 from benchmarks.serve_load import percentile_ms
 
 __all__ = ["render_report", "swap_timeline"]
@@ -43,8 +43,9 @@ def render_report(r: dict[str, Any], command: str) -> str:
         f"# Serving benchmark: {r['items']:,} items, index {r['index_type']}, concurrency {r['concurrency']} (vector "
         f"queries), {r['image_concurrency']} (image queries)",
         "",
-        f"Command: `{command}` (one run, loopback, {os.cpu_count()} CPU cores).",
+        f"Command: `{command}` (one run, loopback, {r['cpu_cores']} CPU cores).",
         "",
+        *(f"{line}\n" for line in provenance_lines(r, prefix="")),
         *(
             [
                 f"The workspace (g0, g1 and g1's published backfill, not yet switched) was prepared by an earlier run "

@@ -23,13 +23,13 @@ the other in this run. Writes ``DIR/transform.json`` and ``DIR/report.md``. Keys
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import provenance_lines, write_run_report
 from benchmarks.scale import corpus_rate, fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from components.data.catalog import load_dataset
@@ -38,7 +38,7 @@ from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
 from flows.workspace import Workspace
 
-__all__ = ["RATIO_BAR", "run_transform_bench"]
+__all__ = ["RATIO_BAR", "run_transform_bench", "write_transform_report"]
 
 #: the items/s a transform must reach, as a multiple of the full re-embedding's on the same corpus
 RATIO_BAR = 20.0
@@ -112,10 +112,12 @@ def run_transform_bench(
         "reembed_map": reembed.metrics.get("map"),
         "old_map": float(old.group(1)) if old else None,
     }
-    (out / "transform.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    md = out / "report.md"
-    md.write_text(_report(res))
-    return md
+    return write_transform_report(res, out)
+
+
+def write_transform_report(res: dict[str, Any], out: Path) -> Path:
+    """``out/transform.json`` (``res`` and its provenance) and ``out/report.md``; returns the md."""
+    return write_run_report(out, "transform.json", res, _report)
 
 
 def _report(r: dict[str, Any]) -> str:
@@ -132,6 +134,7 @@ def _report(r: dict[str, Any]) -> str:
             + f" (profile {r['profile']}); both backfills of the same corpus, one after the other, in one run, "
             "through the same backfill machinery.",
             "",
+            *(f"{line}\n" for line in provenance_lines(r, prefix="")),
             "| backfill | items | items/s (carrying / embedding) | whole command, s | peak RSS, MB | mAP after |",
             "|---|---:|---:|---:|---:|---:|",
             f"| transform (bridge {r['map_kind']}, {r['paired_items']} pairs) | {r['transform_items']:,} | "

@@ -1,4 +1,5 @@
-"""Where a run comes from: the Prefect flow run that executes it and the git commit of the code (docs/design.md §7.17).
+"""Where a run comes from: the Prefect flow run that executes it and the git commit of the code (docs/design.md §7.17),
+and — for a benchmark's report — the machine and library versions it ran on (:func:`describe_run`).
 
 The MLflow run of a generation is tagged with both; the Prefect flow run's artifact links back to the MLflow run.
 A URL is given only where it can be opened: the Prefect UI's when a Prefect server was configured
@@ -10,10 +11,20 @@ database store (the workspace's default) the link is the page's path under ``mlf
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from pathlib import Path
+from typing import Any
 
-__all__ = ["MLFLOW_UI", "git_commit", "mlflow_run_url", "prefect_flow_run"]
+__all__ = [
+    "MLFLOW_UI",
+    "code_commit",
+    "describe_run",
+    "git_commit",
+    "mlflow_run_url",
+    "prefect_flow_run",
+    "provenance_line",
+]
 
 #: where ``mlflow ui`` serves by default (a database tracking store has no URL of its own)
 MLFLOW_UI = "http://127.0.0.1:5000"
@@ -36,14 +47,14 @@ def prefect_flow_run() -> dict[str, str]:
     return tags
 
 
-def git_commit(root: Path | None = None) -> dict[str, str]:
-    """MLflow's git tags for the code's checkout (commit; ``bctflow.git_dirty``: uncommitted changes to tracked
-    files). Empty where the code is not a git checkout (an installed wheel) or git is not installed."""
+def code_commit(root: Path | None = None) -> tuple[str, bool] | None:
+    """The commit checked out in the code's git checkout and whether its tracked files are unchanged (untracked files
+    do not count). None where the code is not a git checkout (an installed wheel) or git is not installed."""
     import components
 
     base = root if root is not None else Path(components.__file__).resolve().parent.parent
     if not (base / ".git").exists():
-        return {}
+        return None
     try:
         head = subprocess.run(
             ["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
@@ -56,8 +67,79 @@ def git_commit(root: Path | None = None) -> dict[str, str]:
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        return None
+    return head, not dirty
+
+
+def git_commit(root: Path | None = None) -> dict[str, str]:
+    """MLflow's git tags for the code's checkout (commit; ``bctflow.git_dirty``: uncommitted changes to tracked
+    files). Empty where :func:`code_commit` finds no checkout."""
+    state = code_commit(root)
+    if state is None:
         return {}
-    return {"mlflow.source.git.commit": head, "bctflow.git_dirty": str(bool(dirty)).lower()}
+    head, clean = state
+    return {"mlflow.source.git.commit": head, "bctflow.git_dirty": str(not clean).lower()}
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows of it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _gpu() -> str | None:
+    """The CUDA devices torch sees (``2 x NAME`` for several alike), or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    if len(set(names)) == 1:
+        return names[0] if len(names) == 1 else f"{len(names)} x {names[0]}"
+    return ", ".join(names)
+
+
+def describe_run() -> dict[str, Any]:
+    """What a benchmark's numbers were measured with: the code (``commit``, None outside a git checkout;
+    ``tree_clean``: no uncommitted changes to tracked files, None likewise), the machine (``cpu`` model, ``cores``
+    of the machine and ``cores_usable`` by this process, ``gpu`` the CUDA devices or None, ``platform``) and the
+    versions of ``torch``, ``faiss`` and ``python``. Every report ``bctflow bench`` writes records it under
+    ``provenance`` (rendered by :func:`provenance_line`)."""
+    import faiss
+    import torch
+
+    state = code_commit()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "commit": state[0] if state else None,
+        "tree_clean": state[1] if state else None,
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": usable,
+        "gpu": _gpu(),
+        "torch": torch.__version__,
+        "faiss": faiss.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def provenance_line(p: dict[str, Any]) -> str:
+    """:func:`describe_run`'s record in one line of a report."""
+    if p["commit"] is None:
+        code = "code outside a git checkout"
+    else:
+        code = f"code {p['commit'][:12]}" + ("" if p["tree_clean"] else " with uncommitted changes")
+    return (
+        f"{code}; CPU {p['cpu']}, {p['cores']} cores ({p['cores_usable']} usable); GPU {p['gpu'] or 'none'}; "
+        f"torch {p['torch']}, FAISS {p['faiss']}, Python {p['python']}; {p['platform']}"
+    )
 
 
 def mlflow_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:

@@ -16,13 +16,16 @@ from benchmarks.records import RecordStore
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
 from benchmarks.rerender import rerender_table
+from benchmarks.run import _context
 from benchmarks.runner import Bench, ModelRequest
 from benchmarks.scenarios import make_scenario, run_table
 from benchmarks.selection import SELECTION_RULES
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from flows.params import apply_overrides, load_params
+from flows.provenance import describe_run
 from tests.conftest import REPO, TINY_OVERRIDES
+from tests.flows.test_provenance import check_provenance
 
 ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 
@@ -61,7 +64,14 @@ CTX = {
     "selection_rule": "the rule",
     "date": "today",
     "wall_seconds": 1.0,
+    "provenance": describe_run(),
 }
+
+
+def check_written_provenance(folder: Path) -> None:
+    """The report in ``folder`` records the run's provenance (results.json's context) and shows it in report.md."""
+    doc = json.loads((folder / "results.json").read_text())
+    check_provenance(doc["context"]["provenance"], (folder / "report.md").read_text())
 
 
 def test_ext_class_table(tmp_path: Path):
@@ -134,7 +144,8 @@ def test_ext_class_table(tmp_path: Path):
     top = max(h["clip_fraction_new"] for h in res.heads if h["method"] == "hbct")  # the table's own reference
     assert ("saturated reference: hbct on head params" if top >= 0.5 else "no configuration tried saturated") in section
     assert "| bct |" not in section  # a Euclidean method has no such diagnostics
-    rendered = rerender_table(tmp_path / "report")
+    check_written_provenance(tmp_path / "report")
+    rendered = rerender_table(tmp_path / "report")  # the run's provenance, not the re-rendering's
     assert rendered.read_text() == text
 
 
@@ -179,6 +190,7 @@ def test_sequential_matrix_and_summary(tmp_path: Path):
     assert "| bt2 |" in md.read_text()
     data = json.loads((tmp_path / "seq" / "results.json").read_text())
     assert set(data["summary"]) == {"independent", "bct", "bt2", "psp"}
+    check_written_provenance(tmp_path / "seq")
 
 
 def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
@@ -230,6 +242,13 @@ def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):
     md = write_partial_report(res, CTX, tmp_path / "pb")
     assert (tmp_path / "pb" / "curve.png").stat().st_size > 1000 and "Area under the mAP curve" in md.read_text()
     assert "served mAP@R (merge: rank)" in md.read_text()
+    check_written_provenance(tmp_path / "pb")
+
+
+def test_the_context_of_every_table_records_where_the_run_comes_from(tmp_path: Path):
+    """`bctflow bench` (and `bench routes`) hand every table writer this context: the code's commit and the machine."""
+    b = tiny_bench(tmp_path, [{"name": "bct", "method": "bct"}])
+    check_provenance(_context(b.profile, b.params, b, "bctflow bench --scenario ext_class")["provenance"])
 
 
 def test_method_params_override_only_that_methods_model(tmp_path: Path):

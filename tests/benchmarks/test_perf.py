@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from benchmarks.perf import _timed, _timed_images, flow_compute, run_perf
+from benchmarks.perf_report import perf_report
+from tests.conftest import REPO
+from tests.flows.test_provenance import check_provenance
 
+COMMITTED = sorted((REPO / "benchmarks" / "results" / "perf").glob("*/perf.json"))
 RATIOS = ("train_vs_bare", "aligned_vs_independent", "embed_vs_bare", "eval_10k_vs_matmul", "knn_lorentz_vs_cosine")
 
 
@@ -64,3 +69,10 @@ def test_run_perf_measures_every_ratio_and_writes_json_and_report(tmp_path):
     )
     assert "| flow_wall_vs_compute | 1.2 | 12.0 s wall | 10.0 s training |" in report
     assert all(f"| {name} | " in report for name in RATIOS) and len(logged) >= 5
+    check_provenance(perf["provenance"], report)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_a_committed_report_is_the_rendering_of_its_perf_json(path: Path):
+    """Reports written before the provenance was recorded render as they were."""
+    assert perf_report(json.loads(path.read_text())) == (path.parent / "report.md").read_text()

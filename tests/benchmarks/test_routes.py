@@ -13,7 +13,7 @@ import pytest
 from benchmarks.routes import MAP_KINDS, PAIRED_FRACTIONS, run_routes
 from benchmarks.routes_report import write_routes_report
 from components.errors import ConfigError
-from tests.benchmarks.test_bench_runs import CTX, tiny_bench
+from tests.benchmarks.test_bench_runs import CTX, check_written_provenance, tiny_bench
 from tests.benchmarks.test_committed_results import check_routes_auto
 
 
@@ -51,5 +51,6 @@ def test_every_route_is_measured_per_seed_and_the_report_applies_the_rule_to_its
     text = md.read_text()
     assert "| backfill | " in text and "not fitted: 1 pairs, a 16-wide map needs 32" in text
     check_routes_auto(json.loads((tmp_path / "report" / "results.json").read_text()))
+    check_written_provenance(tmp_path / "report")
     with pytest.raises(ConfigError, match="^bctflow bench routes runs ext_class or ext_data, not 'both'$"):
         run_routes(b, "both")

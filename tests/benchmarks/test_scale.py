@@ -1,12 +1,18 @@
 """Pieces of ``bctflow bench scale`` (benchmarks/scale.py) that run without the Fashion-MNIST corpus: reading the
 backfill's own log lines (its items and rate; its plan against its embedding phase). The store's keys and the cosine
-view of a Lorentz corpus: test_scale_store.py."""
+view of a Lorentz corpus: test_scale_store.py. And its report's writer, on a committed run's numbers."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from benchmarks.scale import _plan_vs_actual, corpus_rate
+from benchmarks.scale import _plan_vs_actual, corpus_rate, write_scale_report
+from flows.provenance import provenance_line
+from tests.conftest import REPO
+from tests.flows.test_provenance import check_provenance
 
 
 def test_the_backfill_log_line_gives_items_and_rate():
@@ -39,3 +45,14 @@ def test_the_backfills_logged_plan_is_set_against_its_embedding_phase():
     assert _plan_vs_actual(out) == {"plan_predicted_s": 52.0, "plan_actual_s": 56.0, "plan_predicted_total_s": 61.5}
     with pytest.raises(RuntimeError, match="logged no plan"):
         _plan_vs_actual(out.split("\n", 1)[1])
+
+
+def test_the_written_report_records_the_code_and_machine_and_shows_them_in_one_line(tmp_path: Path):
+    committed = REPO / "benchmarks" / "results" / "scale" / "n100000-hnsw-faiss"
+    res = json.loads((committed / "scale.json").read_text())
+    assert "provenance" not in res  # written before it was recorded: its report is what it was
+    md = write_scale_report(res, tmp_path).read_text()
+    p = json.loads((tmp_path / "scale.json").read_text())["provenance"]
+    check_provenance(p, md)
+    assert "| `provenance` |" not in md
+    assert md.replace(f"provenance: {provenance_line(p)}\n\n", "") == (committed / "report.md").read_text()

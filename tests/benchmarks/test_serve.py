@@ -1,17 +1,22 @@
-"""benchmarks/serve.py: what the serving benchmark's corpus and models are made of."""
+"""benchmarks/serve.py: what the serving benchmark's corpus and models are made of, and its report's writer."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from benchmarks.scale import scale_params
 from benchmarks.scale_corpus import build_scale_corpus
-from benchmarks.serve import corpus_image_size
+from benchmarks.serve import corpus_image_size, write_serve_report
 from benchmarks.serve_prepare import prepare
 from components.data.catalog import load_dataset
 from components.indexing.live import LivePointer
+from flows.provenance import provenance_line
+from tests.conftest import REPO
+from tests.flows.test_provenance import check_provenance
 
 
 def test_the_serving_corpus_takes_its_image_size_from_the_profile_unless_given():
@@ -48,3 +53,15 @@ def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitc
     assert LivePointer(home / "live").pointer()["version"] == 0  # the kept copy was never switched
     publish.switch(plan2, Path(index_dir2), metrics2)
     assert LivePointer(home / "live").pointer()["version"] == 1
+
+
+def test_the_written_report_records_the_code_and_machine_and_shows_them_in_one_line(tmp_path: Path):
+    committed = REPO / "benchmarks" / "results" / "serve" / "n100000-hnsw"
+    res = json.loads((committed / "serve.json").read_text())
+    assert "provenance" not in res  # written before it was recorded: its report is what it was
+    before = (committed / "report.md").read_text()
+    command = re.search(r"^Command: `(.+?)`", before, flags=re.M).group(1)
+    md = write_serve_report(res, tmp_path, command).read_text()
+    p = json.loads((tmp_path / "serve.json").read_text())["provenance"]
+    check_provenance(p, md)
+    assert md.replace(f"provenance: {provenance_line(p)}\n\n", "") == before

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.transform_speed import RATIO_BAR, _report
+from benchmarks.transform_speed import RATIO_BAR, _report, write_transform_report
+from flows.provenance import provenance_line
 from tests.conftest import REPO
+from tests.flows.test_provenance import check_provenance
 
 COMMITTED = sorted((REPO / "benchmarks" / "results" / "scale").glob("transform-*/transform.json"))
 
@@ -39,3 +41,10 @@ def test_a_committed_report_renders_its_own_numbers_and_every_carried_row_names_
     assert (path.parent / "report.md").read_text() == _report(res)
     assert res["transform_kind"] == "transform" and res["transform_rows_stamped"] == res["transform_rows"] > 0
     assert res["items_per_s_ratio"] == pytest.approx(res["transform_items_per_s"] / res["reembed_items_per_s"])
+
+
+def test_the_written_report_records_the_code_and_machine_and_shows_them_in_one_line(tmp_path: Path):
+    md = write_transform_report(_result(25.0), tmp_path).read_text()
+    res = json.loads((tmp_path / "transform.json").read_text())
+    check_provenance(res["provenance"], md)
+    assert md.replace(f"provenance: {provenance_line(res.pop('provenance'))}\n\n", "") == _report(res)

@@ -21,7 +21,8 @@ def promote(
     by: str | None = typer.Option(None, "--by", help="who promotes (default: the login name)"),
     reason: str = typer.Option("", "--reason", help="why (recorded in the lineage)"),
 ) -> None:
-    """Point the MLflow alias `production` at a generation (the gate applies unless --force)."""
+    """Point the MLflow alias `production` at a generation (the gate applies unless --force; the production
+    generation itself is left as it is)."""
     import getpass
 
     from flows.steps.promotion import promote as do_promote
@@ -34,11 +35,16 @@ def promote(
         )
     except BctflowError as err:
         fail(err)
-    console.print(
-        f"generation {res['generation']} (version {res['version']}) is "
-        f"production{' — FORCED past the gate' if res['forced'] else ''}; "
-        f"recorded by {res['by']} at {res['at']}"
-    )
+    if res["already"]:
+        console.print(
+            f"generation {res['generation']} (version {res['version']}) is already production; nothing recorded"
+        )
+    else:
+        console.print(
+            f"generation {res['generation']} (version {res['version']}) is "
+            f"production{' — FORCED past the gate' if res['forced'] else ''}; "
+            f"recorded by {res['by']} at {res['at']}"
+        )
     if not res["live_gallery_accepts_queries"]:
         console.print(
             f"[yellow]note:[/] the live gallery does not accept generation {generation}'s queries (not compatible with "

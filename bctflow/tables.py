@@ -100,13 +100,17 @@ def _role(g: dict[str, Any]) -> str:
     return ", ".join(role)
 
 
+def _backfill(g: dict[str, Any]) -> str:
+    """``done (event N)`` once a full backfill with ``g`` ran, else its decision: ``yes (<reasons>)``, ``no``, ``—``."""
+    if g["backfill_done"] is not None:
+        return f"done (event {g['backfill_done']})"
+    if g["backfill_required"] is None:
+        return "—"
+    return f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no"
+
+
 def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
     m = g["metrics"]
-    backfill = (
-        "—"
-        if g["backfill_required"] is None
-        else (f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no")
-    )
     return (
         str(g["id"]),
         "—" if g["parent"] is None else str(g["parent"]),
@@ -116,16 +120,23 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
         fmt((m["self"] or {}).get("map")),
         fmt((m["cross"] or {}).get("map")),
         fmt((m.get("p_com") or {}).get("map"), 3),
-        backfill,
+        _backfill(g),
         _role(g),
         f"v{g['mlflow_version']}",
     )
 
 
 def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
-    """Backfill reasons, the backfills in the order they happened, where the live gallery's vectors live and the newest
-    compatibility summary, for the table's caption."""
-    notes = [f"g{g['id']}: {r}" for g in gens if g["backfill_required"] for r in g["backfill_reasons"]]
+    """Backfill reasons (warnings once a full backfill with the generation ran), the backfills in the order they
+    happened, where the live gallery's vectors live and the newest compatibility summary, for the table's caption."""
+    notes = [
+        f"g{g['id']}: {r}"
+        if g["backfill_done"] is None
+        else f"g{g['id']} warning (backfill {g['backfill_done']} done): {r}"
+        for g in gens
+        if g["backfill_required"]
+        for r in g["backfill_reasons"]
+    ]
     for b in timeline.backfills:
         restarted = "" if b.zeta_restart is None else ", ζ restarted"
         notes.append(

@@ -116,12 +116,16 @@ def _roles(g: Generation, step: GenerationStep, rows: LineageRows, timeline: Tim
 
 
 def _decision(g: Generation, rows: LineageRows) -> dict[str, Any]:
+    """The backfill decision and ``backfill_done``: the newest backfill that put the whole live gallery in ``g``'s
+    embeddings (a full backfill or a gallery transform; a partial one leaves the backfill to do)."""
     dec = rows.decisions.get(g.id)
+    whole = [b.id for b in rows.backfills if b.to_generation_id == g.id and b.kind != "partial"]
     return {
         "backfill_required": None if dec is None else dec.required,
         "backfill_reasons": [] if dec is None else list(dec.reasons),
         "backfill_checks": [] if dec is None else list(dec.checks),
         "backfill_against": None if dec is None else dec.against_generation_id,
+        "backfill_done": max(whole, default=None),
     }
 
 

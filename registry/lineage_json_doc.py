@@ -154,6 +154,13 @@ FIELDS: tuple[Field, ...] = (
     Field("backfill_checks", "[object]", "every rule: `{rule, value, threshold, passed, detail}`"),
     Field("backfill_against", "int \\| null", "the live gallery's generation the rules were checked against"),
     Field(
+        "backfill_done",
+        "int \\| null",
+        "the id of the newest backfill that put the whole live gallery in this generation's embeddings (a full "
+        "backfill or a gallery transform; a partial one does not count): a required backfill is done and its "
+        "reasons stay as warnings (null: none)",
+    ),
+    Field(
         "diagnostics",
         "object",
         "Lorentz health signals (`clip_fraction_gallery`, `clip_fraction_train`, `clip_fraction_gallery_parent`, "

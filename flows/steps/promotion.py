@@ -25,7 +25,9 @@ __all__ = ["promote"]
 def promote(
     params: Params, ws: Workspace, gen_id: int, *, force: bool = False, by: str, reason: str = ""
 ) -> dict[str, object]:
-    """Point ``production`` at generation ``gen_id`` and record it; refuse a gate failure unless ``force``."""
+    """Point ``production`` at generation ``gen_id`` and record it; refuse a gate failure unless ``force``. The
+    production generation itself is answered ``already`` with nothing recorded (no promotion row, no alias or tag
+    move), whatever its gate said."""
     with ws.lineage(params) as store:
         tracking = ws.tracking(params)
         g = store.generation(gen_id)
@@ -35,6 +37,18 @@ def promote(
             )
         if g.mlflow_version is None:
             raise LineageError(f"generation {gen_id} has no MLflow model version; it cannot be served")
+        ptr = store.live_pointer()
+        accepted = (ptr.compatible_generations or [ptr.generation_id]) if ptr else []
+        prev = store.production_generation_id()
+        if prev == gen_id:  # e.g. made production by its full backfill: nothing to gate, nothing to record twice
+            return {
+                "generation": gen_id,
+                "version": g.mlflow_version,
+                "previous": prev,
+                "forced": False,
+                "already": True,
+                "live_gallery_accepts_queries": gen_id in accepted,
+            }
         decision = store.decision(gen_id)
         failed = gate_failures(g.compatible_with_live, list(decision.checks) if decision is not None else [])
         if failed and not force:
@@ -42,7 +56,6 @@ def promote(
                 f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it "
                 "anyway"
             )
-        prev = store.production_generation_id()
         at = datetime.now(UTC).isoformat(timespec="seconds")
         status = f"promoted ({'forced' if force and failed else 'manual'} by {by} at {at})"
         text = reason or ("override of the gate: " + "; ".join(failed) if failed else "passed the gate")
@@ -56,13 +69,12 @@ def promote(
             store.record_promotion(gen_id, forced=bool(force and failed), by=by, reason=text, before_commit=move_alias)
             undo.pop_all()
         restate_versions(tracking, store)  # the versions' one-line states: this one's and the one it replaced
-        ptr = store.live_pointer()
-        accepted = (ptr.compatible_generations or [ptr.generation_id]) if ptr else []
         return {
             "generation": gen_id,
             "version": version,
             "previous": prev,
             "forced": bool(force and failed),
+            "already": False,
             "by": by,
             "at": at,
             "live_gallery_accepts_queries": gen_id in accepted,

@@ -4,6 +4,7 @@ matrix in MLflow, partial backfill with uncertainty ordering, and the promotion 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
@@ -77,6 +78,34 @@ def test_the_full_backfill_is_recorded_and_switched(session):
     own = _evaluation_gallery(Workspace(home).generation_dir(4) / "index")
     served = _evaluation_gallery(ptr["index"])
     assert np.allclose(served.z, own.z * (1.0 / 1.8), atol=1e-5)
+
+
+def test_the_backfilled_production_generation_is_promoted_once_and_its_backfill_shown_done(session):
+    """g4 failed the ζ ceiling, then its full backfill made it production: `bctflow promote 4` says it already is
+    and records nothing (no promotion row, no MLflow alias or tag move); `bctflow lineage` shows the backfill done
+    and the ceiling as a warning, not as a backfill required."""
+    home, params, gens = session
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri, uri)
+    version = gens[4]["mlflow_version"]
+    tags, before = client.get_model_version("bctflow-embedder", version).tags, store(home).to_json()[4]["promotions"]
+    cli = ["--home", str(home), "--params", str(params)]
+    res = CliRunner().invoke(app, ["promote", "4", *cli])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line and not line.startswith("params: ")]
+    assert lines == [f"generation 4 (version {version}) is already production; nothing recorded"], lines
+    assert store(home).to_json()[4]["promotions"] == before and [p["by"] for p in before] == ["backfill"]
+    assert str(client.get_model_version_by_alias("bctflow-embedder", "production").version) == version
+    assert client.get_model_version("bctflow-embedder", version).tags == tags
+    out = CliRunner().invoke(app, ["lineage", *cli])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "done (event 1)" in text, text
+    assert "g4 warning (backfill 1 done): clip radius ζ 1.80 > ceiling 1.30" in text, text
+    assert "g4: " not in text  # the ceiling is no longer a backfill to do
+    shown = json.loads(CliRunner().invoke(app, ["lineage", "--json", *cli]).stdout)
+    assert [g["backfill_done"] for g in shown] == [None] * 4 + [1, None, None]
+    assert shown[4]["backfill_required"] is True  # the decision as it was taken; the backfill settled it
 
 
 def test_compatibility_matrix_and_chain_are_in_mlflow(session):

@@ -153,8 +153,10 @@ def test_a_generation_that_passes_the_gate_is_promoted_without_force(workspace):
     [rec] = _promotions(params, ws, 2)
     assert rec == {**rec, "forced": False, "by": "carol", "reason": "passed the gate"}
     assert _production(params, ws) == (2, "3")
-    # force on a generation that passes is not an override
-    assert promote(params, ws, 2, force=True, by="carol")["forced"] is False
+    # force on a generation that passes is not an override (g0, no longer production: g2 is)
+    again = promote(params, ws, 0, force=True, by="carol")
+    assert (again["forced"], again["already"], again["previous"]) == (False, False, 2)
+    assert _production(params, ws) == (0, "1") and _promotions(params, ws, 0)[-1]["forced"] is False
 
 
 def test_a_generation_without_an_mlflow_version_is_refused(workspace):
@@ -177,3 +179,26 @@ def test_a_retired_generation_is_refused_even_when_forced(workspace):
         with pytest.raises(ConfigError, match="generation 0 is retired"):
             promote(params, ws, 0, force=force, by="alice")
     assert _production(params, ws) == (0, "1") and len(_promotions(params, ws, 0)) == 1  # only generation 0's own
+
+
+def test_promoting_the_production_generation_says_so_and_records_nothing(workspace):
+    """g3 failed a backfill rule, then its full backfill made it production: promoting it again is no gate failure
+    and no second promotion (no lineage row, no MLflow alias or tag move)."""
+    params, ws = workspace
+    event = BackfillRecord(0, 3, "full", 1.0, "all", 10, 10, "/live/index-v001/index", True, {}, datetime.now(UTC), 1.0)
+    with ws.lineage(params) as store:
+        store.record_backfill(
+            event, PointerRecord(3, "/live/index-v001/index", "full backfill", None, 1.0, [3]), [0, 1, 2], promote=True
+        )
+    uri = ws.tracking_uri(params)
+    client = MlflowClient(uri, uri)
+    client.set_registered_model_alias(MODEL, PRODUCTION_ALIAS, "4")  # what the backfill's roll-forward does
+    tags = {v: client.get_model_version(MODEL, v).tags for v in ("1", "4")}
+    before = _promotions(params, ws, 3)
+    assert [p["by"] for p in before] == ["backfill"]
+    for force in (False, True):
+        out = promote(params, ws, 3, force=force, by="alice", reason="again")
+        assert out == {**out, "generation": 3, "version": "4", "already": True, "forced": False}
+        assert out["live_gallery_accepts_queries"] is True
+    assert _production(params, ws) == (3, "4") and _promotions(params, ws, 3) == before
+    assert {v: client.get_model_version(MODEL, v).tags for v in ("1", "4")} == tags

@@ -24,7 +24,8 @@ def upgrade(
         "--route",
         help="adapter (fit the new generation's query map into the older gallery) | transform (fit the map of the "
         "older gallery's vectors into the new space) | auto (fit both, measure all four routes, take the cheapest "
-        "reaching upgrade.min_map) | compatible | backfill (measure all four, report that one); default upgrade.route",
+        "reaching upgrade.min_map, or with it null the live gallery's served mAP: no worse than now) | compatible | "
+        "backfill (measure all four, report that one); default upgrade.route",
     ),
     parent: int | None = typer.Option(
         None, "--from", help="the earlier generation it bridges to (default: the generation's parent)"
@@ -48,6 +49,7 @@ def upgrade(
         with workspace_lock(h, UPGRADE, p.lineage.db_url):
             if route not in ROLES:
                 c = choose_upgrade(p, Workspace(h), generation=generation, parent=parent, route=route)
+                console.print(c.bar.line)
                 for r in (c.adapter, c.transform):
                     _print_bridge(r)
                 console.print(c.choice.line)
@@ -63,7 +65,8 @@ def _print_bridge(r: FittedRoute) -> None:
     if r.recovered_recall10 is not None:
         recovered += f"; CMC@10 {r.served['cmc@10']:.4f}, {r.recovered_recall10:.1%} of the full backfill's"
     console.print(
-        f"{r.role} bridge g{r.source}→g{r.target} v{r.version} ({r.kind}, {r.sample} paired items, held-out error "
-        f"{r.fit_error:.4f}; MLflow version {r.mlflow_version}): served mAP {r.served['map']:.4f}{recovered} (the "
-        f"old gallery alone {r.old['map']:.4f}); {r.us_per_query:.2f} µs per query; {r.path}; {r.seconds:.1f} s"
+        f"{r.role} bridge g{r.source}→g{r.target} v{r.version} ({r.kind}, {r.sample} paired items: {r.sample_why}; "
+        f"held-out error {r.fit_error:.4f}; MLflow version {r.mlflow_version}): served mAP {r.served['map']:.4f}"
+        f"{recovered} (the old gallery alone {r.old['map']:.4f}); {r.us_per_query:.2f} µs per query; {r.path}; "
+        f"{r.seconds:.1f} s"
     )

@@ -26,12 +26,14 @@ class UpgradeParams(BaseModel):
     map: RunOption[str] = "procrustes"
     #: the map's options by name (low_rank: rank, ridge, iterations; residual_mlp: hidden, epochs, lr, batch, decay)
     map_options: RunOption[dict[str, Any]] = Field(default_factory=dict)
-    #: paired items (embedded by both generations, drawn from the training split) as a fraction of the live gallery
+    #: paired items (embedded by both generations, drawn from the training split) as a fraction of the live gallery;
+    #: never fewer than the map's two per source dimension, never more than the training split
     paired_fraction: RunOption[float] = Field(0.01, gt=0.0, le=1.0)
     #: the pairs' draw and the map's own randomness
     seed: RunOption[int] = 0
-    #: `bctflow upgrade` without --route: auto (the cheapest route whose served mAP reaches min_map) | compatible |
+    #: `bctflow upgrade` without --route: auto (the cheapest route whose served mAP reaches the bar) | compatible |
     #: adapter | transform | backfill (flows/upgrade_route.py)
     route: RunOption[Literal[("auto", *ROUTES)]] = "auto"  # type: ignore[valid-type]
-    #: the bar of route auto: the served mAP on the labelled split a route must reach (null: auto refuses to choose)
+    #: the bar of route auto: the served mAP on the labelled split a route must reach (null: no worse than now, the
+    #: live gallery's served mAP as the lineage records it; flows/steps/route_choice.py)
     min_map: RunOption[float | None] = Field(None, ge=0.0, le=1.0)

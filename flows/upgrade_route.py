@@ -9,10 +9,12 @@ what it costs the gallery:
 * ``transform`` — P's stored vectors mapped into G's space: serves M(φ_G, bridge(φ_P)), costs the map per item;
 * ``backfill`` — every item re-embedded by G: serves M(φ_G, φ_G), costs a forward pass per item.
 
-``upgrade.route: auto`` takes, among the routes whose served mAP reaches ``upgrade.min_map``, the one whose gallery
-cost (items × seconds per item) is least — at equal cost the one that serves more, then the earlier in
-:data:`ROUTES`; when none reaches the bar, the one that serves the most, said so. Any other value of
-``upgrade.route`` is taken as the user's choice, with its measurements beside it.
+``upgrade.route: auto`` takes, among the routes whose served mAP reaches the bar (``upgrade.min_map``; left null,
+"no worse than now": the live gallery's served mAP as the lineage records it,
+:func:`flows.steps.route_choice.route_bar`), the one whose gallery cost (items × seconds per item) is least — at
+equal cost the one that serves more, then the earlier in :data:`ROUTES`; when none reaches the bar, the one that
+serves the most, said so. Any other value of ``upgrade.route`` is taken as the user's choice, with its measurements
+beside it.
 """
 
 from __future__ import annotations
@@ -49,12 +51,10 @@ class RouteChoice:
     evidence: tuple[RouteEvidence, ...]
 
 
-def check_route(route: str, min_map: float | None) -> str:
-    """``route`` when it is one of :data:`ROUTES`, or ``auto`` with a bar; else ConfigError in one line."""
+def check_route(route: str) -> str:
+    """``route`` when it is ``auto`` or one of :data:`ROUTES`; else ConfigError in one line."""
     if route != "auto" and route not in ROUTES:
         raise ConfigError(f"upgrade route {route!r} is not a route; use auto or one of {', '.join(ROUTES)}")
-    if route == "auto" and min_map is None:
-        raise ConfigError("upgrade.route auto needs a bar: set upgrade.min_map (the served mAP a route must reach)")
     return route
 
 
@@ -64,12 +64,13 @@ def _fmt(e: RouteEvidence, items: int) -> str:
 
 
 def choose_route(
-    evidence: list[RouteEvidence], *, items: int, min_map: float | None, route: str = "auto"
+    evidence: list[RouteEvidence], *, items: int, min_map: float | None, route: str = "auto", bar: str | None = None
 ) -> RouteChoice:
     """The route ``route`` names, or with ``auto`` the cheapest whose served mAP reaches ``min_map`` (the module
-    docstring's rule) for a gallery of ``items``. ConfigError in one line for an unknown route, ``auto`` without a
-    bar, or a chosen route with no measurement."""
-    check_route(route, min_map)
+    docstring's rule) for a gallery of ``items``; ``bar``: the words naming the bar in the line (default
+    ``upgrade.min_map <min_map>``). ConfigError in one line for an unknown route or a chosen route with no
+    measurement; ValueError for ``auto`` without a bar (a caller's mistake: bctflow resolves it first)."""
+    check_route(route)
     by_route = {e.route: e for e in evidence}
     measured = [e for e in evidence if e.served_map is not None]
     listing = "; ".join(_fmt(e, items) for e in sorted(evidence, key=lambda e: ROUTES.index(e.route)))
@@ -79,14 +80,17 @@ def choose_route(
         e = by_route[route]
         met = min_map is None or e.served_map >= min_map  # type: ignore[operator]
         return RouteChoice(route, met, f"upgrade route {route} (set by upgrade.route): {listing}", tuple(evidence))
+    if min_map is None:
+        raise ValueError("route auto takes the cheapest route reaching a bar: pass min_map")
+    bar = bar or f"upgrade.min_map {min_map:.4f}"
     if not measured:
         raise ConfigError(f"no upgrade route was measured ({listing}); fit a bridge with bctflow upgrade first")
     meets = [e for e in measured if e.served_map >= min_map]  # type: ignore[operator]
     rank = {r: i for i, r in enumerate(ROUTES)}
     if meets:
         best = min(meets, key=lambda e: (e.gallery_s(items), -e.served_map, rank[e.route]))  # type: ignore[operator]
-        why = f"the cheapest route reaching upgrade.min_map {min_map:.4f} for {items:,} items"
+        why = f"the cheapest route reaching {bar} for {items:,} items"
     else:
         best = max(measured, key=lambda e: (e.served_map, -rank[e.route]))  # type: ignore[type-var]
-        why = f"no route reaches upgrade.min_map {min_map:.4f}; this one serves the most"
+        why = f"no route reaches {bar}; this one serves the most"
     return RouteChoice(best.route, bool(meets), f"upgrade route {best.route}: {why} ({listing})", tuple(evidence))

@@ -41,6 +41,7 @@ __all__ = [
     "BridgeMap",
     "fitting_space",
     "fitting_vectors",
+    "min_pairs",
     "register_map",
     "relative_error",
     "retrieval_vectors",
@@ -50,6 +51,11 @@ __all__ = [
 MAPS: Catalog[type[BridgeMap]] = Catalog(
     "bridge map", "components.bridges.maps", ConfigError, "set upgrade.map in params.yaml"
 )
+
+
+def min_pairs(width: int) -> int:
+    """The fewest paired items a map of ``width``-wide source vectors is fitted on: two per dimension, at least 16."""
+    return 2 * max(width, 8)
 
 
 def register_map(name: str) -> Callable[[type[BridgeMap]], type[BridgeMap]]:
@@ -173,9 +179,9 @@ class Bridge:
         if x.geometry != y.geometry:
             raise ConfigError(f"a bridge maps within one geometry; g{source} is {x.geometry}, g{target} {y.geometry}")
         xs, ys = fitting_space(x), fitting_space(y)
-        if len(xs) < 2 * max(xs.shape[1], 8):
+        if len(xs) < min_pairs(xs.shape[1]):
             raise ConfigError(
-                f"a {kind} bridge g{source}→g{target} needs at least {2 * max(xs.shape[1], 8)} paired items (2 per "
+                f"a {kind} bridge g{source}→g{target} needs at least {min_pairs(xs.shape[1])} paired items (2 per "
                 f"dimension), got {len(xs)}; raise upgrade.paired_fraction"
             )
         order = np.random.default_rng(seed).permutation(len(xs))

@@ -4,10 +4,11 @@
 parent). An *adapter* maps G's queries into P's space, so the gallery P embedded keeps serving G's queries
 (Drift-Adapter, EMNLP'25); a *transform* maps P's stored vectors into G's space (FCT, CVPR'22).
 
-1. **Pairs, never from the test split.** ``ceil(upgrade.paired_fraction × live gallery rows)`` items drawn (seeded,
-   ``upgrade.seed``) from the dataset's *training* split, embedded by both generations' checkpoints (each proved to
-   be the file the lineage recorded) into ``<home>/bridges/<role>-g<S>-g<T>/pairs-<sample>/g<N>/`` (resumable part
-   stores, one folder per draw).
+1. **Pairs, never from the test split.** ``ceil(upgrade.paired_fraction × live gallery rows)`` items, raised to what
+   a map of the source's width needs (two per dimension, :func:`components.bridges.base.min_pairs`) and at most the
+   whole split, drawn (seeded, ``upgrade.seed``) from the dataset's *training* split (:func:`paired_count`: the
+   number and why), embedded by both generations' checkpoints (each proved to be the file the lineage recorded) into
+   ``<home>/bridges/<role>-g<S>-g<T>/pairs-<sample>/g<N>/`` (resumable part stores, one folder per draw).
 2. **Fit** the map ``upgrade.map`` (``upgrade.map_options``) from the source's fitting space to the target's
    (:meth:`components.bridges.base.Bridge.fit`; its held-out error on a fifth of the pairs).
 3. **Measure on the labelled split**, with the generations' own evaluation galleries (no new embedding): the served
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.bridges.base import MAPS, Bridge, fitting_space, us_per_query
+from components.bridges.base import MAPS, Bridge, fitting_space, min_pairs, us_per_query
 from components.errors import CheckpointMismatchError, ConfigError
 from components.evaluation.retrieval import gallery_metrics
 from components.indexing.backend import gallery_facts
@@ -50,7 +51,7 @@ from registry.orm import Generation
 from registry.records import BridgeRecord
 from registry.tracking.bridge_model import BridgeRegistration, register_bridge
 
-__all__ = ["FittedRoute", "check_pairs", "fit_route", "paired_positions"]
+__all__ = ["FittedRoute", "check_pairs", "fit_route", "paired_count", "paired_positions"]
 
 #: the rank of Drift-Adapter's recovery metric: CMC@10 (a relevant item among the first 10), labelled-data Recall@10
 RECALL_K = 10
@@ -85,12 +86,34 @@ class FittedRoute:
     gallery_items: int = 0
     #: served CMC@10 / full CMC@10: Drift-Adapter's "share of a full re-embed's Recall@10" on labelled data
     recovered_recall10: float | None = None
+    #: why the paired sample holds ``sample`` items (:func:`paired_count`)
+    sample_why: str = ""
 
 
-def paired_positions(train_items: int, gallery_rows: int, fraction: float, seed: int) -> np.ndarray:
-    """The paired sample's positions in the training split ((n,) int64, ascending): ``ceil(fraction ×
-    gallery_rows)`` items, at most the whole split, drawn without replacement with ``seed``."""
-    n = min(train_items, max(1, math.ceil(fraction * gallery_rows)))
+def paired_count(train_items: int, gallery_rows: int, fraction: float, width: int) -> tuple[int, str]:
+    """(how many paired items a bridge of ``width``-wide source vectors is fitted on, why): ``ceil(fraction ×
+    gallery_rows)``, raised to the map's two per dimension (:func:`min_pairs`), at most the training split's
+    ``train_items``. ConfigError in one line when the training split holds fewer than the map needs."""
+    need = min_pairs(width)
+    if train_items < need:
+        raise ConfigError(
+            f"a bridge of {width}-wide vectors needs at least {need} paired items (2 per dimension) from the training "
+            f"split, which holds {train_items:,}; give the dataset a larger training split (data.test_fraction, "
+            "data.max_train_per_class)"
+        )
+    share = max(1, math.ceil(fraction * gallery_rows))
+    of = f"upgrade.paired_fraction {fraction:g} of the {gallery_rows:,}-item live gallery"
+    if share < need:
+        return need, f"2 per dimension of the {width}-wide map — {of} would be {share:,}"
+    if share > train_items:
+        return train_items, f"the whole training split — {of} would be {share:,}"
+    return share, of
+
+
+def paired_positions(train_items: int, n: int, seed: int) -> np.ndarray:
+    """The positions of ``n`` items of the training split ((n,) int64, ascending; at most the whole split), drawn
+    without replacement with ``seed``."""
+    n = min(train_items, max(1, n))
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(train_items, size=n, replace=False)).astype(np.int64)
 
@@ -222,7 +245,9 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
         labelled = {g.id: _evaluation_gallery(ws, g) for g in (new, old)}
         train = load_splits(params, ws).train
         rows = _gallery_rows(store, len(labelled[new.id]))
-        positions = paired_positions(len(train), rows, params.upgrade.paired_fraction, params.upgrade.seed)
+        width = fitting_space(labelled[src.id]).shape[1]
+        n, why = paired_count(len(train), rows, params.upgrade.paired_fraction, width)
+        positions = paired_positions(len(train), n, params.upgrade.seed)
         check_pairs(train.ids[positions], labelled[new.id].ids)  # never the split the route is measured on
         work = ws.home / "bridges" / f"{role}-g{src.id}-g{tgt.id}"
         source = GallerySource("train", train, 0)
@@ -237,5 +262,5 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
     return FittedRoute(
         role, src.id, tgt.id, bridge.kind, version, str(path), sha, bridge.sample, bridge.fit_error, mlflow_version,
         m["served"], m["full"], m["old"], m["cross"], m["recovered_map"], m["us_per_query"], time.perf_counter() - t0,
-        rows, m[f"recovered_{hit}"],
+        rows, m[f"recovered_{hit}"], why,
     )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import re
 import sqlite3
 from pathlib import Path
@@ -26,10 +27,11 @@ from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.params import apply_overrides, load_params
 from flows.steps import bridge_fit
-from flows.steps.bridge_fit import fit_route, paired_positions
+from flows.steps.bridge_fit import fit_route, paired_count, paired_positions
 from flows.workspace import Workspace
 from registry.tracking.common import metric_key
-from tests.helpers import first_generation, run_generation
+from tests.conftest import REPO
+from tests.helpers import first_generation, generation_record, lineage_story, run_generation, write_params
 
 PAIRED = 0.25  # of the digits demo's ~540-row live gallery: ~135 pairs, the 16-wide tiny models need 32
 
@@ -54,11 +56,33 @@ def _bridges(home: Path, params: Path) -> list[tuple]:
 
 
 def test_the_pairs_are_a_seeded_fraction_of_the_gallery_drawn_from_the_training_split():
-    a = paired_positions(1000, 50_000, 0.01, seed=0)
+    a = paired_positions(1000, 500, seed=0)
     assert len(a) == 500 and len(np.unique(a)) == 500 and a.max() < 1000 and (np.diff(a) > 0).all()
-    np.testing.assert_array_equal(a, paired_positions(1000, 50_000, 0.01, seed=0))
-    assert not np.array_equal(a, paired_positions(1000, 50_000, 0.01, seed=1))
-    assert len(paired_positions(100, 50_000, 0.01, seed=0)) == 100  # at most the whole training split
+    np.testing.assert_array_equal(a, paired_positions(1000, 500, seed=0))
+    assert not np.array_equal(a, paired_positions(1000, 500, seed=1))
+    assert len(paired_positions(100, 500, seed=0)) == 100  # at most the whole training split
+
+
+def test_the_paired_sample_is_the_fraction_raised_to_two_per_dimension_within_the_training_split():
+    """The shipped 1 % of the demo's 539-item gallery is 6 pairs; a 128-wide map needs 256, a 16-wide one 32."""
+    of = "upgrade.paired_fraction 0.01 of the 539-item live gallery"
+    assert paired_count(1258, 539, 0.01, 128) == (256, f"2 per dimension of the 128-wide map — {of} would be 6")
+    assert paired_count(1258, 539, 0.01, 16) == (32, f"2 per dimension of the 16-wide map — {of} would be 6")
+    assert paired_count(1258, 539, 0.01, 4) == (16, f"2 per dimension of the 4-wide map — {of} would be 6")  # ≥ 16
+    assert paired_count(100_000, 50_000, 0.01, 128) == (500, "upgrade.paired_fraction 0.01 of the 50,000-item live "
+                                                              "gallery")  # fmt: skip
+    assert paired_count(1258, 539, 1.0, 16) == (539, "upgrade.paired_fraction 1 of the 539-item live gallery")
+    assert paired_count(400, 5000, 0.5, 16) == (
+        400,
+        "the whole training split — upgrade.paired_fraction 0.5 of the 5,000-item live gallery would be 2,500",
+    )
+    assert paired_count(256, 539, 0.01, 128)[0] == 256  # exactly two per dimension: accepted
+    with pytest.raises(ConfigError) as err:
+        paired_count(255, 539, 0.01, 128)
+    assert str(err.value) == (
+        "a bridge of 128-wide vectors needs at least 256 paired items (2 per dimension) from the training split, "
+        "which holds 255; give the dataset a larger training split (data.test_fraction, data.max_train_per_class)"
+    )
 
 
 def test_an_adapter_carries_a_free_models_queries_into_the_old_gallery_and_is_recorded_in_mlflow_and_the_lineage(three):
@@ -77,7 +101,8 @@ def test_an_adapter_carries_a_free_models_queries_into_the_old_gallery_and_is_re
     assert r.full["map"] == pytest.approx(gallery_metrics(g1, g1)["map"])
     assert r.old["map"] == pytest.approx(gallery_metrics(g0, g0)["map"])
     assert r.recovered == pytest.approx(r.served["map"] / r.full["map"]) and 0 < r.us_per_query < 1000
-    assert r.sample == len(paired_positions(10**9, len(g0), PAIRED, 0))  # the live gallery is g0's labelled split
+    assert r.sample == math.ceil(PAIRED * len(g0)) > 32  # the live gallery is g0's labelled split; 32: 2 per dim
+    assert r.sample_why == f"upgrade.paired_fraction {PAIRED} of the {len(g0):,}-item live gallery"
     assert file_sha256(Path(r.path)) == r.sha256
     loaded = Bridge.load(Path(r.path), sha256=r.sha256, source=1, target=0)
     np.testing.assert_allclose(
@@ -318,10 +343,102 @@ def test_the_command_prints_one_line_and_refuses_in_one(three):
 
     done = upgrade("--generation", "1", "--set", "upgrade.min_map=0.0")  # upgrade.route auto by default
     assert done.exit_code == 0, done.output[-3000:]
-    text = " ".join(done.stdout.split())  # each bridge's line, then the choice's (a free route reaches a bar of 0)
-    assert re.fullmatch(r"adapter bridge g1→g0 v\d+ \(procrustes, .* µs per query; .* s transform bridge g0→g1 v\d+ "
-                        r".* µs per query; .* s upgrade route (compatible|adapter): the cheapest route reaching "
-                        r"upgrade\.min_map 0\.0000 for \d+ items \(compatible mAP .*\)", text), text  # fmt: skip
+    text = " ".join(done.stdout.split())  # the bar, each bridge's line, then the choice's (a free route reaches 0)
+    assert re.fullmatch(r"bar: upgrade\.min_map 0\.0000 adapter bridge g1→g0 v\d+ \(procrustes, .* µs per query; "
+                        r".* s transform bridge g0→g1 v\d+ .* µs per query; .* s upgrade route (compatible|adapter): "
+                        r"the cheapest route reaching upgrade\.min_map 0\.0000 for \d+ items \(compatible mAP .*\)",
+                        text), text  # fmt: skip
     out = upgrade("--generation", "0", "--route", "adapter")
     assert out.exit_code == 2 and isinstance(out.exception, SystemExit), out.output[-3000:]
     assert "generation 0 has no parent to bridge to" in out.output
+
+
+def test_no_worse_than_now_is_the_live_gallerys_served_map_as_the_lineage_records_it(tmp_path):
+    """``upgrade.min_map: null``: route auto's bar is the live gallery's served mAP (flows/steps/route_choice.py),
+    followed through a real lineage: g0's own gallery; a compatible g1 promoted queries it (its cross mAP); a full
+    backfill to g1 measured what it published; an incompatible g2 forced into production changes nothing (its
+    queries are carried through adapters, the lineage holds no mAP of them there). An explicit bar is taken as is."""
+    from datetime import UTC, datetime
+
+    from flows.steps.route_choice import route_bar, served_now
+    from registry.lineage import LineageStore
+    from registry.records import BackfillRecord, EvaluationRecord, GenerationBundle, PointerRecord
+
+    with LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}") as store:
+        assert served_now(store) is None  # no live gallery yet
+        g0 = generation_record(0, None, promoted=True)
+        store.commit_generation(GenerationBundle(
+            g0, evaluations=[EvaluationRecord(0, 0, "map", 0.5)], promotion=(None, "generation 0"),
+            pointer=PointerRecord(0, "/i/0", "g0", compatible_generations=[0]),
+        ))  # fmt: skip
+        assert served_now(store) == (0.5, "g0 on its own gallery")
+        bar = route_bar(store, None)
+        assert bar.value == 0.5 and bar.words == "the bar 0.5000 (no worse than now)"
+        assert bar.line == "bar: no worse than now (served mAP 0.5000 of the live gallery, g0 on its own gallery)"
+        g1 = generation_record(1, 0, alignment="hbct")
+        store.commit_generation(GenerationBundle(
+            g1, evaluations=[EvaluationRecord(1, 0, "map", 0.6), EvaluationRecord(1, 1, "map", 0.7)],
+            pointer=PointerRecord(0, "/i/0", "g1 compatible", compatible_generations=[0, 1]),
+        ))  # fmt: skip
+        assert served_now(store) == (0.5, "g0 on its own gallery")  # g1 may query it, g0 still does
+        store.record_promotion(1, forced=False, by="test", reason="compatible")
+        assert served_now(store) == (0.6, "g1's queries on g0's gallery")
+        event = BackfillRecord(0, 1, "full", 1.0, "all", 539, 539, "/live/v1/index", False, {"map": 0.71},
+                               datetime.now(UTC), 1.0)  # fmt: skip
+        store.record_backfill(event, PointerRecord(1, "/live/v1/index", "full", compatible_generations=[1]), [0],
+                              promote=True)  # fmt: skip
+        assert served_now(store) == (0.71, "g1's queries after the full backfill g0→g1")
+        g2 = generation_record(2, 1)
+        store.commit_generation(GenerationBundle(g2, evaluations=[EvaluationRecord(2, 1, "map", 0.2)]))
+        store.record_promotion(2, forced=True, by="test", reason="a free model served through adapters")
+        assert served_now(store) == (0.71, "g1's queries after the full backfill g0→g1")
+        explicit = route_bar(store, 0.65)
+        assert (explicit.value, explicit.line, explicit.words) == (0.65, "bar: upgrade.min_map 0.6500", None)
+
+
+def test_route_auto_without_a_bar_and_without_a_recorded_served_map_is_refused_in_one_line(tmp_path):
+    """A lineage whose live gallery has no recorded mAP (hand-made: a backfill that measured none, its target's own
+    evaluation missing): route auto has nothing to be no worse than — one line naming the fix; a route the user set
+    goes on without a bar, and an explicit bar is taken."""
+    from flows.steps.route_choice import route_bar
+
+    with lineage_story(tmp_path / "lineage.db") as store:
+        with pytest.raises(ConfigError) as err:
+            route_bar(store, None)
+        assert str(err.value) == (
+            "upgrade.route auto with upgrade.min_map null takes the live gallery's served mAP as its bar, and the "
+            "lineage records none (no live gallery, or no mAP of it); set upgrade.min_map"
+        )
+        assert route_bar(store, None, "backfill").value is None
+        assert route_bar(store, 0.6).value == 0.6
+
+
+def test_the_command_with_the_shipped_params_takes_no_worse_than_now_and_enough_pairs(three, tmp_path):
+    """`bctflow upgrade --generation 1` with the upgrade section params.yaml ships (route auto, min_map null,
+    paired_fraction 0.01): the bar is the live gallery's served mAP today (g0 on its own gallery, as the lineage
+    records it), each bridge is fitted on two pairs per dimension of the 16-wide map (1 % of the gallery is fewer),
+    both printed; the lineage records the bar the choice was made against."""
+    home, _ = three
+    params = tmp_path / "params.yaml"
+    p = write_params(params)  # the repository's params.yaml, only the tiny model and data settings changed
+    assert p.upgrade == load_params(REPO / "params.yaml").upgrade
+    assert (p.upgrade.route, p.upgrade.min_map, p.upgrade.paired_fraction) == ("auto", None, 0.01)
+    done = CliRunner().invoke(
+        app, ["upgrade", "--home", str(home), "--params", str(params), "--generation", "1"], env={"COLUMNS": "400"}
+    )
+    assert done.exit_code == 0, done.output[-3000:]
+    ws = Workspace(home)
+    with ws.lineage(p, readonly=True) as store:
+        now = store.metric_value(0, 0, "map")
+        choice = [r for r in store.route_choices() if r.generation_id == 1][-1]
+        samples = [b.sample for b in store.bridges()[-2:]]
+    g0 = _labelled(home, 0)
+    assert now == pytest.approx(gallery_metrics(g0, g0)["map"])
+    text = " ".join(done.stdout.split())
+    assert text.startswith(f"bar: no worse than now (served mAP {now:.4f} of the live gallery, g0 on its own gallery) ")
+    why = f"32 paired items: 2 per dimension of the 16-wide map — upgrade.paired_fraction 0.01 of the {len(g0):,}-item "
+    why += f"live gallery would be {math.ceil(0.01 * len(g0))}; held-out error"
+    assert text.count(why) == 2 and samples == [32, 32], text  # the adapter g1→g0 and the transform g0→g1
+    assert re.search(rf"upgrade route \w+: (the cheapest route reaching|no route reaches) the bar {now:.4f} \(no worse "
+                     r"than now\)", text), text  # fmt: skip
+    assert (choice.rule, choice.min_map, choice.line) == ("auto", now, text[text.index("upgrade route ") :])

@@ -55,8 +55,9 @@ class _Guard:
     """Pure ASGI middleware around every route: the bearer token, request counts by status, latency — and the query
     routes (``queries``: ``POST /search`` and ``POST /search/batch``) answered here, as plain ASGI endpoints, instead
     of through the router: Starlette's exception middleware, routing, request and query-string objects cost 30% of
-    the event loop's Python per query (py-spy, image queries at concurrency 32). Any other path or method goes on to
-    the FastAPI app.
+    the event loop's Python per query (py-spy, image queries at concurrency 32); another method on their paths gets
+    405 with ``Allow: POST`` here (the router, which never sees them, would say 404). Any other path goes on to the
+    FastAPI app.
 
     (``@app.middleware("http")`` would wrap each request in a task and a memory stream of its own, per-request work
     a small query does not need.)
@@ -89,7 +90,13 @@ class _Guard:
                 status = int(message["status"])
             await send(message)
 
-        app = self.queries.get(path, self.app) if scope["method"] == "POST" else self.app
+        method = scope["method"]
+        if path in self.queries and method != "POST":  # the router never sees these paths: its 405, here
+            why = f"{method} is not allowed on {path}; send the query with POST"
+            await _send_json(send, {"error": why}, 405, [(b"allow", b"POST")])
+            self.metrics.answered(endpoint, 405, time.perf_counter() - t0)
+            return
+        app = self.queries.get(path, self.app) if method == "POST" else self.app
         try:
             await app(scope, receive, send_status)
         except _Disconnected:
@@ -135,10 +142,11 @@ def _query_k(scope: Scope) -> Any:
     return dict(urllib.parse.parse_qsl(qs.decode("latin-1"))).get("k", 10)
 
 
-async def _send_json(send: Send, body: Any, status: int = 200) -> None:
-    """One JSON response (orjson), sent as the two ASGI messages it is."""
+async def _send_json(send: Send, body: Any, status: int = 200, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    """One JSON response (orjson), sent as the two ASGI messages it is; ``extra``: more headers."""
     payload = orjson.dumps(body)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers += extra or []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
@@ -170,7 +178,7 @@ def _json(data: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         try:  # the standard parser reads NaN / Infinity (refused later with their own line) and names the error
             body = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, an int of >4300 digits
             why = f"{err.__class__.__name__}: {err}"
             raise QueryError(400, f"the body is not valid JSON ({why}); fix the JSON") from None
     if not isinstance(body, dict):
@@ -226,6 +234,14 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
         title="bctflow serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, telemetry=off
     )
 
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, err: Exception) -> Response:
+        """A fault of the service, not of the request (no input should get here): Starlette's outermost middleware
+        answers this one-line JSON 500 instead of its plain-text page, then re-raises, so uvicorn logs the
+        traceback."""
+        why = f"internal error ({err.__class__.__name__}); the service keeps serving: report it with the server's log"
+        return _json_response({"error": why}, 500)
+
     def route(path: str, method: str) -> Any:
         """A plain Starlette route (the endpoint takes the Request, returns a Response): FastAPI's own routes would
         solve dependencies and validate for every request, work these hand-checked endpoints do not use (10% of
@@ -241,6 +257,9 @@ def create_app(manager: SwapManager, *, token: str | None = None) -> FastAPI:
         if body is None:  # image bytes
             return await images.submit(version, ImageQuery(data, check_k(k, params.max_k)))
         kk = check_k(body.get("k", 10), params.max_k)
+        if "image" in body and "vector" in body:
+            why = "the query holds both `vector` and `image`; send either `vector` or `image`, not both"
+            raise QueryError(422, why)
         if "image" in body:
             return await images.submit(version, ImageQuery(_b64(body["image"]), kk))
         if "vector" not in body:

@@ -1,9 +1,10 @@
 """The queries the service answers: checked request values in, ranked hits out (no HTTP here).
 
 Every refusal is a :class:`QueryError` with the HTTP status it deserves and one line naming the problem and the fix:
-a vector of the wrong width or with NaN/inf, an unknown generation (422), a generation whose queries the live gallery
-cannot serve and no query adapter carries (409, the lineage's compatibility and bridges), a bad ``k``, a file that is
-not an image. Answering runs one batch of
+a vector of the wrong width, with NaN/inf, with a norm the search would overflow (or an all-zero one), or off its
+generation's hyperboloid, an unknown generation (422), a generation whose queries the live gallery cannot serve and no
+query adapter carries (409, the lineage's compatibility and bridges), a bad ``k``, a file that is not an image. A bad
+vector is refused alone: it never reaches (or fails) the FAISS call its batch shares. Answering runs one batch of
 queries against one :class:`~flows.serving.version.ServedVersion`: image queries are embedded in one forward pass
 (``torch.inference_mode``), vectors searched in one FAISS call; with ``serve.merge: rank`` a mixed gallery is searched
 per generation, each with its own query, and the lists merged by rank (:func:`components.indexing.mixed.merge_by_rank`).
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from components.indexing.mixed import merge_by_rank
+from components.indexing.vectors import HYPERBOLOID_RTOL, hyperboloid_rel_error
 from flows.serving.version import ServedVersion
 
 __all__ = [
@@ -70,10 +72,18 @@ def check_k(k: Any, max_k: int) -> int:
 
 
 _NUMBERS = {int, float}  # the JSON numbers' types (bool is not one: a subclass of int, its own type here)
+#: the largest query norm searched: FAISS ranks float32 rows, and a Lorentz query is searched as it is (not normalised),
+#: so its inner products with the gallery's rows stay finite in float32 only below sqrt(float32 max) ≈ 1.8e19
+MAX_NORM = math.sqrt(float(np.finfo(np.float32).max))
+#: the smallest: below sqrt(float64's smallest normal) ≈ 1.5e-154 the squares underflow, the norm the index divides
+#: by (euclidean) comes out 0
+MIN_NORM = math.sqrt(float(np.finfo(np.float64).tiny))
+_FIX = "send the embedding as the model produced it"
 
 
 def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: int) -> VectorQuery:
-    """A vector query checked against the live version: known generation, compatible, right width, finite."""
+    """A vector query checked against the live version: known generation, compatible, right width, finite, with a
+    norm the search can take (:data:`MIN_NORM` to :data:`MAX_NORM`); checked before it joins a batch."""
     if isinstance(generation, bool) or not isinstance(generation, int):
         raise QueryError(422, "a vector query needs `generation`: the id of the generation that embedded it")
     facts = version.facts
@@ -99,10 +109,31 @@ def check_vector_query(version: ServedVersion, vector: Any, generation: Any, k: 
         raise QueryError(
             422, f"the vector has {len(vector)} values but the live gallery holds {version.index.dim}-wide vectors"
         )
-    v = np.asarray(vector, dtype=np.float64)
+    try:
+        v = np.asarray(vector, dtype=np.float64)
+    except OverflowError:  # a JSON integer beyond float64 (the standard parser reads any size)
+        raise QueryError(422, f"the vector's values are too large: one overflows float64; {_FIX}") from None
+    _check_norm(v)
+    return VectorQuery(v, generation, k)
+
+
+def _check_norm(v: np.ndarray) -> None:
+    """QueryError 422 unless the vector ``v`` (D,) is finite with a norm in :data:`MIN_NORM` … :data:`MAX_NORM`."""
     if not np.isfinite(v).all():
         raise QueryError(422, "the vector holds NaN or infinite values; send the finite embedding")
-    return VectorQuery(v, generation, k)
+    with np.errstate(over="ignore", under="ignore"):
+        sq = float(v @ v)  # inf past a norm of ~1.3e154; 0 when every square underflows
+    if not sq <= MAX_NORM * MAX_NORM:
+        norm = "overflows float64" if math.isinf(sq) else f"is {math.sqrt(sq):.3g}"
+        raise QueryError(
+            422, f"the vector's values are too large: its norm {norm} (the index's float32 search takes norms up to "
+            f"{MAX_NORM:.2g}); {_FIX}"
+        )  # fmt: skip
+    if sq < MIN_NORM * MIN_NORM:
+        raise QueryError(
+            422, f"the vector is all zeros or its values are too small (norm below {MIN_NORM:.2g}): it has no "
+            f"direction to search by; {_FIX}"
+        )  # fmt: skip
 
 
 def decode_query(data: bytes, version: ServedVersion, max_pixels: int) -> np.ndarray:
@@ -158,14 +189,68 @@ def _adapted(version: ServedVersion, vectors: np.ndarray, gen: int) -> np.ndarra
     return vectors if chain is None else chain.map_queries(vectors)
 
 
-def answer_vectors(version: ServedVersion, queries: list[VectorQuery]) -> list[dict[str, Any]]:
+def _misfits(vectors: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
+    """Which rows (N, D) are not retrieval vectors of ``geometry`` the search can take (bool (N,)): NaN/inf, a norm
+    outside :data:`MIN_NORM` … :data:`MAX_NORM`, a point off the K-hyperboloid or with its time coordinate not first
+    and positive (lorentz) — rows that would fail (or overflow) the FAISS call every query of the batch shares."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        sq = np.einsum("ij,ij->i", vectors, vectors)
+        bad = ~np.isfinite(vectors).all(axis=1) | ~((sq >= MIN_NORM * MIN_NORM) & (sq <= MAX_NORM * MAX_NORM))
+        if geometry == "lorentz":
+            bad |= ~(hyperboloid_rel_error(vectors, curvature) <= HYPERBOLOID_RTOL)
+    return bad
+
+
+def _space(version: ServedVersion, gen: int) -> tuple[str, float]:
+    """(geometry, curvature) of generation ``gen``'s query vectors as they are sent: its adapter chain's source, or
+    the live gallery's."""
+    chain = version.adapters.get(gen)
+    if chain is not None:
+        return chain.links[0].geometry, chain.links[0].source_curvature
+    m = version.index.manifest
+    return m.geometry, m.curvature
+
+
+def _off_space(vector: np.ndarray, gen: int, geometry: str, curvature: float) -> QueryError:
+    """The refusal of a row :func:`_misfits` found: its norm's, or else its geometry's."""
+    try:
+        _check_norm(vector)
+    except QueryError as err:
+        return err
+    if geometry == "lorentz":
+        where = f"on generation {gen}'s hyperboloid <x,x>_L = -1/K (K={curvature:g}, time coordinate first and > 0)"
+    else:
+        where = f"a direction in generation {gen}'s space"
+    return QueryError(422, f"the vector is not a point {where}; {_FIX}")
+
+
+def answer_vectors(version: ServedVersion, queries: list[VectorQuery]) -> list[dict[str, Any] | QueryError]:
     """Checked vector queries of one version, searched one FAISS call per query generation (a generation the
-    gallery does not serve as it is: its queries carried by its adapter chain first)."""
-    out: list[dict[str, Any] | None] = [None] * len(queries)
+    gallery does not serve as it is: its queries carried by its adapter chain first). A vector that is not a point of
+    its generation's space (off the hyperboloid), or that its adapter chain carries out of the gallery's, gets its own
+    422 and the others of its batch are searched."""
+    out: list[dict[str, Any] | QueryError | None] = [None] * len(queries)
+    m = version.index.manifest
     for gen in {q.generation for q in queries}:
         rows = [i for i, q in enumerate(queries) if q.generation == gen]
+        vectors = np.stack([queries[i].vector for i in rows])
+        bad = _misfits(vectors, *_space(version, gen))  # as sent
+        for j in np.flatnonzero(bad):
+            out[rows[j]] = _off_space(vectors[j], gen, *_space(version, gen))
+        rows = [i for i, b in zip(rows, bad) if not b]
+        if not rows:
+            continue
+        vectors = _adapted(version, vectors[~bad], gen)
+        if gen in version.adapters:  # as the chain carried them into the gallery's space
+            bad = _misfits(vectors, m.geometry, m.curvature)
+            for j in np.flatnonzero(bad):
+                out[rows[j]] = QueryError(
+                    422, f"generation {gen}'s query adapters carry the vector out of the live gallery's space; {_FIX}"
+                )
+            rows, vectors = [i for i, b in zip(rows, bad) if not b], vectors[~bad]
+            if not rows:
+                continue
         k = max(queries[i].k for i in rows)
-        vectors = _adapted(version, np.stack([queries[i].vector for i in rows]), gen)
         scores, ids = version.index.search(vectors, k, query_generation=version.searches_as(gen))
         for j, i in enumerate(rows):
             out[i] = _hits(version, scores[j, : queries[i].k], ids[j, : queries[i].k], gen)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from flows.params import load_params
-from flows.serving.queries import ImageQuery, QueryError, embed_images, search_images
+from flows.serving.queries import ImageQuery, QueryError, VectorQuery, answer_vectors, embed_images, search_images
 from flows.serving.version import load_version
 from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running
@@ -43,6 +43,21 @@ def _png(w: int, h: int) -> bytes:
 
 def _vec(v, **kw) -> dict:
     return {"json": {"vector": v, "generation": 0, **kw}}
+
+
+def _raw(text: str) -> dict:
+    """A JSON body sent as written (numbers httpx's encoder would not write)."""
+    return {"content": text, "headers": {"content-type": "application/json"}}
+
+
+def _far_point(width: int) -> list[float]:
+    """A point of the K=1 hyperboloid (in float64) whose coordinates (1e39) are past float32's largest (3.4e38)."""
+    space = [1e39] * (width - 1)
+    return [float(np.sqrt(1.0 + np.dot(space, space))), *space]
+
+
+def _png_b64() -> str:
+    return base64.b64encode(_png(8, 8)).decode()
 
 
 #: (case, route, request keyword arguments (a callable of the good vector), status, words of the one-line error)
@@ -75,6 +90,58 @@ CASES = [
         422,
         "NaN or infinite",
     ),
+    ("a vector whose norm overflows float64", "/search", lambda v: _vec([1e300] * len(v)), 422, "too large"),
+    ("a vector whose norm is above float32's", "/search", lambda v: _vec([1e20] * len(v)), 422, "too large"),
+    ("a hyperboloid point past float32's range", "/search", lambda v: _vec(_far_point(len(v))), 422, "too large"),
+    (
+        "a JSON integer past float64's range in the vector",
+        "/search",
+        lambda v: _raw(f'{{"vector": [1{"0" * 400}{", 1" * (len(v) - 1)}], "generation": 0}}'),
+        422,
+        "too large",
+    ),
+    ("an all-zero vector", "/search", lambda v: _vec([0.0] * len(v)), 422, "all zeros"),
+    ("a vector of tiny values", "/search", lambda v: _vec([1e-160] * len(v)), 422, "too small"),
+    ("a vector off the hyperboloid", "/search", lambda v: _vec([1.0] * len(v)), 422, "hyperboloid"),
+    ("a point with a negative time", "/search", lambda v: _vec((-v).tolist()), 422, "hyperboloid"),
+    (
+        "a batch holding one vector whose norm overflows",
+        "/search/batch",
+        lambda v: {
+            "json": {
+                "queries": [{"vector": v.tolist(), "generation": 0}, {"vector": [1e300] * len(v), "generation": 0}]
+            }
+        },
+        422,
+        "too large",
+    ),
+    (
+        "a batch holding one vector off the hyperboloid",
+        "/search/batch",
+        lambda v: {
+            "json": {"queries": [{"vector": v.tolist(), "generation": 0}, {"vector": [1.0] * len(v), "generation": 0}]}
+        },
+        422,
+        "hyperboloid",
+    ),
+    (
+        "a query with both vector and image",
+        "/search",
+        lambda v: {"json": {"vector": v.tolist(), "generation": 0, "image": _png_b64()}},
+        422,
+        "not both",
+    ),
+    (
+        "a batch entry with both vector and image",
+        "/search/batch",
+        lambda v: {
+            "json": {"queries": [{"image": _png_b64()}, {"vector": v.tolist(), "generation": 0, "image": _png_b64()}]}
+        },
+        422,
+        "not both",
+    ),
+    ("an integer of 5000 digits", "/search", lambda v: _raw(f'{{"k": {"1" * 5000}}}'), 400, "not valid JSON"),
+    ("JSON nested 100000 deep", "/search", lambda v: _raw("[" * 100000 + "]" * 100000), 400, "not valid JSON"),
     ("a vector of the wrong width", "/search", lambda v: _vec(v.tolist()[:-1]), 422, "-wide vectors"),
     ("a vector of strings", "/search", lambda v: _vec(["a"] * len(v)), 422, "list of numbers"),
     (
@@ -156,6 +223,39 @@ def test_bad_input_gets_a_4xx_with_one_line_and_the_service_keeps_serving(
     assert words in error and "\n" not in error
     ok = httpx.post(f"{url}/search", json={"vector": good.tolist(), "generation": 0, "k": 2}, timeout=30)
     assert ok.status_code == 200 and len(ok.json()["ids"]) == 2
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+@pytest.mark.parametrize("route", ["/search", "/search/batch"])
+def test_a_query_route_asked_with_another_method_than_post_is_405_with_allow_post(service, method, route):
+    url, good = service
+    r = httpx.request(method, f"{url}{route}", timeout=30)
+    assert r.status_code == 405 and r.headers["allow"] == "POST", r.text
+    assert r.json() == {"error": f"{method} is not allowed on {route}; send the query with POST"}
+    ok = httpx.post(f"{url}{route}", json={"vector": good.tolist(), "generation": 0, "k": 2}, timeout=30)
+    assert ok.status_code == (200 if route == "/search" else 422)  # the batch route wants `queries`
+    metrics = httpx.get(f"{url}/metrics").text
+    assert f'bctflow_serve_requests_total{{endpoint="{route}",status="405"}}' in metrics
+
+
+def test_a_bad_vector_fails_alone_and_the_others_of_its_batch_are_answered(served_ws):
+    """Vectors are searched in one FAISS call per batch: one off the hyperboloid, or past float32's range, gets its
+    own 422 and the queries batched with it their hits (the index's own check would have failed them all)."""
+    home, params_file = served_ws
+    version = load_version(Workspace(home), load_params(params_file), device="cpu", merge="none")
+    good = gallery_vectors(home, 2)
+    queries = [
+        VectorQuery(good[0], 0, 3),
+        VectorQuery(np.ones_like(good[0]), 0, 3),
+        VectorQuery(np.asarray(_far_point(len(good[0]))), 0, 3),
+        VectorQuery(good[1], 0, 2),
+    ]
+    answers = answer_vectors(version, queries)
+    for bad, words in zip(answers[1:3], ["not a point on generation 0's hyperboloid", "values are too large"]):
+        assert isinstance(bad, QueryError) and bad.status == 422 and words in bad.message, bad
+    alone = answer_vectors(version, queries[::3])  # the good two without the bad: the same hits
+    assert [a["ids"] for a in (answers[0], answers[3])] == [a["ids"] for a in alone]  # type: ignore[index]
+    assert [len(a["ids"]) for a in alone] == [3, 2]  # type: ignore[index]
 
 
 def test_a_base64_image_in_json_or_a_multipart_upload_is_answered_like_its_bytes(service):

@@ -16,7 +16,7 @@ from bctflow import bench, generations, live, operations, serve, stages, upgrade
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError
-from flows.env import startup_timeout
+from flows.env import quiet_environment, startup_timeout
 from flows.progress import use_rich_logging
 
 __all__ = ["app", "main"]
@@ -24,13 +24,15 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The ``bctflow`` console script: the Prefect setting bctflow documents checked before Prefect is imported (a bad
-    value would fail its import with a traceback); on a terminal, log lines print above the progress bars (one rich
+    value would fail its import with a traceback), the quiet defaults set before any library reads them
+    (:func:`~flows.env.quiet_environment`); on a terminal, log lines print above the progress bars (one rich
     console, :mod:`flows.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the app."""
     try:
         startup_timeout()
     except BctflowError as err:
         error_line(err)
         raise SystemExit(2) from None
+    quiet_environment()
     use_rich_logging()
     install_interrupt_handlers()
     try:

@@ -34,6 +34,10 @@ QUIET = {
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "GIT_PYTHON_REFRESH": "quiet",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # gRPC's C core (Milvus Lite's server and its clients run in a command's process) printed its INFO lines on the
+    # console ("fork_posix.cc … skipping fork() handlers" at each DataLoader fork): its documented default, read once
+    # when grpc is first imported (the console script sets these first)
+    "GRPC_VERBOSITY": "ERROR",
 }
 
 

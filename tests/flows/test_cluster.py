@@ -241,6 +241,40 @@ def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finish
     assert len(ids) == len(np.unique(ids)) and set(rows.column("stamps").tolist()) == {1}
 
 
+def test_a_backfill_into_milvus_lite_on_the_cluster_prints_no_traceback_error_or_grpc_line(g0_workspace, cluster):
+    """Issue 49: Milvus Lite's gRPC server runs inside the command (threads of its process). A backfill into it on
+    the cluster printed that server's ``ERROR | grpc._server`` report of an RPC it does not implement (pymilvus's
+    AllocTimestamp, asked after creating an index) with a traceback, gRPC's ``Got goaway … too_many_pings`` (pymilvus's
+    keepalive pings) and its fork line — then ended with rc 0 and the right rows. The same backfill, as the CLI runs
+    it in a user's shell (no GRPC_VERBOSITY): rc 0, one row per item in the Milvus collection, and the console holds
+    no traceback, no ERROR and no gRPC line; what the server logs goes to the Milvus Lite file's log beside it."""
+    from components.indexing.backend import store_of
+
+    home, params = g0_workspace
+    cmd = [sys.executable, "-m", "bctflow.cli", "backfill", "--home", str(home), "--params", str(params)]
+    cmd += ["--generation", "0", "--set", f"backfill.cluster={cluster.address}"]
+    cmd += ["--set", "gallery.store=milvus", "--set", "gallery.uri=milvus.db", "--set", "gallery.name=c49"]
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "COLUMNS": "300"}
+    env.pop("GRPC_VERBOSITY", None)  # a user's shell: the test process has bctflow's default (tests/conftest.py)
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    console = run.stdout + run.stderr
+    assert run.returncode == 0, console[-3000:]
+    assert "Traceback" not in console and "ERROR" not in console, console[-3000:]
+    assert not [x for x in console.splitlines() if re.search("grpc|goaway", x, re.IGNORECASE)], console[-3000:]
+    items = int(re.search(r"\((\d+) items re-embedded", console).group(1))
+    with Workspace(home).lineage(load_params(params), readonly=True) as lineage:
+        index = Path(lineage.live_pointer().index_path)
+    store = store_of(index)
+    try:
+        rows, audit = store.count_by_generation(index), store.audit(index)
+    finally:
+        store.close()  # Milvus Lite: one process per file
+    assert store.name == "milvus" and rows == {0: items} and audit == {"rows": items, "duplicates": 0, "unstamped": 0}
+    assert "MilvusLite server started for" in (home / "milvus.db.log").read_text()  # the server's log, beside it
+    for log in cluster.tmp.glob("worker-*.log"):  # the workers never touch the store: no gRPC there either
+        assert not re.search("grpc|goaway", log.read_text(), re.IGNORECASE), log
+
+
 def test_a_small_gallery_is_cut_into_about_four_task_runs_per_worker_and_a_large_one_into_chunks_per_task():
     assert parts_per_run(13, 2, 8) == 1  # 100k items of 8192: 13 runs, not 8 + 5 parts on two workers
     assert parts_per_run(40, 2, 8) == 5  # 8 runs

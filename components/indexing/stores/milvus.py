@@ -16,6 +16,12 @@ StoreManifest`). The live alias ``<gallery.name>_live`` is moved by :meth:`Milvu
 ``alter_alias``), only to a collection of a generation the lineage knows. Refused with one line, nothing changed:
 a write of another width or geometry, of an unaccepted generation, into the live collection, or into a collection
 that does not exist.
+
+A Milvus Lite file's server runs inside the process that opens it (gRPC server threads): what it logs — the engine's
+warnings, the gRPC server's report of a request it could not serve, with its traceback — goes to its own log,
+``<gallery.uri>.log`` beside the file (:func:`server_log`), as a Milvus server's goes to the server's, never to the
+command's console. Its clients send no keepalive pings (:data:`_LITE_CHANNEL`) and wait for an index themselves
+(:func:`create_index`): both asked the server for what it answers with an error.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -48,7 +55,7 @@ from components.indexing.db_index import (
 from components.indexing.index_config import IndexConfig
 from components.indexing.store import GalleryStore, StoredPart
 
-__all__ = ["MilvusStore", "create_index", "queries_per_call"]
+__all__ = ["MilvusStore", "create_index", "queries_per_call", "server_log"]
 
 _CLIENTS: dict[str, Any] = {}
 _DEFAULTS: dict[str, Any] = {"index_type": "HNSW", "M": 16, "efConstruction": 200, "ef": 128, "nlist": 128}
@@ -87,14 +94,51 @@ POLL_S, STALLED_S = 0.5, 600.0
 _INSTALL = "pip install pymilvus milvus-lite (or bctflow[stores])"
 
 
+#: the gRPC channel options of a Milvus Lite file's client: no keepalive pings (gRPC's own default). pymilvus pings
+#: every 10 s, with no call in flight too; the Lite server (this process, loopback) keeps gRPC's default policy, which
+#: answers the third such ping with GOAWAY "too_many_pings": printed by gRPC on the console and the connection dropped
+#: (a backfill's command sat idle while its cluster embedded)
+_LITE_CHANNEL = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": False}
+#: the loggers of a Milvus Lite server (its engine, its gRPC server), written to :func:`server_log`
+_SERVER_LOGGERS = ("milvus_lite", "grpc._server")
+_SERVER_LOG: list[logging.FileHandler] = []
+
+
+def server_log(uri: str | Path) -> Path:
+    """The log of the Milvus Lite file ``uri``'s server: ``<uri>.log`` beside it."""
+    return Path(f"{uri}.log")
+
+
+def _log_server_to(path: Path) -> None:
+    """Send what this process's Milvus Lite server logs to ``path`` (appended; created at its first line), not to
+    the console: the loggers stop passing records up to the root's handlers. The process's latest Lite file's log."""
+    if _SERVER_LOG and _SERVER_LOG[0].baseFilename == os.path.abspath(path):
+        return
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [pid %(process)d] %(message)s"))
+    for name in _SERVER_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in _SERVER_LOG:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    for old in _SERVER_LOG:
+        old.close()
+    _SERVER_LOG[:] = [handler]
+
+
 def _client(uri: str, timeout: float) -> Any:
     """One MilvusClient per URI and process (Milvus Lite serves one file per process); ``timeout`` seconds per call."""
     if uri not in _CLIENTS:
         from pymilvus import MilvusClient
 
-        if "://" not in uri:
+        if "://" in uri:
+            _CLIENTS[uri] = MilvusClient(uri, timeout=timeout)
+        else:  # Milvus Lite: its server starts in this process now
             Path(uri).parent.mkdir(parents=True, exist_ok=True)
-        _CLIENTS[uri] = MilvusClient(uri, timeout=timeout)
+            _log_server_to(server_log(uri))
+            _CLIENTS[uri] = MilvusClient(uri, timeout=timeout, grpc_options=_LITE_CHANNEL)
     return _CLIENTS[uri]
 
 
@@ -108,14 +152,16 @@ def queries_per_call(limit: int, dim: int) -> int:
 def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) -> None:
     """Create ``collection``'s vector index (``kind`` under ``metric``) and wait until it covers every row. The gRPC
     connection can be reset while the server builds (GOAWAY "too many pings", seen building HNSW over 1M rows in
-    Milvus Lite) and pymilvus then retries a create that went through: the index the retry finds must be the one
-    asked for (IndexIntegrityError in one line otherwise), and is waited for — as long as its indexed rows grow: a
-    build that indexes no row for :data:`STALLED_S` seconds ends in one line (the written rows are kept; the same
-    command builds the index again)."""
+    Milvus Lite before its clients stopped pinging) and pymilvus then retries a create that went through: the index
+    the retry finds must be the one asked for (IndexIntegrityError in one line otherwise), and is waited for — as long
+    as its indexed rows grow: a build that indexes no row for :data:`STALLED_S` seconds ends in one line (the written
+    rows are kept; the same command builds the index again). Waited for here, not by pymilvus (``sync=False``), whose
+    wait first asks the server for a timestamp: Milvus Lite does not implement that call, and its gRPC server logged
+    the refusal at ERROR with a traceback."""
     from pymilvus.exceptions import MilvusException
 
     try:
-        db.create_index(collection, spec)
+        db.create_index(collection, spec, sync=False)
     except MilvusException as err:
         if "already exists" not in str(err):
             raise
@@ -172,8 +218,9 @@ class MilvusStore(DatabaseStore):
         except Exception as err:  # any failure to answer is one line
             _CLIENTS.pop(str(self.uri), None)
             first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            log = "" if "://" in str(self.uri) else f" (its server's log: {server_log(self.uri)})"
             raise ConfigError(
-                f"the Milvus at gallery.uri {self.uri} does not answer ({first}); start it or fix gallery.uri"
+                f"the Milvus at gallery.uri {self.uri} does not answer ({first}); start it or fix gallery.uri{log}"
             ) from None
 
     def _db(self) -> Any:

@@ -158,3 +158,71 @@ def test_a_missing_alias_or_collection_is_answered_without_pymilvus_logging_an_e
     finally:
         logger.removeHandler(handler)
         store.close()
+
+
+def test_what_a_milvus_lite_server_logs_goes_to_the_log_beside_its_file_not_to_the_console(tmp_path, capfd):
+    """Issue 49: a Milvus Lite file's gRPC server runs in the process that opens it, and a backfill's console showed
+    its ``ERROR | grpc._server`` report, with a traceback, of a call it does not implement (AllocTimestamp: pymilvus's
+    own wait for an index asked it). An index build asks it no such call now; the call asked here anyway is refused
+    (pymilvus ignores the refusal) and the server's report is in ``<uri>.log`` — nothing on the console: not on file
+    descriptors 1 and 2, no record passed up to the root logger, whose handlers print a command's log lines."""
+    import logging
+    import re
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    try:
+        store, db, _ = _hnsw_collection(tmp_path)  # an HNSW index built through the store
+        log = tmp_path / "m.db.log"
+        assert "MilvusLite server started for" in log.read_text() and "Exception calling" not in log.read_text()
+        assert db._get_connection().alloc_timestamp() == 0  # refused: "Method not implemented!"
+        store.close()
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = log.read_text()
+    assert "ERROR grpc._server" in text and "AllocTimestamp" in text and "NotImplementedError" in text
+    assert not [r for r in seen if r.name.startswith(("grpc", "milvus_lite"))]
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "ERROR" not in out + err
+    assert not re.search("grpc|goaway|milvus", out + err, re.IGNORECASE), out + err
+
+
+_FORKS = """
+import multiprocessing, sys
+if sys.argv[2] == "quiet":
+    from flows.env import quiet_environment
+
+    quiet_environment()  # what the console script does first (bctflow/cli.py)
+from components.indexing.backend import vector_store
+
+store = vector_store("milvus", sys.argv[1])
+store.check()  # its server runs in this process now
+for _ in range(3):  # as a DataLoader starts its workers
+    child = multiprocessing.get_context("fork").Process(target=int)
+    child.start()
+    child.join()
+store.close()
+"""
+
+
+def test_a_process_with_bctflows_defaults_forking_beside_a_milvus_lite_server_prints_no_grpc_line(tmp_path):
+    """gRPC's C core printed ``I… fork_posix.cc:71] Other threads are currently calling into gRPC, skipping fork()
+    handlers`` at each fork of a process running a Milvus Lite server (a backfill's DataLoader workers, issue 49):
+    bctflow's quiet defaults (GRPC_VERBOSITY=ERROR, gRPC's documented default, set before grpc is imported; a user's
+    own setting wins) keep it off the console. The same child without them prints it (the fork is the one that did)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"} | {"PYTHONPATH": str(REPO)}
+    runs = {}
+    for how in ("loud", "quiet"):
+        cmd = [sys.executable, "-c", _FORKS, str(tmp_path / how / "m.db"), how]
+        runs[how] = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert runs[how].returncode == 0, runs[how].stderr[-2000:]
+    assert "fork_posix" in runs["loud"].stderr  # the line, without bctflow's defaults
+    assert runs["quiet"].stdout == runs["quiet"].stderr == ""

@@ -48,3 +48,32 @@ def test_examples_use_relative_homes():
     }
     absolute = [f"{name}: {m.group(0)}" for name, text in texts.items() for m in ABSOLUTE_HOME.finditer(text)]
     assert not absolute, f"examples name absolute homes (use a relative one, e.g. --home runs/demo): {absolute}"
+
+
+LAYOUT_LINE = re.compile(r"^([\w.]+/)\s", flags=re.M)
+#: what the README's map of the system must name
+PARTS = {"query service": "flows/serving/", "Milvus": "milvus", "LanceDB": "lancedb", "Dask": "cluster"}
+
+
+def _layout_block() -> str:
+    return _readme().split("## Layout", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_layout_block_names_every_package_folder_and_only_folders_that_exist():
+    named = LAYOUT_LINE.findall(_layout_block())
+    absent = sorted(f for f in named if not (REPO / f).is_dir())
+    assert not absent, f"README.md's layout block names folders that are not in the tree: {absent}"
+    packages = {p.parent.name + "/" for p in REPO.glob("*/__init__.py")} | {"scripts/", "tests/", "docs/"}
+    unnamed = sorted(packages - set(named))
+    assert not unnamed, f"README.md's layout block does not name {unnamed}; add a line for each"
+    for path in re.findall(r"\b((?:[a-z_]+/)+)", _layout_block()):
+        assert (REPO / path).is_dir(), f"README.md's layout block names {path}, which is not a folder of the tree"
+
+
+def test_the_readme_map_names_the_query_service_the_stores_and_the_cluster_backfill():
+    hood = _readme().split("Under the hood:", 1)[1].split("\n\n", 1)[0]
+    layout = _layout_block()
+    for part in PARTS:
+        assert part in hood, f"README.md's 'Under the hood' does not name the {part}"
+    for part, where in PARTS.items():
+        assert where in layout.lower() or part in layout, f"README.md's layout block does not say where the {part} is"

@@ -242,7 +242,7 @@ def test_a_command_killed_mid_backfill_on_a_cluster_resumes_keeping_every_finish
 
 
 def test_a_backfill_into_milvus_lite_on_the_cluster_prints_no_traceback_error_or_grpc_line(g0_workspace, cluster):
-    """Issue 49: Milvus Lite's gRPC server runs inside the command (threads of its process). A backfill into it on
+    """Milvus Lite's gRPC server runs inside the command (threads of its process). A backfill into it on
     the cluster printed that server's ``ERROR | grpc._server`` report of an RPC it does not implement (pymilvus's
     AllocTimestamp, asked after creating an index) with a traceback, gRPC's ``Got goaway … too_many_pings`` (pymilvus's
     keepalive pings) and its fork line — then ended with rc 0 and the right rows. The same backfill, as the CLI runs

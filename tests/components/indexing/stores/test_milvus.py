@@ -63,12 +63,12 @@ def test_a_create_index_retried_after_it_went_through_is_waited_for_and_must_be_
     over 1M rows) and the retry finds the index the first call built: that one is accepted when it is the index
     asked for, and a different one is one line."""
     from components.errors import IndexIntegrityError
-    from components.indexing.stores import milvus
+    from components.indexing.stores import milvus_client
 
     store, db, spec = _hnsw_collection(tmp_path)
-    milvus.create_index(db, "t_g0_v0", spec, "HNSW", "IP")  # "index already exists": the retry's answer, accepted
+    milvus_client.create_index(db, "t_g0_v0", spec, "HNSW", "IP")  # "already exists": the retry's answer, accepted
     with pytest.raises(IndexIntegrityError, match=r"holds a HNSW index under IP, not the IVF_FLAT under IP asked for"):
-        milvus.create_index(db, "t_g0_v0", spec, "IVF_FLAT", "IP")
+        milvus_client.create_index(db, "t_g0_v0", spec, "IVF_FLAT", "IP")
     store.close()
 
 
@@ -80,7 +80,7 @@ def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_pa
     import time
 
     from components.errors import IndexIntegrityError
-    from components.indexing.stores import milvus
+    from components.indexing.stores import milvus_client
 
     store, db, spec = _hnsw_collection(tmp_path)
     real, looks = db.describe_index, []
@@ -100,17 +100,17 @@ def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_pa
             done = min(len(looks), self.grows) if self.grows else 7
             return {**found, "state": "InProgress", "indexed_rows": done, "total_rows": 300, "pending_index_rows": 1}
 
-    monkeypatch.setattr(milvus, "POLL_S", 0.05)
-    monkeypatch.setattr(milvus, "STALLED_S", 0.3)
+    monkeypatch.setattr(milvus_client, "POLL_S", 0.05)
+    monkeypatch.setattr(milvus_client, "STALLED_S", 0.3)
     with pytest.raises(IndexIntegrityError) as err:
-        milvus.create_index(Stalled(0), "t_g0_v0", spec, "HNSW", "IP")
+        milvus_client.create_index(Stalled(0), "t_g0_v0", spec, "HNSW", "IP")
     assert str(err.value) == (
         "the Milvus collection t_g0_v0's HNSW index has indexed 7 of 300 rows and none more for 0.3 s (state "
         "InProgress); check the Milvus server and its logs, then run the same command again (the rows written are kept)"
     )
     looks.clear()
     with pytest.raises(IndexIntegrityError):
-        milvus.create_index(Stalled(20), "t_g0_v0", spec, "HNSW", "IP")  # 20 looks × 0.05 s of growth, then stuck
+        milvus_client.create_index(Stalled(20), "t_g0_v0", spec, "HNSW", "IP")  # 20 looks × 0.05 s growth, then stuck
     # the 20 growing looks are 19 sleeps apart; the last growth is seen at look 20, and the look that gives up comes
     # more than 0.3 s after it
     assert looks[-1] - looks[0] >= 19 * 0.05 + 0.3
@@ -161,7 +161,7 @@ def test_a_missing_alias_or_collection_is_answered_without_pymilvus_logging_an_e
 
 
 def test_what_a_milvus_lite_server_logs_goes_to_the_log_beside_its_file_not_to_the_console(tmp_path, capfd):
-    """Issue 49: a Milvus Lite file's gRPC server runs in the process that opens it, and a backfill's console showed
+    """A Milvus Lite file's gRPC server runs in the process that opens it, and a backfill's console showed
     its ``ERROR | grpc._server`` report, with a traceback, of a call it does not implement (AllocTimestamp: pymilvus's
     own wait for an index asked it). An index build asks it no such call now; the call asked here anyway is refused
     (pymilvus ignores the refusal) and the server's report is in ``<uri>.log`` — nothing on the console: not on file
@@ -209,7 +209,7 @@ store.close()
 
 def test_a_process_with_bctflows_defaults_forking_beside_a_milvus_lite_server_prints_no_grpc_line(tmp_path):
     """gRPC's C core printed ``I… fork_posix.cc:71] Other threads are currently calling into gRPC, skipping fork()
-    handlers`` at each fork of a process running a Milvus Lite server (a backfill's DataLoader workers, issue 49):
+    handlers`` at each fork of a process running a Milvus Lite server (a backfill's DataLoader workers):
     bctflow's quiet defaults (GRPC_VERBOSITY=ERROR, gRPC's documented default, set before grpc is imported; a user's
     own setting wins) keep it off the console. The same child without them prints it (the fork is the one that did)."""
     import os

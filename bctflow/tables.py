@@ -101,9 +101,12 @@ def _role(g: dict[str, Any]) -> str:
 
 
 def _backfill(g: dict[str, Any]) -> str:
-    """``done (event N)`` once a full backfill with ``g`` ran, else its decision: ``yes (<reasons>)``, ``no``, ``—``."""
+    """``done (event N)`` once a full backfill with ``g`` ran, ``retired`` once a later generation's replaced its
+    gallery (its decision is moot), else its decision: ``yes (<reasons>)``, ``no``, ``—``."""
     if g["backfill_done"] is not None:
         return f"done (event {g['backfill_done']})"
+    if g["status"] == "retired":
+        return "retired"
     if g["backfill_required"] is None:
         return "—"
     return f"yes ({len(g['backfill_reasons'])})" if g["backfill_required"] else "no"
@@ -134,7 +137,7 @@ def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
         if g["backfill_done"] is None
         else f"g{g['id']} warning (backfill {g['backfill_done']} done): {r}"
         for g in gens
-        if g["backfill_required"]
+        if g["backfill_required"] and g["status"] != "retired"
         for r in g["backfill_reasons"]
     ]
     for b in timeline.backfills:

@@ -49,7 +49,12 @@ def test_a_full_backfill_shows_the_backfill_done_and_its_reasons_as_warnings(tmp
         doc = store.to_json()
         table = lineage_table(doc, store.timeline())
         assert [g["backfill_done"] for g in doc] == [None, 1, None, None]  # g1's full backfill; g3's was partial
-        assert list(table.columns[LINEAGE_COLUMNS.index("backfill")].cells) == ["—", "done (event 1)", "—", "yes (1)"]
+        assert list(table.columns[LINEAGE_COLUMNS.index("backfill")].cells) == [
+            "retired",
+            "done (event 1)",
+            "—",
+            "yes (1)",
+        ]  # g0: its gallery replaced by g1
         assert f"g3: {CLIP}" in table.caption.splitlines()
         full = _backfill_with_g3(store, "full", 3, 1.0, promote=True)
         doc = store.to_json()

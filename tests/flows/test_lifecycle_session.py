@@ -103,6 +103,7 @@ def test_the_backfilled_production_generation_is_promoted_once_and_its_backfill_
     assert "done (event 1)" in text, text
     assert "g4 warning (backfill 1 done): clip radius ζ 1.80 > ceiling 1.30" in text, text
     assert "g4: " not in text  # the ceiling is no longer a backfill to do
+    assert not any(f"g{g}: " in text for g in (1, 2, 3))  # retired by the backfill: their decisions are moot
     shown = json.loads(CliRunner().invoke(app, ["lineage", "--json", *cli]).stdout)
     assert [g["backfill_done"] for g in shown] == [None] * 4 + [1, None, None]
     assert shown[4]["backfill_required"] is True  # the decision as it was taken; the backfill settled it

@@ -12,8 +12,8 @@ import typer
 from bctflow.choices import IndexType, Scenario, complete_profile
 from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, announce_params, app, console, fail, parse_params
 from components.errors import BctflowError, ConfigError
-from flows.env import configure_environment
 from flows.params import Params, apply_overrides
+from flows.runtime.env import configure_environment
 
 bench_app = typer.Typer(
     no_args_is_help=False, help="Benchmarks: the method table (default), `routes`, `scale`, `transform` and `perf`."
@@ -71,7 +71,7 @@ def _report(run: Any, profile: str, scenario: str, out: Path, home: Path | None,
             set_: list[str] | None, bench_set: list[str] | None, **extra: Any) -> None:  # fmt: skip
     """Run a benchmark (``run``: benchmarks/run.py) in the workspace ``home`` and print where its report went (one
     line on a refusal)."""
-    from flows.workspace import resolve_home
+    from flows.runtime.workspace import resolve_home
 
     announce_params(params)
     h = resolve_home(home)

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from benchmarks.profile import PROFILE_DIR
 from benchmarks.scenario_names import ALL_SCENARIOS
 from components.plugins import declared_names
-from flows.gallery_params import IndexParams
 from flows.params import BackfillParams
+from flows.params.gallery import IndexParams
 
 __all__ = ["Alignment", "BackfillOrder", "IndexType", "Scenario", "complete_profile"]
 

@@ -16,8 +16,8 @@ from bctflow import bench, generations, live, operations, serve, stages, upgrade
 from bctflow.interrupt import install_interrupt_handlers
 from bctflow.shell import app, error_line
 from components.errors import BctflowError
-from flows.env import quiet_environment, startup_timeout
-from flows.progress import use_rich_logging
+from flows.runtime.env import quiet_environment, startup_timeout
+from flows.runtime.progress import use_rich_logging
 
 __all__ = ["app", "main"]
 
@@ -25,8 +25,9 @@ __all__ = ["app", "main"]
 def main() -> None:
     """The ``bctflow`` console script: the Prefect setting bctflow documents checked before Prefect is imported (a bad
     value would fail its import with a traceback), the quiet defaults set before any library reads them
-    (:func:`~flows.env.quiet_environment`); on a terminal, log lines print above the progress bars (one rich
-    console, :mod:`flows.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the app."""
+    (:func:`~flows.runtime.env.quiet_environment`); on a terminal, log lines print above the progress bars (one rich
+    console, :mod:`flows.runtime.progress`); Ctrl-C / SIGTERM stop it cleanly (:mod:`bctflow.interrupt`); then the
+    app."""
     try:
         startup_timeout()
     except BctflowError as err:

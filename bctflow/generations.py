@@ -27,14 +27,14 @@ from bctflow.shell import (
     timeline_of,
 )
 from components.errors import BctflowError, ConfigError
-from flows.lock import NEW_GENERATION, workspace_lock
 from flows.params import GenerationSpec, Params, params_digest
+from flows.runtime.lock import NEW_GENERATION, workspace_lock
 
 if TYPE_CHECKING:
-    from registry.lineage import LineageStore
+    from registry.lineage import LineageDB
 
 
-def _already_committed(store: LineageStore, params: Params, spec: GenerationSpec | None) -> int | None:
+def _already_committed(store: LineageDB, params: Params, spec: GenerationSpec | None) -> int | None:
     """The asked-for generation when the newest in the lineage already is it, made from the same model-shaping
     parameters: the same command, run again after its commit (e.g. once killed after the commit point)."""
     if spec is None:
@@ -51,9 +51,9 @@ def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> d
     workspace lock and written once at the commit; the result carries the committed lineage (``lineage``). The
     workspace lock is taken before the Prefect server starts and held through the flow (which re-enters it)."""
     from flows.planning import make_plan
-    from flows.prefect_api import prefect_api
-    from flows.steps.reconcile import finish_interrupted
-    from flows.workspace import Workspace
+    from flows.recovery.reconcile import finish_interrupted
+    from flows.runtime.prefect_api import prefect_api
+    from flows.runtime.workspace import Workspace
 
     with contextlib.ExitStack() as held:
         try:
@@ -70,7 +70,7 @@ def run_generation(params: Params, home: Path, spec: GenerationSpec | None) -> d
             prefect_api(home)  # the configured server, or this command's one temporary server (started once)
         except BctflowError as err:
             fail(err)
-        from flows.new_generation import new_generation
+        from flows.generation.flow import new_generation
 
         return finish(lambda: new_generation(plan, return_state=True), "generation")
 
@@ -105,7 +105,7 @@ def demo(
     """Fresh workspace, then every generation of params.yaml `generations:` on digits (the shipped params.yaml: g0 on
     classes 0–4, then g1 on all classes with HBCT + an independent reference)."""
     from bctflow.tables import compat_table, retrieval_table
-    from flows.workspace import Workspace, resolve_home
+    from flows.runtime.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     ws = Workspace(h)
@@ -182,7 +182,7 @@ def run(
 ) -> None:
     """Create one new generation, aligned to the generation that embedded the live gallery."""
     from bctflow.tables import compat_table, retrieval_table
-    from flows.workspace import resolve_home
+    from flows.runtime.workspace import resolve_home
 
     h = resolve_home(home)
     launch = {"train.nproc": nproc, "train.nnodes": nnodes, "train.rdzv_endpoint": rdzv_endpoint}
@@ -227,7 +227,7 @@ def train_node(
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     logging.getLogger("torch.distributed.elastic.rendezvous.dynamic_rendezvous").setLevel(logging.ERROR)
     from components.training.launch import serve_node
-    from flows.workspace import Workspace, resolve_home
+    from flows.runtime.workspace import Workspace, resolve_home
 
     folder = job_dir or Workspace(resolve_home(home)).jobs_dir
     console.print(f"waiting for training jobs in {folder} (Ctrl-C stops)")
@@ -252,9 +252,9 @@ def chain(
     """Run every generation declared in params.yaml that the workspace does not have yet, in order."""
     from bctflow.tables import compat_table, lineage_table
     from components.io import atomic_write_text
-    from flows.chain import flat_metrics
-    from flows.workspace import Workspace, resolve_home
-    from registry.data_snapshots import DataSnapshotStore
+    from flows.generation.chain import flat_metrics
+    from flows.runtime.workspace import Workspace, resolve_home
+    from registry.data_snapshots import DataSnapshots
 
     h = resolve_home(home)
     p = parse_params(params, set_)
@@ -270,7 +270,7 @@ def chain(
         console.rule(f"[bold]generation {spec.name}")
         summary = run_generation(p, h, spec)
         if expect_data is not None:
-            used = DataSnapshotStore(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
+            used = DataSnapshots(Workspace(h).data_dir).load(f"gen_{summary['generation']:03d}")
             if used.to_json() != (expect_data / f"{spec.name}.json").read_text():
                 fail(
                     ConfigError(
@@ -295,8 +295,8 @@ def snapshot(
 ) -> None:
     """Write the data manifest of every generation declared in params.yaml (what `bctflow chain --expect-data`
     checks; the `data` stage of dvc.yaml runs `bctflow stage data`)."""
-    from flows.chain import write_manifests
-    from flows.workspace import Workspace, resolve_home
+    from flows.generation.chain import write_manifests
+    from flows.runtime.workspace import Workspace, resolve_home
 
     p = parse_params(params, set_)
     try:
@@ -321,7 +321,7 @@ def lineage(
 ) -> None:
     """Show the lineage: generations, ζ, metrics, backfill decisions, the live gallery."""
     from bctflow.tables import compat_table, lineage_table
-    from flows.workspace import resolve_home
+    from flows.runtime.workspace import resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, None)

@@ -9,7 +9,7 @@ import typer
 
 from bctflow.shell import HomeOpt, ParamsOpt, app, console, fail, parse_params
 from components.errors import BctflowError
-from flows.lock import ROLLBACK, workspace_lock
+from flows.runtime.lock import ROLLBACK, workspace_lock
 
 
 @app.command()
@@ -25,8 +25,8 @@ def promote(
     generation itself is left as it is)."""
     import getpass
 
-    from flows.steps.promotion import promote as do_promote
-    from flows.workspace import Workspace, resolve_home
+    from flows.generation.promotion import promote as do_promote
+    from flows.runtime.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     try:
@@ -73,8 +73,8 @@ def rollback(
     a generation it accepts)."""
     import getpass
 
-    from flows.steps.gallery_rollback import rollback as do_rollback
-    from flows.workspace import Workspace, resolve_home
+    from flows.backfill.rollback import rollback as do_rollback
+    from flows.runtime.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, None)

@@ -20,8 +20,8 @@ from bctflow.shell import (
     report_finished,
 )
 from components.errors import BctflowError
-from flows.env import configure_environment
-from flows.lock import BACKFILL, workspace_lock
+from flows.runtime.env import configure_environment
+from flows.runtime.lock import BACKFILL, workspace_lock
 
 
 @app.command()
@@ -56,10 +56,10 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
-    from flows.prefect_api import prefect_api
-    from flows.steps.reconcile import finish_interrupted
-    from flows.steps.reembed import finished_backfill, plan_backfill
-    from flows.workspace import Workspace, resolve_home
+    from flows.backfill.make import finished_backfill, plan_backfill
+    from flows.recovery.reconcile import finish_interrupted
+    from flows.runtime.prefect_api import prefect_api
+    from flows.runtime.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, set_)
@@ -83,7 +83,7 @@ def backfill(
             # Prefect server starts, whose start-up would compete with the measurement for the CPU
             import psutil
 
-            from flows.steps.backfill_plan import forecast_backfill, forecast_lines, record_command
+            from flows.backfill.forecast import forecast_backfill, forecast_lines, record_command
 
             started = psutil.Process().create_time()  # the command's start: the plan predicts the whole command
             if plan_only:
@@ -95,7 +95,7 @@ def backfill(
             prefect_api(h)  # the configured server, or this command's temporary one
         except BctflowError as err:
             fail(err)
-        from flows.backfill import backfill as backfill_flow
+        from flows.backfill.flow import backfill as backfill_flow
 
         items = ", ".join(f"{g.selected} of {g.total} {g.name} items" for g in plan.galleries)
         how = plan.kind if plan.bridge is None else f"transform by bridge v{plan.bridge.version} ({plan.bridge.kind})"
@@ -116,7 +116,7 @@ def backfill(
 @app.command(name="db-upgrade")
 def db_upgrade(home: Path | None = HomeOpt, params: Path = ParamsOpt) -> None:
     """Migrate the lineage database to this bctflow's schema (back it up first; opening a store never migrates it)."""
-    from flows.workspace import Workspace, resolve_home
+    from flows.runtime.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     try:
@@ -137,8 +137,8 @@ def doctor(
     repair: bool = typer.Option(False, "--repair", help="repair what can be repaired (back the workspace up first)"),
 ) -> None:
     """Check that lineage, files, live pointer and MLflow registry agree (docs/commit-protocol.md)."""
-    from flows.steps.reconcile import inspect_workspace
-    from flows.workspace import Workspace, resolve_home
+    from flows.recovery.reconcile import inspect_workspace
+    from flows.runtime.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     h = resolve_home(home)
@@ -175,9 +175,9 @@ def schedule(
     """Nightly retraining: show the schedule and how to run it, write prefect.yaml from it, or serve it (`--serve`).
 
     The schedule's one home is params.yaml `schedule:`; one nightly run at a time (docs/design.md §7.14)."""
-    from flows.deployment import check_schedule, serve_limit
-    from flows.deployment import write_prefect_yaml as write_yaml
-    from flows.workspace import resolve_home
+    from flows.pipeline.deployment import check_schedule, serve_limit
+    from flows.pipeline.deployment import write_prefect_yaml as write_yaml
+    from flows.runtime.workspace import resolve_home
 
     p = parse_params(params, None)
     sch = p.schedule
@@ -207,8 +207,8 @@ def schedule(
     configure_environment(h)
     from prefect.schedules import Cron
 
-    from flows.deployment import DEPLOYMENT
-    from flows.nightly import nightly_generation
+    from flows.generation.nightly import nightly_generation
+    from flows.pipeline.deployment import DEPLOYMENT
 
     nightly_generation.serve(
         name=DEPLOYMENT,

@@ -24,8 +24,8 @@ def serve(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Answer image and vector queries over the live gallery (HTTP); swaps to a new live version without downtime."""
+    from flows.runtime.workspace import Workspace, resolve_home
     from flows.serving.run import serve as run_service
-    from flows.workspace import Workspace, resolve_home
 
     p = parse_params(params, set_)
     try:

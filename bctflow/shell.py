@@ -111,7 +111,7 @@ SetOpt = typer.Option(
 
 
 def report_finished(findings: list) -> None:
-    """One line per step of an interrupted commit that was finished now (flows.steps.reconcile.Finding)."""
+    """One line per step of an interrupted commit that was finished now (flows.recovery.reconcile.Finding)."""
     for f in findings:
         console.print(f"finished an interrupted commit: {f.what}", highlight=False)
 
@@ -178,7 +178,7 @@ def _api_url() -> str:
 
 def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
     """The ``bctflow lineage --json`` document of the workspace at ``home``."""
-    from flows.workspace import Workspace
+    from flows.runtime.workspace import Workspace
 
     with Workspace(home).lineage(params, readonly=True) as store:
         return store.to_json()
@@ -187,7 +187,7 @@ def lineage_of(params: Params, home: Path) -> list[dict[str, Any]]:
 def timeline_of(params: Params, home: Path, metric: str | None = None) -> Timeline:
     """The lineage's timeline (generations and backfills in the order they happened) of the workspace at ``home``;
     ``metric``: the metric of its generations' cross and old-old values (None: none)."""
-    from flows.workspace import Workspace
+    from flows.runtime.workspace import Workspace
 
     with Workspace(home).lineage(params, readonly=True) as store:
         return store.timeline(metric)

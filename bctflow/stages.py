@@ -28,8 +28,8 @@ def pipeline(
     """Print the dvc.yaml that params.yaml's `generations:` make, or write it (`--write-dvc-yaml`)."""
     import yaml
 
-    from flows.dvc_yaml import dvc_yaml
-    from flows.dvc_yaml import write_dvc_yaml as write_yaml
+    from flows.pipeline.dvc_yaml import dvc_yaml
+    from flows.pipeline.dvc_yaml import write_dvc_yaml as write_yaml
 
     p = parse_params(params, None)  # one clear error for a bad params.yaml
     try:
@@ -44,7 +44,7 @@ def pipeline(
 
 def _check_pipeline(params: Path) -> None:
     """A stage refuses to run from a dvc.yaml that params.yaml no longer generates."""
-    from flows.dvc_yaml import check_dvc_yaml
+    from flows.pipeline.dvc_yaml import check_dvc_yaml
 
     if DVC_YAML.exists():
         check_dvc_yaml(DVC_YAML, params)
@@ -56,9 +56,9 @@ def data_stage(
     params: Path = ParamsOpt,
 ) -> None:
     """The `data` stage: write the data manifest of every generation params.yaml declares."""
-    from flows.chain import write_manifests
-    from flows.dvc_stage import stage_params
-    from flows.workspace import Workspace, resolve_home
+    from flows.generation.chain import write_manifests
+    from flows.pipeline.dvc_stage import stage_params
+    from flows.runtime.workspace import Workspace, resolve_home
 
     p = parse_params(params, None)
     try:
@@ -82,7 +82,7 @@ def generation_stage(
     """A generation's stage: copy the parent's workspace, run the generation in it, check it trained on the data
     stage's manifest, write its results."""
     from bctflow.generations import run_generation
-    from flows.dvc_stage import prepare_workspace, stage_params, used_manifest, write_results
+    from flows.pipeline.dvc_stage import prepare_workspace, stage_params, used_manifest, write_results
 
     p = parse_params(params, None)
     h = home.resolve()

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.evaluation.lineage_timeline import Timeline
-from flows.artifacts import fmt
+from flows.runtime.artifacts import fmt
 
 __all__ = ["compat_table", "lineage_table", "retrieval_table"]
 

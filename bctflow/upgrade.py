@@ -1,5 +1,5 @@
 """``bctflow upgrade``: fit an upgrade route's bridge between two committed generations — a query adapter or a
-gallery transform — measure what it serves, and record it in MLflow and the lineage (flows/steps/bridge_fit.py)."""
+gallery transform — measure what it serves, and record it in MLflow and the lineage (flows/upgrade/bridge.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import typer
 
 from bctflow.shell import HomeOpt, ParamsOpt, SetOpt, app, console, fail, parse_params
 from components.errors import BctflowError
-from flows.lock import UPGRADE, workspace_lock
+from flows.runtime.lock import UPGRADE, workspace_lock
 
 if TYPE_CHECKING:
-    from flows.steps.bridge_fit import FittedRoute
+    from flows.upgrade.bridge import FittedRoute
 
 
 @app.command()
@@ -37,9 +37,9 @@ def upgrade(
     """Fit a bridge between a generation and an earlier one on a paired sample of the training split, measure the
     route on the labelled split, and record the map (MLflow model version, lineage bridge row); or measure every
     route and take the one upgrade.route selects."""
-    from flows.steps.bridge_fit import fit_route
-    from flows.steps.route_choice import choose_upgrade
-    from flows.workspace import Workspace, resolve_home
+    from flows.runtime.workspace import Workspace, resolve_home
+    from flows.upgrade.bridge import fit_route
+    from flows.upgrade.choose import choose_upgrade
     from registry.bridge_ledger import ROLES
 
     h = resolve_home(home)

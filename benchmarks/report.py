@@ -1,7 +1,8 @@
 """Benchmark reports: markdown + CSV + JSON of a method table (the sequential one: report_sequential), and the
 JSON + markdown of the single-run benchmarks (perf, scale, serve, transform: :func:`write_run_report`).
 
-Every report records where its numbers come from — :func:`flows.provenance.describe_run`, under ``provenance``: in
+Every report records where its numbers come from — :func:`flows.runtime.provenance.describe_run`, under ``provenance``:
+in
 the ``context`` of a table's results.json (its header's facts; ``run.py`` puts it there), at the top level of the
 single-run benchmarks' JSON — and shows it in one line of report.md."""
 
@@ -19,7 +20,7 @@ from benchmarks.scenarios import Row, Scenario, TableResult
 from benchmarks.selection import RULE_TEXT
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
-from flows.provenance import describe_run, provenance_line
+from flows.runtime.provenance import describe_run, provenance_line
 
 __all__ = ["fmt", "provenance_lines", "report_header", "write_report_files", "write_run_report", "write_table_report"]
 
@@ -67,7 +68,8 @@ def write_report_files(
 
 
 def write_run_report(out: Path, name: str, res: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> Path:
-    """Record :func:`~flows.provenance.describe_run` in ``res`` (``provenance``), then write ``out/name`` (JSON) and
+    """Record :func:`~flows.runtime.provenance.describe_run` in ``res`` (``provenance``), then write ``out/name``
+    (JSON) and
     ``out/report.md`` (``render(res)``); returns report.md. The writer of each single-run benchmark's report."""
     res["provenance"] = describe_run()
     out.mkdir(parents=True, exist_ok=True)

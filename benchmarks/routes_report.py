@@ -58,7 +58,8 @@ def _lines(res: RoutesResult, ctx: dict[str, Any], mean: list[dict[str, Any]], a
         )
     lines += [
         "",
-        f"`upgrade.route: auto` on these means (flows/upgrade_route.py), for a gallery of {auto[0]['items']:,}, at the "
+        "`upgrade.route: auto` on these means (flows/upgrade/route_rule.py), for a gallery of "
+        f"{auto[0]['items']:,}, at the "
         "bars the old gallery's own mAP, 95% and 100% of the backfill's (each route at its largest fitted sample):",
         "",
     ]

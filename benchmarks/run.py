@@ -25,8 +25,8 @@ from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from components.training.device import select_device
 from flows.params import Params, apply_overrides
-from flows.provenance import describe_run
-from flows.workspace import Workspace
+from flows.runtime.provenance import describe_run
+from flows.runtime.workspace import Workspace
 
 __all__ = ["ALL_SCENARIOS", "run_benchmark", "run_routes_benchmark"]
 
@@ -54,7 +54,7 @@ def _select(prof: Profile, bench_set: list[str], methods: str | None) -> Profile
 
 def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]:
     """What the report's header says about the run, with where its numbers come from (``provenance``:
-    :func:`flows.provenance.describe_run`)."""
+    :func:`flows.runtime.provenance.describe_run`)."""
     return {
         "command": command,
         "profile": prof.name,

@@ -34,7 +34,7 @@ from components.models import ModelSpec, build_model, load_model, save_model
 from components.training import TrainConfig, TrainingDivergedError, TrainResult, embed_split, train_model
 from components.training.data import training_data
 from components.training.device import cuda_available
-from flows.data import dataset_splits
+from flows.gallery.data import dataset_splits
 from flows.params import Params, apply_overrides
 from flows.planning.roles import RoleRequest, resolve_role
 

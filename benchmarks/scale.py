@@ -95,14 +95,14 @@ from components.data.sources import WebDatasetSource
 from components.faults import KILL_ENV
 from components.indexing.backend import store_of, vector_store
 from components.indexing.live import LivePointer
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from components.models import load_model
-from flows.data import open_corpus
+from flows.gallery.data import open_corpus
+from flows.gallery.pipeline import embed_gallery
 from flows.params import params_from_dict
-from flows.specs import index_config
-from flows.steps.gallery_pipeline import embed_gallery
-from flows.workspace import Workspace
+from flows.params.specs import index_config
+from flows.runtime.workspace import Workspace
 
 __all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params", "write_scale_report"]
 
@@ -264,7 +264,7 @@ def run_scale(
     res["ingest_items_per_s"] = ingest_rate(manifest)
     res["recall_at_10"] = manifest.get("recall_at_10")
     res["index_factory"] = manifest.get("factory") or f"{manifest['index_type']} {manifest['params']}"
-    parts = GalleryStore(gen0.corpus_store)
+    parts = GalleryParts(gen0.corpus_store)
     res.update(search_speed(gen0.corpus_index, parts))
     res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
     config = index_config(params_from_dict(raw, "scale benchmark params"))

@@ -31,7 +31,7 @@ from components.indexing import GalleryIndex
 from components.indexing.backend import SearchIndex, open_index, store_of
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import GalleryStore, PartWriter, StoredPart
+from components.indexing.parts import GalleryParts, PartWriter, StoredPart
 
 __all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery"]
 
@@ -72,7 +72,7 @@ def _flat(chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], geometr
     )
 
 
-def search_speed(index_dir: Path, parts: GalleryStore, queries: int = 2000) -> dict[str, float]:
+def search_speed(index_dir: Path, parts: GalleryParts, queries: int = 2000) -> dict[str, float]:
     """Queries/s of the index attached in ``index_dir`` (opened by its store) and of an exact flat index over the
     same vectors, on the same ``queries`` corpus items, k = 10."""
     index = open_index(index_dir)
@@ -88,7 +88,7 @@ def _unit_space(vectors: np.ndarray) -> np.ndarray:
     return space / np.linalg.norm(space, axis=1, keepdims=True)
 
 
-def _cosine_parts(parts: GalleryStore, folder: Path) -> GalleryStore:
+def _cosine_parts(parts: GalleryParts, folder: Path) -> GalleryParts:
     """The corpus's cosine space as a part store of unit vectors (a cosine corpus as it is), written afresh."""
     shutil.rmtree(folder, ignore_errors=True)  # an earlier run's parts would be kept by the writer
     writer = PartWriter(folder, chunk_size=max(len(p) for p in parts.parts()))
@@ -101,7 +101,7 @@ def _cosine_parts(parts: GalleryStore, folder: Path) -> GalleryStore:
     return writer.finish()
 
 
-def cosine_index(index_dir: Path, parts: GalleryStore, config: IndexConfig, work: Path) -> dict[str, float]:
+def cosine_index(index_dir: Path, parts: GalleryParts, config: IndexConfig, work: Path) -> dict[str, float]:
     """The same index type over the corpus's cosine space, built by the store that built ``index_dir`` (collection
     ``scale_cos_g0_v0``): recall@10 (its manifest), build seconds, and queries/s against flat, on 2000 corpus items."""
     cosine = _cosine_parts(parts, work / "cosine" / "gallery")

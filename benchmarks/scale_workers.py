@@ -28,9 +28,9 @@ import numpy as np
 import psutil
 
 from components.indexing.live import LivePointer
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
-from flows.workspace import Workspace
+from flows.runtime.workspace import Workspace
 
 __all__ = ["items_in_parts", "past_half", "workers_sweep"]
 
@@ -69,10 +69,10 @@ def _duplicates(ids: np.ndarray) -> int:
     return int(len(ids) - len(np.unique(ids)))
 
 
-def _live_corpus(home: Path) -> GalleryStore:
+def _live_corpus(home: Path) -> GalleryParts:
     """The part store the live gallery version serves from (its corpus)."""
     index = LivePointer(Workspace(home).live_dir).pointer()["index"]  # paths resolved by the pointer
-    return GalleryStore(GalleryVersion.of_index(index).serving().gallery)
+    return GalleryParts(GalleryVersion.of_index(index).serving().gallery)
 
 
 def workers_sweep(

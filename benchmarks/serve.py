@@ -53,7 +53,7 @@ from benchmarks.serve_report import render_report, swap_timeline
 from components.data.catalog import load_dataset
 from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 
 __all__ = ["corpus_image_size", "run_serve_bench", "write_serve_report"]
@@ -78,7 +78,7 @@ def corpus_image_size(profile: str, given: int | None) -> int:
 def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any, done: Any) -> None:
     """Child process: import and open everything first, then switch the live pointer when told; ``done``: when the
     switch returned (``time.perf_counter``, the machine's monotonic clock, which the load's samples share)."""
-    from flows.steps import publish
+    from flows.backfill import publish
 
     plan.workspace.tracking(plan.params).prepare()  # MLflow imported, its store opened (tracking() alone is lazy)
     ready.set()
@@ -227,7 +227,7 @@ def run_serve_bench(
     home, plan, new_index, metrics = prepare(work, raw, reuse, res, log)
     live = LivePointer(home / "live")
     old_index = live.serving_index()
-    store = GalleryStore(GalleryVersion.of_index(live.pointer()["index"]).serving().gallery)
+    store = GalleryParts(GalleryVersion.of_index(live.pointer()["index"]).serving().gallery)
     vectors = next(store.parts()).gallery.vectors()[:2000]
     images = base.images[:256]
     if images.ndim == 3:

@@ -33,10 +33,10 @@ from benchmarks.report import provenance_lines, write_run_report
 from benchmarks.scale import corpus_rate, fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from components.data.catalog import load_dataset
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
-from flows.workspace import Workspace
+from flows.runtime.workspace import Workspace
 
 __all__ = ["RATIO_BAR", "run_transform_bench", "write_transform_report"]
 
@@ -84,7 +84,7 @@ def run_transform_bench(
     with Workspace(home).lineage(params, readonly=True) as store:
         transform, reembed = store.backfills()
         bridge_id = next(b.id for b in store.bridges() if b.role == "transform")
-    published = GalleryStore(GalleryVersion.of_index(transform.index_path).serving().gallery)
+    published = GalleryParts(GalleryVersion.of_index(transform.index_path).serving().gallery)
     res: dict[str, Any] = {
         "items": items,
         "index_type": index_type,

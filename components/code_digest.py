@@ -31,7 +31,7 @@ CODE_SHAPING = (
     "components/training",
 )
 #: files inside those whose code does not change what is trained or measured (a list of files, not of params keys:
-#: which params shape a model is the tag of each params field, flows/param_tags.py)
+#: which params shape a model is the tag of each params field, flows/params/tags.py)
 CODE_EXCLUDED = frozenset(
     {
         "components/data/archives.py",  # unpacking dataset files: the dataset fingerprint checks the result

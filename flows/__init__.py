@@ -1,1 +1,1 @@
-"""Prefect flows: thin chains of tasks that call components/ and registry/ through flows.steps."""
+"""Prefect flows: thin chains of tasks that call components/ and registry/ through flows.generation.steps."""

@@ -2,7 +2,7 @@
 them, and answer which chain of maps carries one generation's vectors into another's space; and the upgrade route a
 rule took for a generation (revision 0009).
 
-A mixin of :class:`registry.lineage.LineageStore` (its sessions, paths and write guard): each record is one
+A mixin of :class:`registry.lineage.LineageDB` (its sessions, paths and write guard): each record is one
 transaction, its version the next of its (from, to, role).
 """
 

@@ -21,7 +21,7 @@ import yaml
 
 from components.data.selection import DataManifest
 
-__all__ = ["DataSnapshotStore", "SnapshotInfo", "quiet_dvc"]
+__all__ = ["DataSnapshots", "SnapshotInfo", "quiet_dvc"]
 
 #: DVC's loggers; importing DVC gives each its own console handlers (as its command line wants)
 _DVC_LOGGERS = ("dvc", "dvc_objects", "dvc_data")
@@ -69,7 +69,7 @@ class SnapshotInfo:
     data_hash: str  # DVC md5 of the manifest file
 
 
-class DataSnapshotStore:
+class DataSnapshots:
     """A DVC repository holding one manifest per snapshot name."""
 
     def __init__(self, root: Path) -> None:

@@ -46,14 +46,14 @@ from registry.records import BackfillRecord, GenerationBundle, PointerRecord
 if TYPE_CHECKING:
     from components.evaluation.lineage_timeline import Timeline
 
-__all__ = ["LineageStore", "NoLineageError"]
+__all__ = ["LineageDB", "NoLineageError"]
 
 
 class NoLineageError(LineageError):
     """A read-only open found a database without bctflow's tables."""
 
 
-class LineageStore(BridgeLedger):
+class LineageDB(BridgeLedger):
     """Lineage database access. ``url``: any SQLAlchemy URL; ``readonly``: reads only, no schema changes."""
 
     def __init__(
@@ -104,7 +104,7 @@ class LineageStore(BridgeLedger):
             )
 
     @classmethod
-    def empty(cls, label: str) -> LineageStore:
+    def empty(cls, label: str) -> LineageDB:
         """An empty lineage in memory, read-only, standing in for the lineage ``label`` names while it does not exist
         yet (read-only callers see "no generations"; messages name that lineage)."""
         store = cls("sqlite://", label=label)
@@ -128,7 +128,7 @@ class LineageStore(BridgeLedger):
         """Release the engine's connections (the store is not used afterwards)."""
         self.engine.dispose()
 
-    def __enter__(self) -> LineageStore:
+    def __enter__(self) -> LineageDB:
         return self
 
     def __exit__(self, *exc: object) -> None:

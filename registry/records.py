@@ -162,7 +162,7 @@ class BridgeRecord:
     mlflow_version: str | None = None
 
 
-#: the upgrade routes, cheapest in kind first (docs/design.md §11; the rule: flows/upgrade_route.py)
+#: the upgrade routes, cheapest in kind first (docs/design.md §11; the rule: flows/upgrade/route_rule.py)
 ROUTES = ("compatible", "adapter", "transform", "backfill")
 
 

@@ -15,8 +15,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from components.errors import ConfigError
 from registry.db_url import masked_url, sqlite_path, store_label
-from registry.lineage import LineageStore, NoLineageError
-from registry.tracking.registered_model import MlflowStore
+from registry.lineage import LineageDB, NoLineageError
+from registry.tracking.registered_model import MlflowRegistry
 
 __all__ = ["STORE_ENTRIES", "check_tracking_store", "lineage_url", "open_lineage", "open_tracking", "tracking_uri"]
 
@@ -39,27 +39,27 @@ def tracking_uri(configured: str | None, home: Path) -> str:
     return configured or f"sqlite:///{Path(home) / TRACKING_FILE}"
 
 
-def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, upgrade: bool = False) -> LineageStore:
+def open_lineage(configured: str | None, home: Path, *, readonly: bool = False, upgrade: bool = False) -> LineageDB:
     """The lineage store. ``readonly``: no schema change and no file created; an empty lineage when there is none yet.
-    ``upgrade``: migrate an older schema first (see :class:`~registry.lineage.LineageStore`)."""
+    ``upgrade``: migrate an older schema first (see :class:`~registry.lineage.LineageDB`)."""
     url = lineage_url(configured, home)
     if not readonly:
-        return LineageStore(url, upgrade=upgrade, root=home)
+        return LineageDB(url, upgrade=upgrade, root=home)
     path = sqlite_path(url)
     if path is not None and (not path.is_file() or path.stat().st_size == 0):  # connecting would create the file
-        return LineageStore.empty(store_label(url))
+        return LineageDB.empty(store_label(url))
     try:
-        return LineageStore(url, readonly=True, root=home)
+        return LineageDB(url, readonly=True, root=home)
     except NoLineageError:
-        return LineageStore.empty(store_label(url))
+        return LineageDB.empty(store_label(url))
 
 
 def open_tracking(
     configured: str | None, home: Path, experiment: str, model_name: str, *, readonly: bool = False
-) -> MlflowStore:
+) -> MlflowRegistry:
     """The MLflow tracking + model registry store; artifacts go to the workspace. ``readonly``: a caller that only
-    reads (a copied workspace's artifact URIs are reported, not rewritten: :meth:`MlflowStore.moved_from`)."""
-    return MlflowStore(
+    reads (a copied workspace's artifact URIs are reported, not rewritten: :meth:`MlflowRegistry.moved_from`)."""
+    return MlflowRegistry(
         tracking_uri(configured, home), experiment, model_name, Path(home) / ARTIFACTS_DIR, readonly=readonly
     )
 

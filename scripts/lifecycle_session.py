@@ -33,12 +33,12 @@ def run_session(
     home: Path, params_path: Path, overrides: list[str] | None = None, reference: bool = False
 ) -> list[dict[str, Any]]:
     """Run the session in ``home`` and return the lineage (``bctflow lineage --json``)."""
-    from flows.backfill import backfill
-    from flows.new_generation import new_generation
+    from flows.backfill.flow import backfill
+    from flows.backfill.make import plan_backfill
+    from flows.generation.flow import new_generation
     from flows.params import GenerationSpec, load_params
     from flows.planning import make_plan
-    from flows.steps.reembed import plan_backfill
-    from flows.workspace import Workspace
+    from flows.runtime.workspace import Workspace
 
     params = load_params(params_path, overrides)
     for spec in CHAIN_BEFORE:
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--reference", action="store_true", help="also train independent references (P_com / P_up)")
     a = ap.parse_args()
-    from flows.env import configure_environment
+    from flows.runtime.env import configure_environment
 
     configure_environment(a.home.resolve())
     from rich.console import Console

@@ -24,11 +24,11 @@ from pathlib import Path
 import mlflow
 import numpy as np
 
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
-from flows.data import load_splits
+from flows.gallery.data import load_splits
 from flows.params import load_params
-from flows.workspace import Workspace
+from flows.runtime.workspace import Workspace
 
 home, work = Path(sys.argv[1]), Path(sys.argv[2])
 ws = Workspace(home)
@@ -36,7 +36,7 @@ params = load_params(sorted(ws.generations_dir.glob("gen_*/params.yaml"))[-1])  
 store = ws.lineage(params, readonly=True)
 prod = store.generation(store.production_generation_id())
 test = load_splits(params, ws).test.subset(np.arange(64)).decode()
-gallery = GalleryStore(GalleryVersion.of_index(prod.index_path).evaluation_gallery()).embeddings()
+gallery = GalleryParts(GalleryVersion.of_index(prod.index_path).evaluation_gallery()).embeddings()
 row = {int(i): n for n, i in enumerate(gallery.ids)}
 np.save(work / "images.npy", test.images)
 np.save(work / "expected.npy", gallery.vectors()[[row[int(i)] for i in test.ids[:64]]])

@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Prefect again (`import mlflow, torch, prefect`: 9.8 s from source, 4.0 s from cached byte-code)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-from flows.env import quiet_environment
+from flows.runtime.env import quiet_environment
 
 sys.dont_write_bytecode = False
 quiet_environment()
@@ -93,24 +93,24 @@ def db_url(request, tmp_path) -> str:
 #: free up (xdist's default hands out the files with the most tests first, which started these few-test files last);
 #: handed out first (longest-processing-time first), the rest fill the other worker around them.
 LONGEST_FIRST = (
-    "tests/flows/test_crash_consistency.py",
-    "tests/flows/test_cluster.py",
+    "tests/flows/recovery/test_crash_consistency.py",
+    "tests/flows/backfill/test_cluster.py",
     "tests/test_dvc_pipeline.py",
-    "tests/flows/test_gallery_stores.py",
-    "tests/flows/test_prefect_api.py",
+    "tests/flows/backfill/test_gallery_stores.py",
+    "tests/flows/runtime/test_prefect_api.py",
     "tests/bctflow/test_interrupt.py",
     "tests/components/training/test_distributed.py",
     "tests/components/training/test_compile.py",
-    "tests/flows/test_backfill_kill.py",
-    "tests/flows/steps/test_transform.py",
+    "tests/flows/backfill/test_backfill_kill.py",
+    "tests/flows/backfill/test_transform.py",
     "tests/flows/test_lifecycle_session.py",
     "tests/registry/tracking/test_registered_model.py",
-    "tests/flows/steps/test_training_streamed.py",
-    "tests/flows/steps/test_reembed.py",
+    "tests/flows/generation/test_training_streamed.py",
+    "tests/flows/backfill/test_reembed.py",
     "tests/benchmarks/test_serve.py",  # bench serve's preparation, kept and reused (~60-80 s; added 2026-12-05)
     "tests/flows/serving/test_app.py",
-    "tests/flows/test_mlflow_story.py",
-    "tests/flows/test_distributed_generation.py",
+    "tests/flows/generation/test_mlflow_story.py",
+    "tests/flows/generation/test_distributed_generation.py",
     "tests/flows/test_postgres_backend.py",
 )
 

@@ -33,7 +33,7 @@ def tiny_spec(**kw) -> ModelSpec:
 
 def run_generation(home, params_path, spec: dict | None = None, overrides: list[str] | None = None) -> dict:
     """One generation through the real flow, as the CLI runs it: parse params once, plan once, run."""
-    from flows.new_generation import new_generation
+    from flows.generation.flow import new_generation
     from flows.params import GenerationSpec, load_params
     from flows.planning import make_plan
 
@@ -43,10 +43,10 @@ def run_generation(home, params_path, spec: dict | None = None, overrides: list[
 
 def run_backfill(home, params_path, overrides: list[str] | None = None, **request) -> dict:
     """One backfill through the real flow (``request``: target, fraction, order, seed, force)."""
-    from flows.backfill import backfill
+    from flows.backfill.flow import backfill
+    from flows.backfill.make import plan_backfill
     from flows.params import load_params
-    from flows.steps.reembed import plan_backfill
-    from flows.workspace import Workspace
+    from flows.runtime.workspace import Workspace
 
     return backfill(plan_backfill(load_params(params_path, overrides), Workspace(home), **request))
 
@@ -75,7 +75,7 @@ def first_generation(root, overrides: list[str] | None = None) -> tuple:
 
 def copy_workspace(template, to) -> tuple:
     """``(home, params file)`` of a copy, in ``to``, of ``template``'s workspace ``ws`` (``cp -a``, as a user copies
-    one: tests/flows/test_workspace_copy.py) and its ``params.yaml``."""
+    one: tests/flows/runtime/test_workspace_copy.py) and its ``params.yaml``."""
     import shutil
     import subprocess
 
@@ -116,7 +116,7 @@ def train_config(**fields):
     import dataclasses
 
     from flows.params import Params
-    from flows.specs import train_config_from_params
+    from flows.params.specs import train_config_from_params
 
     return dataclasses.replace(train_config_from_params(Params()), **fields)
 
@@ -134,7 +134,7 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
     from components.indexing import GalleryIndex
     from components.indexing.gallery import GalleryEmbeddings
     from components.indexing.live import LivePointer
-    from components.indexing.store import PartWriter, StoredPart
+    from components.indexing.parts import PartWriter, StoredPart
     from components.indexing.version import GalleryVersion
 
     z = np.random.default_rng(seed).normal(size=(40, 16))
@@ -159,10 +159,10 @@ def lineage_story(path):
     backfill with g1 (ζ restarts at 1.0) → g2 (not compatible), then g2 forced into production."""
     from datetime import UTC, datetime
 
-    from registry.lineage import LineageStore
+    from registry.lineage import LineageDB
     from registry.records import BackfillRecord, EvaluationRecord, GenerationBundle, PointerRecord
 
-    store = LineageStore(f"sqlite:///{path}")
+    store = LineageDB(f"sqlite:///{path}")
     g0 = generation_record(0, None, zeta=1.0, mlflow_version="1", mlflow_run_id="run0", promoted=True)
     store.commit_generation(
         GenerationBundle(

@@ -75,7 +75,7 @@ def test_every_package_folder_has_its_line():
 
 
 def test_every_path_the_document_names_exists():
-    """Paths named in the prose and diagrams (``flows/steps/results.py``, ``registry/tracking/``) exist."""
+    """Paths named in the prose and diagrams (``flows/generation/results.py``, ``registry/tracking/``) exist."""
     named = set(re.findall(rf"\b(?:{'|'.join(PACKAGES)})/(?:\w+/)*(?:\w+\.py)?", DOC.read_text()))
     assert named, "the document names paths"
     stale = sorted(p for p in named if not (REPO / p).exists())

@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from bctflow.cli import app
-from flows.dvc_stage import PNG_PLOTS
+from flows.pipeline.dvc_stage import PNG_PLOTS
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 generations — what the registered version's chain text, the lineage picture, the ``bctflow lineage`` notes and the
 JSON export read (docs/design.md §7.17).
 
-:meth:`registry.lineage.LineageStore.timeline` builds it from the lineage database (the only place that orders it);
+:meth:`registry.lineage.LineageDB.timeline` builds it from the lineage database (the only place that orders it);
 :meth:`Timeline.with_pending` appends the generation being registered, which is not committed yet.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["BackfillStep", "GenerationStep", "Step", "Timeline", "short_reasons"
 
 def short_reasons(checks: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     """The failed checks of a backfill decision in a few characters each (``clip 99% > 95%``): each rule's
-    ``short`` text (flows/backfill_rules.py), else — a check recorded before rules wrote one — its rule and numbers."""
+    ``short`` text (flows/backfill/rules.py), else — a check recorded before rules wrote one — its rule and numbers."""
     out = []
     for c in checks:
         if c.get("passed", True):

@@ -1,7 +1,7 @@
 """The one seam between bctflow and where a gallery's searchable vectors live (docs/design.md §8.4).
 
 A *vector store* (params ``gallery.store``: ``faiss`` | ``milvus`` | …) takes a finished part store of stamped
-vectors (:class:`~components.indexing.store.GalleryStore`, the write-ahead form every embedding is written in,
+vectors (:class:`~components.indexing.parts.GalleryParts`, the write-ahead form every embedding is written in,
 resumably) and makes it searchable: it writes every stamped row (idempotently: upsert by id), finishes, builds or
 attaches its ANN index, and leaves an *attachment* in the gallery version's index folder — ``manifest.json``, whose
 sha256 the lineage pins as it always did. Everything that indexes, searches, counts by generation, verifies or
@@ -36,7 +36,7 @@ import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.io import atomic_write_text, file_sha256
 from components.plugins import Catalog
 
@@ -155,7 +155,7 @@ class VectorStore(ABC):
     @abstractmethod
     def build(
         self,
-        parts: GalleryStore,
+        parts: GalleryParts,
         out: Path,
         *,
         collection: str,

@@ -25,7 +25,7 @@ from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.faults import crash_point
 from components.indexing.backend import StoreManifest, VectorStore
 from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
-from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.parts import GalleryParts, StoredPart
 from components.indexing.vectors import (
     LORENTZ_TIME_SCALE,
     checked_queries,
@@ -65,7 +65,7 @@ def alias_name(collection: str) -> str:
     return f"{match.group('prefix') if match else collection}_live"
 
 
-def facts_of(parts: GalleryStore, generation: int) -> dict:
+def facts_of(parts: GalleryParts, generation: int) -> dict:
     """What a database records with a version's table or collection: its generation, geometry, curvature, width and
     the stamps it accepts (the generation and every stamp ``parts`` holds: a partial backfill's mix)."""
     first = next(parts.parts()).gallery
@@ -78,7 +78,7 @@ def facts_of(parts: GalleryStore, generation: int) -> dict:
     }
 
 
-def model_of(parts: GalleryStore) -> str:
+def model_of(parts: GalleryParts) -> str:
     """The model that embedded the store's own rows, from its ``producer.txt`` (``model sha256 <hex>; …``); ''
     when the store was assembled rather than embedded (a partial backfill's mix, a linked full backfill)."""
     mark = parts.path / "producer.txt"
@@ -204,7 +204,7 @@ class DatabaseIndex:
         return np.take_along_axis(s, order, axis=1), np.take_along_axis(found, order, axis=1)
 
 
-def measure_recall(index: DatabaseIndex, parts: GalleryStore, n_queries: int) -> StoreManifest:
+def measure_recall(index: DatabaseIndex, parts: GalleryParts, n_queries: int) -> StoreManifest:
     """The manifest of ``index`` with its recall@10 against exact search and its queries/s: the first ``n_queries``
     gallery items as queries (each one's own id dropped), the exact top-11 accumulated part by part."""
     first = next(parts.parts()).gallery
@@ -246,7 +246,7 @@ class DatabaseStore(VectorStore):
     def _columns(self, collection: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """Every row the holder has, as the database returns it: (ids, generation stamps, model marks)."""
 
-    def _write_parts(self, parts: GalleryStore, collection: str) -> dict[str, Any]:
+    def _write_parts(self, parts: GalleryParts, collection: str) -> dict[str, Any]:
         """Write every part of ``parts`` into ``collection`` (:meth:`write`, upsert by id), each row marked with the
         model that embedded it; the crash points ``store.after_part`` (after each part) and ``store.half_written``
         (after the part that takes the rows written past half; ``store.half_written.<collection>``: only in that

@@ -161,7 +161,7 @@ class GalleryEmbeddings:
 
     def save(self, path: Path, **extra: np.ndarray) -> None:
         """Write the rows to ``path`` (``.npz``) atomically; ``extra``: more named arrays stored beside them (see
-        :meth:`load_with`). A part of a store (:mod:`components.indexing.store`) is such a file."""
+        :meth:`load_with`). A part of a store (:mod:`components.indexing.parts`) is such a file."""
         buf = io.BytesIO()
         np.savez(
             buf,

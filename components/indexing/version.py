@@ -79,7 +79,7 @@ class GalleryVersion:
 
     def evaluation_gallery(self) -> Path:
         """The evaluation gallery to read: the part store, or the ``gallery.npz`` of a version written before part
-        stores (:class:`~components.indexing.store.GalleryStore` reads either)."""
+        stores (:class:`~components.indexing.parts.GalleryParts` reads either)."""
         legacy = self.root / _LEGACY
         return legacy if legacy.is_file() and not self.evaluation_store.is_dir() else self.evaluation_store
 

@@ -36,7 +36,8 @@ IDENTITY_FIELDS = (
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """What a model is (stored in its checkpoint). The fields params sets have no defaults here: the params schema
-    holds them (``flows/specs.py`` builds a spec from params and the data); the rest default to the plain model."""
+    holds them (``flows/params/specs.py`` builds a spec from params and the data); the rest default to the plain
+    model."""
 
     backbone: str
     embed_dim: int

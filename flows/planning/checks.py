@@ -31,10 +31,10 @@ from components.errors import ConfigError, DataError
 from components.models import ModelSpec, build_meta_model
 from components.models.backbone import check_backbone_runs
 from components.training.device import select_device
-from flows.data import open_corpus
+from flows.gallery.data import open_corpus
 from flows.params import Params
-from flows.specs import gallery_store, index_config
-from flows.workspace import Workspace
+from flows.params.specs import gallery_store, index_config
+from flows.runtime.workspace import Workspace
 from registry.stores import check_tracking_store
 
 __all__ = ["DiskEstimate", "check_models_and_disk", "check_run_environment", "disk_estimate"]

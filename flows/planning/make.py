@@ -23,15 +23,15 @@ from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe
 from components.training.checkpoints import latest_checkpoint
-from flows.data import load_splits, select_generation_data
+from flows.gallery.data import load_splits, select_generation_data
 from flows.params import GenerationSpec, Params, params_digest
 from flows.planning import past
 from flows.planning.checks import check_models_and_disk, check_run_environment
 from flows.planning.plan import GenerationPlan, ParentRef, RolePlan, Selection
 from flows.planning.roles import ROLES, RoleRequest, resolve_role
 from flows.planning.zeta import choose_zeta
-from flows.workspace import Workspace
-from registry.lineage import LineageStore
+from flows.runtime.workspace import Workspace
+from registry.lineage import LineageDB
 
 __all__ = ["make_plan"]
 
@@ -44,7 +44,7 @@ def make_plan(
     digest: str | None = None,
     data_fingerprint: str | None = None,
     code: str | None = None,
-    store: LineageStore | None = None,
+    store: LineageDB | None = None,
 ) -> GenerationPlan:
     """The plan of the next generation in the workspace at ``home``, or the error the input deserves.
 
@@ -61,7 +61,7 @@ def make_plan(
 def _plan(
     params: Params,
     ws: Workspace,
-    store: LineageStore,
+    store: LineageDB,
     spec: GenerationSpec | None,
     digest: str | None,
     data_fingerprint: str | None,
@@ -186,7 +186,7 @@ def _run_key(gen_id: int, parent: ParentRef | None, spec: GenerationSpec, alignm
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _named_spec(store: LineageStore, spec: GenerationSpec | None, gen_id: int) -> GenerationSpec:
+def _named_spec(store: LineageDB, spec: GenerationSpec | None, gen_id: int) -> GenerationSpec:
     """The request with its name (default g<id>), refused when the lineage already has that name."""
     spec = spec or GenerationSpec()
     if spec.name is None:
@@ -208,7 +208,7 @@ def _alignment(params: Params, spec: GenerationSpec, gen_id: int, notes: list[st
 
 
 def _fixed_zeta(
-    params: Params, store: LineageStore, parent: ParentRef | None, notes: list[str]
+    params: Params, store: LineageDB, parent: ParentRef | None, notes: list[str]
 ) -> tuple[float | None, float | None, bool]:
     """(ζ by the fixed rule, ζ it grows from, whether that restarted after a backfill) — docs/design.md §3.3."""
     g = params.geometry

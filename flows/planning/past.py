@@ -18,12 +18,12 @@ from components.errors import CheckpointMismatchError, IndexIntegrityError, Line
 from components.evaluation import COMPAT_METRICS
 from components.indexing.backend import ATTACHMENT, store_of
 from components.indexing.live import LivePointer
-from components.indexing.store import STORE_FILE, GalleryStore
+from components.indexing.parts import STORE_FILE, GalleryParts
 from components.indexing.version import GalleryVersion
 from components.models import ModelSpec
 from flows.planning.plan import CompatValue, ParentRef, ServingGeneration, parent_checkpoint
-from flows.workspace import Workspace
-from registry.lineage import LineageStore
+from flows.runtime.workspace import Workspace
+from registry.lineage import LineageDB
 
 __all__ = [
     "check_evaluation_galleries",
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-def parent_ref(store: LineageStore) -> ParentRef | None:
+def parent_ref(store: LineageDB) -> ParentRef | None:
     """The live gallery's generation and model, from the newest live pointer (None: empty lineage), with the spec
     of its checkpoint once the file proved to be the one the lineage records."""
     ptr = store.live_pointer()
@@ -91,7 +91,7 @@ def _verified_spec(parent: ParentRef) -> ModelSpec:
     return spec
 
 
-def zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
+def zeta_prev(store: LineageDB) -> tuple[float | None, bool]:
     """ζ the next generation grows from: the newest generation's, or ζ₀ after a ζ-restarting backfill since."""
     gens = store.generations()
     if not gens:
@@ -109,7 +109,7 @@ def zeta_prev(store: LineageStore) -> tuple[float | None, bool]:
     return newest.zeta, False
 
 
-def serving_generations(store: LineageStore, parent: ParentRef | None, gen_id: int) -> tuple[ServingGeneration, ...]:
+def serving_generations(store: LineageDB, parent: ParentRef | None, gen_id: int) -> tuple[ServingGeneration, ...]:
     """Every serving generation but the new one, each with the evaluation gallery its queries are measured on: the
     live gallery's for the parent (after a backfill, a rescaled or mixed one), its own for the others."""
     out = []
@@ -126,7 +126,7 @@ def serving_generations(store: LineageStore, parent: ParentRef | None, gen_id: i
     return tuple(out)
 
 
-def compat_history(store: LineageStore, ids: tuple[int, ...]) -> tuple[CompatValue, ...]:
+def compat_history(store: LineageDB, ids: tuple[int, ...]) -> tuple[CompatValue, ...]:
     """The committed M(φ_t, φ_k) for serving generations t ≥ k among ``ids``, on every compatibility metric."""
     return tuple(
         CompatValue(query=t, gallery=k, metric=m, value=store.metric_value(t, k, m))
@@ -136,7 +136,7 @@ def compat_history(store: LineageStore, ids: tuple[int, ...]) -> tuple[CompatVal
     )
 
 
-def check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
+def check_no_orphaned_workspace(ws: Workspace, store: LineageDB) -> None:
     """An empty lineage beside committed generation folders or a live gallery means the lineage was lost (a deleted
     or zero-byte database, a wrong lineage.db_url): training generation 0 again would re-register it in MLflow and
     take over its aliases. Refuse instead."""
@@ -151,7 +151,7 @@ def check_no_orphaned_workspace(ws: Workspace, store: LineageStore) -> None:
         )
 
 
-def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
+def check_live_gallery(ws: Workspace, store: LineageDB) -> None:
     """The live gallery must serve what the lineage says: CURRENT names the lineage's live index and generation, that
     index opens in the store that holds it (FAISS: manifest, sha256 of every file, structure; a database: its rows),
     and its manifest is the one the lineage pinned (revision 0005)."""
@@ -180,7 +180,7 @@ def check_live_gallery(ws: Workspace, store: LineageStore) -> None:
 
 
 def check_evaluation_galleries(
-    store: LineageStore, parent: ParentRef | None, serving: tuple[ServingGeneration, ...]
+    store: LineageDB, parent: ParentRef | None, serving: tuple[ServingGeneration, ...]
 ) -> None:
     """Each evaluation gallery the new generation is measured on (``serving``) is the one the lineage pinned — the
     live version's by its pointer row (the parent's), the others' by their generation rows; rows written before
@@ -190,7 +190,7 @@ def check_evaluation_galleries(
     for s in serving:
         live = parent is not None and ptr is not None and s.id == parent.id
         pin = ptr.gallery_sha256 if live and ptr is not None else store.generation(s.id).gallery_sha256
-        gallery = GalleryStore(Path(s.evaluation_gallery))
+        gallery = GalleryParts(Path(s.evaluation_gallery))
         if pin is not None and gallery.digest() != pin:
             pinned = gallery.path if gallery.legacy else gallery.path / STORE_FILE
             raise IndexIntegrityError(

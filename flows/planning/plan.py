@@ -25,8 +25,8 @@ from components.models.encoder import EmbeddingModel
 from components.training.loop import TrainConfig
 from flows.params import Params
 from flows.planning.roles import ROLES
-from flows.workspace import Workspace
-from registry.lineage import LineageStore
+from flows.runtime.workspace import Workspace
+from registry.lineage import LineageDB
 
 __all__ = [
     "ROLES",
@@ -166,7 +166,7 @@ class GenerationPlan(_Frozen):
     run_key: str
     generations_since_backfill: int
     #: the committed lineage as planned: generations and backfills in order, on the decision metric
-    #: (:meth:`registry.lineage.LineageStore.timeline`): the registration's chain text and picture
+    #: (:meth:`registry.lineage.LineageDB.timeline`): the registration's chain text and picture
     timeline: Timeline
     notes: tuple[str, ...] = ()
 
@@ -211,7 +211,7 @@ class GenerationPlan(_Frozen):
         )
 
 
-def check_current(plan: GenerationPlan, store: LineageStore) -> None:
+def check_current(plan: GenerationPlan, store: LineageDB) -> None:
     """Refuse a plan the lineage has moved past (another run committed, or the live gallery switched since)."""
     pointer = store.live_pointer()
     now = (store.next_generation_id(), pointer.id if pointer is not None else None)

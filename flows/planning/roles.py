@@ -27,7 +27,7 @@ from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from components.training.seeds import init_seed
 from flows.params import Params
-from flows.specs import model_spec_from_params, train_config_from_params
+from flows.params.specs import model_spec_from_params, train_config_from_params
 
 __all__ = ["ROLES", "ResolvedRole", "RoleRequest", "resolve_role"]
 

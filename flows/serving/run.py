@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from components.errors import ConfigError
 from flows.params import Params
+from flows.runtime.workspace import Workspace
 from flows.serving.metrics import ServeMetrics
 from flows.serving.swap import SwapManager
-from flows.workspace import Workspace
 
 __all__ = ["TOKEN_ENV", "check_bind", "serve"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from components.errors import BctflowError
 from flows.params import Params
+from flows.runtime.workspace import Workspace
 from flows.serving.metrics import ServeMetrics
 from flows.serving.version import ServedVersion, load_version, pointer_fingerprint
-from flows.workspace import Workspace
 
 __all__ = ["SwapManager"]
 

@@ -25,10 +25,10 @@ import numpy as np
 from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
 from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
 from components.indexing.live import LivePointer
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from flows.params import Params
-from flows.workspace import Workspace
+from flows.runtime.workspace import Workspace
 
 __all__ = ["LineageFacts", "ServedVersion", "lineage_facts", "load_version", "pointer_fingerprint"]
 
@@ -72,7 +72,7 @@ def _adapter_chains(lineage: Any, known: list[int], compatible: tuple[int, ...])
 
 def lineage_facts(ws: Workspace, params: Params, store: Any = None) -> LineageFacts:
     """The live gallery's facts from the lineage (IndexIntegrityError when it has no live gallery), read through
-    ``store`` (an open read-only LineageStore: a service keeps one — opening one reads the schema's migration scripts,
+    ``store`` (an open read-only LineageDB: a service keeps one — opening one reads the schema's migration scripts,
     Python work that holds the GIL while requests wait) or a store opened for the call."""
     with ws.session(params, store, readonly=True) as lineage:
         ptr = lineage.live_pointer()
@@ -223,7 +223,7 @@ def _embedder(path: str, pinned: str | None, gen: int, device: str) -> Any:
 
 def _stamps(index_dir: Path, gen: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids sorted, their generation stamps, the transform bridge that carried each: 0 for none)."""
-    store = GalleryStore(GalleryVersion.of_index(index_dir).serving().gallery, generation=gen)
+    store = GalleryParts(GalleryVersion.of_index(index_dir).serving().gallery, generation=gen)
     ids, stamps = store.column("ids").astype(np.int64), store.column("stamps").astype(np.int64)
     order = np.argsort(ids, kind="stable")
     return ids[order], stamps[order], store.column("bridges")[order]
@@ -239,7 +239,7 @@ def _relative(path: Path, home: Path) -> str:
 def load_version(ws: Workspace, params: Params, *, device: str, merge: str, store: Any = None) -> ServedVersion:
     """Load and verify the live version: CURRENT against the lineage's pointer row, the index manifest against its
     pinned sha256, every file against its manifest checksum, each model against its pinned sha256 (``store``: an
-    open read-only LineageStore to read the lineage through, :func:`lineage_facts`)."""
+    open read-only LineageDB to read the lineage through, :func:`lineage_facts`)."""
     facts = lineage_facts(ws, params, store)
     live = LivePointer(ws.live_dir)
     pointer = live.pointer()

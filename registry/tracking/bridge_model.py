@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from registry.tracking.common import metric_key, quiet_mlflow
-from registry.tracking.registered_model import MlflowStore
+from registry.tracking.registered_model import MlflowRegistry
 
 __all__ = ["BRIDGE_ARTIFACT", "BridgeRegistration", "bridge_model_name", "register_bridge"]
 
@@ -24,7 +24,7 @@ BRIDGE_ARTIFACT = "bridge"
 class BridgeRegistration:
     """What to register: the bridge's file and what the lineage records of it; ``generation_run_id``: the MLflow
     run of the generation the bridge belongs to (the new one of an adapter or a transform), when it has one;
-    ``metrics``: what it serves, logged in the bridge's run (flows/steps/bridge_fit.py)."""
+    ``metrics``: what it serves, logged in the bridge's run (flows/upgrade/bridge.py)."""
 
     path: Path
     sha256: str
@@ -38,12 +38,12 @@ class BridgeRegistration:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def bridge_model_name(store: MlflowStore) -> str:
+def bridge_model_name(store: MlflowRegistry) -> str:
     """The registered model that holds every bridge of ``store``'s embedder."""
     return f"{store.model_name}-bridges"
 
 
-def register_bridge(store: MlflowStore, req: BridgeRegistration) -> str:
+def register_bridge(store: MlflowRegistry, req: BridgeRegistration) -> str:
     """Log ``req``'s file in a run of its own and register it as the next version of :func:`bridge_model_name`;
     returns the version (the lineage records it)."""
     from mlflow.exceptions import MlflowException

@@ -1,14 +1,14 @@
 """MLflow registration: the generation's model and its registered model version.
 
-The generation's run is opened before it trains (:mod:`registry.tracking.runs`); :meth:`MlflowStore.register` logs
+The generation's run is opened before it trains (:mod:`registry.tracking.runs`); :meth:`MlflowRegistry.register` logs
 into that run what the generation produced — metrics, artifacts (metrics JSON, the data and the index manifest under
 their own folders, plots, the lineage picture) and the model (:mod:`registry.tracking.logged_model`: the exported
 serving graph) — and registers the version, linked to the logged model, with its lineage tags (generation, ζ,
 compatibility, promotion, backfill, parent, data hash …) and a description that spells out the chain.
 
 A registration that fails half-way removes the version it created, so a retry starts clean;
-:meth:`MlflowStore.rollback` undoes a finished registration when the lineage commit that follows it fails, and
-:meth:`MlflowStore.move_alias` returns the undo of every alias move. The run itself stays: it is the record of the
+:meth:`MlflowRegistry.rollback` undoes a finished registration when the lineage commit that follows it fails, and
+:meth:`MlflowRegistry.move_alias` returns the undo of every alias move. The run itself stays: it is the record of the
 attempt, ended FAILED by the flow and resumed by the next attempt of the same run key.
 """
 
@@ -29,7 +29,7 @@ from registry.tracking.logged_model import link_version, log_embedder
 from registry.tracking.relocation import owns_tracking_store, relocate_artifacts
 from registry.tracking.runs import RunTracker
 
-__all__ = ["MODEL_DESCRIPTION", "MlflowStore", "RegistrationRequest", "RegistrationResult", "version_tags"]
+__all__ = ["MODEL_DESCRIPTION", "MlflowRegistry", "RegistrationRequest", "RegistrationResult", "version_tags"]
 
 MODEL_DESCRIPTION = (
     "Embedding model generations managed by bctflow; each version is one generation, trained to stay compatible "
@@ -137,7 +137,7 @@ def _log_outputs(req: RegistrationRequest, client: Any) -> Any:
     return log_embedder(client, req.checkpoint, req.example, req.run_id, metadata, tags)
 
 
-class MlflowStore:
+class MlflowRegistry:
     """MLflow tracking + model registry at ``tracking_uri`` (``sqlite:///…`` by default)."""
 
     def __init__(
@@ -381,7 +381,7 @@ class MlflowStore:
                 if mv.run_id:
                     client.delete_run(mv.run_id)
 
-    def rollback(self, result: RegistrationResult) -> None:
+    def undo_registration(self, result: RegistrationResult) -> None:
         """Undo a registration (the lineage commit after it failed); its run stays, the record of the attempt."""
         with quiet_mlflow():
             self._undo(self.client(), result.version, result.created_model, result.model_id)

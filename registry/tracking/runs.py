@@ -79,7 +79,7 @@ def _digest(params: dict[str, str]) -> str:
 
 
 class RunTracker:
-    """Runs of one MLflow store (a :class:`registry.tracking.MlflowStore`)."""
+    """Runs of one MLflow store (a :class:`registry.tracking.MlflowRegistry`)."""
 
     def __init__(self, store: Any) -> None:
         self.store = store

@@ -41,8 +41,8 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
     a finished rerun, the plan), one under the workspace lock, one to commit; the parent checkpoint's bytes read
     once (its sha256 and its weights, for the plan's checks, ζ, the aligned training and the evaluation); and the
     last step runs on the plan make_plan returned, unchanged."""
+    import flows.generation.steps
     import flows.planning
-    import flows.steps
     import registry.lineage
     from components.models import checkpoint
 
@@ -52,7 +52,7 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
     parent = (home / "generations" / "gen_000" / "model.pt").resolve()
 
     opens: list[bool] = []
-    init = registry.lineage.LineageStore.__init__
+    init = registry.lineage.LineageDB.__init__
 
     def counted_init(self, url, **kw):
         opens.append(bool(kw.get("readonly")))
@@ -76,11 +76,11 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
         seen.append(plan)
         return commit(plan, *a, **kw)
 
-    commit = flows.steps.commit
-    monkeypatch.setattr(registry.lineage.LineageStore, "__init__", counted_init)
+    commit = flows.generation.commit
+    monkeypatch.setattr(registry.lineage.LineageDB, "__init__", counted_init)
     monkeypatch.setattr(checkpoint, "_read_bytes", counted_read)
     monkeypatch.setattr(flows.planning, "make_plan", planned)
-    monkeypatch.setattr(flows.steps, "commit", committed)
+    monkeypatch.setattr(flows.generation.steps, "commit", committed)
     res = CliRunner().invoke(app, ["run", "--home", str(home), "--params", str(params), "--alignment", "hbct"])
     assert res.exit_code == 0, res.output[-3000:]
     assert len(made) == 1 and seen == made  # the last step ran on the very plan make_plan returned

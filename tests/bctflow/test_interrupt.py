@@ -1,8 +1,9 @@
 """Ctrl-C and SIGTERM (bctflow/interrupt.py): a real `bctflow run` child, interrupted while it trains, ends within
 5 s with one line and leaves no process of its group behind (Prefect's temporary server included). Of two commands
 started together on one workspace, one runs and the other is refused in one line before it starts a server of its
-own (bctflow/generations.py, flows/lock.py); a `kill -9` of the one that runs, which no handler sees, takes its server
-with it too (flows/prefect_api.py)."""
+own (bctflow/generations.py, flows/runtime/lock.py); a `kill -9` of the one that runs, which no handler sees, takes its
+server
+with it too (flows/runtime/prefect_api.py)."""
 
 from __future__ import annotations
 

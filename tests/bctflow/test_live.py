@@ -1,5 +1,5 @@
 """The commands that move what serves (bctflow/live.py): `bctflow rollback` answers a refusal in one line, exit 2,
-with nothing written (the rollbacks themselves: tests/flows/steps/test_rollback.py)."""
+with nothing written (the rollbacks themselves: tests/flows/backfill/test_rollback.py)."""
 
 from __future__ import annotations
 

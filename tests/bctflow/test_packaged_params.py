@@ -1,4 +1,5 @@
-"""The CLI outside a repository: the package ships the repository's params.yaml (flows/default_params.yaml), and a
+"""The CLI outside a repository: the package ships the repository's params.yaml (flows/params/default_params.yaml), and
+a
 command without --params and without ./params.yaml reads it and says so in one line on stderr."""
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ def _bctflow(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_packaged_defaults_are_the_repositorys_params_yaml_byte_for_byte():
-    assert PACKAGED_PARAMS_PATH == REPO / "flows" / "default_params.yaml"
+    assert PACKAGED_PARAMS_PATH == REPO / "flows" / "params" / "default_params.yaml"
     assert PACKAGED_PARAMS_PATH.read_bytes() == (REPO / "params.yaml").read_bytes(), (
-        "params.yaml changed: copy it into the package (cp params.yaml flows/default_params.yaml)"
+        "params.yaml changed: copy it into the package (cp params.yaml flows/params/default_params.yaml)"
     )
 
 
@@ -46,7 +47,7 @@ def test_the_built_wheel_ships_the_defaults_and_the_version(tmp_path: Path):
     (wheel,) = tmp_path.glob("bctflow-*.whl")
     assert wheel.name.startswith(f"bctflow-{bctflow.__version__}-")
     with zipfile.ZipFile(wheel) as zf:
-        assert zf.read("flows/default_params.yaml") == (REPO / "params.yaml").read_bytes()
+        assert zf.read("flows/params/default_params.yaml") == (REPO / "params.yaml").read_bytes()
         metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         assert f"Version: {bctflow.__version__}\n" in zf.read(metadata).decode()
 

@@ -14,9 +14,9 @@ from bctflow.cli import app
 from components.data import prepare
 from components.losses.base import AlignmentLoss
 from flows import params as params_module
+from flows.generation import changes  # noqa: F401 (loaded before the fixture counts its params digests)
 from flows.params import Params
 from flows.planning import plan as plan_module
-from flows.steps import changes  # noqa: F401 (loaded before the fixture counts its params digests)
 
 PACKAGES = {"bctflow", "benchmarks", "components", "flows", "registry", "scripts"}
 
@@ -80,7 +80,7 @@ def test_cli_run_parses_and_plans_once_per_generation(
 def test_nightly_hands_its_digest_and_fingerprint_to_the_generation(
     prefect_harness, tiny_params_file: Path, tmp_path: Path, counts: Counter
 ):
-    from flows.nightly import nightly_generation
+    from flows.generation.nightly import nightly_generation
 
     out = nightly_generation(home=str(tmp_path / "ws"), params_path=str(tiny_params_file))
     assert out["skipped"] is False and out["generation"] == 0

@@ -15,7 +15,7 @@ def test_a_configured_prefect_api_that_stops_answering_mid_run_is_one_line(capsy
     """What Prefect's client raises once its retries of a gone server run out (a configured `prefect server start`
     stopped mid-backfill): exit 1 and one line naming the API and the way on, not Prefect's traceback; the log
     shipper's failed sends at exit are silenced. (A temporary server that dies is caught sooner, by its watch:
-    tests/flows/test_prefect_api.py.)"""
+    tests/flows/runtime/test_prefect_api.py.)"""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     monkeypatch.setattr(logging, "raiseExceptions", True)

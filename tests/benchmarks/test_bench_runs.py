@@ -23,9 +23,9 @@ from benchmarks.selection import SELECTION_RULES
 from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from flows.params import apply_overrides, load_params
-from flows.provenance import describe_run
+from flows.runtime.provenance import describe_run
 from tests.conftest import REPO, TINY_OVERRIDES
-from tests.flows.test_provenance import check_provenance
+from tests.flows.runtime.test_provenance import check_provenance
 
 ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 

@@ -56,9 +56,9 @@ def test_no_row_was_selected_by_self_quality_alone(path: Path):
 
 
 def check_routes_auto(doc: dict) -> None:
-    """Each of a routes report's ``auto`` lines is :func:`flows.upgrade_route.choose_route` applied to its own mean
+    """Each of a routes report's ``auto`` lines is :func:`flows.upgrade.route_rule.choose_route` applied to its own mean
     rows (each route at its largest fitted sample): the rule, pinned on the table."""
-    from flows.upgrade_route import RouteEvidence, choose_route
+    from flows.upgrade.route_rule import RouteEvidence, choose_route
 
     evidence = []
     for route in ("compatible", "adapter", "transform", "backfill"):

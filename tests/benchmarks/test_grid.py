@@ -16,7 +16,7 @@ from benchmarks.run import run_benchmark
 from benchmarks.runner import ModelRequest
 from benchmarks.scenarios import make_scenario, run_table
 from components.errors import ConfigError
-from flows.overrides import parse_overrides
+from flows.params.overrides import parse_overrides
 from tests.benchmarks.test_bench_runs import tiny_bench
 
 #: a tuned λ (its further seed waits on seed 0's validation results: the second wave), a training-free method

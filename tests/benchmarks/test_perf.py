@@ -10,7 +10,7 @@ import pytest
 from benchmarks.perf import _timed, _timed_images, flow_compute, run_perf
 from benchmarks.perf_report import perf_report
 from tests.conftest import REPO
-from tests.flows.test_provenance import check_provenance
+from tests.flows.runtime.test_provenance import check_provenance
 
 COMMITTED = sorted((REPO / "benchmarks" / "results" / "perf").glob("*/perf.json"))
 RATIOS = ("train_vs_bare", "aligned_vs_independent", "embed_vs_bare", "eval_10k_vs_matmul", "knn_lorentz_vs_cosine")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.scale import _plan_vs_actual, corpus_rate, write_scale_report
-from flows.provenance import provenance_line
+from flows.runtime.provenance import provenance_line
 from tests.conftest import REPO
-from tests.flows.test_provenance import check_provenance
+from tests.flows.runtime.test_provenance import check_provenance
 
 
 def test_the_backfill_log_line_gives_items_and_rate():

@@ -14,9 +14,9 @@ from benchmarks.serve import corpus_image_size, write_serve_report
 from benchmarks.serve_prepare import prepare
 from components.data.catalog import load_dataset
 from components.indexing.live import LivePointer
-from flows.provenance import provenance_line
+from flows.runtime.provenance import provenance_line
 from tests.conftest import REPO
-from tests.flows.test_provenance import check_provenance
+from tests.flows.runtime.test_provenance import check_provenance
 
 
 def test_the_serving_corpus_takes_its_image_size_from_the_profile_unless_given():
@@ -32,7 +32,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitched(tmp_path: Path):
     """`bench serve` keeps its workspace as prepared (g0, g1, g1's backfill published, not switched); `--reuse` with
     the same params copies it back without running a generation, and each copy switches on its own."""
-    from flows.steps import publish
+    from flows.backfill import publish
 
     work = tmp_path / "w"
     base = load_dataset("fashion_mnist", tmp_path / "datasets", download=False).train.decode()

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.transform_speed import RATIO_BAR, _report, write_transform_report
-from flows.provenance import provenance_line
+from flows.runtime.provenance import provenance_line
 from tests.conftest import REPO
-from tests.flows.test_provenance import check_provenance
+from tests.flows.runtime.test_provenance import check_provenance
 
 COMMITTED = sorted((REPO / "benchmarks" / "results" / "scale").glob("transform-*/transform.json"))
 

@@ -17,12 +17,12 @@ from components.errors import ConfigError, IncompatibleQueryError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
 from components.indexing.mixed import item_uncertainty
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
+from flows.generation.promotion import promote
 from flows.params import load_params
-from flows.steps.promotion import promote
-from flows.workspace import Workspace
-from registry.lineage import LineageStore
+from flows.runtime.workspace import Workspace
+from registry.lineage import LineageDB
 from scripts.lifecycle_session import CHAIN_AFTER, CHAIN_BEFORE, run_session
 from tests.helpers import run_backfill, write_params
 
@@ -40,13 +40,13 @@ def session(prefect_harness, tmp_path_factory):
     return home, params, gens
 
 
-def store(home: Path) -> LineageStore:
-    return LineageStore(f"sqlite:///{home / 'lineage.db'}")
+def store(home: Path) -> LineageDB:
+    return LineageDB(f"sqlite:///{home / 'lineage.db'}")
 
 
 def _evaluation_gallery(index_path: str | Path) -> GalleryEmbeddings:
     """The evaluation gallery of the gallery version whose evaluation index is ``index_path``."""
-    return GalleryStore(GalleryVersion.of_index(index_path).evaluation_gallery()).embeddings()
+    return GalleryParts(GalleryVersion.of_index(index_path).evaluation_gallery()).embeddings()
 
 
 def test_zeta_climbs_then_restarts_after_the_backfill(session):
@@ -176,7 +176,7 @@ def test_partial_backfill_by_uncertainty_mixes_generations(session):
     res = run_backfill(home, params, target=6, fraction=0.3, order="uncertainty", force=True)
     assert res["kind"] == "partial" and res["reembedded"] == round(0.3 * 539)
     ptr = live.pointer()
-    stamps = GalleryStore(GalleryVersion.of_index(ptr["index"]).evaluation_gallery()).column("stamps")
+    stamps = GalleryParts(GalleryVersion.of_index(ptr["index"]).evaluation_gallery()).column("stamps")
     assert set(np.unique(stamps)) == {4, 6} and (stamps == 6).sum() == res["reembedded"]
     u = item_uncertainty(old)  # the items re-embedded first were the least certain under the old vectors
     assert u[stamps == 6].min() >= u[stamps == 4].max() - 1e-12

@@ -14,7 +14,7 @@ from prefect.settings import PREFECT_API_URL
 
 from components.indexing import MANIFEST_FILE
 from components.io import file_sha256
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from tests.helpers import run_backfill, write_params
 
 
@@ -42,7 +42,7 @@ def pg_run(pg_cluster, tmp_path_factory, prefect_harness):
 def test_the_chain_and_the_backfill_live_in_postgresql(pg_run):
     home, lineage, tracking, shown = pg_run
     assert not (home / "lineage.db").exists() and not (home / "mlflow.db").exists()  # nothing fell back to SQLite
-    store = LineageStore(lineage, readonly=True, root=home)  # paths are stored relative to the workspace
+    store = LineageDB(lineage, readonly=True, root=home)  # paths are stored relative to the workspace
     doc = store.to_json()
     assert [g["name"] for g in doc] == ["g0", "g1"] and doc[1]["parent"] == 0
     assert shown == json.loads(json.dumps(doc, default=str))  # `bctflow lineage --json` reads the same rows

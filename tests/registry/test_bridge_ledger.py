@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from components.errors import LineageError
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from registry.records import BridgeRecord, GenerationBundle, RouteChoiceRecord
 from tests.helpers import generation_record
 
 
-def _store(url: str) -> LineageStore:
-    store = LineageStore(url)
+def _store(url: str) -> LineageDB:
+    store = LineageDB(url)
     for g in (0, 1, 2, 3):
         store.commit_generation(GenerationBundle(generation_record(g, parent=g - 1 if g else None)))
     return store
@@ -58,7 +58,7 @@ def test_unknown_generations_roles_and_broken_chains_are_one_line_and_write_noth
     assert store.newest_bridge_id() == store.bridges()[-1].id
     store.close()
     with pytest.raises(LineageError, match="read-only"):
-        LineageStore(db_url, readonly=True).record_bridge(_bridge(2, 1))
+        LineageDB(db_url, readonly=True).record_bridge(_bridge(2, 1))
 
 
 def test_route_choices_are_recorded_oldest_first_and_refused_in_one_line(db_url: str):

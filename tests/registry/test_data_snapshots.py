@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.data import DataManifest, load_dataset, select_training_data
-from registry.data_snapshots import DataSnapshotStore
+from registry.data_snapshots import DataSnapshots
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def _cache_file(root, md5):
 def test_snapshot_is_stable_and_versioned_in_the_dvc_cache(tmp_path, manifests):
     m0, m1 = manifests
     root = tmp_path / "data"
-    store = DataSnapshotStore(root)
+    store = DataSnapshots(root)
     first = store.snapshot("gen0", m0)
     assert (root / ".dvc").is_dir()
     dvc_file = root / "snapshots" / "gen0" / "manifest.json.dvc"
@@ -66,11 +66,11 @@ _ON_A_TERMINAL = """
 import logging, sys
 import numpy as np
 from components.data import DataManifest
-from registry.data_snapshots import DataSnapshotStore
+from registry.data_snapshots import DataSnapshots
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # a console that shows INFO
 m = DataManifest("digits", "fp", (0, 1), ("0", "1"), 1.0, 0, np.arange(5), np.zeros(5, dtype=np.int64))
-store = DataSnapshotStore(sys.argv[1])
+store = DataSnapshots(sys.argv[1])
 for name in ("gen_000", "gen_001"):
     print("snapshot", name, store.snapshot(name, m).data_hash)
 """
@@ -123,7 +123,7 @@ def test_dvc_keeps_its_own_logging_outside_the_quiet_block(tmp_path, manifests):
 
     before = state()
     assert before[0][1], "DVC installs console handlers of its own at import"
-    DataSnapshotStore(tmp_path / "data").snapshot("gen0", manifests[0])
+    DataSnapshots(tmp_path / "data").snapshot("gen0", manifests[0])
     assert state() == before
     with quiet_dvc():
         assert logging.getLogger("dvc").handlers == [] and logging.getLogger("dvc.progress").level == logging.CRITICAL

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import event, text
 
 from components.errors import LineageError
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from registry.records import (
     DecisionRecord,
     EvaluationRecord,
@@ -37,7 +37,7 @@ def evals(q: int, g: int, vals: dict[str, float], qrole: str = "model", grole: s
     return [EvaluationRecord(q, g, k, v, qrole, grole) for k, v in vals.items()]
 
 
-def two_generations(store: LineageStore) -> None:
+def two_generations(store: LineageDB) -> None:
     store.commit_generation(
         GenerationBundle(
             record(0, None, 1.0, "independent"),
@@ -70,7 +70,7 @@ def two_generations(store: LineageStore) -> None:
 
 
 def test_json_export_has_the_documented_schema(db_url: str):
-    store = LineageStore(db_url)
+    store = LineageDB(db_url)
     two_generations(store)
     doc = store.to_json()
     assert [g["id"] for g in doc] == [0, 1]
@@ -109,7 +109,7 @@ def test_json_export_has_the_documented_schema(db_url: str):
 
 
 def test_failure_before_commit_writes_nothing(db_url: str):
-    store = LineageStore(db_url)
+    store = LineageDB(db_url)
     bundle = GenerationBundle(
         record(0, None, 1.0),
         evaluations=evals(0, 0, {"map": 0.5}),
@@ -129,7 +129,7 @@ def test_failure_before_commit_writes_nothing(db_url: str):
 
 def test_database_error_rolls_back_everything(db_url: str):
     """A real constraint failure inside the transaction (duplicate evaluation row) leaves no trace."""
-    store = LineageStore(db_url)
+    store = LineageDB(db_url)
     dup = evals(0, 0, {"map": 0.5}) * 2
     with pytest.raises(LineageError, match="rolled back"):
         store.commit_generation(
@@ -145,25 +145,25 @@ def test_database_error_rolls_back_everything(db_url: str):
 
 
 def test_existing_generation_id_is_refused(db_url: str):
-    store = LineageStore(db_url)
+    store = LineageDB(db_url)
     two_generations(store)
     with pytest.raises(LineageError, match="already exists"):
         store.commit_generation(GenerationBundle(record(1, 0, 1.2)))
 
 
 def test_unknown_generation_lookup_names_the_fix(db_url: str):
-    store = LineageStore(db_url)
+    store = LineageDB(db_url)
     with pytest.raises(LineageError, match="bctflow lineage"):
         store.generation(7)
 
 
 def test_any_sqlalchemy_url_works(tmp_path: Path):
-    store = LineageStore("sqlite://")  # in-memory
+    store = LineageDB("sqlite://")  # in-memory
     two_generations(store)
     assert len(store.to_json()) == 2
 
 
-def _closed_connections(store: LineageStore) -> list[object]:
+def _closed_connections(store: LineageDB) -> list[object]:
     """The DB-API connections the store's engine closes from now on."""
     closed: list[object] = []
     event.listen(store.engine, "close", lambda dbapi_conn, _record: closed.append(dbapi_conn))
@@ -171,7 +171,7 @@ def _closed_connections(store: LineageStore) -> list[object]:
 
 
 def test_a_store_in_a_with_block_is_closed_when_the_block_ends(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}")
+    store = LineageDB(f"sqlite:///{tmp_path / 'lineage.db'}")
     closed = _closed_connections(store)
     with store as entered:
         assert entered is store and store.count() == 0
@@ -180,7 +180,7 @@ def test_a_store_in_a_with_block_is_closed_when_the_block_ends(tmp_path: Path):
 
 
 def test_a_with_block_that_raises_still_closes_the_store(tmp_path: Path):
-    store = LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}")
+    store = LineageDB(f"sqlite:///{tmp_path / 'lineage.db'}")
     closed = _closed_connections(store)
     with pytest.raises(LineageError, match="generation 7 is not in the lineage"), store:
         store.generation(7)

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from registry import schema_version
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from registry.paths import WorkspacePaths
 from registry.records import GenerationBundle, PointerRecord
 from tests.helpers import generation_record
@@ -49,7 +49,7 @@ def test_workspace_paths_round_trip(tmp_path: Path):
 
 def test_paths_are_stored_relative_and_read_back_under_the_store_root(db_url, tmp_path: Path):
     home = tmp_path / "ws"
-    store = LineageStore(db_url, root=home)
+    store = LineageDB(db_url, root=home)
     store.commit_generation(_bundle(home))
     assert _raw(db_url, "checkpoint_path") == "generations/gen_000/model.pt"
     assert _raw(db_url, "data_snapshot") == "data/manifest.json"
@@ -61,7 +61,7 @@ def test_paths_are_stored_relative_and_read_back_under_the_store_root(db_url, tm
     assert store.to_json()[0]["index"] == str(home.resolve() / "generations/gen_000/index")
     store.close()
     # the same rows read by a workspace elsewhere (a copy sharing the database, or a moved one) name its files
-    moved = LineageStore(db_url, readonly=True, root=tmp_path / "moved")
+    moved = LineageDB(db_url, readonly=True, root=tmp_path / "moved")
     assert moved.generation(0).index_path == str((tmp_path / "moved").resolve() / "generations/gen_000/index")
     assert moved.generation(0).reference_checkpoint_path == "/datasets/elsewhere/ref.pt"
     moved.close()
@@ -69,22 +69,22 @@ def test_paths_are_stored_relative_and_read_back_under_the_store_root(db_url, tm
 
 def test_a_copied_sqlite_lineage_reads_the_copy(tmp_path: Path):
     home = tmp_path / "ws"
-    LineageStore(f"sqlite:///{home / 'lineage.db'}").commit_generation(_bundle(home))
+    LineageDB(f"sqlite:///{home / 'lineage.db'}").commit_generation(_bundle(home))
     shutil.copytree(home, tmp_path / "copy")
-    copy = LineageStore(f"sqlite:///{tmp_path / 'copy' / 'lineage.db'}", readonly=True)  # root: the file's folder
+    copy = LineageDB(f"sqlite:///{tmp_path / 'copy' / 'lineage.db'}", readonly=True)  # root: the file's folder
     assert copy.generation(0).checkpoint_path == str((tmp_path / "copy").resolve() / "generations/gen_000/model.pt")
 
 
 def test_db_upgrade_makes_old_absolute_paths_relative(db_url, tmp_path: Path):
     home = (tmp_path / "ws").resolve()
-    store = LineageStore(db_url, root=tmp_path / "elsewhere")  # not under it: written absolute, as before 0003
+    store = LineageDB(db_url, root=tmp_path / "elsewhere")  # not under it: written absolute, as before 0003
     store.commit_generation(_bundle(home))
     store.close()
     assert _raw(db_url, "checkpoint_path") == str(home / "generations/gen_000/model.pt")
     engine = create_engine(db_url)
     schema_version.downgrade(engine, "0002_checkpoint_sha256")
     engine.dispose()
-    upgraded = LineageStore(db_url, upgrade=True, root=home)
+    upgraded = LineageDB(db_url, upgrade=True, root=home)
     assert upgraded.upgraded == [f"migrated 0002_checkpoint_sha256 → {schema_version.head_revision()}"]
     assert _raw(db_url, "checkpoint_path") == "generations/gen_000/model.pt"
     assert _raw(db_url, "model_checkpoint", "gallery_pointers") is None

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from bctflow.cli import app
 from components.errors import LineageError
 from registry import schema_version
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from registry.records import GenerationBundle, GenerationRecord
 from registry.schema_version import head_revision
 from registry.stores import lineage_url, open_lineage, tracking_uri
@@ -111,7 +111,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path):
     con.commit()
     con.close()
     with pytest.raises(LineageError, match="newer than this bctflow"):
-        LineageStore(lineage_url(None, tmp_path), readonly=True)
+        LineageDB(lineage_url(None, tmp_path), readonly=True)
 
 
 @pytest.mark.parametrize("state", ["missing", "zero bytes", "damaged"])

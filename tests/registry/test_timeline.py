@@ -1,4 +1,4 @@
-"""The lineage timeline (registry/timeline.py, LineageStore.timeline): generations and backfills in the order they
+"""The lineage timeline (registry/timeline.py, LineageDB.timeline): generations and backfills in the order they
 happened, ζ restarts, the production and live generations, and the generation being registered at its end."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from sqlalchemy import update
 
 from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
 from registry import orm
-from registry.lineage import LineageStore
+from registry.lineage import LineageDB
 from registry.records import BackfillRecord, DecisionRecord, GenerationBundle, PointerRecord
 from tests.helpers import generation_record, lineage_story
 
 
-def _backfill(store: LineageStore, to: int, kind: str, reembedded: int, zeta: float | None, retire: list[int]) -> None:
+def _backfill(store: LineageDB, to: int, kind: str, reembedded: int, zeta: float | None, retire: list[int]) -> None:
     restarted = zeta is not None
     event = BackfillRecord(
         0, to, kind, 1.0, "all", 539, reembedded, f"/live/{to}", restarted, {}, datetime.now(UTC), 7.0
@@ -43,7 +43,7 @@ def test_the_steps_are_the_lineage_in_the_order_it_happened(tmp_path: Path):
     assert (timeline.production, timeline.live) == (2, 1)  # g2 forced into production; g1's backfill filled the gallery
     assert timeline.generations == (g0, g1, g2) and timeline.backfills == (backfill,)
     # without a metric the steps carry no cross / old-old values; the rest is the same
-    with LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}", readonly=True) as store:
+    with LineageDB(f"sqlite:///{tmp_path / 'lineage.db'}", readonly=True) as store:
         bare = store.timeline()
     assert bare.metric is None and (bare.generations[1].cross, bare.generations[1].old_old) == (None, None)
     assert [type(s) for s in bare.steps] == [type(s) for s in timeline.steps] and bare.backfills == (backfill,)
@@ -55,7 +55,7 @@ def test_each_generation_carries_its_backfill_decision_in_words_and_in_short(tmp
     clip = {"rule": "clip_fraction_max", "value": 0.99, "threshold": 0.95, "passed": False, "short": "clip 99% > 95%"}
     old = {"rule": "zeta_ceiling", "value": 1.4, "threshold": 1.3, "passed": False}
     ok = {"rule": "compatibility", "value": 0.6, "threshold": 0.5, "passed": True, "short": "cross 0.600 > old 0.500"}
-    with LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}") as store:
+    with LineageDB(f"sqlite:///{tmp_path / 'lineage.db'}") as store:
         store.commit_generation(
             GenerationBundle(
                 generation_record(0, None, promoted=True),
@@ -79,7 +79,7 @@ def test_each_generation_carries_its_backfill_decision_in_words_and_in_short(tmp
 def test_generations_and_backfills_interleave_by_time_not_by_id(tmp_path: Path):
     """Rows written in one order, stamped in another: the timeline follows the stamps (at one time a generation comes
     before a backfill), and each backfill keeps the ζ its pointer restarted the gallery at."""
-    store = LineageStore(f"sqlite:///{tmp_path / 'lineage.db'}")
+    store = LineageDB(f"sqlite:///{tmp_path / 'lineage.db'}")
     for gid in range(4):
         store.commit_generation(
             GenerationBundle(

@@ -19,16 +19,16 @@ from components.indexing.backend import VectorStore, register_store
 from components.indexing.faiss_index import MANIFEST_FILE, GalleryIndex
 from components.indexing.index_config import IndexConfig
 from components.indexing.manifest import IndexManifest
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 
 __all__ = ["FaissFiles"]
 
 
-def _stamps_store(out: Path, generation: int) -> GalleryStore:
+def _stamps_store(out: Path, generation: int) -> GalleryParts:
     """The part store beside the index folder ``out`` (``gallery/``; ``gallery.npz`` in a version written before
     part stores)."""
     folder, legacy = out.parent / "gallery", out.parent / "gallery.npz"
-    return GalleryStore(legacy if legacy.is_file() and not folder.is_dir() else folder, generation=generation)
+    return GalleryParts(legacy if legacy.is_file() and not folder.is_dir() else folder, generation=generation)
 
 
 @register_store("faiss")
@@ -39,7 +39,7 @@ class FaissFiles(VectorStore):
 
     def build(
         self,
-        parts: GalleryStore,
+        parts: GalleryParts,
         out: Path,
         *,
         collection: str,

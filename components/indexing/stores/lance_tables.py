@@ -41,7 +41,7 @@ from components.indexing.db_index import (
     stored_rows,
 )
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.parts import GalleryParts, StoredPart
 
 __all__ = ["LanceStore"]
 
@@ -145,7 +145,7 @@ class LanceStore(DatabaseStore):
 
     def build(
         self,
-        parts: GalleryStore,
+        parts: GalleryParts,
         out: Path,
         *,
         collection: str,

@@ -45,7 +45,7 @@ from components.indexing.db_index import (
     stored_rows,
 )
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import GalleryStore, StoredPart
+from components.indexing.parts import GalleryParts, StoredPart
 from components.indexing.stores.milvus_client import client, create_index, forget, may_miss, release, server_log
 
 __all__ = ["MilvusStore", "queries_per_call"]
@@ -174,7 +174,7 @@ class MilvusStore(DatabaseStore):
 
     def build(
         self,
-        parts: GalleryStore,
+        parts: GalleryParts,
         out: Path,
         *,
         collection: str,

@@ -3,7 +3,7 @@ lancedb …), its collection / table (NULL for FAISS files), the rows per genera
 index's type and parameters.
 
 ``bctflow doctor`` compares the recorded rows per generation with what the store holds now
-(flows/steps/reconcile.py). Rows written before this revision keep NULL: where their vectors live is read from the
+(flows/recovery/reconcile.py). Rows written before this revision keep NULL: where their vectors live is read from the
 index's attachment only, and doctor has no recorded counts to compare.
 
 Revision ID: 0007_pointer_store

@@ -10,7 +10,7 @@ from components.errors import ConfigError, IndexIntegrityError
 from components.indexing.backend import ATTACHMENT, STORES, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import PartWriter, StoredPart
+from components.indexing.parts import PartWriter, StoredPart
 from components.indexing.stores.faiss_files import FaissFiles
 from components.io import file_sha256
 from tests.components.indexing.gallery_data import clustered

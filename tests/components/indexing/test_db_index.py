@@ -19,7 +19,7 @@ from components.indexing import db_index
 from components.indexing.backend import GalleryFacts, StoreManifest, gallery_facts, open_index, store_of, vector_store
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.index_config import IndexConfig
-from components.indexing.store import StoredPart
+from components.indexing.parts import StoredPart
 from tests.components.indexing.test_backend import stamped_store
 
 NAMES = {"milvus": ("Milvus collection", "m.db"), "lancedb": ("LanceDB table", "lance")}
@@ -123,8 +123,8 @@ def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once
     db = vector_store(db.name, str(tmp_path / NAMES[db.name][1]))  # its own file: Milvus Lite serves one process
     build = (
         "import sys; from pathlib import Path; from components.indexing.backend import vector_store; "
-        "from components.indexing.index_config import IndexConfig; from components.indexing.store import GalleryStore; "
-        f"vector_store({db.name!r}, {db.uri!r}).build(GalleryStore(Path({str(parts.path)!r})), Path({str(out)!r}), "
+        "from components.indexing.index_config import IndexConfig; from components.indexing.parts import GalleryParts; "
+        f"vector_store({db.name!r}, {db.uri!r}).build(GalleryParts(Path({str(parts.path)!r})), Path({str(out)!r}), "
         f"collection={name!r}, generation=0, config=IndexConfig(recall_queries=50))"
     )
     env = {**os.environ, KILL_ENV: "store.after_part"}

@@ -9,7 +9,7 @@ import pytest
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.store import GalleryStore, PartWriter, StoredPart, link_store, mix_stores
+from components.indexing.parts import GalleryParts, PartWriter, StoredPart, link_store, mix_stores
 
 
 def _gallery(ids: np.ndarray, seed: int = 0, d: int = 4) -> GalleryEmbeddings:
@@ -62,7 +62,7 @@ def test_an_unfinished_store_and_duplicate_ids_are_refused(tmp_path):
     w = PartWriter(tmp_path / "s", chunk_size=2)
     w.add(_part(np.arange(2), generation=0))
     with pytest.raises(IndexIntegrityError, match="never finished; run it again to resume"):
-        GalleryStore(tmp_path / "s")
+        GalleryParts(tmp_path / "s")
     w.add(_part(np.arange(1, 3), generation=0))
     with pytest.raises(IndexIntegrityError, match="duplicate ids"):
         w.finish()
@@ -73,10 +73,10 @@ def test_an_unfinished_store_and_duplicate_ids_are_refused(tmp_path):
 def test_a_legacy_single_file_gallery_reads_as_one_part_with_its_stamps(tmp_path):
     g = _gallery(np.arange(5))
     g.save(tmp_path / "gallery.npz")
-    store = GalleryStore(tmp_path / "gallery.npz", generation=3)
+    store = GalleryParts(tmp_path / "gallery.npz", generation=3)
     np.testing.assert_array_equal(store.column("stamps"), np.full(5, 3))
     np.save(tmp_path / "stamps.npy", np.array([0, 1, 2, 3, 4]))
-    np.testing.assert_array_equal(GalleryStore(tmp_path / "gallery.npz").column("stamps"), np.arange(5))
+    np.testing.assert_array_equal(GalleryParts(tmp_path / "gallery.npz").column("stamps"), np.arange(5))
 
 
 def test_mixing_swaps_exactly_the_reembedded_items_part_by_part(tmp_path):
@@ -150,18 +150,18 @@ def test_a_finished_store_is_linked_into_another_folder_without_copying(tmp_path
     np.testing.assert_array_equal(linked.column("stamps"), np.full(10, 3))
     _gallery(np.arange(5)).save(tmp_path / "gallery.npz")
     with pytest.raises(IndexIntegrityError, match="single-file gallery, not a part store"):
-        link_store(GalleryStore(tmp_path / "gallery.npz"), tmp_path / "nope")
+        link_store(GalleryParts(tmp_path / "gallery.npz"), tmp_path / "nope")
 
 
-def _finished(tmp_path, name: str = "s") -> GalleryStore:
+def _finished(tmp_path, name: str = "s") -> GalleryParts:
     writer = PartWriter(tmp_path / name, chunk_size=4)
     writer.add(_part(np.arange(10), generation=1))
     return writer.finish()
 
 
 def test_store_json_pins_every_part_and_verify_finds_a_replaced_one(tmp_path):
-    """``store.json`` lists each part with its sha256, so the sha256 of ``store.json`` (:meth:`GalleryStore.digest`,
-    what the lineage pins) pins the whole gallery; :meth:`GalleryStore.verify` checks the parts against it."""
+    """``store.json`` lists each part with its sha256, so the sha256 of ``store.json`` (:meth:`GalleryParts.digest`,
+    what the lineage pins) pins the whole gallery; :meth:`GalleryParts.verify` checks the parts against it."""
     store = _finished(tmp_path)
     store.verify()
     digest = store.digest()
@@ -172,11 +172,11 @@ def test_store_json_pins_every_part_and_verify_finds_a_replaced_one(tmp_path):
     replacement = other.finish().part_paths()[1]
     store.part_paths()[1].write_bytes(replacement.read_bytes())  # a valid part, but not this store's
     with pytest.raises(IndexIntegrityError) as info:
-        GalleryStore(store.path).verify()
+        GalleryParts(store.path).verify()
     msg = str(info.value)
     assert f"gallery part {store.part_paths()[1]} is not the file {store.path / 'store.json'} lists" in msg
     assert "restore" in msg and "\n" not in msg
-    assert GalleryStore(store.path).digest() == digest  # store.json untouched: verify is what finds it
+    assert GalleryParts(store.path).digest() == digest  # store.json untouched: verify is what finds it
 
 
 @pytest.mark.parametrize("where", ["part", "store.json", "legacy gallery.npz"])
@@ -198,7 +198,7 @@ def test_garbage_in_a_gallery_is_refused_without_numpys_pickle_advice(tmp_path, 
         path = tmp_path / "gallery.npz"
         path.write_bytes(garbage)
     with pytest.raises(IndexIntegrityError) as info:
-        GalleryStore(path).verify()
+        GalleryParts(path).verify()
     msg = str(info.value)
     assert "allow_pickle" not in msg and "pickle.load" not in msg and "\n" not in msg, msg
     assert "damaged" in msg and ("re-embed" in msg or "restore" in msg), msg

@@ -19,8 +19,8 @@ from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic
 from flows.params import GenerationSpec, apply_overrides, load_params
 from flows.planning import GenerationPlan, make_plan
-from flows.workspace import Workspace
-from registry.lineage import LineageStore
+from flows.runtime.workspace import Workspace
+from registry.lineage import LineageDB
 from registry.records import GenerationBundle, PointerRecord, ZetaRecord
 from tests.helpers import generation_record, tiny_spec, write_live_gallery
 
@@ -72,7 +72,7 @@ def test_cli_reports_the_error_and_writes_nothing(tiny_params_file: Path, tmp_pa
 
 def _workspace_with_parent(
     tmp_path: Path, params_file: Path, checkpoint_zeta: float, pin: bool = False
-) -> tuple[Path, LineageStore]:
+) -> tuple[Path, LineageDB]:
     """A lineage whose generation 0 record says ζ=1.0, with a checkpoint claiming ``checkpoint_zeta`` (``pin``: the
     record carries the checkpoint's sha256, as every generation committed since lineage revision 0002 does)."""
     home = tmp_path / "ws"

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from components.errors import IndexIntegrityError
-from components.indexing.store import GalleryStore
+from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from flows.params import GenerationSpec, load_params
 from flows.planning import make_plan
-from flows.workspace import Workspace
+from flows.runtime.workspace import Workspace
 from tests.helpers import copy_workspace
 
 
@@ -50,8 +50,8 @@ def _refused(home: Path, params: Path, words: list[str]) -> str:
     return msg
 
 
-def _store(home: Path) -> GalleryStore:
-    return GalleryStore(GalleryVersion(Workspace(home).generation_dir(0)).evaluation_gallery())
+def _store(home: Path) -> GalleryParts:
+    return GalleryParts(GalleryVersion(Workspace(home).generation_dir(0)).evaluation_gallery())
 
 
 def test_the_commit_pins_the_evaluation_gallery_on_the_generation_and_the_live_pointer(g0):

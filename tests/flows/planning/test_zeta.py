@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from components.models import load_model
-from flows.data import load_splits
+from flows.gallery.data import load_splits
 from flows.params import GenerationSpec, load_params
 from flows.planning import make_plan
 from flows.planning.zeta import parent_radii, zeta_from_radii

@@ -45,11 +45,11 @@ def ws_copy(served_ws, tmp_path) -> tuple[Path, Path]:
 def gallery_vectors(home: Path, n: int = 4) -> np.ndarray:
     """The first ``n`` vectors of the live gallery (queries of its own generation)."""
     from components.indexing.live import LivePointer
-    from components.indexing.store import GalleryStore
+    from components.indexing.parts import GalleryParts
     from components.indexing.version import GalleryVersion
 
     index = LivePointer(home / "live").pointer()["index"]
-    part = next(GalleryStore(GalleryVersion.of_index(index).serving().gallery).parts())
+    part = next(GalleryParts(GalleryVersion.of_index(index).serving().gallery).parts())
     return part.gallery.vectors()[:n]
 
 
@@ -62,10 +62,10 @@ def running(
 
     from components.training.device import select_device
     from flows.params import load_params
+    from flows.runtime.workspace import Workspace
     from flows.serving.app import create_app
     from flows.serving.metrics import ServeMetrics
     from flows.serving.swap import SwapManager
-    from flows.workspace import Workspace
 
     p = load_params(params_file, overrides)
     manager = SwapManager(Workspace(home), p, ServeMetrics(), device=str(select_device("cpu")))

@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 
 from flows.params import load_params
+from flows.runtime.workspace import Workspace
 from flows.serving.queries import ImageQuery, QueryError, VectorQuery, answer_vectors, embed_images, search_images
 from flows.serving.version import load_version
-from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running
 
 LIMITS = ["serve.max_k=50", "serve.max_pixels=1024", "serve.max_body_bytes=200000", "serve.max_queries=4"]

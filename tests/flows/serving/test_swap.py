@@ -18,8 +18,8 @@ from PIL import Image
 from components.indexing.faiss_index import INDEX_FILE, MANIFEST_FILE
 from components.indexing.live import LivePointer
 from flows.params import load_params
+from flows.runtime.workspace import Workspace
 from flows.serving.swap import _low_priority
-from flows.workspace import Workspace
 from tests.flows.serving.conftest import gallery_vectors, running, wait_for
 from tests.helpers import run_backfill
 
@@ -95,9 +95,9 @@ def test_a_replaced_version_is_released_in_the_loader_once_the_requests_on_it_an
     import time
 
     from flows.params import params_from_dict
+    from flows.runtime.workspace import Workspace
     from flows.serving.metrics import ServeMetrics
     from flows.serving.swap import SwapManager
-    from flows.workspace import Workspace
 
     class Version:  # the part of a ServedVersion the manager counts and releases
         def __init__(self, number: int) -> None:

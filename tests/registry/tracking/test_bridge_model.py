@@ -12,7 +12,7 @@ import numpy as np
 from components.bridges import Bridge
 from components.io import file_sha256
 from registry.tracking.bridge_model import BridgeRegistration, bridge_model_name, register_bridge
-from registry.tracking.registered_model import MlflowStore
+from registry.tracking.registered_model import MlflowRegistry
 from tests.components.bridges.test_bridges import _gallery, _rotation
 
 
@@ -21,7 +21,7 @@ def test_each_fit_is_a_version_of_the_bridges_model_with_its_file_and_tags(tmp_p
     bridge = Bridge.fit("procrustes", 1, 0, _gallery(x), _gallery(x @ _rotation(6)))
     sha = bridge.save(tmp_path / "g1_g0.npz")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    store = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    store = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     req = BridgeRegistration(tmp_path / "g1_g0.npz", sha, 1, 0, "adapter", "procrustes", 120, bridge.fit_error, "r1")
     assert (register_bridge(store, req), register_bridge(store, req)) == ("1", "2")
     client = mlflow.MlflowClient(uri, uri)

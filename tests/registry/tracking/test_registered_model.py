@@ -17,7 +17,7 @@ from components.models import build_model, load_model, save_model
 from components.training.embed import embed_images, retrieval_vectors
 from registry.tracking.common import metric_key
 from registry.tracking.logged_model import log_embedder
-from registry.tracking.registered_model import MlflowStore, RegistrationRequest
+from registry.tracking.registered_model import MlflowRegistry, RegistrationRequest
 from registry.tracking.runs import RunSpec
 from tests.helpers import tiny_spec
 
@@ -32,7 +32,7 @@ def checkpoint(tmp_path: Path) -> Path:
 EXAMPLE = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 1), dtype=np.uint8)
 
 
-def request(reg: MlflowStore, ckpt: Path, gen: int, **kw) -> RegistrationRequest:
+def request(reg: MlflowRegistry, ckpt: Path, gen: int, **kw) -> RegistrationRequest:
     """Generation ``gen``'s registration, into a run opened for it (as the flow opens it before training)."""
     run_key = kw.pop("run_key", f"key-{gen}")
     run_id = reg.runs.open(RunSpec(run_key, f"g{gen}", {"train": {"epochs": 2}}))
@@ -63,7 +63,7 @@ def request(reg: MlflowStore, ckpt: Path, gen: int, **kw) -> RegistrationRequest
 
 def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     r0 = reg.register(request(reg, checkpoint, 0))
     r1 = reg.register(request(reg, checkpoint, 1, backfill_required=True, backfill_reasons=["clip saturated"]))
     assert (r0.version, r1.version) == ("1", "2") and r0.created_model and not r1.created_model
@@ -81,7 +81,7 @@ def test_versions_tags_aliases_and_a_loadable_model(tmp_path: Path, checkpoint: 
     assert v1.description == "Chain: g0 → g1"
     assert str(client.get_model_version_by_alias("embedder", "gen-1").version) == "2"
     assert {a: reg.aliases()[a] for a in ("gen-0", "gen-1")} == {"gen-0": "1", "gen-1": "2"}  # every alias at once
-    assert MlflowStore(uri, "exp", "no-such-model", tmp_path / "artifacts").aliases() == {}
+    assert MlflowRegistry(uri, "exp", "no-such-model", tmp_path / "artifacts").aliases() == {}
     run = client.get_run(r1.run_id)
     assert run.data.metrics[metric_key("self/cmc@1")] == 0.9
     assert "p_com/map" not in run.data.metrics  # None is not logged as a number
@@ -97,7 +97,7 @@ def test_the_version_is_linked_to_the_model_logged_in_its_run(tmp_path: Path, ch
     """The logged model page names its version; the version names its logged model and run; the run holds one
     model, with both flavours, its input example, signature and requirements."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     r0 = reg.register(request(reg, checkpoint, 0))
     client = mlflow.MlflowClient(uri, uri)
     mv = client.get_model_version("embedder", r0.version)
@@ -124,7 +124,7 @@ def test_the_version_is_linked_to_the_model_logged_in_its_run(tmp_path: Path, ch
 
 def test_the_pytorch_flavour_loads_the_same_graph(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(reg, checkpoint, 0))
     images = np.random.default_rng(3).integers(0, 256, (5, 8, 8, 1), dtype=np.uint8)
     module = mlflow.pytorch.load_model("models:/embedder@gen-0")
@@ -138,7 +138,7 @@ def test_the_pytorch_flavour_loads_the_same_graph(tmp_path: Path, checkpoint: Pa
 
 def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(reg, checkpoint, 0))
     failing = request(reg, checkpoint, 1, aliases=["latest"])
     with pytest.raises(MlflowException, match="latest"):  # a reserved alias: fails after the version exists
@@ -153,9 +153,9 @@ def test_failed_registration_leaves_the_registry_as_it_was(tmp_path: Path, check
 
 def test_rollback_of_a_first_registration_removes_the_model(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     r0 = reg.register(request(reg, checkpoint, 0))
-    reg.rollback(r0)
+    reg.undo_registration(r0)
     client = mlflow.MlflowClient(uri, uri)
     assert client.search_registered_models() == []
     assert client.search_logged_models([client.get_experiment_by_name("exp").experiment_id]) == []
@@ -166,7 +166,7 @@ def test_a_retry_in_the_same_run_keeps_one_model(tmp_path: Path, checkpoint: Pat
     """An attempt killed after logging its model and before registering it: the retry (same run key, same run)
     replaces that model instead of leaving an unregistered one beside the registered."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     first = request(reg, checkpoint, 0)
     orphan = log_embedder(
         reg.client(), checkpoint, EXAMPLE, first.run_id, {}, {}
@@ -181,12 +181,12 @@ def test_a_retry_in_the_same_run_keeps_one_model(tmp_path: Path, checkpoint: Pat
 
 def test_a_copied_workspace_store_moves_its_artifact_uris_to_the_copy(tmp_path: Path, checkpoint: Path):
     ws, copy = tmp_path / "ws", tmp_path / "copy"
-    first = MlflowStore(f"sqlite:///{ws / 'mlflow.db'}", "exp", "embedder", ws / "mlartifacts")
+    first = MlflowRegistry(f"sqlite:///{ws / 'mlflow.db'}", "exp", "embedder", ws / "mlartifacts")
     first.register(request(first, checkpoint, 0))
     shutil.copytree(ws, copy)
     shutil.move(ws, tmp_path / "away")  # the original is gone: anything still pointing at it fails
     uri = f"sqlite:///{copy / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", copy / "mlartifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", copy / "mlartifacts")
     r1 = reg.register(request(reg, checkpoint, 1))
     client = mlflow.MlflowClient(uri, uri)
     root = (copy / "mlartifacts").resolve().as_uri()
@@ -202,9 +202,9 @@ def test_a_copied_workspace_store_moves_its_artifact_uris_to_the_copy(tmp_path: 
 def test_a_shared_tracking_store_is_never_rewritten(tmp_path: Path, checkpoint: Path):
     uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"  # not inside the workspace whose artifacts go elsewhere
     (tmp_path / "shared").mkdir()
-    a = MlflowStore(uri, "exp", "embedder", tmp_path / "a" / "mlartifacts")
+    a = MlflowRegistry(uri, "exp", "embedder", tmp_path / "a" / "mlartifacts")
     a.register(request(a, checkpoint, 0))
-    b = MlflowStore(uri, "exp", "embedder", tmp_path / "b" / "mlartifacts")
+    b = MlflowRegistry(uri, "exp", "embedder", tmp_path / "b" / "mlartifacts")
     b.register(request(b, checkpoint, 1))
     client = mlflow.MlflowClient(uri, uri)
     assert client.get_experiment_by_name("exp").artifact_location == (tmp_path / "a" / "mlartifacts").resolve().as_uri()
@@ -214,12 +214,12 @@ def test_a_reused_registration_rolls_back_with_its_model_and_an_orphan_goes_whol
     """A version found again by its run key (an attempt killed after registering) carries its logged model, so
     rolling it back removes both; `doctor --repair` deleting an orphan version removes its model and run too."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    reg = MlflowStore(uri, "exp", "embedder", tmp_path / "artifacts")
+    reg = MlflowRegistry(uri, "exp", "embedder", tmp_path / "artifacts")
     reg.register(request(reg, checkpoint, 0))
     first = reg.register(request(reg, checkpoint, 1))
     again = reg.register(request(reg, checkpoint, 1))
     assert (again.version, again.model_id) == (first.version, first.model_id) and not again.created_model
-    reg.rollback(again)
+    reg.undo_registration(again)
     client = mlflow.MlflowClient(uri, uri)
     exp = client.get_experiment_by_name("exp").experiment_id
     assert [str(v.version) for v in client.search_model_versions("name='embedder'")] == ["1"]

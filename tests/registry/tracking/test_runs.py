@@ -9,22 +9,22 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from registry.tracking.registered_model import MlflowStore
+from registry.tracking.registered_model import MlflowRegistry
 from registry.tracking.runs import DatasetInput, RunSpec
 
 MD5 = "5d93f621e3d5a1b2c3d4e5f60718293a"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> MlflowStore:
-    return MlflowStore(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", "embedder", tmp_path / "artifacts")
+def store(tmp_path: Path) -> MlflowRegistry:
+    return MlflowRegistry(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", "embedder", tmp_path / "artifacts")
 
 
-def _client(store: MlflowStore) -> mlflow.MlflowClient:
+def _client(store: MlflowRegistry) -> mlflow.MlflowClient:
     return mlflow.MlflowClient(store.tracking_uri, store.tracking_uri)
 
 
-def test_a_run_is_resumed_by_run_key_and_params_else_a_new_one_starts(store: MlflowStore, tmp_path: Path):
+def test_a_run_is_resumed_by_run_key_and_params_else_a_new_one_starts(store: MlflowRegistry, tmp_path: Path):
     params_file = tmp_path / "params.yaml"
     params_file.write_text("train:\n  epochs: 3\n")
     spec = RunSpec("k1", "gen-1", {"train": {"epochs": 3}, "list": [1, 2]}, {"bctflow.generation": "1"})
@@ -39,7 +39,7 @@ def test_a_run_is_resumed_by_run_key_and_params_else_a_new_one_starts(store: Mlf
     assert store.runs.open(RunSpec("k2", "gen-1", {"train": {"epochs": 3}, "list": [1, 2]})) not in (first, changed)
 
 
-def test_epochs_are_logged_once_whatever_logs_them(store: MlflowStore):
+def test_epochs_are_logged_once_whatever_logs_them(store: MlflowRegistry):
     run_id = store.runs.open(RunSpec("k", "g", {}))
     assert store.runs.log_epochs(run_id, [{"epoch": 1.0, "loss": 2.0, "acc": 0.1}]) == 1  # live, as it ends
     history = [{"epoch": 1.0, "loss": 2.0, "acc": 0.1}, {"epoch": 2.0, "loss": 1.5, "acc": float("nan")}]
@@ -50,7 +50,7 @@ def test_epochs_are_logged_once_whatever_logs_them(store: MlflowStore):
     assert [m.step for m in client.get_metric_history(run_id, "train/acc")] == [1]  # NaN is not logged
 
 
-def test_a_child_run_and_dataset_inputs(store: MlflowStore):
+def test_a_child_run_and_dataset_inputs(store: MlflowRegistry):
     parent = store.runs.open(RunSpec("k", "gen-1", {}))
     child = store.runs.open(RunSpec("k:reference", "gen-1-reference", {"role": "reference"}, parent_run_id=parent))
     client = _client(store)
@@ -80,7 +80,7 @@ def test_a_child_run_and_dataset_inputs(store: MlflowStore):
 @pytest.mark.parametrize(
     ("raised", "status"), [(None, "FINISHED"), (RuntimeError, "FAILED"), (KeyboardInterrupt, "KILLED")]
 )
-def test_the_active_run_ends_with_what_happened(store: MlflowStore, raised, status):
+def test_the_active_run_ends_with_what_happened(store: MlflowRegistry, raised, status):
     run_id = store.runs.open(RunSpec("k", "g", {}))
     if raised is None:
         with store.runs.active(run_id):

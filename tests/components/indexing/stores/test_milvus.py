@@ -192,7 +192,7 @@ def test_what_a_milvus_lite_server_logs_goes_to_the_log_beside_its_file_not_to_t
 _FORKS = """
 import multiprocessing, sys
 if sys.argv[2] == "quiet":
-    from flows.env import quiet_environment
+    from flows.runtime.env import quiet_environment
 
     quiet_environment()  # what the console script does first (bctflow/cli.py)
 from components.indexing.backend import vector_store

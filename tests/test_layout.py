@@ -1,5 +1,5 @@
 """The house rules: imports point down the layers, the design the code cites is in the repository,
-the registry alone knows where the stores live, modules stay small."""
+the registry alone knows where the stores live, modules split by cohesion and none passes 600 lines."""
 
 from __future__ import annotations
 
@@ -27,15 +27,39 @@ def test_imports_only_point_down_and_packages_do_not_import_each_other_in_circle
     assert f"Contracts: {len(contracts)} kept, 0 broken." in res.stdout
 
 
-def test_every_design_citation_resolves_to_a_heading_of_docs_design_md():
-    headings = set(re.findall(r"^#{2,3} §(\d+(?:\.\d+)?) ", (REPO / "docs" / "design.md").read_text(), flags=re.M))
+DESIGN_HEADING = re.compile(r"^#{2,3} §(\d+(?:\.\d+)?) ", flags=re.M)
+DESIGN_CITATION = re.compile(r"design(?:\.md)? §(\d+(?:\.\d+)?)")
+
+
+def design_headings() -> set[str]:
+    """The § numbers headed on docs/design.md (the contents) or on any page under docs/design/ (the sections)."""
+    pages = [REPO / "docs" / "design.md", *sorted((REPO / "docs" / "design").glob("*.md"))]
+    return {n for page in pages for n in DESIGN_HEADING.findall(page.read_text())}
+
+
+def unresolved_design_citations(texts: dict[str, str], headings: set[str]) -> dict[str, list[str]]:
+    """Each § that ``texts`` (name → text) cite as ``docs/design.md §N.M`` and no heading holds → who cites it."""
     cited: dict[str, set[str]] = {}
-    for path in _sources(*PACKAGES, "tests"):
-        for section in re.findall(r"design(?:\.md)? §(\d+(?:\.\d+)?)", path.read_text()):
-            cited.setdefault(section, set()).add(str(path.relative_to(REPO)))
-    assert cited, "the code cites docs/design.md"
-    unresolved = {s: sorted(files) for s, files in cited.items() if s not in headings}
-    assert unresolved == {}
+    for name, text in texts.items():
+        for section in DESIGN_CITATION.findall(text):
+            cited.setdefault(section, set()).add(name)
+    return {s: sorted(names) for s, names in cited.items() if s not in headings}
+
+
+def test_every_design_citation_resolves_to_a_heading_of_docs_design_md():
+    """A citation ``docs/design.md §N.M`` in the code or the tests names a heading §N.M of the design: on
+    docs/design.md or on one of its pages under docs/design/."""
+    texts = {str(p.relative_to(REPO)): p.read_text() for p in _sources(*PACKAGES, "tests")}
+    assert any(DESIGN_CITATION.search(t) for t in texts.values()), "the code cites docs/design.md"
+    assert unresolved_design_citations(texts, design_headings()) == {}
+
+
+def test_a_design_citation_that_names_no_heading_is_unresolved():
+    headings = design_headings()
+    assert {"7.6", "10", "11"} <= headings  # a section of a page, the references, the last section
+    nowhere = "§99.9"  # spelled apart, so that this file cites no such section itself
+    texts = {"a.py": f"see docs/design.md §7.6 and design {nowhere}", "b.py": f"docs/design.md {nowhere}"}
+    assert unresolved_design_citations(texts, headings) == {"99.9": ["a.py", "b.py"]}
 
 
 def test_code_cites_nothing_outside_the_repository():
@@ -58,9 +82,18 @@ def test_only_the_registry_knows_the_stores_are_sqlite():
     assert found == []
 
 
-def test_no_module_is_over_400_lines():
-    long = {str(p.relative_to(REPO)): n for p in _sources(*PACKAGES) if (n := len(p.read_text().splitlines())) > 400}
-    assert long == {}
+#: a module over LOOK_AT lines is listed for a look (does it do one job?); over SPLIT_ABOVE it must split by cohesion
+LOOK_AT, SPLIT_ABOVE = 400, 600
+
+
+def test_no_module_is_over_600_lines_and_those_over_400_are_listed():
+    """The size cap is a signal, not a target (docs/architecture.md, "When a module should split"): a module over
+    600 lines fails; one between 400 and 600 is printed, to look at whether it does one job or two."""
+    sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _sources(*PACKAGES)}
+    for path, n in sorted(sizes.items()):
+        if LOOK_AT < n <= SPLIT_ABOVE:
+            print(f"{path}: {n} lines (over {LOOK_AT}: does it do one job?)")
+    assert {path: n for path, n in sizes.items() if n > SPLIT_ABOVE} == {}
 
 
 def test_no_consumer_asks_whether_a_split_is_in_memory_or_on_disk():

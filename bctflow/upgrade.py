@@ -40,7 +40,7 @@ def upgrade(
     from flows.runtime.workspace import Workspace, resolve_home
     from flows.upgrade.bridge import fit_route
     from flows.upgrade.choose import choose_upgrade
-    from registry.bridge_ledger import ROLES
+    from registry.lineage import ROLES
 
     h = resolve_home(home)
     p = parse_params(params, overrides)

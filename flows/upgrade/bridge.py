@@ -45,8 +45,7 @@ from flows.gallery.data import GallerySource, load_splits
 from flows.gallery.pipeline import embed_gallery
 from flows.params import Params
 from flows.runtime.workspace import Workspace
-from registry.bridge_ledger import ROLES
-from registry.lineage import LineageDB
+from registry.lineage import ROLES, LineageDB
 from registry.orm import Generation
 from registry.records import BridgeRecord
 from registry.tracking.bridge_model import BridgeRegistration, register_bridge

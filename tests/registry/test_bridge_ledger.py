@@ -1,4 +1,4 @@
-"""The lineage's bridges (registry/bridge_ledger.py, revision 0008) on SQLite and a real PostgreSQL: each fit of a
+"""The lineage's bridges (registry/lineage.py, revision 0008) on SQLite and a real PostgreSQL: each fit of a
 (from, to, role) is its next version; the chain of newest links carries a generation's vectors across several
 generations; an unknown generation or role, and a chain that breaks, are one line each with nothing written."""
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.evaluation.lineage_timeline import Timeline
+from components.geometry import create_space
 from flows.runtime.artifacts import fmt
 
 __all__ = ["compat_table", "lineage_table", "retrieval_table"]
@@ -118,7 +119,7 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
         str(g["id"]),
         "—" if g["parent"] is None else str(g["parent"]),
         g["alignment"],
-        "E" if g["geometry"] == "euclidean" else f"L K={g['curvature']:g}",
+        create_space(g["geometry"], g["curvature"]).label,
         fmt(g["zeta"], 2) + (" ↺" if (g.get("zeta_step") or {}).get("restarted") else ""),
         fmt((m["self"] or {}).get("map")),
         fmt((m["cross"] or {}).get("map")),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from components.geometry import Lorentz
 from components.losses import create_alignment
 from components.models import build_model
 from components.training import train_model
@@ -33,8 +34,8 @@ def main(epochs: int, modes: list[str]) -> None:
         train = dataset_splits(p, Path(tmp) / "datasets").train
         order = list(range(train.num_classes))
         names = [str(c) for c in order]
-        spec = model_spec_from_params(p, train, order, names, geometry="lorentz", zeta=1.2)
-        old_spec = model_spec_from_params(p, train, order, names, geometry="lorentz", zeta=1.0)
+        spec = model_spec_from_params(p, train, order, names, geometry=Lorentz.name, zeta=1.2)
+        old_spec = model_spec_from_params(p, train, order, names, geometry=Lorentz.name, zeta=1.0)
         cfg, data = train_config_from_params(p), training_data(train, order)
 
         def fresh(seed: int, s):

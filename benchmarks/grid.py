@@ -45,6 +45,7 @@ from benchmarks.scenarios import (
     train_entry,
 )
 from components.errors import ConfigError
+from components.geometry import Euclidean
 from components.training import TrainingDivergedError
 from flows.params import Params
 
@@ -196,7 +197,7 @@ def _first_wave(plan: _Planner, sc: Scenario) -> None:
     # has one configuration; a best_baseline among several is not known, but its Euclidean lineage is (all share the
     # heads)
     one_head = {e.name: configs[e.name][0] for e in trained if len(s.heads(e.geometry)) == 1}
-    baselines = [e.name for e in trained if e.geometry == "euclidean"]
+    baselines = [e.name for e in trained if e.geometry == Euclidean.name]
     stand_in = baselines[0] if baselines else None
     named = extra_seed_names(s, None)
     for entry, cfg, seed in extra_seed_plan(s, one_head, stand_in):

@@ -22,6 +22,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from components.geometry import Space, create_space, list_spaces
 from components.indexing import GalleryIndex, IndexConfig
 
 __all__ = ["clustered_gallery", "measure_index"]
@@ -42,8 +43,7 @@ def _timed_searches(indexes: list[GalleryIndex], queries: np.ndarray, k: int, re
 
 def measure_index(
     vectors_chunks: Chunks,
-    geometry: str,
-    curvature: float,
+    space: Space,
     config: IndexConfig,
     queries: np.ndarray,
     *,
@@ -59,7 +59,7 @@ def measure_index(
     top-``k`` that the index finds), and the index's own build-time record:
     manifest_recall_at_10 / manifest_search_qps (held-out gallery items), factory, params.
     """
-    build = dict(geometry=geometry, curvature=curvature, generation=0)
+    build = dict(space=space, generation=0)
     t = time.perf_counter()
     index = GalleryIndex.build_streaming(vectors_chunks, config=config, **build)
     build_s = time.perf_counter() - t
@@ -73,7 +73,7 @@ def measure_index(
     m = index.manifest
     return {
         "type": config.type,
-        "geometry": geometry,
+        "geometry": space.name,
         "n": m.count,
         "dim": m.dim,
         "queries": len(queries),
@@ -95,11 +95,10 @@ def measure_index(
 def clustered_gallery(
     n: int,
     d: int,
-    geometry: str,
+    space: Space,
     *,
     clusters: int = 1000,
     intrinsic: int = 16,
-    curvature: float = 1.0,
     chunk: int = 50_000,
     n_queries: int = 1000,
     seed: int = 0,
@@ -108,7 +107,8 @@ def clustered_gallery(
 
     Each cluster has a random centre in R^d (norm scaled per cluster by U(0.3, 1)) and
     spreads mostly within its own random ``intrinsic``-dimensional subspace, plus a
-    little isotropic noise. euclidean: the vectors (n, d) (cosine retrieval). lorentz:
+    little isotropic noise, as points of ``space`` (:meth:`Space.points
+    <components.geometry.space.Space.points>`). euclidean: the vectors (n, d) (cosine retrieval). lorentz:
     the vectors scaled to a median tangent norm of 1.5, clipped at 3 (ζ) and lifted by
     expmap0 to (n, d+1) hyperboloid points, so hyperbolic radii — and Euclidean norms
     — vary widely. Returns (chunks callable yielding (vectors, ids) of ``chunk`` rows,
@@ -128,14 +128,9 @@ def clustered_gallery(
 
     def make(count: int, part: int) -> np.ndarray:
         v = raw(count, part)
-        if geometry == "euclidean":
-            return v
-        v *= scale
-        norm = np.linalg.norm(v, axis=1, keepdims=True)
-        v *= np.minimum(1.0, 3.0 / norm)
-        norm = np.minimum(norm, 3.0)
-        sk = math.sqrt(curvature)
-        return np.concatenate([np.cosh(sk * norm) / sk, np.sinh(sk * norm) / (sk * norm) * v], axis=1)
+        z = v * scale  # tangent vectors: median norm 1.5, clipped at 3
+        z *= np.minimum(1.0, 3.0 / np.linalg.norm(z, axis=1, keepdims=True))
+        return space.points(z, v)
 
     def chunks() -> Iterable[tuple[np.ndarray, np.ndarray]]:
         for i, start in enumerate(range(0, n, chunk)):
@@ -151,7 +146,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--d", type=int, default=128, help="euclidean width; lorentz points have d+1 coordinates")
     ap.add_argument("--types", nargs="+", default=["ivf", "hnsw"])
-    ap.add_argument("--geometries", nargs="+", default=["euclidean", "lorentz"])
+    ap.add_argument("--geometries", nargs="+", default=list_spaces(), choices=list_spaces())
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--set", nargs="*", default=[], help="IndexConfig overrides, e.g. nprobe=8 lorentz_form=mips_l2")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
@@ -159,9 +154,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     overrides = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (s.split("=", 1) for s in args.set)}
     rows = []
     for geometry in args.geometries:
-        chunks, queries = clustered_gallery(args.n, args.d, geometry, n_queries=args.queries)
+        space = create_space(geometry)
+        chunks, queries = clustered_gallery(args.n, args.d, space, n_queries=args.queries)
         for index_type in args.types:
-            row = measure_index(chunks, geometry, 1.0, IndexConfig(type=index_type, **overrides), queries)
+            row = measure_index(chunks, space, IndexConfig(type=index_type, **overrides), queries)
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.out:

@@ -22,6 +22,7 @@ from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import make_scenario
 from components.evaluation import COMPAT_METRICS, gallery_metrics
 from components.evaluation.served import backfilled, served_maps
+from components.geometry import Lorentz
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import backfill_order
 
@@ -68,13 +69,13 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
     z0 = p.geometry.zeta0
     old = bench.train_model(
         "old/lorentz/seed=0",
-        ModelRequest(old_sel, geometry="lorentz", arch=sc.old_arch, zeta=z0, epochs=sc.epochs, generation=0),
+        ModelRequest(old_sel, geometry=Lorentz.name, arch=sc.old_arch, zeta=z0, epochs=sc.epochs, generation=0),
     )
     ref = bench.train_model(
         "reference/lorentz/seed=0",
         ModelRequest(
             new_sel,
-            geometry="lorentz",
+            geometry=Lorentz.name,
             arch=sc.new_arch,
             zeta=z0 + p.geometry.delta_zeta,
             epochs=sc.epochs,
@@ -85,7 +86,7 @@ def _curve_models(bench: Bench, method: str) -> tuple[BenchModel, BenchModel]:
         f"{method}/λ={p.alignment.weight:g}/seed=0",
         ModelRequest(
             new_sel,
-            geometry="lorentz",
+            geometry=Lorentz.name,
             arch=sc.new_arch,
             method="hbct",
             options=options,

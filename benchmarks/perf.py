@@ -43,7 +43,7 @@ from benchmarks.perf_report import perf_report
 from benchmarks.report import write_run_report
 from components.data.base import ArrayDataset
 from components.data.batches import ImageTensor, to_image_tensor
-from components.geometry import expmap0
+from components.geometry import Euclidean, Lorentz
 from components.indexing import GalleryIndex
 from components.losses import create_alignment
 from components.models import EmbeddingModel, ModelSpec, build_model
@@ -80,7 +80,7 @@ def _spec(data: ArrayDataset) -> ModelSpec:
         data,
         range(data.num_classes),
         data.class_names,
-        geometry="lorentz",
+        geometry=Lorentz.name,
         zeta=1.0,
         backbone_kwargs={"channels": CPU_PROFILE_CHANNELS},
         stats=((0.5,), (0.25,)),
@@ -254,11 +254,10 @@ def measure_knn(n: int, d: int, k: int, repeats: int) -> dict[str, Any]:
     z = rng.normal(size=(n, d)) * (1.5 / np.sqrt(d))
     q = z + 0.1 * rng.normal(size=(n, d)) / np.sqrt(d)
     ids = np.arange(n, dtype=np.int64)
-    lor = GalleryIndex.build(expmap0(torch.from_numpy(z)).numpy(), ids, geometry="lorentz", curvature=1.0, generation=0)
-    unit = z / np.linalg.norm(z, axis=1, keepdims=True)
-    cos = GalleryIndex.build(unit, ids, geometry="euclidean", curvature=1.0, generation=0)
-    q_lor = expmap0(torch.from_numpy(q)).numpy()
-    q_cos = q / np.linalg.norm(q, axis=1, keepdims=True)
+    lorentz, cosine = Lorentz(1.0), Euclidean(1.0)
+    lor = GalleryIndex.build(lorentz.from_tangent(z), ids, space=lorentz, generation=0)
+    cos = GalleryIndex.build(cosine.from_tangent(z), ids, space=cosine, generation=0)
+    q_lor, q_cos = lorentz.from_tangent(q), cosine.from_tangent(q)
     best = [float("inf"), float("inf")]
     for _ in range(repeats):
         for j, (index, queries) in enumerate(((lor, q_lor), (cos, q_cos))):
@@ -332,7 +331,7 @@ def run_perf(
     log("embedding: embed_images vs bare")
     perf["embedding"] = measure_embedding(device, 512, embed_images_n, repeats)
     log("evaluation: exact 10k x 10k vs matmul")
-    ev = measure_exact_eval(n=10000, d=128, repeats=repeats, geometry="lorentz")
+    ev = measure_exact_eval(n=10000, d=128, repeats=repeats, space=Lorentz(1.0))
     perf["evaluation"] = {
         "n": ev["n"],
         "d": ev["d"],

@@ -106,7 +106,8 @@ class BenchSettings(_Strict):
 
     @model_validator(mode="after")
     def _heads_fit(self) -> BenchSettings:
-        for g, heads in (("euclidean", self.euclidean_heads), ("lorentz", self.lorentz_heads)):
+        for field in ("euclidean_heads", "lorentz_heads"):
+            g, heads = field.removesuffix("_heads"), getattr(self, field)
             if not heads or any(h.geometry != g for h in heads):
                 raise ValueError(f"{g}_heads must be a non-empty list of heads with geometry: {g}")
             if len({h.name for h in heads}) != len(heads):
@@ -115,7 +116,7 @@ class BenchSettings(_Strict):
 
     def heads(self, geometry: str) -> list[HeadEntry]:
         """The heads the protocol tries for methods of ``geometry``; the first is the lineage's default."""
-        return self.euclidean_heads if geometry == "euclidean" else self.lorentz_heads
+        return getattr(self, f"{geometry}_heads")
 
 
 class Profile(_Strict):

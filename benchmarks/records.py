@@ -144,7 +144,7 @@ def evaluate(
     if space == "embedding" and new.test.incompatibility(old.test) is None:
         own = choose_alignment(method, options).diagnostics(new.meta.get("choices", {}), old.test, new.test)
     diag: dict[str, float | None] = {**own.settings, **own.measured}
-    if new.spec.geometry == "lorentz" and space == "embedding":
+    if new.spec.space.radius_encodes_confidence and space == "embedding":
         roles = {"new": new, "old": old, "ref": ref}
         radius = {f"clip_fraction_{r}": clip_fraction(m.test.clipped) for r, m in roles.items()}
         radius |= {f"uncertainty_std_{r}": uncertainty_std(m.test.z, m.test.curvature) for r, m in roles.items()}

@@ -40,6 +40,7 @@ from components.bridges.base import Bridge, us_per_query
 from components.bridges.chain import BridgeChain
 from components.errors import ConfigError
 from components.evaluation import gallery_metrics, p_com, p_up
+from components.geometry import Lorentz
 from components.indexing.gallery import GalleryEmbeddings
 from components.models import load_model
 from flows.upgrade.route_rule import RouteEvidence, choose_route
@@ -163,7 +164,7 @@ def run_routes(bench: Bench, scenario: str) -> RoutesResult:
         raise ConfigError(f"bctflow bench routes runs ext_class or ext_data, not {scenario!r}")
     sc = make_scenario(bench, scenario)
     old_sel, new_sel = selections(bench, sc)
-    head = bench.settings.heads("lorentz")[0]
+    head = bench.settings.heads(Lorentz.name)[0]
     entry = next((m for m in bench.settings.methods if m.method == "hbct"), None)
     if entry is None:
         raise ConfigError(f"profile {bench.profile.name!r} has no hbct method: the compatible route trains one")
@@ -173,7 +174,7 @@ def run_routes(bench: Bench, scenario: str) -> RoutesResult:
         old, ref = base_models(bench, sc, old_sel, new_sel, seed, head)
         new = bench.train_model(
             f"routes-hbct/seed={seed}",
-            ModelRequest(new_sel, geometry="lorentz", arch=sc.new_arch, method="hbct", options=entry.options,
+            ModelRequest(new_sel, geometry=Lorentz.name, arch=sc.new_arch, method="hbct", options=entry.options,
                          weight=p.alignment.weight, seed=seed, zeta=p.geometry.zeta0 + p.geometry.delta_zeta,
                          old=old, reference=ref, epochs=sc.epochs, params=head.params or None),
         )  # fmt: skip

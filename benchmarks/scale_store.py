@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError
+from components.geometry import Euclidean, Space
+from components.geometry.space import unit_rows
 from components.indexing import GalleryIndex
 from components.indexing.backend import SearchIndex, open_index, store_of
 from components.indexing.gallery import GalleryEmbeddings
@@ -66,10 +68,8 @@ def _qps(index: SearchIndex, q: np.ndarray) -> float:
     return len(q) / (time.perf_counter() - t0)
 
 
-def _flat(chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], geometry: str, curvature: float) -> Any:
-    return GalleryIndex.build_streaming(
-        chunks, geometry=geometry, curvature=curvature, generation=0, config=IndexConfig(type="flat")
-    )
+def _flat(chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], space: Space) -> Any:
+    return GalleryIndex.build_streaming(chunks, space=space, generation=0, config=IndexConfig(type="flat"))
 
 
 def search_speed(index_dir: Path, parts: GalleryParts, queries: int = 2000) -> dict[str, float]:
@@ -78,14 +78,15 @@ def search_speed(index_dir: Path, parts: GalleryParts, queries: int = 2000) -> d
     index = open_index(index_dir)
     first = next(parts.parts()).gallery
     q = first.vectors()[:queries]
-    flat = _flat(parts.index_chunks(), first.retrieval_geometry, first.curvature)
+    flat = _flat(parts.index_chunks(), first.retrieval_space)
     return {"search_qps": _qps(index, q), "flat_search_qps": _qps(flat, q)}
 
 
-def _unit_space(vectors: np.ndarray) -> np.ndarray:
-    """(n, d+1) hyperboloid points, time first → (n, d) unit spatial coordinates: the corpus as a cosine gallery."""
-    space = vectors[:, 1:]
-    return space / np.linalg.norm(space, axis=1, keepdims=True)
+def _unit_space(vectors: np.ndarray, space: Space) -> np.ndarray:
+    """Points (n, D) of ``space`` → (n, d) unit vectors: their directions in the tangent space (:meth:`Space.to_tangent
+    <components.geometry.space.Space.to_tangent>`; for hyperboloid points, time first, the direction of the spatial
+    coordinates): the corpus as a cosine gallery."""
+    return unit_rows(space.to_tangent(vectors))
 
 
 def _cosine_parts(parts: GalleryParts, folder: Path) -> GalleryParts:
@@ -94,9 +95,8 @@ def _cosine_parts(parts: GalleryParts, folder: Path) -> GalleryParts:
     writer = PartWriter(folder, chunk_size=max(len(p) for p in parts.parts()))
     for part in parts.parts():
         g = part.gallery
-        v = g.vectors()
-        unit = (_unit_space(v) if g.retrieval_geometry == "lorentz" else v).astype(np.float32)
-        rows = GalleryEmbeddings("euclidean", 1.0, unit, unit, g.ids, g.labels, g.clipped, g.logits)
+        unit = _unit_space(g.vectors(), g.retrieval_space).astype(np.float32)
+        rows = GalleryEmbeddings(Euclidean.name, 1.0, unit, unit, g.ids, g.labels, g.clipped, g.logits)
         writer.add(StoredPart(rows, part.stamps))
     return writer.finish()
 
@@ -113,7 +113,7 @@ def cosine_index(index_dir: Path, parts: GalleryParts, config: IndexConfig, work
         "cosine_recall_at_10": built.manifest.recall_at_10,
         "cosine_index_build_s": built.manifest.build_seconds,
         "cosine_search_qps": _qps(built, q),
-        "cosine_flat_search_qps": _qps(_flat(cosine.index_chunks(), "euclidean", 1.0), q),
+        "cosine_flat_search_qps": _qps(_flat(cosine.index_chunks(), Euclidean()), q),
     }
     store_of(work / "cosine" / "index").drop(work / "cosine" / "index")  # the store holds only the workspace's
     return res

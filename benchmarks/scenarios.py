@@ -29,6 +29,7 @@ from benchmarks.scenario_defs import SCENARIOS, Scenario, make_scenario
 from benchmarks.selection import Scored, select_configuration
 from components.data import DataManifest
 from components.evaluation import p_com, p_up
+from components.geometry import Euclidean, create_space
 from components.training import TrainingDivergedError
 from flows.params import Params, apply_overrides
 
@@ -242,7 +243,9 @@ def seed0_choices(
 def best_baseline(bench: Bench, val_p_com: dict[str, float]) -> str | None:
     """The tuned Euclidean method with the best validation mAP P_com (the ``best_baseline`` of the extra seeds)."""
     s = bench.settings
-    baselines = [m for m in s.methods if m.geometry == "euclidean" and m.method not in SIMPLEX and m.name in val_p_com]
+    baselines = [
+        m for m in s.methods if m.geometry == Euclidean.name and m.method not in SIMPLEX and m.name in val_p_com
+    ]
     return max(baselines, key=lambda m: val_p_com[m.name]).name if baselines else None
 
 
@@ -342,7 +345,7 @@ def _choose(
         models.append(m)
         scores.append(Scored(val["val_p_com"], val["val_p_up"]))
         record.append(tried | val | {"chosen": False})
-        if entry.geometry == "lorentz":
+        if create_space(entry.geometry).radius_encodes_confidence:
             record[-1] |= m.radius_diagnostics()
     i, rule = select_configuration(scores, s.p_up_floor)
     model = models[i]

@@ -15,6 +15,7 @@ from benchmarks.runner import Bench, BenchModel, ModelRequest
 from benchmarks.scenarios import SIMPLEX
 from components.errors import ConfigError
 from components.evaluation import COMPAT_METRICS, compat_summary
+from components.geometry import Euclidean
 
 __all__ = ["SequentialResult", "run_sequential"]
 
@@ -99,7 +100,7 @@ def run_sequential(bench: Bench) -> SequentialResult:
     unknown = [n for n in names if n != "independent" and n not in entries]
     if unknown:
         raise ConfigError(f"sequential_methods {unknown} are not in the profile's methods; add them there first")
-    geoms = {"euclidean"} | {entries[n].geometry for n in names if n in entries}
+    geoms = {Euclidean.name} | {entries[n].geometry for n in names if n in entries}
     indep = {
         g: [
             bench.train_model(
@@ -124,9 +125,9 @@ def run_sequential(bench: Bench) -> SequentialResult:
         bench.log(f"[sequential] {name}")
         e = entries.get(name)
         if name == "independent" or e is None:
-            chains[name], seconds[name] = indep["euclidean"], sum(m.seconds for m in indep["euclidean"])
+            chains[name], seconds[name] = indep[Euclidean.name], sum(m.seconds for m in indep[Euclidean.name])
         elif e.method in SIMPLEX:
-            chains[name], seconds[name] = [m.view(e.method) for m in indep["euclidean"]], 0.0
+            chains[name], seconds[name] = [m.view(e.method) for m in indep[Euclidean.name]], 0.0
         else:
             chains[name] = _method_chain(bench, name, e, st, indep)
             seconds[name] = sum(m.seconds for m in chains[name][1:])

@@ -130,7 +130,7 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
     import numpy as np
     import torch
 
-    from components.geometry import expmap0
+    from components.geometry import create_space, expmap0
     from components.indexing import GalleryIndex
     from components.indexing.gallery import GalleryEmbeddings
     from components.indexing.live import LivePointer
@@ -139,7 +139,7 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
 
     z = np.random.default_rng(seed).normal(size=(40, 16))
     points = expmap0(torch.from_numpy(z), 1.0).numpy()
-    GalleryIndex.build(points, np.arange(40), geometry="lorentz", curvature=1.0, generation=generation).save(index_dir)
+    GalleryIndex.build(points, np.arange(40), space=create_space("lorentz", 1.0), generation=generation).save(index_dir)
     store = GalleryVersion.of_index(index_dir).evaluation_store
     if not store.is_dir():
         rows = GalleryEmbeddings(

@@ -5,10 +5,12 @@ new model's queries into its parent's gallery space (Drift-Adapter, EMNLP'25); a
 vectors into the new space (FCT, CVPR'22). Both are the same object, fitted on a paired sample (the same items
 embedded by both generations).
 
-Geometry. A map is fitted in each side's *fitting space*: the tangent space at the origin for a Lorentz gallery
-(the stored ``z``, (N, D): HBCT Eq. (6) ``logmap0`` of the hyperboloid points, whose norms carry the uncertainty) and
-the unit sphere's ambient coordinates for a Euclidean one ((N, D) unit vectors). The mapped vectors go back onto
-the target's manifold: ``expmap0`` onto the target's K-hyperboloid (HBCT Eq. (5)), or normalised to unit length.
+Geometry. A map is fitted in each side's *fitting space*, which its space says (:meth:`Space.tangent
+<components.geometry.space.Space.tangent>`): the tangent space at the origin for a Lorentz gallery (the stored ``z``,
+(N, D): HBCT Eq. (6) ``logmap0`` of the hyperboloid points, whose norms carry the uncertainty) and the unit sphere's
+ambient coordinates for a Euclidean one ((N, D) unit vectors). The mapped vectors go back onto the target's manifold
+(:meth:`Space.from_tangent <components.geometry.space.Space.from_tangent>`): ``expmap0`` onto the target's
+K-hyperboloid (HBCT Eq. (5)), or normalised to unit length.
 
 A map kind is one module of :mod:`components.bridges.maps` registered in :data:`MAPS` (timm-style): orthogonal
 Procrustes, low-rank affine, residual MLP. Its parameters are numpy arrays; applying it is numpy only (a few
@@ -27,10 +29,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from components.errors import ConfigError, IndexIntegrityError
-from components.geometry import expmap0, logmap0
+from components.geometry import Space, create_space
 from components.indexing.gallery import GalleryEmbeddings, read_npz
 from components.io import atomic_write_bytes, file_sha256
 from components.plugins import Catalog
@@ -40,11 +41,9 @@ __all__ = [
     "Bridge",
     "BridgeMap",
     "fitting_space",
-    "fitting_vectors",
     "min_pairs",
     "register_map",
     "relative_error",
-    "retrieval_vectors",
     "us_per_query",
 ]
 
@@ -92,34 +91,13 @@ class BridgeMap(ABC):
         """The map with these fitted parameters."""
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
-
-
 def fitting_space(g: GalleryEmbeddings) -> np.ndarray:
-    """(N, D) float64: the tangent vectors at the origin (Lorentz) or the unit vectors (Euclidean)."""
+    """(N, D) float64: the gallery's embeddings in its space's fitting space (:meth:`Space.tangent
+    <components.geometry.space.Space.tangent>`: the tangent vectors at the origin (Lorentz) or the unit vectors
+    (Euclidean))."""
     if g.features != "embedding":
         raise ConfigError(f"a bridge maps embeddings, not {g.features} features; set evaluation features: embedding")
-    if g.geometry == "lorentz":
-        return g.z.astype(np.float64)
-    return _unit(g.emb.astype(np.float64))
-
-
-def fitting_vectors(vectors: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
-    """Retrieval vectors as a model serves them — (N, D+1) hyperboloid points (Lorentz) or (N, D) unit vectors —
-    → (N, D) float64 fitting-space vectors: HBCT Eq. (6) ``logmap0`` on the K-hyperboloid, or normalised."""
-    x = np.asarray(vectors, dtype=np.float64)
-    if geometry == "lorentz":
-        return logmap0(torch.from_numpy(x), curvature).numpy()
-    return _unit(x)
-
-
-def retrieval_vectors(z: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
-    """(N, D) fitting-space vectors → (N, D+1) points of the K-hyperboloid (HBCT Eq. (5) ``expmap0``) or (N, D)
-    unit vectors: what the gallery stores and searches, float64."""
-    if geometry == "lorentz":
-        return expmap0(torch.from_numpy(np.asarray(z, dtype=np.float64)), curvature).numpy()
-    return _unit(np.asarray(z, dtype=np.float64))
+    return g.space.tangent(g.z, g.emb)
 
 
 def us_per_query(apply: Callable[[np.ndarray], Any], queries: np.ndarray, batch: int = 1024, repeats: int = 5) -> float:
@@ -162,6 +140,16 @@ class Bridge:
 
     def __str__(self) -> str:
         return f"{self.kind} bridge g{self.source}→g{self.target}"
+
+    @property
+    def source_space(self) -> Space:
+        """The source generation's space (the stored ``geometry`` at ``source_curvature``)."""
+        return create_space(self.geometry, self.source_curvature)
+
+    @property
+    def target_space(self) -> Space:
+        """The target generation's space (the stored ``geometry`` at ``target_curvature``)."""
+        return create_space(self.geometry, self.target_curvature)
 
     @classmethod
     def fit(
@@ -207,10 +195,9 @@ class Bridge:
         """``g`` (embedded by the source generation) carried into the target's space: the same items, their
         retrieval vectors on the target's manifold (a Lorentz ``emb`` on the target's K-hyperboloid), its logits
         kept (a bridge maps embeddings only)."""
-        z = self.map_vectors(fitting_space(g))
-        emb = retrieval_vectors(z, self.geometry, self.target_curvature)
-        if self.geometry != "lorentz":
-            z = emb
+        space, mapped = self.target_space, self.map_vectors(fitting_space(g))
+        emb = space.from_tangent(mapped)
+        z = space.tangent(mapped, emb)  # what the target's gallery stores as z: the mapped tangent, or the unit rows
         return replace(
             g, curvature=self.target_curvature, z=z.astype(np.float32), emb=emb.astype(np.float32), compat_dim=None
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.bridges.base import Bridge, fitting_vectors, retrieval_vectors
+from components.bridges.base import Bridge
 from components.errors import ConfigError
 from components.indexing.gallery import GalleryEmbeddings
 
@@ -60,9 +60,8 @@ class BridgeChain:
         first; Euclidean: unit vectors) → (N, D_t) retrieval vectors on the target's manifold, float64: what
         searches the target's gallery (a query service's adapter). Tangent space at the origin in between (HBCT
         Eqs. (5)–(6))."""
-        first, last = self.links[0], self.links[-1]
-        z = self.map_vectors(fitting_vectors(vectors, first.geometry, first.source_curvature))
-        return retrieval_vectors(z, last.geometry, last.target_curvature)
+        z = self.map_vectors(self.links[0].source_space.to_tangent(vectors))
+        return self.links[-1].target_space.from_tangent(z)
 
     def map_gallery(self, g: GalleryEmbeddings) -> GalleryEmbeddings:
         """``g`` (embedded by the chain's source) carried through every link onto the target's manifold."""

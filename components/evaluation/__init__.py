@@ -11,19 +11,12 @@ from components.evaluation.compat import (
     p_com,
     p_up,
 )
-from components.evaluation.retrieval import (
-    GEOMETRIES,
-    average_precision,
-    gallery_metrics,
-    retrieval_metrics,
-    retrieval_scores,
-)
+from components.evaluation.retrieval import average_precision, gallery_metrics, retrieval_metrics
 from components.evaluation.topk import topk_metrics
 
 __all__ = [
     "COMPAT_METRICS",
     "DENOMINATOR_EPS",
-    "GEOMETRIES",
     "ILL_CONDITIONED",
     "REPORTED_METRICS",
     "DerivedMetrics",
@@ -34,6 +27,5 @@ __all__ = [
     "p_com",
     "p_up",
     "retrieval_metrics",
-    "retrieval_scores",
     "topk_metrics",
 ]

@@ -1,143 +1,33 @@
-"""Retrieval scores and metrics: CMC@k and mAP@all (docs/design.md §6).
+"""Retrieval metrics: CMC@k and mAP@all (docs/design.md §6).
 
-Shapes: ``Nq`` queries, ``Ng`` gallery items. Score matrices are (Nq, Ng)
-float64 with *higher = nearer*:
-
-* Euclidean: cosine similarity of float64 re-normalised vectors (N, d).
-* Lorentz: minus the geodesic distance, HBCT Eq. (3) / docs/design.md §2,
-  ``-acosh(-K <q, g>_L) / sqrt(K)`` for hyperboloid points (N, d+1), time
-  coordinate first, computed in float64 (docs/design.md §2 "Numerics": float32
-  distances of close pairs collapse to 0 once x_t is a few hundred).
+Shapes: ``Nq`` queries, ``Ng`` gallery items. The scores are the space's (:meth:`Space.scores
+<components.geometry.space.Space.scores>`): float64 (Nq, Ng) with *higher = nearer* — the cosine of float64
+re-normalised unit vectors (Euclidean), minus the geodesic distance of hyperboloid points (Lorentz, HBCT Eq. (3),
+docs/design.md §2.5: computed in float64).
 
 Every reported number is computed in float64. No loop runs over single
 queries or gallery items; queries are processed in fixed-size chunks so a
 (10k x 10k) float64 score matrix is never materialised at once. The chunks of
-:func:`retrieval_metrics` are scored with the float operations of
-:func:`retrieval_scores` and ranked by :mod:`components.evaluation.ranking`
-(one value sort per row, no argsort; same numbers as a stable lexsort) on a
+:func:`retrieval_metrics` are scored with the float operations of the space's
+scores (:meth:`Space.score_kernels <components.geometry.space.Space.score_kernels>`) and ranked by
+:mod:`components.evaluation.ranking` (one value sort per row, no argsort; same numbers as a stable lexsort) on a
 few threads; :func:`average_precision` keeps the plain stable-lexsort ranking.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from components.evaluation.ranking import ChunkCounts, chunk_counts, label_codes, map_chunks, own_columns
-from components.geometry import pairwise_lorentz_inner
+from components.geometry.space import Space
 
 if TYPE_CHECKING:
     from components.indexing.gallery import GalleryEmbeddings
 
-__all__ = [
-    "GEOMETRIES",
-    "average_precision",
-    "gallery_metrics",
-    "retrieval_metrics",
-    "retrieval_scores",
-]
-
-#: Geometries understood by :func:`retrieval_scores`.
-GEOMETRIES: tuple[str, ...] = ("euclidean", "lorentz")
-
-
-def _check_geometry(geometry: str, curvature: float) -> None:
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, GEOMETRIES))}")
-    if not (math.isfinite(curvature) and curvature > 0):
-        raise ValueError(
-            f"curvature must be a finite number > 0 (the space has curvature -K), "
-            f"got {curvature!r}; pass the K the embeddings were lifted with"
-        )
-
-
-def _as_matrix(name: str, x: np.ndarray) -> np.ndarray:
-    """Validate an embedding matrix and return it as float64 (N, D)."""
-    a = np.asarray(x)
-    if a.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2-D array (N, D), got shape {a.shape}; "
-            "stack the embeddings into one matrix, one row per item"
-        )
-    a = a.astype(np.float64, copy=False)
-    if not np.isfinite(a).all():
-        raise ValueError(
-            f"{name} contains NaN or inf values; fix the embedding model (or drop the broken rows) before evaluating"
-        )
-    return a
-
-
-def retrieval_scores(
-    queries: np.ndarray,
-    gallery: np.ndarray,
-    geometry: str,
-    curvature: float = 1.0,
-) -> np.ndarray:
-    """All query x gallery similarity scores, float64 (Nq, Ng), higher = nearer.
-
-    ``queries``: (Nq, D), ``gallery``: (Ng, D). ``geometry="euclidean"``: any
-    D, cosine similarity after float64 re-normalisation (all-zero rows score
-    0 against everything). ``geometry="lorentz"``: hyperboloid points with
-    D = d+1, time first; returns ``-acosh(max(1, -K <q, g>_L)) / sqrt(K)``
-    (docs/design.md §2, HBCT Eq. (3)), with <., .>_L from
-    :func:`components.geometry.pairwise_lorentz_inner` in float64.
-    """
-    _check_geometry(geometry, curvature)
-    q = _as_matrix("queries", queries)
-    g = _as_matrix("gallery", gallery)
-    if q.shape[1] != g.shape[1]:
-        raise ValueError(
-            f"queries have width {q.shape[1]} but gallery has width {g.shape[1]}; "
-            "embed both with models of the same output dimension and geometry"
-        )
-    if geometry == "euclidean":
-        return _clip_cosine(_unit_rows(q) @ _unit_rows(g).T)
-    _check_lorentz_width(q)
-    inner = pairwise_lorentz_inner(torch.from_numpy(q), torch.from_numpy(g)).numpy()
-    return -_lorentz_distance(inner, curvature)
-
-
-def _check_lorentz_width(x: np.ndarray) -> None:
-    if x.shape[1] < 2:
-        raise ValueError(
-            "lorentz embeddings need width d+1 >= 2 (time coordinate first); "
-            "pass hyperboloid points, not tangent vectors"
-        )
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows of ``x`` (N, d) float64 divided by their norms (all-zero rows stay zero)."""
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-
-
-def _clip_cosine(s: np.ndarray) -> np.ndarray:
-    """In place: dot products (n, Ng) of unit rows -> cosine scores clipped to [-1, 1]."""
-    return np.clip(s, -1.0, 1.0, out=s)
-
-
-def _lorentz_arg(inner: np.ndarray, curvature: float) -> np.ndarray:
-    """In place: <q, g>_L (n, Ng) float64 -> ``max(1, -K <q, g>_L)``, the argument of the distance's acosh."""
-    np.multiply(-curvature, inner, out=inner)
-    return np.maximum(inner, 1.0, out=inner)
-
-
-def _acosh_over_root(arg: np.ndarray, curvature: float) -> np.ndarray:
-    """In place: ``acosh(arg) / sqrt(K)`` (n, Ng) float64, the geodesic distance (docs/design.md §2)."""
-    np.arccosh(arg, out=arg)
-    return np.divide(arg, math.sqrt(curvature), out=arg)
-
-
-def _lorentz_distance(inner: np.ndarray, curvature: float) -> np.ndarray:
-    """In place: <q, g>_L (n, Ng) float64 -> geodesic distance ``acosh(max(1, -K <q, g>_L)) / sqrt(K)``.
-
-    Elementwise only (so row blocks give the numbers of the whole matrix); the score is its negation,
-    and ``-(a / c) == (-a) / c`` exactly in IEEE arithmetic.
-    """
-    return _acosh_over_root(_lorentz_arg(inner, curvature), curvature)
+__all__ = ["average_precision", "gallery_metrics", "retrieval_metrics"]
 
 
 def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -224,15 +114,14 @@ def retrieval_metrics(
     gallery_vecs: np.ndarray,
     gallery_labels: np.ndarray,
     gallery_ids: np.ndarray,
-    geometry: str,
-    curvature: float = 1.0,
+    space: Space,
     ks: Sequence[int] = (1, 5),
     leave_one_out: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, float]:
     """CMC@k and mAP@all of one (query model, gallery model) pair (docs/design.md §6).
 
-    ``query_vecs``: (Nq, D) and ``gallery_vecs``: (Ng, D) embeddings (for
+    ``query_vecs``: (Nq, D) and ``gallery_vecs``: (Ng, D) points of ``space`` (for
     lorentz, hyperboloid points, time first); ``*_labels``: class labels
     (Nq,), (Ng,); ``*_ids``: item ids (Nq,), (Ng,). Queries and gallery may
     be the same items embedded by different models (cross retrieval), so
@@ -245,12 +134,11 @@ def retrieval_metrics(
 
     Returns ``{"cmc@k": ... for k in ks, "map": ..., "n_queries": int}``;
     the metrics are NaN when ``n_queries`` is 0. The scores of a chunk of
-    ``chunk_size`` queries are those :func:`retrieval_scores` gives it (for
+    ``chunk_size`` queries are those ``space.scores`` gives it (for
     lorentz, rows are ranked by ``max(1, -K <q, g>_L)`` and the acosh is only
     evaluated where its rounding could tie two items); chunks run on a few
     threads while BLAS is held to one thread per call (restored afterwards).
     """
-    _check_geometry(geometry, curvature)
     _check_items("query", query_vecs, query_labels, query_ids)
     _check_items("gallery", gallery_vecs, gallery_labels, gallery_ids)
     ks = _checked_ranks(ks, chunk_size)
@@ -262,22 +150,14 @@ def retrieval_metrics(
             "is the query's own; give every gallery item a distinct id"
         )
     # Validate / convert once; chunks below only slice.
-    q_all = _as_matrix("queries", query_vecs)
-    g_all = _as_matrix("gallery", gallery_vecs)
-    if q_all.shape[1] != g_all.shape[1]:
-        raise ValueError(
-            f"queries have width {q_all.shape[1]} but gallery has width {g_all.shape[1]}; "
-            "embed both with models of the same output dimension and geometry"
-        )
-    if geometry == "lorentz":
-        _check_lorentz_width(q_all)
+    q_all, g_all = space.checked_pair(query_vecs, gallery_vecs)
     q_code, g_code = label_codes(q_lab, g_lab)
     excluded = own_columns(q_ids, g_ids) if leave_one_out else np.full(q_ids.shape[0], -1, dtype=np.int64)
     n_rel = np.bincount(g_code, minlength=int(max(q_code.max(initial=-1), g_code.max(initial=-1))) + 1)[q_code]
     own_relevant = excluded >= 0
     own_relevant[own_relevant] = g_code[excluded[own_relevant]] == q_code[own_relevant]
     n_rel = n_rel - own_relevant
-    product, finish, distance_of = _chunk_kernels(q_all, g_all, geometry, curvature)
+    product, finish, distance_of = space.score_kernels(q_all, g_all)
 
     def rank(start: int, raw: np.ndarray) -> ChunkCounts:
         sl = slice(start, start + raw.shape[0])
@@ -287,36 +167,6 @@ def retrieval_metrics(
     hits = {k: sum(r[1][k] for r in results) for k in ks}
     ap = np.concatenate([r[0] for r in results]) if results else np.zeros(0)
     return _metrics_from_counts(hits, float(ap.sum()), ap.size)  # one sum: the same for any threads / blocks
-
-
-def _chunk_kernels(q_all: np.ndarray, g_all: np.ndarray, geometry: str, curvature: float) -> tuple:
-    """``(product, finish, distance_of)`` of :func:`~components.evaluation.ranking.chunk_counts` for a geometry.
-
-    ``product(start, out)`` writes the raw scores of queries ``start : start + len(out)`` into ``out``
-    (n, Ng) with the float operations of :func:`retrieval_scores` (a query chunk there is this chunk).
-    """
-    if geometry == "lorentz":
-        g_t = torch.from_numpy(g_all).transpose(-1, -2)
-
-        def product(start: int, out: np.ndarray) -> None:
-            # pairwise_lorentz_inner's two steps, the product written into a reused buffer. The query block is a
-            # fresh (64-byte aligned) tensor as there: MKL's float64 results can depend on the inputs' alignment.
-            x = torch.from_numpy(q_all[start : start + out.shape[0]])
-            torch.matmul(torch.cat([-x[..., :1], x[..., 1:]], dim=-1), g_t, out=torch.from_numpy(out))
-
-        def finish(block: np.ndarray) -> np.ndarray:
-            return _lorentz_arg(block, curvature)  # ranked as is; acosh only where rounding could tie
-
-        def distance_of(arg: np.ndarray) -> np.ndarray:
-            return _acosh_over_root(arg, curvature)
-
-        return product, finish, distance_of
-    g_unit_t = _unit_rows(g_all).T  # retrieval_scores' gallery normalisation, done once
-
-    def product(start: int, out: np.ndarray) -> None:
-        np.matmul(_unit_rows(q_all[start : start + out.shape[0]]), g_unit_t, out=out)
-
-    return product, _clip_cosine, None
 
 
 def _checked_ranks(ks: Sequence[int], chunk_size: int) -> tuple[int, ...]:
@@ -355,8 +205,7 @@ def gallery_metrics(
         gallery.vectors(),
         gallery.labels,
         gallery.ids,
-        gallery.retrieval_geometry,
-        gallery.curvature,
+        gallery.retrieval_space,
         ks=tuple(ks),
         leave_one_out=True,
         chunk_size=chunk_size,

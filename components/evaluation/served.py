@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from components.evaluation.retrieval import retrieval_scores
 from components.evaluation.topk import topk_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import merge_by_rank, mix_galleries
@@ -41,10 +40,10 @@ def served_maps(
     each of ``merges`` (params ``serve.merge``; keys :data:`MERGES`): ``served_map``, new queries over every vector
     (``none``); ``served_map_rank``, each generation's vectors ranked by its own query and the lists merged by rank
     (``rank``). Full-depth lists, the first :data:`SERVED_QUERIES` queries, leave-one-out."""
-    geo, k = mixed.retrieval_geometry, mixed.curvature
+    space = mixed.retrieval_space
     nq = min(len(new), SERVED_QUERIES)
     gallery, ids = mixed.vectors(), mixed.ids
-    s_new = retrieval_scores(new.vectors_against(mixed)[:nq], gallery, geo, k)
+    s_new = space.scores(new.vectors_against(mixed)[:nq], gallery)
 
     def map_r(neighbours: np.ndarray) -> float:
         return topk_metrics(neighbours, new.ids[:nq], new.labels[:nq], ids, mixed.labels, ks=(1,))["map@R"]
@@ -55,7 +54,7 @@ def served_maps(
     if "rank" in merges:
         is_new = np.zeros(len(mixed), dtype=bool)
         is_new[pos] = True
-        s_old = retrieval_scores(old.vectors_against(mixed)[:nq], gallery, geo, k)
+        s_old = space.scores(old.vectors_against(mixed)[:nq], gallery)
         merged = np.empty((nq, len(ids)), dtype=ids.dtype)
         for i in range(nq):
             lists = []

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
+from components.geometry import Space, create_space
 from components.indexing.index_config import IndexConfig
 from components.indexing.parts import GalleryParts
 from components.io import atomic_write_text, file_sha256
@@ -109,6 +110,11 @@ class StoreManifest:
     search_qps: float | None = None
     build_seconds: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def space(self) -> Space:
+        """The space of the stored points, made from the stored ``geometry`` and ``curvature``."""
+        return create_space(self.geometry, self.curvature)
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.errors import DataError
-from components.indexing.vectors import in_index_space
+from components.geometry import Space
 
 __all__ = [
     "BottomKSample",
@@ -37,8 +37,8 @@ __all__ = [
 Chunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
-def checked_gallery_vectors(vectors: np.ndarray, geometry: str) -> np.ndarray:
-    """``vectors`` as an array (N, D), N >= 1, finite, wide enough for ``geometry`` (lorentz: D = d+1 >= 2)."""
+def checked_gallery_vectors(vectors: np.ndarray, space: Space) -> np.ndarray:
+    """``vectors`` as an array (N, D), N >= 1, finite, wide enough for ``space`` (lorentz: D = d+1 >= 2)."""
     x = np.asarray(vectors)
     if x.ndim != 2:
         raise DataError(
@@ -47,11 +47,10 @@ def checked_gallery_vectors(vectors: np.ndarray, geometry: str) -> np.ndarray:
     n, dim = x.shape
     if n == 0:
         raise DataError("the gallery is empty; embed at least one item before building an index")
-    min_dim = 2 if geometry == "lorentz" else 1
-    if dim < min_dim:
+    if dim < space.min_width:
         raise DataError(
-            f"gallery vectors have width {dim}, too small for {geometry}; "
-            "lorentz points need d+1 >= 2 coordinates, time first"
+            f"gallery vectors have width {dim}, too small for {space.name}; "
+            f"its points need {space.min_width} or more coordinates ({space.point_words})"
         )
     bad = ~np.isfinite(x).all(axis=1)
     if bad.any():
@@ -85,15 +84,11 @@ def checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
     return id64
 
 
-def stored_rows(x: np.ndarray, geometry: str, curvature: float) -> np.ndarray:
-    """The float32 rows (N, D) an index stores for gallery ``x`` (N, D): unit rows, or the hyperboloid points."""
-    fix = (
-        "drop or re-embed them"
-        if geometry == "euclidean"
-        else "pass points lifted with expmap0 at this curvature, time first"
-    )
-    rows = in_index_space(x, geometry, curvature, error=DataError, what="gallery vectors", fix=fix)
-    stored = rows.astype(np.float32) if geometry == "euclidean" else x.astype(np.float32)
+def stored_rows(x: np.ndarray, space: Space) -> np.ndarray:
+    """The float32 rows (N, D) an index stores for gallery ``x`` (N, D): the space's checked points
+    (:meth:`Space.checked <components.geometry.space.Space.checked>`: unit rows, or the hyperboloid points)."""
+    fix = f"drop or re-embed them ({space.point_words})"
+    stored = space.checked(x, error=DataError, what="gallery vectors", fix=fix).astype(np.float32)
     if not np.isfinite(stored).all():
         raise DataError("gallery vectors overflow float32; clip the tangent norm (ζ) before lifting")
     return stored
@@ -108,9 +103,7 @@ def id_hash(ids: np.ndarray, salt: int) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def checked_chunks(
-    chunks: Chunks, geometry: str, curvature: float, *, label: bool = True
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def checked_chunks(chunks: Chunks, space: Space, *, label: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Check every chunk ``chunks()`` yields; yield its float32 stored rows (n, D) and int64 ids (n,).
 
     Rows are as :func:`stored_rows` makes them (unit rows / hyperboloid points). Empty
@@ -124,14 +117,14 @@ def checked_chunks(
             continue
         n = x.shape[0] if x.ndim else 0
         try:
-            x = checked_gallery_vectors(x, geometry)
+            x = checked_gallery_vectors(x, space)
             if width is not None and x.shape[1] != width:
                 raise DataError(
                     f"gallery vectors have width {x.shape[1]} but earlier chunks have width {width}; "
                     "every chunk must come from the same model"
                 )
             id64 = checked_ids(ids, x.shape[0])
-            rows = stored_rows(x, geometry, curvature)
+            rows = stored_rows(x, space)
         except DataError as e:
             if not label:
                 raise

@@ -23,16 +23,11 @@ import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.faults import crash_point
+from components.geometry import Space, create_space
 from components.indexing.backend import StoreManifest, VectorStore
-from components.indexing.index_types import ExactTopK, lorentz_rescore_distance, recall_at_k
+from components.indexing.index_types import ExactTopK, recall_at_k
 from components.indexing.parts import GalleryParts, StoredPart
-from components.indexing.vectors import (
-    LORENTZ_TIME_SCALE,
-    checked_queries,
-    flip_time,
-    in_index_space,
-    lorentz_proxy_rows,
-)
+from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries, lorentz_proxy_rows
 
 __all__ = [
     "RESCORE_QUERIES",
@@ -45,6 +40,7 @@ __all__ = [
     "measure_recall",
     "model_of",
     "query_rows",
+    "space_of",
     "stored_rows",
 ]
 
@@ -69,13 +65,19 @@ def facts_of(parts: GalleryParts, generation: int) -> dict:
     """What a database records with a version's table or collection: its generation, geometry, curvature, width and
     the stamps it accepts (the generation and every stamp ``parts`` holds: a partial backfill's mix)."""
     first = next(parts.parts()).gallery
+    space = first.retrieval_space
     return {
         "generation": int(generation),
-        "geometry": first.retrieval_geometry,
-        "curvature": float(first.curvature),
+        "geometry": space.name,
+        "curvature": space.curvature,
         "dim": int(first.vectors().shape[1]),
         "accepts": sorted({int(generation), *np.unique(parts.column("stamps")).tolist()}),
     }
+
+
+def space_of(facts: dict) -> Space:
+    """The space of a table or collection, from its :func:`facts_of` (its stored geometry and curvature)."""
+    return create_space(facts["geometry"], facts["curvature"])
 
 
 def model_of(parts: GalleryParts) -> str:
@@ -86,11 +88,11 @@ def model_of(parts: GalleryParts) -> str:
     return f"sha256:{text.split()[2][:16]}" if text.startswith("model sha256 ") else ""
 
 
-def l2_metric(geometry: str) -> bool:
-    """Whether the database ranks by L2: Lorentz galleries, over the proxy rows [2⁻⁸·g_t, g_s] whose candidates are
-    re-ranked by the exact Lorentz product, as the FAISS path's approximate types do (docs/design.md §8.3);
-    cosine galleries rank by the inner product of unit rows."""
-    return geometry == "lorentz"
+def l2_metric(space: Space) -> bool:
+    """Whether the database ranks by L2: galleries whose similarity is indefinite (Lorentz), over the proxy rows
+    [2⁻⁸·g_t, g_s] whose candidates are re-ranked by the exact Lorentz product, as the FAISS path's approximate types
+    do (docs/design.md §8.3); cosine galleries rank by the inner product of unit rows."""
+    return space.indefinite
 
 
 def stored_rows(what: str, facts: dict, part: StoredPart, *, live: bool) -> np.ndarray:
@@ -104,9 +106,9 @@ def stored_rows(what: str, facts: dict, part: StoredPart, *, live: bool) -> np.n
         )
     g = part.gallery
     vectors = g.vectors()
-    if vectors.shape[1] != facts["dim"] or g.retrieval_geometry != facts["geometry"]:
+    if vectors.shape[1] != facts["dim"] or g.retrieval_space.name != facts["geometry"]:
         raise IndexIntegrityError(
-            f"rows of width {vectors.shape[1]} ({g.retrieval_geometry}) cannot be written into the {what} of width "
+            f"rows of width {vectors.shape[1]} ({g.retrieval_space.name}) cannot be written into the {what} of width "
             f"{facts['dim']} ({facts['geometry']}); embed them with a model of its generation, or write them into a "
             "new gallery version"
         )
@@ -117,25 +119,25 @@ def stored_rows(what: str, facts: dict, part: StoredPart, *, live: bool) -> np.n
             f"{facts['generation']}'s gallery (it accepts stamps {facts['accepts']}); backfill into a new gallery "
             "version instead"
         )
+    space = space_of(facts)
     fix = "re-embed them with a model of its geometry"
-    rows = in_index_space(vectors, facts["geometry"], facts["curvature"], error=IndexIntegrityError, what="rows",
-                          fix=fix)  # fmt: skip
-    return lorentz_proxy_rows(rows) if l2_metric(facts["geometry"]) else rows.astype(np.float32)
+    rows = space.checked(vectors, error=IndexIntegrityError, what="rows", fix=fix)
+    return lorentz_proxy_rows(rows) if l2_metric(space) else rows.astype(np.float32)
 
 
-def query_rows(q: np.ndarray, geometry: str) -> np.ndarray:
-    """What the database searches for checked float32 queries (time negated for lorentz): unit rows, or the proxy of
-    the query point itself (time sign restored)."""
-    if not l2_metric(geometry):
+def query_rows(q: np.ndarray, space: Space) -> np.ndarray:
+    """What the database searches for checked float32 queries (in the space's query form: time negated for lorentz):
+    unit rows, or the proxy of the query point itself (time sign restored)."""
+    if not l2_metric(space):
         return q
     rows = lorentz_proxy_rows(q)
     rows[:, 0] = -rows[:, 0]
     return rows
 
 
-def gallery_rows(stored: np.ndarray, geometry: str) -> np.ndarray:
+def gallery_rows(stored: np.ndarray, space: Space) -> np.ndarray:
     """The gallery rows (…, D) back from the stored ones: exact, the proxy's time scale is a power of two."""
-    if l2_metric(geometry):
+    if l2_metric(space):
         stored[..., 0] /= np.float32(LORENTZ_TIME_SCALE)
     return stored
 
@@ -174,7 +176,7 @@ class DatabaseIndex:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
         m = self._manifest
         qx = checked_queries(
-            queries, dim=m.dim, geometry=m.geometry, curvature=m.curvature, generations=m.compatible_generations,
+            queries, dim=m.dim, space=m.space, generations=m.compatible_generations,
             query_generation=query_generation, error=IncompatibleQueryError,
             where=f"{m.store} collection {m.collection} (generation {m.generation}, {m.geometry}, dim {m.dim})",
         )  # fmt: skip
@@ -193,13 +195,7 @@ class DatabaseIndex:
     def _rescored(self, qx: np.ndarray, k: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
         found, g = self._fetch(qx.astype(np.float32), limit)
         valid = found >= 0
-        g = g.astype(np.float64)
-        if self._manifest.geometry == "euclidean":
-            g[valid] /= np.maximum(np.linalg.norm(g[valid], axis=1, keepdims=True), 1e-30)
-            s = np.clip(np.einsum("nd,nkd->nk", qx, g), -1.0, 1.0)
-        else:
-            s = -lorentz_rescore_distance(qx, g, self._manifest.curvature)
-        s = np.where(valid, s, -np.inf)
+        s = np.where(valid, self._manifest.space.candidate_scores(qx, g.astype(np.float64)), -np.inf)
         order = np.argsort(-s, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(s, order, axis=1), np.take_along_axis(found, order, axis=1)
 
@@ -207,8 +203,7 @@ class DatabaseIndex:
 def measure_recall(index: DatabaseIndex, parts: GalleryParts, n_queries: int) -> StoreManifest:
     """The manifest of ``index`` with its recall@10 against exact search and its queries/s: the first ``n_queries``
     gallery items as queries (each one's own id dropped), the exact top-11 accumulated part by part."""
-    first = next(parts.parts()).gallery
-    lorentz = first.retrieval_geometry == "lorentz"
+    space = next(parts.parts()).gallery.retrieval_space
     rows, ids = [], []
     for part in parts.parts():
         rows.append(part.gallery.vectors())
@@ -217,7 +212,7 @@ def measure_recall(index: DatabaseIndex, parts: GalleryParts, n_queries: int) ->
             break
     q = np.concatenate(rows)[:n_queries]
     q_ids = np.concatenate(ids)[:n_queries].astype(np.int64)
-    qx = flip_time(q) if lorentz else q
+    qx = space.query_form(q)
     exact = ExactTopK(qx, min(_RECALL_K, index.ntotal))
     for part in parts.parts():
         exact.add(part.gallery.vectors().astype(np.float32), part.gallery.ids.astype(np.int64))

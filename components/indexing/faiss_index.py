@@ -36,19 +36,19 @@ import faiss
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.geometry import Space
 from components.indexing import index_types as it
 from components.indexing.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
 from components.indexing.index_config import IndexConfig, check_build_args
 from components.indexing.manifest import IndexManifest, shards_digest
 from components.indexing.tuning import tune
-from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries, flip_time
+from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries
 from components.io import atomic_path, atomic_write_bytes
 
 __all__ = ["INDEX_FILE", "MANIFEST_FILE", "GalleryIndex"]
 
 INDEX_FILE = "index.faiss"
 MANIFEST_FILE = "manifest.json"
-UNIT_NORM_ATOL = it.UNIT_NORM_ATOL
 #: Queries per FAISS search call (FAISS uses BLAS only for large nq·d).
 _SEARCH_CHUNK = 65536
 #: float64 elements (rows·k·width) re-scored at once, bounding memory to ~32 MiB.
@@ -115,32 +115,31 @@ class GalleryIndex:
         vectors: np.ndarray,
         ids: np.ndarray,
         *,
-        geometry: str,
-        curvature: float,
+        space: Space,
         generation: int,
         compatible_generations: tuple[int, ...] | list[int] | None = None,
         config: IndexConfig | None = None,
     ) -> GalleryIndex:
-        """Index ``vectors`` (N, D) under int ``ids`` (N,): :meth:`build_streaming` with one chunk.
+        """Index ``vectors`` (N, D), points of ``space``, under int ``ids`` (N,): :meth:`build_streaming` with one
+        chunk.
 
         euclidean: D = d, rows are L2-normalised. lorentz: D = d+1 hyperboloid
-        points of curvature -``curvature``, time first (checked). Raises
+        points of the space's curvature, time first (checked). Raises
         :class:`~components.errors.DataError` for a bad gallery (empty, not
         2-D, NaN/inf, zero vectors, off-hyperboloid points, bad ids) and
         :class:`~components.errors.ConfigError` for bad parameters.
         ``compatible_generations`` defaults to ``(generation,)``; ``config`` to flat.
         """
-        cfg = check_build_args(geometry, curvature, generation, config)
-        chunks = partial(checked_chunks, lambda: [(vectors, ids)], geometry, float(curvature), label=False)
-        return cls._build(chunks, geometry, float(curvature), int(generation), cfg, compatible_generations, None)
+        cfg = check_build_args(space, generation, config)
+        chunks = partial(checked_chunks, lambda: [(vectors, ids)], space, label=False)
+        return cls._build(chunks, space, int(generation), cfg, compatible_generations, None)
 
     @classmethod
     def build_streaming(
         cls,
         chunks: Chunks,
         *,
-        geometry: str,
-        curvature: float,
+        space: Space,
         generation: int,
         config: IndexConfig,
         compatible_generations: tuple[int, ...] | list[int] | None = None,
@@ -157,18 +156,15 @@ class GalleryIndex:
         chunks (:class:`~components.errors.DataError` naming the chunk).
         ``on_progress(n_added)`` is called after each chunk is added.
         """
-        cfg = check_build_args(geometry, curvature, generation, config)
-        checked = partial(checked_chunks, chunks, geometry, float(curvature), label=True)
-        return cls._build(
-            checked, geometry, float(curvature), int(generation), cfg, compatible_generations, on_progress
-        )
+        cfg = check_build_args(space, generation, config)
+        checked = partial(checked_chunks, chunks, space, label=True)
+        return cls._build(checked, space, int(generation), cfg, compatible_generations, on_progress)
 
     @classmethod
     def _build(
         cls,
         passes: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]],
-        geometry: str,
-        curvature: float,
+        space: Space,
         generation: int,
         cfg: IndexConfig,
         compatible_generations: tuple[int, ...] | list[int] | None,
@@ -176,17 +172,17 @@ class GalleryIndex:
     ) -> GalleryIndex:
         """Fill the index from ``passes()`` (checked float32 rows, ids), then measure recall and queries/s."""
         t0 = time.perf_counter()
-        lorentz_approx = geometry == "lorentz" and cfg.approximate
-        metric = "l2" if lorentz_approx else "inner_product"
+        l2_form = cfg.l2_form(space)
+        metric = "l2" if l2_form else "inner_product"
         shards, exact = None, None
         if cfg.approximate:  # pass 1: ids, samples, radius -> trained, empty shards
             scan = scan_gallery(passes(), cfg.recall_queries + cfg.train_size * cfg.trained, cfg.seed)
             ledger, n = scan.ledger, scan.ledger.count
-            width = cfg.stored_width(geometry, scan.rows.shape[1])
+            width = cfg.stored_width(space, scan.rows.shape[1])
             params = {**cfg.params(width, n), "metric": metric, "stored_dim": width}
-            if lorentz_approx and cfg.lorentz_form == "proxy":
+            if l2_form and cfg.lorentz_form == "proxy":
                 params.update(lorentz_form="proxy", time_scale=LORENTZ_TIME_SCALE, rerank=cfg.rerank)
-            elif lorentz_approx:
+            elif l2_form:
                 params.update(lorentz_form="mips_l2", l2_radius=math.sqrt(scan.max_sq_norm))
             factory = cfg.factory_string(width, n)
             train = scan.rows[len(scan.rows) - cfg.train_count(n) :] if cfg.trained else None
@@ -195,7 +191,7 @@ class GalleryIndex:
             )
             q_rows, q_ids = scan.rows[: min(cfg.recall_queries, n)], scan.ids[: min(cfg.recall_queries, n)]
             del scan, train
-            exact = it.ExactTopK(q_rows if geometry == "euclidean" else flip_time(q_rows), min(_RECALL_K, n))
+            exact = it.ExactTopK(space.query_form(q_rows), min(_RECALL_K, n))
             check = IdLedger(keep=False)
         else:
             ledger = check = IdLedger()
@@ -227,13 +223,13 @@ class GalleryIndex:
         gens = (generation,) if compatible_generations is None else tuple(int(g) for g in compatible_generations)
         digests = [it.index_sha256(s) for s in shards]
         manifest = IndexManifest(
-            generation=generation, geometry=geometry, curvature=curvature, dim=int(q_rows.shape[1]),
+            generation=generation, geometry=space.name, curvature=space.curvature, dim=int(q_rows.shape[1]),
             count=ledger.count, checksum=digests[0] if len(digests) == 1 else shards_digest(digests),
             index_type=cfg.type, factory=factory, params=params, compatible_generations=gens,
             shard_checksums=tuple(digests) if len(digests) > 1 else (),
         )  # fmt: skip
         index = cls(shards, manifest)
-        qx = q_rows.astype(np.float64) if geometry == "euclidean" else flip_time(q_rows.astype(np.float64))
+        qx = space.query_form(q_rows.astype(np.float64))
         k, truth = min(_RECALL_K, ledger.count), None if exact is None else exact.result()
         if cfg.target_recall is not None and truth is not None and len(q_ids) >= 2:  # tune on one half (§8.3)
             h = len(q_ids) // 2
@@ -284,7 +280,7 @@ class GalleryIndex:
     def _check_queries(self, queries: np.ndarray, query_generation: int | None) -> np.ndarray:
         m = self._manifest
         return checked_queries(
-            queries, dim=m.dim, geometry=m.geometry, curvature=m.curvature, generations=m.compatible_generations,
+            queries, dim=m.dim, space=m.space, generations=m.compatible_generations,
             query_generation=query_generation, error=IncompatibleQueryError,
             where=f"index (generation {m.generation}, {m.geometry}, K={m.curvature}, dim {m.dim})",
         )  # fmt: skip

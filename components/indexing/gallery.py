@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from components.errors import IndexIntegrityError
-from components.geometry import expmap0
+from components.geometry import Space, create_space
 from components.io import atomic_write_bytes
-from components.models.features import simplex_features
+from components.models.features import features_space, simplex_features
 
 if TYPE_CHECKING:
     from components.models.spec import ModelSpec
@@ -57,11 +56,6 @@ def read_npz(path: Path, what: str = "", fix: str = "re-embed the gallery of tha
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
         what = what or f"gallery embeddings {path} are"
         raise IndexIntegrityError(f"{what} missing or damaged ({_npz_reason(err)}); {fix}") from None
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-300)
 
 
 @dataclass(frozen=True)
@@ -98,16 +92,22 @@ class GalleryEmbeddings:
         return len(self.ids)
 
     @property
-    def retrieval_geometry(self) -> str:
-        """Lorentz only for Lorentz embeddings; PSP / LSP features are unit vectors (cosine)."""
-        return self.geometry if self.features == "embedding" else "euclidean"
+    def space(self) -> Space:
+        """The embedding model's space (its stored ``geometry`` at its ``curvature``): what ``z`` and ``emb`` are."""
+        return create_space(self.geometry, self.curvature)
+
+    @property
+    def retrieval_space(self) -> Space:
+        """The space the retrieval vectors live in: the model's for its embedding; PSP / LSP features are unit
+        vectors (cosine, :func:`~components.models.features.features_space`)."""
+        return features_space(self.space, self.features)
 
     @property
     def width(self) -> int:
         """Width of this gallery's retrieval vectors."""
         if self.features != "embedding":
             return self.logits.shape[1]
-        return self.z.shape[1] + (1 if self.geometry == "lorentz" else 0)
+        return self.space.point_width(self.z.shape[1])
 
     def view(self, features: str) -> GalleryEmbeddings:
         """The same embeddings under another retrieval view (the logits are stored, so no re-embedding)."""
@@ -118,15 +118,14 @@ class GalleryEmbeddings:
     def vectors(self, curvature: float | None = None) -> np.ndarray:
         """float64 retrieval vectors in this gallery's own space.
 
-        embedding: unit vectors (N, D), or z lifted onto the K-hyperboloid (N, D+1);
+        embedding: the space's points (:meth:`Space.points <components.geometry.space.Space.points>`): unit vectors
+        (N, D), or z lifted onto the K-hyperboloid (N, D+1) — at ``curvature`` where given;
         psp / lsp: simplex features over all classes (N, C).
         """
         if self.features != "embedding":
             return simplex_features(self.logits, self.features)
-        if self.geometry == "lorentz":
-            k = self.curvature if curvature is None else curvature
-            return expmap0(torch.from_numpy(self.z).double(), k).numpy()
-        return _unit(self.emb)
+        space = self.space if curvature is None else self.space.at(curvature)
+        return space.points(self.z, self.emb)
 
     def incompatibility(self, gallery: GalleryEmbeddings) -> str | None:
         """Why these (query) embeddings cannot search ``gallery``; None when they can."""
@@ -153,11 +152,10 @@ class GalleryEmbeddings:
             raise ValueError(f"these embeddings cannot query that gallery: {why}")
         if self.features != "embedding":
             return simplex_features(self.logits, self.features, gallery.logits.shape[1])
-        if self.geometry == "lorentz":
-            return expmap0(torch.from_numpy(self.z).double(), gallery.curvature).numpy()
+        space = self.space.at(gallery.curvature)
         if self.z.shape[1] != gallery.z.shape[1]:  # a wider model with a compatible prefix: compare the prefix only
-            return _unit(self.z[:, : gallery.z.shape[1]])
-        return _unit(self.emb)
+            return space.from_tangent(self.z[:, : gallery.z.shape[1]])
+        return space.points(self.z, self.emb)
 
     def save(self, path: Path, **extra: np.ndarray) -> None:
         """Write the rows to ``path`` (``.npz``) atomically; ``extra``: more named arrays stored beside them (see

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from components.errors import ConfigError
+from components.geometry import Space
 from components.indexing.manifest import INDEX_TYPES
 
 __all__ = ["INDEX_TYPES", "IndexConfig", "check_build_args"]
@@ -29,7 +30,6 @@ __all__ = ["INDEX_TYPES", "IndexConfig", "check_build_args"]
 MIN_POINTS_PER_CENTROID = 39
 
 
-GEOMETRIES = ("euclidean", "lorentz")
 LORENTZ_FORMS = ("proxy", "mips_l2")
 
 
@@ -172,15 +172,20 @@ class IndexConfig:
             )
         return self.pq_m
 
-    def stored_width(self, geometry: str, dim: int) -> int:
+    def l2_form(self, space: Space) -> bool:
+        """Whether the index stores an L2 form of the points: an approximate index over a space whose similarity is
+        indefinite (Lorentz: ``lorentz_form``, docs/design.md §8.3)."""
+        return space.indefinite and self.approximate
+
+    def stored_width(self, space: Space, dim: int) -> int:
         """Width of the index's rows for gallery vectors of width ``dim``: one more for a Lorentz gallery in an
         approximate index with ``lorentz_form: mips_l2`` (the MIPS→L2 coordinate), else ``dim``."""
-        return dim + int(geometry == "lorentz" and self.approximate and self.lorentz_form == "mips_l2")
+        return dim + int(self.l2_form(space) and self.lorentz_form == "mips_l2")
 
-    def check_buildable(self, geometry: str, dim: int, n: int) -> None:
+    def check_buildable(self, space: Space, dim: int, n: int) -> None:
         """ConfigError now when a gallery of ``n`` vectors of width ``dim`` could not be indexed with this config
         (nlist, pq_m, pq_nbits against the gallery): what :meth:`factory_string` refuses at build time."""
-        self.factory_string(self.stored_width(geometry, dim), n)
+        self.factory_string(self.stored_width(space, dim), n)
 
     def factory_string(self, dim: int, n: int) -> str:
         """The ``faiss.index_factory`` string built for ``n`` vectors of stored width ``dim``.
@@ -221,13 +226,11 @@ class IndexConfig:
         return out
 
 
-def check_build_args(geometry: str, curvature: float, generation: int, config: IndexConfig | None) -> IndexConfig:
-    """Validate the scalar arguments of an index build; return ``config`` (default: flat). ConfigError otherwise."""
-    if geometry not in GEOMETRIES:
-        raise ConfigError(f"unknown geometry {geometry!r}; use one of {', '.join(map(repr, GEOMETRIES))}")
-    if not (isinstance(curvature, (int, float)) and math.isfinite(curvature) and curvature > 0):
+def check_build_args(space: Space, generation: int, config: IndexConfig | None) -> IndexConfig:
+    """Validate the arguments of an index build; return ``config`` (default: flat). ConfigError otherwise."""
+    if not isinstance(space, Space):
         raise ConfigError(
-            f"curvature must be a finite number > 0, got {curvature!r}; pass the K the gallery was embedded with"
+            f"space must be a Space, got {type(space).__name__}; make it with components.geometry.create_space"
         )
     if isinstance(generation, bool) or not isinstance(generation, numbers.Integral) or generation < 0:
         raise ConfigError(f"generation must be an int >= 0, got {generation!r}")

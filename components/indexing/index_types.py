@@ -39,18 +39,11 @@ from components.errors import IndexIntegrityError
 from components.indexing.build_inputs import id_hash
 from components.indexing.index_config import IndexConfig
 from components.indexing.manifest import IndexManifest
-from components.indexing.vectors import (
-    HYPERBOLOID_RTOL,
-    hyperboloid_rel_error,
-    lorentz_l2_queries,
-    lorentz_l2_rows,
-    lorentz_proxy_rows,
-)
+from components.indexing.vectors import lorentz_l2_queries, lorentz_l2_rows, lorentz_proxy_rows
 from components.io import file_sha256
 
 __all__ = [
     "SHARD_SALT",
-    "UNIT_NORM_ATOL",
     "ExactTopK",
     "candidates",
     "describe",
@@ -70,8 +63,6 @@ __all__ = [
     "verify_shards",
 ]
 
-#: Allowed | ||x|| - 1 | for stored Euclidean (unit) vectors on load.
-UNIT_NORM_ATOL = 1e-3
 #: Allowed | ||g'|| / M - 1 | for rows stored by the Lorentz L2 reduction.
 L2_RADIUS_RTOL = 1e-4
 #: Salt of the id hash that routes ids to shards (differs from sampling seeds' use).
@@ -196,38 +187,21 @@ def reconstruct(shards: list, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def lorentz_rescore_distance(q: np.ndarray, g: np.ndarray, curvature: float) -> np.ndarray:
-    """Geodesic distances (n, k) of queries ``q`` (n, d+1; time negated) to candidates ``g`` (n, k, d+1), float64.
-
-    HBCT Eq. (3) written through the difference x - y: on the hyperboloid ⟨x, x⟩_L = -1/K, so
-    -K⟨x, y⟩_L - 1 = (K/2)⟨x - y, x - y⟩_L =: u and d = acosh(1 + u)/√K = log1p(u + √(u(u + 2)))/√K. Unlike
-    acosh(-K⟨x, y⟩_L), whose argument is 1 + O(1e-7) for float32-stored points, this is exactly 0 for an item
-    and itself and resolves neighbours closer than ~1e-3 (design §2.5).
-    """
-    dt = q[:, None, 0] + g[..., 0]  # x_t - y_t up to sign (q's time is negated)
-    ds = q[:, None, 1:] - g[..., 1:]
-    u = np.maximum(0.5 * curvature * (np.einsum("nkd,nkd->nk", ds, ds) - dt * dt), 0.0)
-    return np.log1p(u + np.sqrt(u * (u + 2.0))) / np.sqrt(curvature)
-
-
 def rescore(shards: list, m: IndexManifest, q: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float64 scores of checked queries ``q`` (n, dim) against FAISS ids ``found`` (n, k), re-sorted best first.
 
-    Cosine (euclidean) or minus the geodesic distance (lorentz, :func:`lorentz_rescore_distance`; ``q``'s time
-    negated) from the stored vectors — for ivfpq the decoded ones, whose space part is
-    lifted back onto the hyperboloid. Missing ids (-1) score -inf and go last.
+    The space's candidate scores (:meth:`Space.candidate_scores <components.geometry.space.Space.candidate_scores>`:
+    cosine, or minus the geodesic distance; ``q`` in the space's query form) from the stored vectors — for ivfpq the
+    decoded ones, put back on the space first (:meth:`~components.geometry.space.Space.restore_decoded`). Missing
+    ids (-1) score -inf and go last.
     """
     valid = found >= 0
     g = np.zeros((*found.shape, m.dim))
     g[valid] = gallery_rows(reconstruct(shards, found[valid]), m.params, m.dim)
-    if m.geometry == "euclidean":
-        g[valid] /= np.maximum(np.linalg.norm(g[valid], axis=1, keepdims=True), 1e-30)
-        s = np.clip(np.einsum("nd,nkd->nk", q, g), -1.0, 1.0)
-    else:
-        if m.index_type == "ivfpq":
-            g[..., 0] = np.sqrt(1.0 / m.curvature + np.einsum("nkd,nkd->nk", g[..., 1:], g[..., 1:]))
-        s = -lorentz_rescore_distance(q, g, m.curvature)
-    s = np.where(valid, s, -np.inf)
+    space = m.space
+    if m.index_type == "ivfpq":
+        space.restore_decoded(g)
+    s = np.where(valid, space.candidate_scores(q, g), -np.inf)
     order = np.argsort(-s, axis=1, kind="stable")
     return np.take_along_axis(s, order, axis=1), np.take_along_axis(found, order, axis=1)
 
@@ -268,14 +242,11 @@ def read_index_file(path: Path, sha256: str, rebuild: str) -> faiss.Index:
 
 # ------------------------------------------------------------- verification
 def _rows_fit(stored: np.ndarray, m: IndexManifest) -> np.ndarray:
-    """Per-row bool: stored float32 rows (n, stored_dim) finite and of the manifest's geometry."""
+    """Per-row bool: stored float32 rows (n, stored_dim) finite and points of the manifest's space."""
     ok = np.isfinite(stored).all(axis=1)
     if m.index_type == "ivfpq":  # decoded codes: approximate, only finiteness is checkable
         return ok
-    x = gallery_rows(stored, m.params, m.dim)
-    if m.geometry == "euclidean":
-        return ok & (np.abs(np.linalg.norm(x.astype(np.float64), axis=1) - 1.0) <= UNIT_NORM_ATOL)
-    ok &= hyperboloid_rel_error(x, m.curvature) <= HYPERBOLOID_RTOL
+    ok &= m.space.on_space(gallery_rows(stored, m.params, m.dim))
     if m.params.get("lorentz_form") == "mips_l2":
         norms = np.linalg.norm(stored.astype(np.float64), axis=1)
         ok &= np.abs(norms / float(m.params["l2_radius"]) - 1.0) <= L2_RADIUS_RTOL

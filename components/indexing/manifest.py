@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from components.errors import IndexIntegrityError
+from components.geometry import Space, create_space, list_spaces
 
 __all__ = [
     "FORMAT_VERSION",
@@ -48,7 +49,6 @@ _V1_FIELDS = (
     *("generation", "geometry", "curvature", "dim", "count", "checksum", "index_type"),
     *("compatible_generations", "created_at", "format_version"),
 )
-_GEOMETRIES = ("euclidean", "lorentz")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FIX = "rebuild the index (GalleryIndex.build(...).save(...)) to get a valid manifest"
 
@@ -123,12 +123,12 @@ class IndexManifest:
             )
         if not _is_int(self.generation) or self.generation < 0:
             raise _bad("generation", f"must be an int >= 0, got {self.generation!r}")
-        if self.geometry not in _GEOMETRIES:
-            raise _bad("geometry", f"must be one of {_GEOMETRIES}, got {self.geometry!r}")
+        if self.geometry not in list_spaces():
+            raise _bad("geometry", f"must be one of {tuple(list_spaces())}, got {self.geometry!r}")
         if not _is_number(self.curvature) or self.curvature <= 0:
             raise _bad("curvature", f"must be a finite number > 0, got {self.curvature!r}")
         object.__setattr__(self, "curvature", float(self.curvature))
-        min_dim = 2 if self.geometry == "lorentz" else 1
+        min_dim = self.space.min_width
         if not _is_int(self.dim) or self.dim < min_dim:
             raise _bad("dim", f"must be an int >= {min_dim} for {self.geometry}, got {self.dim!r}")
         if not _is_int(self.count) or self.count < 1:
@@ -183,7 +183,7 @@ class IndexManifest:
         if not _is_int(p.get("stored_dim", self.dim)) or p.get("stored_dim", self.dim) < self.dim:
             raise _bad("params", f"stored_dim must be an int >= dim {self.dim}, got {p.get('stored_dim')!r}")
         form = p.get("lorentz_form")
-        if form is not None and (self.geometry != "lorentz" or self.index_type == "flat"):
+        if form is not None and (not self.space.indefinite or self.index_type == "flat"):
             raise _bad("params", f"lorentz_form {form!r} applies to approximate lorentz indexes only")
         needs = {"proxy": ("time_scale", "rerank"), "mips_l2": ("l2_radius",), None: ()}.get(form)
         if needs is None:
@@ -213,6 +213,11 @@ class IndexManifest:
             object.__setattr__(self, name, None if v is None else float(v))
 
     # ------------------------------------------------------------- derived
+    @property
+    def space(self) -> Space:
+        """The space of the indexed points, made from the stored ``geometry`` and ``curvature``."""
+        return create_space(self.geometry, self.curvature)
+
     @property
     def metric(self) -> str:
         """FAISS metric of the stored rows: ``inner_product`` or ``l2``."""

@@ -28,13 +28,14 @@ ORDERS = ("uncertainty", "random", "oldest")
 
 
 def item_uncertainty(g: GalleryEmbeddings) -> np.ndarray:
-    """Per-item hyperbolic uncertainty (N,) of Lorentz embeddings (HBCT Eq. (10), normalised form)."""
-    if g.geometry != "lorentz" or g.features != "embedding":
+    """Per-item hyperbolic uncertainty (N,) of Lorentz embeddings (HBCT Eq. (10), normalised form): the retrieval
+    space's (:meth:`Space.uncertainty <components.geometry.space.Space.uncertainty>`)."""
+    u = g.retrieval_space.uncertainty(g.z)
+    if u is None:
         raise ValueError(
             "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use order 'random' or 'oldest'"
         )
-    norms = np.linalg.norm(g.z.astype(np.float64), axis=1)
-    return 1.0 - np.tanh(np.sqrt(g.curvature) * norms)
+    return u
 
 
 def backfill_order(

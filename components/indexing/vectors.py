@@ -1,8 +1,10 @@
-"""Vectors in an index's space: unit rows (Euclidean) or hyperboloid points (Lorentz), checked.
+"""Queries checked for an index of a space, and the stored forms of the approximate Lorentz indexes.
 
-Shared by index building (a bad gallery is a :class:`~components.errors.DataError`)
-and search (bad queries are an :class:`~components.errors.IncompatibleQueryError`):
-FAISS itself notices neither zero vectors nor points of another curvature.
+A query batch is checked (:func:`checked_queries`: generation, shape, width, NaN/inf, then the space's own check,
+:meth:`Space.checked <components.geometry.space.Space.checked>`) and put in the space's query form; a bad batch is an
+:class:`~components.errors.IncompatibleQueryError`: FAISS itself notices neither zero vectors nor points of another
+curvature. ``HYPERBOLOID_RTOL`` and ``hyperboloid_rel_error`` are the Lorentz space's
+(:mod:`components.geometry.spaces.lorentz`), named here for the query service's row checks.
 
 Also the two stored forms the approximate Lorentz indexes can use (docs/design.md §8.1,
 §8.3; see :mod:`components.indexing.index_types` for which is used and why):
@@ -25,13 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from components.geometry import Space
+from components.geometry.spaces.lorentz import HYPERBOLOID_RTOL, hyperboloid_rel_error
+
 __all__ = [
     "HYPERBOLOID_RTOL",
     "LORENTZ_TIME_SCALE",
     "checked_queries",
-    "flip_time",
     "hyperboloid_rel_error",
-    "in_index_space",
     "lorentz_l2_queries",
     "lorentz_l2_rows",
     "lorentz_proxy_rows",
@@ -39,51 +42,6 @@ __all__ = [
 
 #: Factor on the time coordinate in the ``proxy`` form (a power of two: exact in float32 both ways).
 LORENTZ_TIME_SCALE = 2.0**-8
-#: Allowed |K<x,x>_L + 1| / (K x_t^2) for a point to count as on the hyperboloid
-#: (float32 rounding of x_t^2 is ~1e-7 relative; a wrong K or a time-last layout
-#: is off by O(1) near the origin).
-HYPERBOLOID_RTOL = 1e-4
-
-
-def hyperboloid_rel_error(x: np.ndarray, curvature: float) -> np.ndarray:
-    """Per-row |K<x,x>_L + 1| / (K x_t^2) in float64 for points (N, d+1); inf if x_t <= 0."""
-    x64 = x.astype(np.float64, copy=False)
-    t = x64[:, 0]
-    inner = np.einsum("ij,ij->i", x64[:, 1:], x64[:, 1:]) - t * t
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.abs(curvature * inner + 1.0) / (curvature * t * t)
-    return np.where(t > 0, rel, np.inf)
-
-
-def flip_time(x: np.ndarray) -> np.ndarray:
-    """[x_t, x_s] -> [-x_t, x_s] (copy), so a dot product becomes <., .>_L (docs/design.md §8)."""
-    out = np.array(x, copy=True)
-    out[:, 0] = -out[:, 0]
-    return out
-
-
-def in_index_space(
-    x: np.ndarray, geometry: str, curvature: float, *, error: type[Exception], what: str, fix: str
-) -> np.ndarray:
-    """(N, D) float64 rows as an index of ``geometry`` holds them: L2-normalised (euclidean), or checked to lie on
-    the K-hyperboloid, time first (lorentz). Raises ``error`` naming ``what`` and the ``fix`` otherwise."""
-    x64 = np.asarray(x, dtype=np.float64)
-    if geometry == "euclidean":
-        norms = np.linalg.norm(x64, axis=1, keepdims=True)
-        zero = norms[:, 0] == 0
-        if zero.any():
-            raise error(
-                f"{int(zero.sum())} {what} are all zeros (first at row {int(np.argmax(zero))}), "
-                f"so their cosine is undefined; {fix}"
-            )
-        return x64 / norms
-    off = ~(hyperboloid_rel_error(x64, curvature) <= HYPERBOLOID_RTOL)
-    if off.any():
-        raise error(
-            f"{int(off.sum())} of {len(x64)} {what} are not on the hyperboloid <x,x>_L = -1/K with K={curvature} "
-            f"(first at row {int(np.argmax(off))}); {fix}"
-        )
-    return x64
 
 
 def lorentz_proxy_rows(points: np.ndarray) -> np.ndarray:
@@ -116,19 +74,18 @@ def checked_queries(
     queries: np.ndarray,
     *,
     dim: int,
-    geometry: str,
-    curvature: float,
+    space: Space,
     generations: tuple[int, ...],
     query_generation: int | None,
     where: str,
     error: type[Exception],
 ) -> np.ndarray:
-    """Queries (Nq, ``dim``) for an index of ``geometry`` that accepts query ``generations``, checked.
+    """Queries (Nq, ``dim``) for an index of ``space`` that accepts query ``generations``, checked.
 
-    Returns float64 rows: L2-normalised (euclidean) or hyperboloid points with the time
-    coordinate negated (lorentz), so a dot product with a gallery row is the cosine /
-    <q, g>_L. Raises ``error`` naming ``where`` (the index) for a wrong generation,
-    shape, width, NaN/inf, zero vectors or points off the hyperboloid.
+    Returns float64 rows in the space's query form (:meth:`Space.query_form
+    <components.geometry.space.Space.query_form>`: L2-normalised rows, or hyperboloid points with the time
+    coordinate negated), so a dot product with a gallery row is the cosine / <q, g>_L. Raises ``error`` naming
+    ``where`` (the index) for a wrong generation, shape, width, NaN/inf, zero vectors or points off the hyperboloid.
     """
     if query_generation is not None and query_generation not in generations:
         raise error(
@@ -153,10 +110,5 @@ def checked_queries(
             f"{int(bad.sum())} of {q.shape[0]} queries contain NaN or inf "
             f"(first at row {int(np.argmax(bad))}); fix the query embeddings before searching"
         )
-    fix = (
-        "re-embed those queries"
-        if geometry == "euclidean"
-        else f"query the {where} with Lorentz points of its curvature, time coordinate first"
-    )
-    rows = in_index_space(q, geometry, curvature, error=error, what="queries", fix=fix)
-    return rows if geometry == "euclidean" else flip_time(rows)
+    fix = f"query the {where} with {space.point_words}"
+    return space.query_form(space.checked(q, error=error, what="queries", fix=fix))

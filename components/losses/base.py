@@ -94,7 +94,7 @@ class MethodDiagnostics:
 
 
 class AlignmentLoss(nn.Module):
-    """Base class. Subclasses set ``name``, ``requires_old``, ``geometry`` and ``Options``."""
+    """Base class. Subclasses set ``name``, ``requires_old``, ``space`` and ``Options``."""
 
     name: ClassVar[str] = ""
     #: needs the parent (old) model's outputs on every batch
@@ -103,8 +103,8 @@ class AlignmentLoss(nn.Module):
     requires_reference: ClassVar[bool] = False
     #: False for training-free methods (PSP / LSP): the model trains with the base loss only
     trains: ClassVar[bool] = True
-    #: geometry the new and old models must have (None: any, but the same)
-    geometry: ClassVar[str | None] = None
+    #: the name of the space (components/geometry/spaces/) the new and old models must have (None: any, but the same)
+    space: ClassVar[str | None] = None
     #: frozen dataclass of hyperparameters (params.yaml ``alignment.options.<name>``)
     Options: ClassVar[type] = NoOptions
 
@@ -143,10 +143,9 @@ class AlignmentLoss(nn.Module):
         cls, options: Any, new_geometry: str, new_dim: int, old_geometry: str | None = None, old_dim: int | None = None
     ) -> None:
         """Refuse model combinations the method cannot align."""
-        if cls.geometry is not None and new_geometry != cls.geometry:
+        if cls.space is not None and new_geometry != cls.space:
             raise ConfigError(
-                f"alignment {cls.name!r} needs a {cls.geometry} model, got {new_geometry}; "
-                f"set model.geometry: {cls.geometry}"
+                f"alignment {cls.name!r} needs a {cls.space} model, got {new_geometry}; set model.geometry: {cls.space}"
             )
         if cls.requires_old:
             if old_geometry is None:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from components.geometry import Lorentz
 from components.models.backbone import create_backbone
 from components.models.classifiers import LinearClassifier, LorentzMLR
 from components.models.head_catalog import head_kind
@@ -58,16 +59,17 @@ class EmbeddingModel(nn.Module):
         # the head first, then the classifier (the order the parameters are initialised in); every head gives the
         # classifier an embed_dim-wide input (+1 time coordinate for a Lorentz model)
         self.head: nn.Module = head_kind(spec.head).build(spec, self.feature_dim)
+        #: a Lorentz model classifies its hyperboloid points with the Lorentz MLR, any other its unit rows linearly
         self.classifier: nn.Module = (
             LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
-            if spec.geometry == "lorentz"
+            if isinstance(spec.space, Lorentz)
             else LinearClassifier(spec.embed_dim, spec.num_classes, spec.classifier_scale, spec.classifier == "cosine")
         )
 
     @property
     def curvature(self) -> Tensor:
         """K as a 0-d tensor: a Lorentz head holds it (learnable with learn_curvature); else the spec's."""
-        if self.spec.geometry == "lorentz":
+        if isinstance(self.classifier, LorentzMLR):
             return self.head.curvature
         return torch.tensor(self.spec.curvature)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from components.geometry import expmap0
 from components.models.encoder import EmbeddingModel
 from components.models.features import simplex_project
 
@@ -32,9 +31,10 @@ class RetrievalEmbedder(nn.Module):
         super().__init__()
         self.model = model.eval()
         self.features = model.spec.features
-        self.geometry = model.spec.geometry
         self.num_classes = model.spec.num_classes
         self.curvature = float(model.curvature.detach())
+        #: the model's space at its trained K: its points are the retrieval vectors
+        self.space = model.spec.space.at(self.curvature)
 
     def forward(self, images: Tensor) -> Tensor:
         x = images.permute(0, 3, 1, 2).to(torch.float32) / 255.0
@@ -42,8 +42,6 @@ class RetrievalEmbedder(nn.Module):
         if self.features != "embedding":
             assert out.logits is not None
             vectors = simplex_project(out.logits.to(torch.float64), self.features, self.num_classes)
-        elif self.geometry == "lorentz":
-            vectors = expmap0(out.z.to(torch.float64), self.curvature)
         else:
-            vectors = out.emb
+            vectors = self.space.points(out.z.to(torch.float64), out.emb)
         return vectors.to(torch.float32)

@@ -13,7 +13,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["simplex_features", "simplex_project"]
+from components.geometry import Euclidean, Space
+
+__all__ = ["features_space", "simplex_features", "simplex_project"]
+
+
+def features_space(space: Space, features: str) -> Space:
+    """The space retrieval compares a model's ``features`` in: the model's own ``space`` for its embedding; PSP /
+    LSP features are unit vectors (cosine) whatever the model's geometry (the space's K kept, for the record)."""
+    return space if features == "embedding" else Euclidean(space.curvature)
 
 
 def simplex_project(logits: Tensor, kind: str, num_classes: int) -> Tensor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from components.geometry import Space, create_space, list_spaces
+from components.models.features import features_space
 from components.models.head_catalog import head_kind
 
 __all__ = ["IDENTITY_FIELDS", "ModelSpec"]
@@ -41,7 +43,8 @@ class ModelSpec:
 
     backbone: str
     embed_dim: int
-    geometry: Literal["lorentz", "euclidean"]
+    #: the name of a registered space (components/geometry/spaces/); :attr:`space` is the space itself
+    geometry: str
     num_classes: int
     class_order: tuple[int, ...]
     class_names: tuple[str, ...] = ()
@@ -82,15 +85,25 @@ class ModelSpec:
     features: Literal["embedding", "psp", "lsp"]
 
     def __post_init__(self) -> None:
-        if self.geometry not in ("lorentz", "euclidean"):
-            raise ValueError(f"geometry must be 'lorentz' or 'euclidean', got {self.geometry!r}")
+        if self.geometry not in list_spaces():
+            raise ValueError(f"geometry must be one of {list_spaces()}, got {self.geometry!r}")
         if self.num_classes != len(self.class_order):
             raise ValueError(f"num_classes={self.num_classes} but class_order has {len(self.class_order)} entries")
-        if self.geometry == "lorentz" and (self.zeta is None or self.zeta <= 0):
-            raise ValueError(f"a Lorentz model needs a clip radius zeta > 0, got {self.zeta}")
         if self.curvature <= 0:
             raise ValueError(f"curvature K must be > 0, got {self.curvature}")
+        if self.space.radius_encodes_confidence and (self.zeta is None or self.zeta <= 0):
+            raise ValueError(f"a {self.geometry} model needs a clip radius zeta > 0, got {self.zeta}")
         head_kind(self.head).check(self)
+
+    @property
+    def space(self) -> Space:
+        """The model's space: its ``geometry`` at its ``curvature`` (a learned K: the value it started from)."""
+        return create_space(self.geometry, self.curvature)
+
+    @property
+    def retrieval_space(self) -> Space:
+        """The space its retrieval vectors live in: :attr:`space` for the embedding, unit vectors for PSP / LSP."""
+        return features_space(self.space, self.features)
 
     @property
     def output_dim(self) -> int:
@@ -108,7 +121,7 @@ class ModelSpec:
         """Width of a gallery vector: the embedding (+1 time coordinate for Lorentz), or the class count for PSP/LSP."""
         if self.features != "embedding":
             return self.num_classes
-        return self.output_dim + (1 if self.geometry == "lorentz" else 0)
+        return self.space.point_width(self.output_dim)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (loadable with ``torch.load(weights_only=True)``)."""

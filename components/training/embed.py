@@ -10,7 +10,7 @@ import torch
 
 from components.data.batches import iterate_batches, to_image_tensor
 from components.data.sources.split import SourceDataset
-from components.geometry import expmap0
+from components.geometry import Space
 from components.models.encoder import EmbeddingModel
 from components.models.features import simplex_features
 from components.training.device import (
@@ -119,8 +119,9 @@ def embed_split(
     return _cat(parts), np.concatenate(labels), np.concatenate(ids)
 
 
-def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features: str = "embedding") -> np.ndarray:
-    """Vectors for retrieval and reported metrics, float64.
+def retrieval_vectors(emb: Embeddings, space: Space, features: str = "embedding") -> np.ndarray:
+    """Vectors for retrieval and reported metrics, float64: the points of ``space`` (:meth:`Space.points
+    <components.geometry.space.Space.points>`).
 
     Lorentz: the clipped tangent vectors lifted again in float64 (docs/design.md §2:
     float32 points lose close-pair distances once x_t grows). Euclidean: the
@@ -128,6 +129,4 @@ def retrieval_vectors(emb: Embeddings, geometry: str, curvature: float, features
     """
     if features != "embedding":
         return simplex_features(emb.logits, features)
-    if geometry == "lorentz":
-        return expmap0(torch.from_numpy(emb.z).double(), curvature).numpy()
-    return emb.emb.astype(np.float64)
+    return space.points(emb.z, emb.emb)

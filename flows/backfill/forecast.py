@@ -213,7 +213,7 @@ def _own_gallery(plan: BackfillPlan) -> GalleryEmbeddings:
 def _restarted(plan: BackfillPlan, new: GalleryEmbeddings) -> GalleryEmbeddings:
     """``new`` as a full backfill serves it: rescaled into the ζ₀ ball (z·ζ₀/ζ_g) where params restart ζ — what the
     rescaled checkpoint embeds (its bound and its tangent scale both scale by ζ₀/ζ_g)."""
-    if not plan.params.backfill.restart_zeta or new.geometry != "lorentz" or new.features != "embedding":
+    if not plan.params.backfill.restart_zeta or not new.retrieval_space.radius_encodes_confidence:
         return new
     zeta = read_checkpoint(Path(plan.target_checkpoint)).spec.zeta
     return new if zeta is None else replace(new, z=(new.z * (plan.params.geometry.zeta0 / zeta)).astype(new.z.dtype))
@@ -235,7 +235,7 @@ def _curve(plan: BackfillPlan, fractions: tuple[float, ...]) -> tuple[str, list[
     order = plan.order if plan.kind == "partial" else p.backfill.order
     if new.incompatibility(old) is not None or not np.array_equal(old.ids, new.ids):
         return order, [full if f == 1.0 else None for f in fractions]  # one space only: nothing to mix
-    if order == "uncertainty" and (old.geometry != "lorentz" or old.features != "embedding"):
+    if order == "uncertainty" and not old.retrieval_space.radius_encodes_confidence:
         order = "random"  # no hyperbolic uncertainty to order by
     ranked = current.backfill_order(order, plan.seed)
     out: list[float | None] = []

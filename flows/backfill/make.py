@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from components.errors import ConfigError, LineageError
+from components.geometry import create_space
 from components.indexing.mixed import ORDERS
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
@@ -133,7 +134,7 @@ def _galleries(
             )
     if kind == "partial" and order == "uncertainty":
         first = next(evaluation.parts()).gallery
-        if first.geometry != "lorentz" or first.features != "embedding":
+        if not first.retrieval_space.radius_encodes_confidence:  # no uncertainty to order by
             raise ConfigError(
                 "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use --order random or oldest"
             )
@@ -171,7 +172,8 @@ def _plan(
     if kind == "partial":
         _check_partial(store, ptr, g, force)
     galleries = _galleries(params, ws, GalleryVersion.of_index(ptr.index_path), kind, fraction, order)
-    restart = bool(params.backfill.restart_zeta and kind == "full" and g.geometry == "lorentz" and g.zeta is not None)
+    clipped = create_space(g.geometry).radius_encodes_confidence  # a clip radius ζ a full backfill may restart
+    restart = bool(params.backfill.restart_zeta and kind == "full" and clipped and g.zeta is not None)
     return BackfillPlan(
         home=str(ws.home),
         params=params,

@@ -302,9 +302,7 @@ def corpus_metrics(p: Params, store: GalleryParts, index: SearchIndex, *, seed: 
     if len(store) <= p.evaluation.exact_max_items:
         whole = store.embeddings()
         vecs = whole.vectors()
-        res = retrieval_metrics(
-            vecs, whole.labels, whole.ids, vecs, whole.labels, whole.ids, whole.retrieval_geometry, whole.curvature, ks
-        )
+        res = retrieval_metrics(vecs, whole.labels, whole.ids, vecs, whole.labels, whole.ids, whole.retrieval_space, ks)
         return {f"corpus/{k}": float(v) for k, v in res.items() if k != "n_queries"}
     ids = store.column("ids")
     rng = np.random.default_rng(seed)

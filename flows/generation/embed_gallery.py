@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from components.evaluation.diagnostics import clip_fraction
+from components.geometry import create_space
 from components.indexing.version import GalleryVersion
 from flows.gallery.data import evaluation_source, open_corpus
 from flows.gallery.pipeline import embed_gallery, index_gallery
@@ -54,5 +55,6 @@ def embed_and_index(
                 ).store
                 index_gallery(p, home, served, version.corpus_index, generation=plan.gen_id, corpus=True, serving=True)
             version.record_serving(p.gallery.source)
-    cf = clip_fraction(store.column("clipped")) if plan.geometry == "lorentz" else None
+    clips = create_space(plan.geometry).radius_encodes_confidence  # the tangent radius is clipped at ζ
+    cf = clip_fraction(store.column("clipped")) if clips else None
     return EvaluationGallery(trained.role, str(store.path), index_dir, len(store), cf)

@@ -142,10 +142,10 @@ def _plots(
 ) -> list[str]:
     gid, parent, out = plan.gen_id, plan.parent, plan.staging_dir
     artifacts: list[str] = []
-    if plan.geometry == "lorentz" and new.features == "embedding":
+    if new.retrieval_space.radius_encodes_confidence:
         groups = {"this generation": item_uncertainty(new)}
         title = f"generation {gid} gallery uncertainty"
-        if parent is not None and live is not None and live.geometry == "lorentz":
+        if parent is not None and live is not None and live.space.radius_encodes_confidence:
             seen = np.isin(live.labels, np.asarray(parent.class_order))
             u_old = item_uncertainty(live)
             groups = {
@@ -194,7 +194,7 @@ def evaluate(
     )
     diagnostics = (
         _lorentz_diagnostics(plan, snap, trained, new, live)
-        if plan.geometry == "lorentz" and new.features == "embedding"
+        if new.retrieval_space.radius_encodes_confidence
         else _method_diagnostics(plan, trained, new, live)
     )
     ids = sorted(set(plan.serving_ids) | {plan.gen_id})
@@ -263,7 +263,7 @@ def _lorentz_diagnostics(
         new.z, new.labels, list(snap.class_order), new.curvature
     )
     parent = plan.parent
-    if live is not None and parent is not None and live.geometry == "lorentz" and live.z.shape == new.z.shape:
+    if live is not None and parent is not None and live.space.radius_encodes_confidence and live.z.shape == new.z.shape:
         parent_model = parent.model()
         d["clip_fraction_train_parent"] = train_clip_fraction(p, parent_model, train)
         d["clip_fraction_gallery_parent"] = clip_fraction(live.clipped)

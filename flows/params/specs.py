@@ -10,6 +10,7 @@ from typing import Any
 
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
+from components.geometry import create_space
 from components.indexing.backend import VectorStore, vector_store
 from components.indexing.index_config import IndexConfig
 from components.models import ModelSpec
@@ -48,7 +49,7 @@ def model_spec_from_params(
         learn_curvature=p.geometry.learn_curvature,
         radial=p.geometry.radial,
         learn_scale=p.geometry.learn_scale,
-        zeta=zeta if geometry == "lorentz" else None,
+        zeta=zeta if create_space(geometry).radius_encodes_confidence else None,
         num_classes=len(class_order),
         class_order=tuple(int(c) for c in class_order),
         class_names=tuple(class_names),

@@ -148,12 +148,12 @@ def check_models_and_disk(
     check_evaluation_split(test, dataset)
     n_params = max(_build_on_meta(spec, params.model.pretrained_path) for spec in specs)
     spec = specs[0]
-    geometry = spec.geometry if spec.features == "embedding" else "euclidean"
+    space = spec.retrieval_space
     config = index_config(params)
-    config.check_buildable(geometry, spec.stored_dim, len(test))
+    config.check_buildable(space, spec.stored_dim, len(test))
     corpus = open_corpus(params, ws) if first else None
     if corpus is not None:
-        config.check_buildable(geometry, spec.stored_dim, len(corpus))
-    width = config.stored_width(geometry, spec.stored_dim)
+        config.check_buildable(space, spec.stored_dim, len(corpus))
+    width = config.stored_width(space, spec.stored_dim)
     need = disk_estimate(params, len(specs), n_params, width, len(test), len(corpus or ()))
     check_free_disk(ws.home, need)

@@ -19,6 +19,7 @@ from pathlib import Path
 from components.code_digest import code_digest
 from components.data.catalog import get_dataset_loader
 from components.errors import CheckpointMismatchError, ConfigError
+from components.geometry import create_space
 from components.losses import AlignmentChoice, choose_alignment
 from components.losses.base_losses import base_loss
 from components.models.checkpoint import load_torch_safe
@@ -94,8 +95,8 @@ def _plan(
     manifest = select_generation_data(
         params, splits, gen_id, classes, spec.fraction, parent.class_order if parent else None
     )
-    lorentz_parent = parent.model() if parent is not None and parent.geometry == "lorentz" else None
-    zeta = choose_zeta(params.geometry, fixed, zeta_prev, lorentz_parent, splits.train, params.data.split_seed + gen_id)
+    clipped_parent = parent.model() if parent is not None and parent.space.radius_encodes_confidence else None
+    zeta = choose_zeta(params.geometry, fixed, zeta_prev, clipped_parent, splits.train, params.data.split_seed + gen_id)
     if zeta.raised:
         notes.append(zeta.reason or "")
     backbone = spec.backbone or params.model.backbone
@@ -213,12 +214,12 @@ def _fixed_zeta(
     """(ζ by the fixed rule, ζ it grows from, whether that restarted after a backfill) — docs/design.md §3.3."""
     g = params.geometry
     zeta_prev, restarted = past.zeta_prev(store)
-    lorentz = params.model.geometry == "lorentz"
+    clipped = create_space(params.model.geometry).radius_encodes_confidence  # the model has a clip radius ζ
     if parent is None:
-        return (g.zeta0 if lorentz else None), None, restarted
+        return (g.zeta0 if clipped else None), None, restarted
     if restarted:
         notes.append(f"ζ restarts from the rescaled live gallery (ζ = {zeta_prev}) after the last backfill")
-    zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if lorentz else None
+    zeta = round((zeta_prev if zeta_prev is not None else g.zeta0) + g.delta_zeta, 10) if clipped else None
     return zeta, zeta_prev, restarted
 
 

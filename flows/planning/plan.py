@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from components.errors import LineageError
 from components.evaluation.lineage_timeline import Timeline
+from components.geometry import Space, create_space
 from components.losses import AlignmentChoice, choose_alignment
 from components.models import ModelSpec
 from components.models.checkpoint import Checkpoint, read_checkpoint
@@ -82,6 +83,11 @@ class ParentRef(_Frozen):
     #: sha256 the lineage recorded for ``checkpoint`` (None: recorded before lineage revision 0002)
     checkpoint_sha256: str | None = None
     spec: ModelSpec | None = None
+
+    @property
+    def space(self) -> Space:
+        """The parent model's space (its stored ``geometry`` at its ``curvature``)."""
+        return create_space(self.geometry, self.curvature)
 
     def model(self) -> EmbeddingModel:
         """A fresh copy of the parent model (eval mode), from the file read once while planning."""

@@ -17,7 +17,7 @@ from benchmarks.scale_store import (
     store_gallery,
 )
 from components.errors import ConfigError
-from components.geometry import expmap0
+from components.geometry import create_space, expmap0
 from components.indexing.backend import vector_store
 from components.indexing.index_config import IndexConfig
 from tests.components.indexing.test_backend import stamped_store
@@ -28,7 +28,7 @@ def test_the_cosine_view_is_the_unit_spatial_part_of_lorentz_points():
 
     z = np.random.default_rng(0).normal(size=(20, 6))
     points = expmap0(torch.from_numpy(z), 1.0).numpy()  # (20, 7): time first
-    unit = _unit_space(points)
+    unit = _unit_space(points, create_space("lorentz", 1.0))
     assert unit.shape == (20, 6)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0)
     np.testing.assert_allclose(unit, z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-12)

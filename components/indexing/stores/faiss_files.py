@@ -47,11 +47,9 @@ class FaissFiles(VectorStore):
         config: IndexConfig,
         compatible: list[int] | None = None,
     ) -> GalleryIndex:
-        first = next(parts.parts()).gallery
         GalleryIndex.build_streaming(
             parts.index_chunks(),
-            geometry=first.retrieval_geometry,
-            curvature=first.curvature,
+            space=next(parts.parts()).gallery.retrieval_space,
             generation=generation,
             config=config,
             compatible_generations=compatible,

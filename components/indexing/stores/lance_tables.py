@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
+from components.geometry import Space
 from components.indexing.backend import StoreManifest, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -38,6 +39,7 @@ from components.indexing.db_index import (
     l2_metric,
     measure_recall,
     query_rows,
+    space_of,
     stored_rows,
 )
 from components.indexing.index_config import IndexConfig
@@ -60,8 +62,8 @@ def _ranks(rows: np.ndarray) -> np.ndarray:
     return np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
 
 
-def _distance(geometry: str) -> str:
-    return "l2" if l2_metric(geometry) else "dot"
+def _distance(space: Space) -> str:
+    return "l2" if l2_metric(space) else "dot"
 
 
 @register_store("lancedb")
@@ -170,7 +172,7 @@ class LanceStore(DatabaseStore):
             self._db().drop_table(collection)
             return self.build(parts, out, collection=collection, generation=generation, config=config,
                               compatible=compatible)  # fmt: skip
-        kind = self._index(collection, facts["geometry"], len(parts))
+        kind = self._index(collection, space_of(facts), len(parts))
         stamps = parts.column("stamps")
         gens, n = np.unique(stamps, return_counts=True)
         manifest = StoreManifest(
@@ -185,7 +187,7 @@ class LanceStore(DatabaseStore):
         replace(measured, build_seconds=time.perf_counter() - t0).save(Path(out))
         return self.open(out)
 
-    def _index(self, table: str, geometry: str, n: int) -> str:
+    def _index(self, table: str, space: Space, n: int) -> str:
         """Build the vector index (none below ``_MIN_INDEXED`` rows: exhaustive search); the type built."""
         from lancedb.index import IvfFlat, IvfHnswSq, IvfPq
 
@@ -195,7 +197,7 @@ class LanceStore(DatabaseStore):
         parts = int(self._opt("num_partitions") or max(1, round(math.sqrt(n) / 4)))
         make = {"IVF_HNSW_SQ": IvfHnswSq, "IVF_FLAT": IvfFlat, "IVF_PQ": IvfPq}[kind]
         t = self._db().open_table(table)
-        t.create_index("vector", config=make(distance_type=_distance(geometry), num_partitions=parts), replace=True)
+        t.create_index("vector", config=make(distance_type=_distance(space), num_partitions=parts), replace=True)
         return kind
 
     def _total(self, table: str, expect: int | None = None) -> int:
@@ -217,13 +219,13 @@ class LanceStore(DatabaseStore):
     def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
         t = self._db().open_table(manifest.collection)
         nprobes, refine = int(manifest.params.get("nprobes", 16)), int(manifest.params.get("refine_factor", 4))
-        distance, indexed = _distance(manifest.geometry), manifest.index_type != "FLAT"
+        distance, indexed = _distance(manifest.space), manifest.index_type != "FLAT"
 
         def fetch(q: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
             ids = np.full((len(q), limit), -1, dtype=np.int64)
             vecs = np.zeros((len(q), limit, manifest.dim), dtype=np.float32)
             for start in range(0, len(q), _BATCH):
-                search = t.search(query_rows(q[start : start + _BATCH], manifest.geometry)).distance_type(distance)
+                search = t.search(query_rows(q[start : start + _BATCH], manifest.space)).distance_type(distance)
                 if indexed:
                     search = search.nprobes(nprobes).refine_factor(refine)
                 res = search.limit(limit).select(["id", "vector", "_distance"]).to_arrow()  # _distance: LanceDB's own
@@ -232,7 +234,7 @@ class LanceStore(DatabaseStore):
                 found, stored = res["id"].to_numpy(), np.stack(res["vector"].to_numpy(zero_copy_only=False))
                 rank = _ranks(rows)
                 ids[rows, rank], vecs[rows, rank] = found, stored
-            return ids, gallery_rows(vecs, manifest.geometry)
+            return ids, gallery_rows(vecs, manifest.space)
 
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))
 

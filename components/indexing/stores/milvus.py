@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import ConfigError, IndexIntegrityError
+from components.geometry import Space
 from components.indexing.backend import StoreManifest, register_store
 from components.indexing.db_index import (
     DatabaseIndex,
@@ -42,6 +43,7 @@ from components.indexing.db_index import (
     l2_metric,
     measure_recall,
     query_rows,
+    space_of,
     stored_rows,
 )
 from components.indexing.index_config import IndexConfig
@@ -70,8 +72,8 @@ def queries_per_call(limit: int, dim: int) -> int:
     return max(1, min(_BATCH, _REPLY_BYTES // (max(1, limit) * (4 * dim + 64))))
 
 
-def _metric(geometry: str) -> str:
-    return "L2" if l2_metric(geometry) else "IP"
+def _metric(space: Space) -> str:
+    return "L2" if l2_metric(space) else "IP"
 
 
 @register_store("milvus")
@@ -227,7 +229,7 @@ class MilvusStore(DatabaseStore):
             db.release_collection(collection)
             db.drop_index(collection, "vector")
         spec = db.prepare_index_params()
-        metric = _metric(self._facts(collection)["geometry"])
+        metric = _metric(space_of(self._facts(collection)))
         spec.add_index("vector", index_type=kind, metric_type=metric, params=params)
         create_index(db, collection, spec, kind, metric)
         db.load_collection(collection)
@@ -276,7 +278,7 @@ class MilvusStore(DatabaseStore):
         rerank = int(manifest.params.get("rerank", 1))
         db = self._loaded(manifest.collection)  # a new process finds it released (Milvus Lite: "call load()")
 
-        metric = _metric(manifest.geometry)
+        metric = _metric(manifest.space)
 
         def fetch(q: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
             limit = min(limit, _MAX_LIMIT)
@@ -287,7 +289,7 @@ class MilvusStore(DatabaseStore):
             for start in range(0, len(q), step):
                 hits = db.search(
                     manifest.collection,
-                    data=query_rows(q[start : start + step], manifest.geometry).tolist(),
+                    data=query_rows(q[start : start + step], manifest.space).tolist(),
                     limit=limit,
                     search_params={"metric_type": metric, "params": search},
                     output_fields=["vector"],
@@ -296,7 +298,7 @@ class MilvusStore(DatabaseStore):
                     for j, hit in enumerate(found):
                         ids[row, j] = hit["id"]
                         vecs[row, j] = hit["entity"]["vector"]
-            return ids, gallery_rows(vecs, manifest.geometry)
+            return ids, gallery_rows(vecs, manifest.space)
 
         return DatabaseIndex(manifest, fetch, rerank)
 

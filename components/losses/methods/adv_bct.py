@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from components.autograd import scale_grad
 from components.errors import ConfigError
+from components.geometry import Euclidean
 from components.losses.base import AlignmentContext, AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
@@ -57,7 +58,7 @@ def class_balls(feats: Tensor, labels: Tensor, num_classes: int, iqr_factor: flo
 @register_alignment("adv_bct")
 class AdvBCT(AlignmentLoss):
     requires_old = True
-    geometry = "euclidean"
+    space = Euclidean.name
     Options = AdvBCTOptions
 
     def prepare(self, ctx: AlignmentContext) -> None:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from components.errors import ConfigError
+from components.geometry import Euclidean
 from components.losses.base import AlignmentContext, LossOutput
 from components.losses.catalog import register_alignment
 from components.losses.methods.bct import BCT
@@ -46,7 +47,7 @@ class BT2Options:
 @register_alignment("bt2")
 class BT2(BCT):
     requires_old = True
-    geometry = "euclidean"
+    space = Euclidean.name
     Options = BT2Options  # type: ignore[assignment]
 
     @classmethod
@@ -83,7 +84,7 @@ class BT2(BCT):
         old_geometry: str | None = None,
         old_dim: int | None = None,
     ) -> None:
-        if new_geometry != "euclidean" or old_geometry not in (None, "euclidean"):
+        if new_geometry != cls.space or old_geometry not in (None, cls.space):
             raise ConfigError("bt2 works on Euclidean models; set model.geometry: euclidean for the whole chain")
         if old_geometry is None:
             raise ConfigError("bt2 needs a parent generation; train generation 0 first")

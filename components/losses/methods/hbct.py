@@ -47,6 +47,7 @@ from torch import Tensor
 
 from components.errors import ConfigError
 from components.geometry import (
+    Lorentz,
     distance_from_inner,
     expmap0,
     exterior_angle,
@@ -171,7 +172,7 @@ def gallery_cones(z_old: np.ndarray, z_new: np.ndarray, curvature: float, epsilo
 @register_alignment("hbct")
 class HBCT(AlignmentLoss):
     requires_old = True
-    geometry = "lorentz"
+    space = Lorentz.name
     Options = HBCTOptions
     _k: float = 1.0  # curvature K, set from the model spec in prepare()
 

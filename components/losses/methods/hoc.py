@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from components.geometry import Euclidean
 from components.losses.base import AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
@@ -38,7 +39,7 @@ def hoc_loss(n: Tensor, o: Tensor, labels: Tensor, mu: float) -> Tensor:
 @register_alignment("hoc")
 class HOC(AlignmentLoss):
     requires_old = True
-    geometry = "euclidean"
+    space = Euclidean.name
     Options = HOCOptions
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from components.geometry import Euclidean
 from components.losses.base import AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
@@ -41,7 +42,7 @@ def ra_comp(n: Tensor, o: Tensor, labels: Tensor, tau: float) -> Tensor:
 @register_alignment("hot_refresh")
 class HotRefresh(AlignmentLoss):
     requires_old = True
-    geometry = "euclidean"
+    space = Euclidean.name
     Options = HotRefreshOptions
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from components.geometry import Euclidean
 from components.losses.base import AlignmentLoss, LossOutput
 from components.losses.catalog import register_alignment
 from components.models.encoder import ModelOutput
@@ -13,7 +14,7 @@ from components.models.encoder import ModelOutput
 @register_alignment("l2")
 class L2(AlignmentLoss):
     requires_old = True
-    geometry = "euclidean"
+    space = Euclidean.name
 
     def forward(self, new: ModelOutput, old: ModelOutput | None, labels: Tensor) -> LossOutput:
         assert old is not None

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from components.geometry import Euclidean
 from components.models.head_catalog import HeadKind, HeadOutput, register_head
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class BT2(HeadKind):
 
     @classmethod
     def check(cls, spec: ModelSpec) -> None:
-        if spec.geometry != "euclidean":
+        if not isinstance(spec.space, Euclidean):
             raise ValueError("the BT² head is Euclidean; use geometry 'euclidean'")
         n = cls._n(spec)
         if not (0 <= spec.extra_dims <= n and n - spec.extra_dims <= spec.embed_dim):

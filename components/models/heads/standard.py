@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from components.geometry import expmap0
+from components.geometry import Lorentz, expmap0
 from components.models.head_catalog import HeadKind, HeadOutput, register_head
 from components.models.radial import LearnableScale, RadialMap, bound_radius
 
@@ -100,7 +100,7 @@ class StandardHead(HeadKind):
 
     @classmethod
     def build(cls, spec: ModelSpec, in_features: int) -> nn.Module:
-        if spec.geometry == "lorentz":
+        if isinstance(spec.space, Lorentz):
             assert spec.zeta is not None
             return LorentzHead(
                 in_features,

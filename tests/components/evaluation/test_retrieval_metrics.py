@@ -9,8 +9,8 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score
 
-from components.evaluation import average_precision, retrieval_metrics, retrieval_scores
-from components.geometry import expmap0, pairwise_geodesic_distance
+from components.evaluation import average_precision, retrieval_metrics
+from components.geometry import create_space, expmap0, pairwise_geodesic_distance
 
 
 def _sklearn_ap(scores, relevant, valid):
@@ -71,13 +71,13 @@ def test_average_precision_rejects_mismatched_shapes_and_nan():
         average_precision(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
 
 
-# ------------------------------------------------------------- retrieval_scores
+# ------------------------------------------------------------- the space's scores
 def test_euclidean_scores_are_float64_cosine_and_scale_free():
     rng = np.random.default_rng(2)
     q = rng.normal(size=(7, 5)).astype(np.float32)
     g = rng.normal(size=(9, 5)).astype(np.float32)
     q64, g64 = q.astype(np.float64), g.astype(np.float64)
-    s = retrieval_scores(q, g64 * 3.0, "euclidean")  # float32 queries are cast, not rounded further
+    s = create_space("euclidean").scores(q, g64 * 3.0)  # float32 queries are cast, not rounded further
     ref = (q64 @ g64.T) / np.outer(np.linalg.norm(q64, axis=1), np.linalg.norm(g64, axis=1))
     assert s.dtype == np.float64 and s.shape == (7, 9)
     np.testing.assert_allclose(s, ref, atol=1e-12)
@@ -88,7 +88,7 @@ def test_lorentz_scores_are_minus_geodesic_distance():
     k = 0.5
     q = expmap0(torch.from_numpy(rng.normal(size=(6, 8))), k)
     g = expmap0(torch.from_numpy(rng.normal(size=(10, 8))), k)
-    s = retrieval_scores(q.numpy(), g.numpy(), "lorentz", curvature=k)
+    s = create_space("lorentz", k).scores(q.numpy(), g.numpy())
     ref = pairwise_geodesic_distance(q, g, k).numpy()
     np.testing.assert_allclose(s, -ref, rtol=1e-10, atol=1e-10)
 
@@ -100,22 +100,22 @@ def test_lorentz_scores_keep_close_pairs_far_from_origin():
     v[1, 0] = 8.0
     v[1, 1] = 8.0 * 1e-3 / math.sinh(8.0)  # angle 1e-3/sinh(8) at radius 8: distance ≈ 1e-3
     x = expmap0(v)  # x_t = cosh(8) ≈ 1490
-    d32 = -retrieval_scores(x.float().numpy()[:1], x.float().numpy()[1:], "lorentz")[0, 0]
-    d64 = -retrieval_scores(x.numpy()[:1], x.numpy()[1:], "lorentz")[0, 0]
+    d32 = -create_space("lorentz").scores(x.float().numpy()[:1], x.float().numpy()[1:])[0, 0]
+    d64 = -create_space("lorentz").scores(x.numpy()[:1], x.numpy()[1:])[0, 0]
     assert d64 == pytest.approx(1e-3, rel=1e-2)
     assert abs(d32 - 1e-3) > 1e-4  # float32 coordinates genuinely lose this pair
 
 
 def test_unknown_geometry_names_valid_values():
-    with pytest.raises(ValueError, match="'euclidean', 'lorentz'"):
-        retrieval_scores(np.ones((1, 2)), np.ones((1, 2)), "poincare")
+    with pytest.raises(ValueError, match="available: euclidean, lorentz"):
+        create_space("poincare").scores(np.ones((1, 2)), np.ones((1, 2)))
 
 
 def test_scores_reject_width_mismatch_and_nan():
     with pytest.raises(ValueError, match="width"):
-        retrieval_scores(np.ones((1, 3)), np.ones((1, 2)), "euclidean")
+        create_space("euclidean").scores(np.ones((1, 3)), np.ones((1, 2)))
     with pytest.raises(ValueError, match="NaN"):
-        retrieval_scores(np.array([[np.nan, 1.0]]), np.ones((1, 2)), "euclidean")
+        create_space("euclidean").scores(np.array([[np.nan, 1.0]]), np.ones((1, 2)))
 
 
 # ------------------------------------------------------------ retrieval_metrics
@@ -131,7 +131,7 @@ def test_toy_cmc_and_map_by_hand():
     q = _unit([1, 41, 4, 60])
     q_lab = np.array(list("AACD"))
     q_ids = np.arange(100, 104)
-    m = retrieval_metrics(q, q_lab, q_ids, g, g_lab, g_ids, "euclidean", ks=(1, 5))
+    m = retrieval_metrics(q, q_lab, q_ids, g, g_lab, g_ids, create_space("euclidean"), ks=(1, 5))
     assert m["n_queries"] == 3
     assert m["cmc@1"] == pytest.approx(1 / 3)
     assert m["cmc@5"] == pytest.approx(2 / 3)
@@ -145,12 +145,12 @@ _LOO_LABELS = np.array(list("ABABC"))
 def test_leave_one_out_excludes_the_query_itself():
     x = _unit(_LOO_ANGLES)
     ids = np.arange(5)
-    loo = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean")
+    loo = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, create_space("euclidean"))
     # each query's nearest *other* item has the other label; the single C is skipped
     assert loo["n_queries"] == 4
     assert loo["cmc@1"] == 0.0
     assert loo["map"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 3 + 1 / 2) / 4)
-    keep = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, "euclidean", leave_one_out=False)
+    keep = retrieval_metrics(x, _LOO_LABELS, ids, x, _LOO_LABELS, ids, create_space("euclidean"), leave_one_out=False)
     assert keep["n_queries"] == 5 and keep["cmc@1"] == 1.0  # a query finds itself first
 
 
@@ -159,7 +159,7 @@ def test_cross_retrieval_excludes_by_id_not_position():
     q = _unit(_LOO_ANGLES)
     g = _unit(np.array(_LOO_ANGLES) + 0.5)[::-1]
     ids = np.arange(5)
-    m = retrieval_metrics(q, _LOO_LABELS, ids, g, _LOO_LABELS[::-1], ids[::-1], "euclidean")
+    m = retrieval_metrics(q, _LOO_LABELS, ids, g, _LOO_LABELS[::-1], ids[::-1], create_space("euclidean"))
     assert m["n_queries"] == 4
     assert m["cmc@1"] == 0.0
     assert m["map"] == pytest.approx(5 / 12)
@@ -169,7 +169,9 @@ def test_cmc_ties_are_broken_by_gallery_order():
     q = _unit([0])
     g = _unit([10, 10])  # identical scores
     for g_lab, expected in ((np.array(["B", "A"]), 0.0), (np.array(["A", "B"]), 1.0)):
-        m = retrieval_metrics(q, np.array(["A"]), np.array([0]), g, g_lab, np.array([1, 2]), "euclidean", ks=(1,))
+        m = retrieval_metrics(
+            q, np.array(["A"]), np.array([0]), g, g_lab, np.array([1, 2]), create_space("euclidean"), ks=(1,)
+        )
         assert m["cmc@1"] == expected
     # long ties mixed with other scores (an unstable sort scrambles them): among the
     # 100 gallery items at 10°, only gallery order decides which come first
@@ -180,7 +182,7 @@ def test_cmc_ties_are_broken_by_gallery_order():
     for pos, expected in ((at10[0], 1.0), (at10[4], 1.0), (at10[5], 0.0), (at10[-1], 0.0)):
         g_lab = np.full(300, "B")
         g_lab[pos] = "A"
-        m = retrieval_metrics(q, np.array(["A"]), np.array([0]), g, g_lab, g_ids, "euclidean", ks=(5,))
+        m = retrieval_metrics(q, np.array(["A"]), np.array([0]), g, g_lab, g_ids, create_space("euclidean"), ks=(5,))
         assert m["cmc@5"] == expected
 
 
@@ -190,12 +192,12 @@ def test_metrics_match_reference_and_do_not_depend_on_chunking():
     x = rng.normal(size=(n, d))
     y = rng.integers(0, n_cls, size=n)
     ids = rng.permutation(n) + 1000
-    a = retrieval_metrics(x, y, ids, x, y, ids, "euclidean", ks=(1, 5, 10), chunk_size=1024)
-    b = retrieval_metrics(x, y, ids, x, y, ids, "euclidean", ks=(1, 5, 10), chunk_size=7)
+    a = retrieval_metrics(x, y, ids, x, y, ids, create_space("euclidean"), ks=(1, 5, 10), chunk_size=1024)
+    b = retrieval_metrics(x, y, ids, x, y, ids, create_space("euclidean"), ks=(1, 5, 10), chunk_size=7)
     assert a == pytest.approx(b, rel=1e-12)
 
     # reference: per-query loop with sklearn and an explicit stable ranking
-    s = retrieval_scores(x, x, "euclidean")
+    s = create_space("euclidean").scores(x, x)
     rel = y[:, None] == y[None, :]
     valid = ~np.eye(n, dtype=bool)
     aps, hits = [], {1: [], 5: [], 10: []}
@@ -220,7 +222,7 @@ def test_lorentz_metrics_rank_by_geodesic_distance():
     x = expmap0(torch.from_numpy(v)).numpy()
     y = rng.integers(0, 4, size=n)
     ids = np.arange(n)
-    m = retrieval_metrics(x, y, ids, x, y, ids, "lorentz", ks=(1,))
+    m = retrieval_metrics(x, y, ids, x, y, ids, create_space("lorentz"), ks=(1,))
     d = pairwise_geodesic_distance(torch.from_numpy(x), torch.from_numpy(x)).numpy()
     np.fill_diagonal(d, np.inf)
     nn = np.argmin(d, axis=1)
@@ -229,14 +231,18 @@ def test_lorentz_metrics_rank_by_geodesic_distance():
 
 def test_no_usable_queries_gives_nan():
     x = _unit([0, 10])
-    m = retrieval_metrics(x, np.array([1, 2]), np.arange(2), x, np.array([1, 2]), np.arange(2), "euclidean")
+    m = retrieval_metrics(
+        x, np.array([1, 2]), np.arange(2), x, np.array([1, 2]), np.arange(2), create_space("euclidean")
+    )
     assert m["n_queries"] == 0 and math.isnan(m["map"]) and math.isnan(m["cmc@1"])
 
 
 def test_duplicate_gallery_ids_are_refused_for_leave_one_out():
     x = _unit([0, 10])
     with pytest.raises(ValueError, match="not unique"):
-        retrieval_metrics(x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), "euclidean")
+        retrieval_metrics(
+            x, np.array([1, 1]), np.arange(2), x, np.array([1, 1]), np.array([3, 3]), create_space("euclidean")
+        )
 
 
 # ------------------------------------------- fast ranking == the original lexsort path
@@ -281,10 +287,10 @@ def test_metrics_equal_the_original_lexsort_implementation(ties, geometry, k, le
 
     seed = ["none", "duplicates", "quantised"].index(ties) + 10 * int(geometry == "lorentz") + int(100 * k)
     data = _equality_case(seed, geometry, k, ties)
-    kw = dict(curvature=k, ks=(1, 2, 5, 10, 400), leave_one_out=leave_one_out)
+    kw = dict(ks=(1, 2, 5, 10, 400), leave_one_out=leave_one_out)
     for chunk in (37, 1024):
-        fast = retrieval_metrics(*data, geometry, chunk_size=chunk, **kw)
-        ref = reference_retrieval_metrics(*data, geometry, chunk_size=chunk, **kw)
+        fast = retrieval_metrics(*data, create_space(geometry, k), chunk_size=chunk, **kw)
+        ref = reference_retrieval_metrics(*data, geometry, k, chunk_size=chunk, **kw)
         assert fast["n_queries"] == ref["n_queries"] == (199 if leave_one_out else 200)
         for key in ("cmc@1", "cmc@2", "cmc@5", "cmc@10", "cmc@400"):
             assert fast[key] == ref[key], key
@@ -299,9 +305,9 @@ def test_every_query_equals_the_original_implementation(geometry):
     data = _equality_case(7, geometry, 1.0, "quantised")
     q, y, ids = data[:3]
     for i in range(0, q.shape[0], 9):
-        one = (q[i : i + 1], y[i : i + 1], ids[i : i + 1], *data[3:], geometry)
-        fast = retrieval_metrics(*one, ks=(1, 3))
-        ref = reference_retrieval_metrics(*one, ks=(1, 3))
+        one = (q[i : i + 1], y[i : i + 1], ids[i : i + 1], *data[3:])
+        fast = retrieval_metrics(*one, create_space(geometry), ks=(1, 3))
+        ref = reference_retrieval_metrics(*one, geometry, ks=(1, 3))
         assert fast["n_queries"] == ref["n_queries"]
         if ref["n_queries"]:
             assert (fast["cmc@1"], fast["cmc@3"]) == (ref["cmc@1"], ref["cmc@3"])
@@ -313,9 +319,9 @@ def test_thread_count_does_not_change_the_numbers(monkeypatch):
 
     data = _equality_case(3, "euclidean", 1.0, "duplicates")
     monkeypatch.setattr(ranking, "_THREADS", 1)
-    one = retrieval_metrics(*data, "euclidean", chunk_size=16)
+    one = retrieval_metrics(*data, create_space("euclidean"), chunk_size=16)
     monkeypatch.setattr(ranking, "_THREADS", 3)
-    assert retrieval_metrics(*data, "euclidean", chunk_size=16) == one
+    assert retrieval_metrics(*data, create_space("euclidean"), chunk_size=16) == one
 
 
 def test_chunk_ranking_handles_signed_zeros_ties_and_exclusions():
@@ -365,6 +371,6 @@ def test_blas_thread_limit_is_restored_after_concurrent_evaluations():
     before = [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"]
     data = _equality_case(5, "euclidean", 1.0, "none")
     with ThreadPoolExecutor(3) as pool:
-        runs = list(pool.map(lambda _: retrieval_metrics(*data, "euclidean", chunk_size=20), range(3)))
+        runs = list(pool.map(lambda _: retrieval_metrics(*data, create_space("euclidean"), chunk_size=20), range(3)))
     assert runs[0] == runs[1] == runs[2]
     assert [lib["num_threads"] for lib in ThreadpoolController().info() if lib["user_api"] == "blas"] == before

@@ -12,7 +12,7 @@ import torch
 
 import components.indexing.faiss_index as faiss_index_module
 from components.errors import DataError, IncompatibleQueryError, IndexIntegrityError
-from components.geometry import expmap0, pairwise_geodesic_distance
+from components.geometry import create_space, expmap0, pairwise_geodesic_distance
 from components.indexing import INDEX_FILE, MANIFEST_FILE, GalleryIndex
 from components.indexing.faiss_index import _maybe_to_gpu
 from components.io import atomic_path
@@ -41,7 +41,7 @@ def lorentz_data():
 @pytest.fixture()
 def lorentz_index(lorentz_data):
     gallery, _, ids = lorentz_data
-    return GalleryIndex.build(gallery, ids, geometry="lorentz", curvature=0.7, generation=2)
+    return GalleryIndex.build(gallery, ids, space=create_space("lorentz", 0.7), generation=2)
 
 
 # ------------------------------------------------------------------- search
@@ -61,7 +61,7 @@ def test_euclidean_search_is_cosine_brute_force():
     gallery = rng.normal(size=(250, 12)) * rng.uniform(0.1, 10, size=(250, 1))
     queries = rng.normal(size=(40, 12))
     ids = _ids(250, seed=1)
-    index = GalleryIndex.build(gallery, ids, geometry="euclidean", curvature=1.0, generation=0)
+    index = GalleryIndex.build(gallery, ids, space=create_space("euclidean", 1.0), generation=0)
     scores, found = index.search(queries, 8)
     gn = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
     qn = queries / np.linalg.norm(queries, axis=1, keepdims=True)
@@ -74,7 +74,7 @@ def test_euclidean_search_is_cosine_brute_force():
 
 def test_k_larger_than_gallery_is_clamped():
     x = _lorentz_points(5)
-    index = GalleryIndex.build(x, np.arange(5), geometry="lorentz", curvature=1.0, generation=0)
+    index = GalleryIndex.build(x, np.arange(5), space=create_space("lorentz", 1.0), generation=0)
     scores, found = index.search(x[:2], 50)
     assert scores.shape == found.shape == (2, 5)
     np.testing.assert_array_equal(found[:, 0], [0, 1])  # a point is its own nearest
@@ -119,7 +119,7 @@ def test_query_width_nan_and_geometry_are_checked(lorentz_data, lorentz_index):
 # ------------------------------------------------------------- build checks
 def test_build_refuses_bad_galleries():
     x = _lorentz_points(20)
-    build = dict(geometry="lorentz", curvature=1.0, generation=0)
+    build = dict(space=create_space("lorentz", 1.0), generation=0)
     nan = x.copy()
     nan[7, 2] = np.nan
     with pytest.raises(DataError, match="1 of 20 gallery vectors contain NaN.*row 7"):
@@ -135,7 +135,7 @@ def test_build_refuses_bad_galleries():
     with pytest.raises(DataError, match="not on the hyperboloid"):
         GalleryIndex.build(np.roll(x, -1, axis=1), np.arange(20), **build)
     with pytest.raises(DataError, match="all zeros"):
-        GalleryIndex.build(np.zeros((3, 4)), np.arange(3), geometry="euclidean", curvature=1.0, generation=0)
+        GalleryIndex.build(np.zeros((3, 4)), np.arange(3), space=create_space("euclidean", 1.0), generation=0)
 
 
 # ------------------------------------------------------- save / load / files
@@ -211,7 +211,7 @@ def test_failed_save_leaves_previous_index_intact(tmp_path, monkeypatch, lorentz
             raise OSError("No space left on device")
 
     other = GalleryIndex.build(
-        _lorentz_points(50, k=0.7, seed=9), np.arange(50), geometry="lorentz", curvature=0.7, generation=2
+        _lorentz_points(50, k=0.7, seed=9), np.arange(50), space=create_space("lorentz", 0.7), generation=2
     )
     monkeypatch.setattr(faiss_index_module, "_write_index_file", crash_mid_write)
     with pytest.raises(OSError, match="No space left"):
@@ -234,7 +234,7 @@ def test_crash_between_index_and_manifest_is_detected(tmp_path, monkeypatch, lor
         real_write(path, data)
 
     other = GalleryIndex.build(
-        _lorentz_points(50, k=0.7, seed=9), np.arange(50), geometry="lorentz", curvature=0.7, generation=2
+        _lorentz_points(50, k=0.7, seed=9), np.arange(50), space=create_space("lorentz", 0.7), generation=2
     )
     monkeypatch.setattr(faiss_index_module, "atomic_write_bytes", fail_on_manifest)
     with pytest.raises(OSError):

@@ -10,6 +10,7 @@ import pytest
 
 from components.errors import IndexIntegrityError
 from components.evaluation.retrieval import gallery_metrics, retrieval_metrics
+from components.geometry import create_space
 from components.indexing.gallery import GalleryEmbeddings
 from components.training.embed import Embeddings
 from tests.helpers import tiny_spec
@@ -144,7 +145,7 @@ def test_view_switches_features_without_touching_the_data():
     g = _lorentz(0.7, seed=0)
     psp = g.view("psp")
     assert psp.features == "psp" and g.features == "embedding"
-    assert psp.retrieval_geometry == "euclidean" and g.retrieval_geometry == "lorentz"
+    assert psp.retrieval_space.name == "euclidean" and g.retrieval_space.name == "lorentz"
     assert psp.width == 3 and g.width == 5
     assert psp.z is g.z and psp.logits is g.logits
     assert np.allclose(psp.vectors(), _hand_psp(g.logits, 3), atol=1e-12)
@@ -277,15 +278,14 @@ def test_gallery_metrics_of_a_gallery_with_itself(make):
         g.vectors(),
         g.labels,
         g.ids,
-        g.retrieval_geometry,
-        g.curvature,
+        g.retrieval_space,
         ks=(1, 3),
         leave_one_out=True,
     )
     assert set(got) == {"cmc@1", "cmc@3", "map"}
     for k in got:
         assert got[k] == pytest.approx(direct[k], abs=1e-12), k
-    if g.retrieval_geometry == "lorentz":
+    if g.retrieval_space.name == "lorentz":
         k = g.curvature
         score = lambda a, b: -math.acosh(max(1.0, -k * (float(a[1:] @ b[1:]) - a[0] * b[0]))) / math.sqrt(k)
     else:
@@ -298,7 +298,7 @@ def test_cross_gallery_metrics_use_the_query_in_the_gallerys_space():
     q, g = _lorentz(1.0, seed=0), _lorentz(0.5, seed=3)
     got = gallery_metrics(q, g)
     direct = retrieval_metrics(
-        _hand_expmap0(q.z, 0.5), q.labels, q.ids, _hand_expmap0(g.z, 0.5), g.labels, g.ids, "lorentz", 0.5
+        _hand_expmap0(q.z, 0.5), q.labels, q.ids, _hand_expmap0(g.z, 0.5), g.labels, g.ids, create_space("lorentz", 0.5)
     )
     for k in got:
         assert got[k] == pytest.approx(direct[k], abs=1e-9), k

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from components.errors import ConfigError, DataError
+from components.geometry import create_space
+from components.geometry.spaces.lorentz import flip_time
 from components.indexing import GalleryIndex, IndexConfig
 from components.indexing.build_inputs import BottomKSample
-from components.indexing.vectors import flip_time, lorentz_l2_queries, lorentz_l2_rows
+from components.indexing.vectors import lorentz_l2_queries, lorentz_l2_rows
 from tests.components.indexing.gallery_data import K, chunks_of, lift, make_data
 
 
@@ -25,14 +27,14 @@ def test_ids_must_be_unique_across_chunks(data, index_type):
     gallery, _, ids = data["euclidean"]
     dup = ids.copy()
     dup[2500] = dup[10]  # chunk 3 repeats an id of chunk 0
-    build = dict(geometry="euclidean", curvature=1.0, generation=0, config=IndexConfig(type=index_type))
+    build = dict(space=create_space("euclidean", 1.0), generation=0, config=IndexConfig(type=index_type))
     with pytest.raises(DataError, match=f"not unique across chunks .*id {dup[10]}"):
         GalleryIndex.build_streaming(chunks_of(gallery, dup), **build)
 
 
 def test_bad_chunks_are_named(data):
     gallery, _, ids = data["lorentz"]
-    build = dict(geometry="lorentz", curvature=K, generation=0, config=IndexConfig(type="hnsw"))
+    build = dict(space=create_space("lorentz", K), generation=0, config=IndexConfig(type="hnsw"))
     nan = gallery.copy()
     nan[1805, 3] = np.nan
     with pytest.raises(DataError, match=r"gallery chunk 3 \(rows 1800..2999 overall\): 1 of 1200 .*NaN.*row 5"):
@@ -88,7 +90,7 @@ def test_bad_config_is_named(field, value, message):
 
 def test_config_that_does_not_fit_the_gallery_is_refused(data):
     gallery, _, ids = data["lorentz"]
-    build = dict(geometry="lorentz", curvature=K, generation=0)
+    build = dict(space=create_space("lorentz", K), generation=0)
     with pytest.raises(ConfigError, match="'nlist' is 5000 but only 3000 training vectors.*lower nlist"):
         GalleryIndex.build(gallery, ids, config=IndexConfig(type="ivf", nlist=5000), **build)
     with pytest.raises(

@@ -11,6 +11,7 @@ import pytest
 
 import components.indexing.faiss_index as faiss_index_module
 from components.errors import IndexIntegrityError
+from components.geometry import create_space
 from components.indexing import INDEX_FILE, MANIFEST_FILE, GalleryIndex, IndexConfig
 from components.indexing.index_types import file_sha256
 from tests.components.indexing.gallery_data import MIN_RECALL, TYPES, D, K, N, chunks_of, make_data
@@ -24,7 +25,7 @@ def data():
 def _build(data, geometry, **cfg):
     gallery, _, ids = data[geometry]
     return GalleryIndex.build_streaming(
-        chunks_of(gallery, ids), geometry=geometry, curvature=K, generation=1, config=IndexConfig(**cfg)
+        chunks_of(gallery, ids), space=create_space(geometry, K), generation=1, config=IndexConfig(**cfg)
     )
 
 
@@ -41,7 +42,7 @@ def test_each_type_builds_from_chunks_and_records_its_recall(data, geometry, ind
     cfg = IndexConfig(type=index_type, recall_queries=400, pq_nbits=6)
     chunks, progress = chunks_of(gallery, ids), []
     index = GalleryIndex.build_streaming(
-        chunks, geometry=geometry, curvature=K, generation=1, config=cfg, on_progress=progress.append
+        chunks, space=create_space(geometry, K), generation=1, config=cfg, on_progress=progress.append
     )
     m = index.manifest
     assert chunks.calls == (1 if index_type == "flat" else 2)
@@ -72,7 +73,7 @@ def test_recorded_recall_agrees_with_search_and_can_be_low(data, flat):
 
 def test_flat_build_and_streaming_agree_with_exact_search(data, flat):
     gallery, queries, ids = data["lorentz"]
-    one = GalleryIndex.build(gallery, ids, geometry="lorentz", curvature=K, generation=1)
+    one = GalleryIndex.build(gallery, ids, space=create_space("lorentz", K), generation=1)
     for a, b in zip(one.search(queries, 10), flat["lorentz"].search(queries, 10)):
         np.testing.assert_array_equal(a, b)
     assert one.manifest.recall_at_10 == 1.0 and one.manifest.recall_queries == 1000
@@ -123,7 +124,7 @@ def test_lorentz_rescoring_is_exact_for_an_item_and_its_near_neighbours():
     space = np.concatenate([base, base + 4e-4 * rng.normal(size=base.shape) / np.sqrt(D)])
     x = np.concatenate([np.sqrt(1 / K + (space * space).sum(1, keepdims=True)), space], axis=1)
     index = GalleryIndex.build_streaming(
-        lambda: iter([(x, np.arange(len(x)))]), geometry="lorentz", curvature=K, generation=1, config=IndexConfig()
+        lambda: iter([(x, np.arange(len(x)))]), space=create_space("lorentz", K), generation=1, config=IndexConfig()
     )
     stored = x.astype(np.float32).astype(np.float64)
     scores, ids = index.search(stored[:200], 2)
@@ -158,7 +159,7 @@ def test_search_chunks_do_not_change_results(data, monkeypatch):
 def test_missing_neighbours_are_minus_one_and_last(data):
     gallery, _, ids = data["euclidean"]
     cfg = IndexConfig(type="ivf", nlist=5, nprobe=1, recall_queries=50)
-    index = GalleryIndex.build(gallery[:200], ids[:200], geometry="euclidean", curvature=1.0, generation=0, config=cfg)
+    index = GalleryIndex.build(gallery[:200], ids[:200], space=create_space("euclidean", 1.0), generation=0, config=cfg)
     scores, found = index.search(gallery[:20], 200)  # one list of five: never all 200 items
     missing = found == -1
     assert missing.any() and not missing[:, 0].any()
@@ -250,7 +251,7 @@ def test_off_geometry_vectors_in_an_approximate_index_are_detected(tmp_path, dat
 
 def test_version_1_index_directory_still_loads(tmp_path, data):
     gallery, queries, ids = data["lorentz"]
-    index = GalleryIndex.build(gallery, ids, geometry="lorentz", curvature=K, generation=4)
+    index = GalleryIndex.build(gallery, ids, space=create_space("lorentz", K), generation=4)
     index.save(tmp_path)
     m = index.manifest
     v1 = {

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
-from components.geometry import expmap0
+from components.geometry import create_space, expmap0
 from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
@@ -35,7 +35,7 @@ def lorentz_gallery(seed: int, n: int = 40, d: int = 8, scale: float = 1.0) -> G
 
 
 def build(tmp: Path, g: GalleryEmbeddings, gen: int) -> Path:
-    return GalleryIndex.build(g.vectors(), g.ids, geometry="lorentz", curvature=1.0, generation=gen).save(
+    return GalleryIndex.build(g.vectors(), g.ids, space=create_space("lorentz", 1.0), generation=gen).save(
         tmp / f"idx{gen}"
     )
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from components.errors import ConfigError
+from components.geometry import create_space
 from components.indexing import GalleryIndex, IndexConfig
 from components.indexing.tuning import search_knob, tune
 from tests.components.indexing.gallery_data import clustered, lift
@@ -38,7 +39,7 @@ def test_a_tuned_build_meets_its_target_on_queries_it_never_saw(kind, geometry, 
     knob = "nprobe" if kind == "ivf" else "ef_search"
     built = {
         t: GalleryIndex.build(
-            x, ids, geometry=geometry, curvature=0.8, generation=0, config=IndexConfig(**cfg, target_recall=t)
+            x, ids, space=create_space(geometry, 0.8), generation=0, config=IndexConfig(**cfg, target_recall=t)
         )
         for t in (0.8, 0.95)
     }

@@ -39,7 +39,7 @@ def test_the_exported_graph_gives_the_retrieval_vectors(spec: dict):
         vectors = program(torch.from_numpy(IMAGES)).numpy()
         single = program(torch.from_numpy(IMAGES[:1])).numpy()  # traced with 2 images, run with 1
     s = model.spec
-    expected = retrieval_vectors(embed_images(model, IMAGES), s.geometry, float(model.curvature.detach()), s.features)
+    expected = retrieval_vectors(embed_images(model, IMAGES), s.space.at(float(model.curvature.detach())), s.features)
     assert vectors.dtype == np.float32 and vectors.shape == expected.shape
     assert np.abs(vectors - expected).max() < 1e-5
     assert np.allclose(single, vectors[:1], atol=1e-6)

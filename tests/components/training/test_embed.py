@@ -8,7 +8,7 @@ import torch
 
 from components.data import load_dataset
 from components.errors import ConfigError
-from components.geometry import expmap0
+from components.geometry import create_space, expmap0
 from components.models import build_model
 from components.training import embed_images, retrieval_vectors, select_device
 from tests.helpers import tiny_spec
@@ -44,7 +44,7 @@ def test_retrieval_vectors_lorentz_is_float64_lift_of_z(images):
     torch.manual_seed(0)
     model = build_model(tiny_spec(zeta=1.5))
     emb = embed_images(model, images, device="cpu")
-    vec = retrieval_vectors(emb, "lorentz", 1.0)
+    vec = retrieval_vectors(emb, create_space("lorentz", 1.0))
     assert vec.dtype == np.float64 and vec.shape == (37, 17)
     expected = expmap0(torch.from_numpy(emb.z).double(), 1.0).numpy()
     assert np.array_equal(vec, expected)
@@ -56,7 +56,7 @@ def test_retrieval_vectors_lorentz_is_float64_lift_of_z(images):
 def test_retrieval_vectors_euclidean_are_the_unit_vectors(images):
     torch.manual_seed(0)
     emb = embed_images(build_model(tiny_spec(geometry="euclidean")), images, device="cpu")
-    vec = retrieval_vectors(emb, "euclidean", 1.0)
+    vec = retrieval_vectors(emb, create_space("euclidean", 1.0))
     assert vec.dtype == np.float64
     assert np.array_equal(vec, emb.emb.astype(np.float64))
     assert np.allclose(np.linalg.norm(vec, axis=1), 1.0, atol=1e-6)
@@ -73,7 +73,7 @@ def test_select_device_on_this_machine():
 def test_retrieval_vectors_preserve_tangent_norm_for_curvature_half(images):
     torch.manual_seed(0)
     emb = embed_images(build_model(tiny_spec(curvature=0.5)), images[:8], device="cpu")
-    vec = retrieval_vectors(emb, "lorentz", 0.5)
+    vec = retrieval_vectors(emb, create_space("lorentz", 0.5))
     k = 0.5
     dist_to_origin = np.arccosh(np.sqrt(k) * vec[:, 0]) / np.sqrt(k)  # -K<o, x>_L = sqrt(K) x_t
     assert np.allclose(dist_to_origin, np.linalg.norm(emb.z.astype(np.float64), axis=1), atol=1e-9)

@@ -20,10 +20,8 @@ from prefect.settings import PREFECT_API_URL
 from components.faults import KILL_ENV
 from components.indexing.backend import StoreManifest, store_of
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.index_types import lorentz_rescore_distance
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
-from components.indexing.vectors import flip_time
 from components.indexing.version import GalleryVersion
 from flows.backfill.rollback import rollback
 from flows.params import load_params
@@ -53,10 +51,8 @@ def _exact_top3(gallery: GalleryEmbeddings, q: np.ndarray) -> np.ndarray:
     """The 3 best scores of each query over the stored (float32) gallery rows, in float64 by brute force (FAISS's
     flat index ranks in float32, which mis-orders the near-ties of this gallery at ~1e-4 geodesic distance)."""
     g = gallery.vectors().astype(np.float32).astype(np.float64)
-    if gallery.retrieval_geometry == "euclidean":
-        s = q @ (g / np.linalg.norm(g, axis=1, keepdims=True)).T
-    else:
-        s = -lorentz_rescore_distance(flip_time(q), np.broadcast_to(g, (len(q), *g.shape)), gallery.curvature)
+    space = gallery.retrieval_space
+    s = space.candidate_scores(space.query_form(q), np.broadcast_to(g, (len(q), *g.shape)))
     return -np.sort(-s, axis=1)[:, :3]
 
 

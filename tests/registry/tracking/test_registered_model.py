@@ -13,6 +13,7 @@ import pytest
 import torch
 from mlflow.exceptions import MlflowException
 
+from components.geometry import create_space
 from components.models import build_model, load_model, save_model
 from components.training.embed import embed_images, retrieval_vectors
 from registry.tracking.common import metric_key
@@ -132,7 +133,7 @@ def test_the_pytorch_flavour_loads_the_same_graph(tmp_path: Path, checkpoint: Pa
         from_module = module(torch.from_numpy(images)).numpy()
     from_pyfunc = mlflow.pyfunc.load_model("models:/embedder@gen-0").predict(images)
     assert np.array_equal(from_module, from_pyfunc)
-    expected = retrieval_vectors(embed_images(load_model(checkpoint), images), "lorentz", 1.0)
+    expected = retrieval_vectors(embed_images(load_model(checkpoint), images), create_space("lorentz", 1.0))
     assert np.abs(from_pyfunc - expected).max() < 1e-5  # the vectors the FAISS index holds, to float32 rounding
 
 

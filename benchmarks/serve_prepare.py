@@ -1,6 +1,7 @@
 """``bctflow bench serve``'s workspace up to the backfill's switch — g0 and g1 run, g1's full backfill re-embedded
 and published — kept in ``--work``/prepared and, with ``--reuse``, copied back by a later run with the same params
-(about 50 minutes of the standard-width profile's run against 2–3 minutes of measurements; docs/serving.md)."""
+(about 50 minutes of the standard-width profile's run against 2–3 minutes of measurements;
+benchmarks/results/serve/README.md)."""
 
 from __future__ import annotations
 

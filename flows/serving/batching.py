@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["DynamicBatcher"]
+__all__ = ["DynamicBatcher", "batch"]
 
 _Entry = tuple[Any, Any, asyncio.Future, float]  # (version, item, its caller's future, arrival time)
 
@@ -69,6 +69,8 @@ class DynamicBatcher:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((version, item, fut, time.perf_counter()))  # unbounded: put never waits
         return await fut
+
+    __call__ = submit  # a batched function is awaited per request: ``await answer(version, item)``
 
     async def _collect(self) -> list[_Entry]:
         assert self._queue is not None
@@ -144,3 +146,22 @@ def _answer(group: list[_Entry], answers: list[Any]) -> None:
             fut.set_exception(answer)
         else:
             fut.set_result(answer)
+
+
+def batch(
+    *,
+    max_batch: int,
+    max_wait_ms: float = 0.0,
+    then: Sequence[Callable[[Any, Any], Any]] = (),
+    on_batch: Callable[[int], None] | None = None,
+    name: str = "batch",
+) -> Callable[[Callable[[Any, Any], Any]], DynamicBatcher]:
+    """Ray Serve's ``@serve.batch`` shape: a per-batch function ``f(version, items) -> answers`` (one per item)
+    decorated into a per-request awaitable, ``await f(version, item)`` — concurrent calls batched as
+    :class:`DynamicBatcher` batches them, ``then`` its later stages (each in a thread of its own). The result is the
+    batcher: ``start()`` it on the serving event loop, ``await stop()`` it at shutdown."""
+
+    def wrap(first: Callable[[Any, Any], Any]) -> DynamicBatcher:
+        return DynamicBatcher(first, *then, max_batch=max_batch, max_wait_ms=max_wait_ms, on_batch=on_batch, name=name)
+
+    return wrap

@@ -2,16 +2,17 @@
 assignment.
 
 The manager notices a new version by polling ``live/CURRENT`` and the lineage (the live pointer row, the production
-generation) every ``serve.watch_interval_s``, or on ``POST /admin/reload``. Loading runs in a low-priority thread of
-its own (SCHED_IDLE on Linux); a request holds the version it started on until it answers (counted:
-:meth:`SwapManager.acquire`), so in-flight requests finish on it, and the old version's index and models are let go
-of in the loader (logged) once they have answered. A load that fails (a corrupt index, a checksum that is not the
+generation) every ``serve.watch_interval_s`` (:meth:`SwapManager.watch`), or on ``POST /admin/reload``. Loading runs
+in a low-priority thread of its own (SCHED_IDLE on Linux); a request holds the version it started on until it answers
+(counted: :meth:`SwapManager.acquire`), so in-flight requests finish on it, and the old version's index and models are
+let go of in the loader (logged) once they have answered. A load that fails (a corrupt index, a checksum that is not the
 lineage's pin, a missing model) leaves the old version serving; the error is kept for ``/health`` and logged, and
 the same pointer is not retried until it changes or a reload is asked for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -56,7 +57,8 @@ def _low_priority() -> None:
     """The loader thread yields the CPU to the request threads: Linux's SCHED_IDLE (it runs on a core nothing else
     wants), else nice 10 (a thread's nice value is its own), else the default priority. At nice 10 the loader's FAISS
     read and model unpickling still took the forward's core for 75–80 ms a batch in a swap (20–29 involuntary switches
-    of the forward thread, swap ÷ steady p99 up to 1.50); under SCHED_IDLE none did (docs/serving.md)."""
+    of the forward thread, swap ÷ steady p99 up to 1.50); under SCHED_IDLE none did
+    (benchmarks/results/serve/README.md)."""
     tid = threading.get_native_id()
     try:
         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
@@ -180,6 +182,16 @@ class SwapManager:
         """True when the live version differs from the served one (and did not already fail to load)."""
         key = self.key()
         return key not in (self._loaded_key, self._failed_key)
+
+    async def watch(self) -> None:
+        """Every ``serve.watch_interval_s``, swap in the live version if it changed, in the loader thread (runs until
+        cancelled; a failed load is reported by :meth:`reload`, never fatal)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.params.serve.watch_interval_s)
+            with contextlib.suppress(Exception):
+                if await loop.run_in_executor(self.loader, self.changed):
+                    await loop.run_in_executor(self.loader, self.reload)
 
     def close(self) -> None:
         self.loader.shutdown(wait=False, cancel_futures=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flows.serving.batching import DynamicBatcher
+from flows.serving.batching import DynamicBatcher, batch
 
 
 def _double(version: str, items: list[int]) -> list[int | Exception]:
@@ -85,3 +85,24 @@ def test_stages_run_in_order_and_the_next_batch_is_embedded_while_the_last_is_se
     assert answers[:6] == [10 * (x + 1) for x in range(6)]
     assert isinstance(answers[6], RuntimeError)
     assert seen["first"].isdisjoint(seen["second"]) and all(len(v) == 1 for v in seen.values())
+
+
+def test_a_batched_function_is_awaited_per_request_and_called_once_per_batch():
+    """`@batch` (Ray Serve's `@serve.batch` shape): the per-batch function, decorated, is awaited with one item and
+    answers that item; concurrent awaits share one call, its later stages (`then`) in order."""
+    calls: list[list[int]] = []
+
+    @batch(max_batch=8, max_wait_ms=50, then=(lambda version, state: [f"{version}:{x}" for x in state],))
+    def double(version: str, items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return [2 * x for x in items]
+
+    async def go() -> list[str]:
+        double.start()
+        try:
+            return await asyncio.gather(*(double("v", x) for x in (1, 2, 3)))
+        finally:
+            await double.stop()
+
+    assert asyncio.run(go()) == ["v:2", "v:4", "v:6"]
+    assert calls == [[1, 2, 3]]

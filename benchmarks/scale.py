@@ -90,7 +90,7 @@ from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
 from benchmarks.scale_workers import items_in_parts, past_half
 from benchmarks.scale_workers import workers_sweep as workers_sweep_run
-from components.data.catalog import load_dataset
+from components.data.catalog import create_dataset
 from components.data.sources import WebDatasetSource
 from components.faults import KILL_ENV
 from components.indexing.backend import store_of, vector_store
@@ -239,7 +239,7 @@ def run_scale(
     out.mkdir(parents=True, exist_ok=True)
     corpus_dir = corpus_dir or work.parent / f"corpus-{items}"
     t0 = time.perf_counter()
-    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
+    base = create_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     corpus = build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     corpus_s = time.perf_counter() - t0
     log(f"corpus: {len(corpus)} items in {corpus_dir} ({corpus_s:.0f}s)")

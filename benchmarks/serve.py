@@ -50,7 +50,7 @@ from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve_load import Request, percentile_ms, run_load
 from benchmarks.serve_prepare import prepare
 from benchmarks.serve_report import render_report, swap_timeline
-from components.data.catalog import load_dataset
+from components.data.catalog import create_dataset
 from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
@@ -211,7 +211,7 @@ def run_serve_bench(
     work = work.resolve()  # the lineage records paths inside the workspace relative to it: give it an absolute home
     image_size = corpus_image_size(profile, image_size)
     corpus_dir = work.parent / f"corpus-{items}-{image_size}px"
-    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
+    base = create_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=image_size)
     raw = scale_params(profile, corpus_dir, index_type, 8192, 1, None, "faiss")
     raw["data"]["image_size"] = image_size  # the model trains on, and the service preprocesses to, the corpus's size

@@ -32,7 +32,7 @@ from typing import Any
 from benchmarks.report import provenance_lines, write_run_report
 from benchmarks.scale import corpus_rate, fresh_workspace, run_child, scale_params
 from benchmarks.scale_corpus import build_scale_corpus
-from components.data.catalog import load_dataset
+from components.data.catalog import create_dataset
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
@@ -62,7 +62,7 @@ def run_transform_bench(
     and ``out/report.md`` (``paired_fraction``: of the live gallery, for the bridge; None: the profile's
     ``upgrade.paired_fraction``). Returns the md."""
     out.mkdir(parents=True, exist_ok=True)
-    base = load_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
+    base = create_dataset("fashion_mnist", work.parent / "datasets", download=False).train.decode()
     build_scale_corpus(corpus_dir, items, base_images=base.images, base_labels=base.labels, image_size=16)
     raw = scale_params(profile, corpus_dir, index_type, chunk_size, epochs, workers, "faiss")
     raw["generations"][1] = {"name": "g1", "classes": "all", "alignment": "independent", "reference": False}

@@ -1,8 +1,13 @@
-"""A catalog of plugins by name, one plugin per module of a package.
+"""A catalog of plugins by name, one plugin per module of a package: one face for every catalog, timm-style.
 
 Every module of the package is imported on the first lookup, so adding a
-plugin is adding one file with ``@catalog.register("name")`` — nothing else
-changes. Used for alignment methods, datasets and embedding heads.
+plugin is adding one file with ``@register_<kind>("name")`` — nothing else
+changes. Each catalog answers the same calls (``timm.create_model(name, **options)`` / ``timm.list_models()``):
+:meth:`Catalog.register` (the decorator), :meth:`Catalog.create` (a plugin made by name, its options checked),
+:meth:`Catalog.names` (the registered names, sorted), :meth:`Catalog.check_options` (the options a plugin takes,
+checked by name before anything is built) and :meth:`Catalog.get` (the registered object itself); each catalog's
+module names them ``register_<kind>``, ``create_<kind>``, ``list_<kinds>``, ``check_<kind>_options``.
+Used for alignment methods, heads, bridge maps, datasets, image sources, spaces and gallery stores.
 :func:`declared_names` reads the names from the modules' source instead, for a caller that must not import them
 (the command line's choices: the plugins import torch).
 """
@@ -12,32 +17,77 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Catalog", "declared_names"]
+__all__ = ["Catalog", "declared_names", "keyword_options"]
 
 T = TypeVar("T")
+P = TypeVar("P")
+
+
+def keyword_options(plugin: Callable[..., Any]) -> list[str]:
+    """The options a plugin's constructor takes: its parameters that have a default, in declaration order (the ones
+    without a default are its natural arguments, passed by position)."""
+    params = inspect.signature(plugin).parameters.values()
+    return [p.name for p in params if p.default is not p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _call(plugin: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    return plugin(*args, **options)
 
 
 class Catalog(Generic[T]):
-    def __init__(self, kind: str, package: str, error: type[Exception], fix: str) -> None:
-        """``kind``: what is registered (for messages); ``package``: dotted name of the plugin
-        package; ``error``: raised for unknown names; ``fix``: how the user picks a name."""
+    """The plugins of one kind by name (module docstring).
+
+    Messages are format strings over ``kind``, ``name``, ``fix``, ``names`` (the registered names, a list) and
+    ``available`` (them joined by commas); a bad option's also over ``unknown`` (the options not taken, a sorted
+    list), ``unknown_each`` (them quoted, joined by commas), ``known`` (the options taken, a list, or ``none``) and
+    ``known_each`` (them joined by commas, or ``none``).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        package: str,
+        error: type[Exception],
+        fix: str,
+        *,
+        name_attr: str | None = None,
+        options: Callable[[T], Sequence[str]] = keyword_options,
+        make: Callable[..., Any] = _call,
+        unknown: str = "unknown {kind} {name!r}; available: {available} ({fix})",
+        bad_options: str = "{kind} {name!r} has no option(s) {unknown}; its options are {known} ({fix})",
+    ) -> None:
+        """``kind``: what is registered (for messages); ``package``: dotted name of the plugin package; ``error``:
+        raised for an unknown name or option; ``fix``: how the user picks a name. ``name_attr``: the attribute of a
+        registered class that gets its name (None: none); ``options``: the option names a plugin takes (default: its
+        constructor's parameters with a default); ``make``: ``(plugin, *args, **options)`` → the made object (default:
+        the plugin called with them); ``unknown`` / ``bad_options``: the messages (class docstring)."""
         self.kind = kind
         self.package = package
         self.error = error
         self.fix = fix
+        self.name_attr = name_attr
+        self._options = options
+        self._make = make
+        self._unknown = unknown
+        self._bad_options = bad_options
         self._items: dict[str, T] = {}
         self._discovered = False
 
-    def register(self, name: str) -> Callable[[T], T]:
-        def deco(obj: T) -> T:
+    def register(self, name: str) -> Callable[[P], P]:
+        """The decorator that registers a plugin under ``name`` (ValueError for a second object under one name)."""
+
+        def deco(obj: P) -> P:
             if name in self._items and self._items[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
-            self._items[name] = obj
+            if self.name_attr is not None:
+                setattr(obj, self.name_attr, name)
+            self._items[name] = obj  # type: ignore[assignment]
             return obj
 
         return deco
@@ -54,17 +104,53 @@ class Catalog(Generic[T]):
         self._discovered = True
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         self._discover()
         return sorted(self._items)
 
+    def _message(self, template: str, name: str, **fields: Any) -> str:
+        names = self.names()
+        return template.format(
+            kind=self.kind, name=name, fix=self.fix, names=names, available=", ".join(names), **fields
+        )
+
     def get(self, name: str) -> T:
+        """The plugin registered under ``name`` (``error`` naming the available ones otherwise)."""
         self._discover()
         try:
             return self._items[name]
         except KeyError:
+            raise self.error(self._message(self._unknown, name)) from None
+
+    def options(self, name: str) -> list[str]:
+        """The option names plugin ``name`` takes."""
+        return list(self._options(self.get(name)))
+
+    def check_options(self, name: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``options`` (a copy) when plugin ``name`` takes each of them; ``error`` naming the ones it does not take
+        and the ones it does otherwise (their values are the plugin's to check)."""
+        given = dict(options or {})
+        if not given:  # nothing to check (the name still is: a plugin made without options is a hot path)
+            self.get(name)
+            return given
+        known = self.options(name)
+        unknown = sorted(set(given) - set(known))
+        if unknown:
             raise self.error(
-                f"unknown {self.kind} {name!r}; available: {', '.join(self.names())} ({self.fix})"
-            ) from None
+                self._message(
+                    self._bad_options,
+                    name,
+                    unknown=unknown,
+                    unknown_each=", ".join(map(repr, unknown)),
+                    known=known or "none",
+                    known_each=", ".join(known) or "none",
+                )
+            )
+        return given
+
+    def create(self, name: str, /, *args: Any, **options: Any) -> Any:
+        """Plugin ``name`` made from its natural arguments ``args`` and its ``options`` (checked by name first)."""
+        return self._make(self.get(name), *args, **self.check_options(name, options))
 
 
 def declared_names(package: str, decorator: str) -> list[str]:

@@ -12,7 +12,8 @@ ambient coordinates for a Euclidean one ((N, D) unit vectors). The mapped vector
 (:meth:`Space.from_tangent <components.geometry.space.Space.from_tangent>`): ``expmap0`` onto the target's
 K-hyperboloid (HBCT Eq. (5)), or normalised to unit length.
 
-A map kind is one module of :mod:`components.bridges.maps` registered in :data:`MAPS` (timm-style): orthogonal
+A map kind is one module of :mod:`components.bridges.maps` registered in :data:`MAPS` (timm-style:
+``register_map``, ``create_map(kind, **options)``, ``list_maps()``, ``check_map_options(kind, options)``): orthogonal
 Procrustes, low-rank affine, residual MLP. Its parameters are numpy arrays; applying it is numpy only (a few
 matrix products per batch), so a query adapter adds microseconds, not a model forward pass.
 """
@@ -40,31 +41,20 @@ __all__ = [
     "MAPS",
     "Bridge",
     "BridgeMap",
+    "check_map_options",
+    "create_map",
     "fitting_space",
+    "list_maps",
     "min_pairs",
     "register_map",
     "relative_error",
     "us_per_query",
 ]
 
-MAPS: Catalog[type[BridgeMap]] = Catalog(
-    "bridge map", "components.bridges.maps", ConfigError, "set upgrade.map in params.yaml"
-)
-
 
 def min_pairs(width: int) -> int:
     """The fewest paired items a map of ``width``-wide source vectors is fitted on: two per dimension, at least 16."""
     return 2 * max(width, 8)
-
-
-def register_map(name: str) -> Callable[[type[BridgeMap]], type[BridgeMap]]:
-    """Register a :class:`BridgeMap` subclass under ``name`` (its ``kind``)."""
-
-    def deco(cls: type[BridgeMap]) -> type[BridgeMap]:
-        cls.kind = name
-        return MAPS.register(name)(cls)
-
-    return deco
 
 
 class BridgeMap(ABC):
@@ -89,6 +79,20 @@ class BridgeMap(ABC):
     @abstractmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> BridgeMap:
         """The map with these fitted parameters."""
+
+
+MAPS: Catalog[type[BridgeMap]] = Catalog(
+    "bridge map",
+    "components.bridges.maps",
+    ConfigError,
+    "set upgrade.map in params.yaml",
+    name_attr="kind",
+    bad_options="the {name} map has no option {unknown_each} (its options: {known_each}); fix upgrade.map_options",
+)
+
+#: the catalog's face (components/plugins.py): ``@register_map("name")`` on a BridgeMap subclass (its ``kind``),
+#: ``list_maps()``, ``create_map(kind, **options)`` (an unfitted map) and ``check_map_options(kind, options)``
+register_map, list_maps, create_map, check_map_options = MAPS.register, MAPS.names, MAPS.create, MAPS.check_options
 
 
 def fitting_space(g: GalleryEmbeddings) -> np.ndarray:
@@ -158,7 +162,7 @@ class Bridge:
         """Fit a ``kind`` map (options ``opts``) from ``x`` (the paired items embedded by generation ``source``) to
         ``y`` (the same items, in the same order, embedded by ``target``). The held-out error is measured on a fifth
         of the pairs left out of a first fit; the bridge is then fitted on every pair."""
-        maps = MAPS.get(kind)
+        check_map_options(kind, opts)  # an unknown kind or option before any work
         if not np.array_equal(x.ids, y.ids):
             raise ConfigError(
                 f"a {kind} bridge g{source}→g{target} needs the same items in the same order on both sides; pair "
@@ -174,9 +178,9 @@ class Bridge:
             )
         order = np.random.default_rng(seed).permutation(len(xs))
         held, kept = order[: len(xs) // 5], order[len(xs) // 5 :]
-        trial = maps(**opts).fit(xs[kept], ys[kept], seed)
+        trial = create_map(kind, **opts).fit(xs[kept], ys[kept], seed)
         error = relative_error(trial.apply(xs[held]), ys[held])
-        fitted = maps(**opts).fit(xs, ys, seed)
+        fitted = create_map(kind, **opts).fit(xs, ys, seed)
         return cls(
             source, target, fitted, x.geometry, x.curvature, y.curvature, xs.shape[1], ys.shape[1], len(xs), error
         )

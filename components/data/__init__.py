@@ -3,9 +3,9 @@
 from components.data.base import ArrayDataset, array_fingerprint
 from components.data.catalog import (
     DatasetRequest,
-    available_datasets,
-    get_dataset_loader,
-    load_dataset,
+    check_dataset_options,
+    create_dataset,
+    list_datasets,
     register_dataset,
 )
 from components.data.selection import (
@@ -22,9 +22,9 @@ __all__ = [
     "DatasetSplits",
     "SourceDataset",
     "array_fingerprint",
-    "available_datasets",
-    "get_dataset_loader",
-    "load_dataset",
+    "check_dataset_options",
+    "create_dataset",
+    "list_datasets",
     "register_dataset",
     "resolve_class_order",
     "select_training_data",

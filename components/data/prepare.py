@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from components.data.catalog import DatasetRequest, get_dataset_loader
+from components.data.catalog import DatasetRequest, create_dataset
 from components.data.sources.split import DatasetSplits, SourceDataset
 
 __all__ = ["per_class_subsample", "prepared_splits"]
@@ -32,7 +32,7 @@ def prepared_splits(
     name: str, request: DatasetRequest, max_train_per_class: int | None = None, max_test_per_class: int | None = None
 ) -> DatasetSplits:
     """The named dataset's splits after subsampling and resizing; the fingerprint records both."""
-    s = get_dataset_loader(name)(request)
+    s = create_dataset(name, **vars(request))
     image_size = request.image_size
     if image_size is None and max_train_per_class is None and max_test_per_class is None:
         return s

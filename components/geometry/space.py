@@ -215,27 +215,9 @@ class Space(ABC):
 
 
 SPACES: Catalog[type[Space]] = Catalog(
-    "geometry", "components.geometry.spaces", ConfigError, "set model.geometry in params.yaml"
+    "geometry", "components.geometry.spaces", ConfigError, "set model.geometry in params.yaml", name_attr="name"
 )
 
-S = TypeVar("S", bound=type[Space])
-
-
-def register_space(name: str) -> Callable[[S], S]:
-    """Register a :class:`Space` subclass under ``name`` (its ``name``: the string params and files store)."""
-
-    def deco(cls: S) -> S:
-        cls.name = name
-        return SPACES.register(name)(cls)
-
-    return deco
-
-
-def create_space(name: str, curvature: float = 1.0) -> Space:
-    """The registered space ``name`` at curvature −``curvature`` (ConfigError naming the available ones)."""
-    return SPACES.get(name)(curvature)
-
-
-def list_spaces() -> list[str]:
-    """The names of the registered spaces, sorted."""
-    return SPACES.names()
+#: the catalog's face (components/plugins.py): ``@register_space("name")`` on a Space subclass (its ``name``: the
+#: string params and files store), ``list_spaces()``, ``create_space(name, curvature=1.0)`` (the space at curvature −K)
+register_space, list_spaces, create_space = SPACES.register, SPACES.names, SPACES.create

@@ -3,10 +3,10 @@
 from components.losses.base import AlignmentContext, AlignmentLoss, EmbeddedGallery, LossOutput, MethodDiagnostics
 from components.losses.catalog import (
     AlignmentChoice,
-    available_alignments,
+    check_alignment_options,
     choose_alignment,
     create_alignment,
-    get_alignment,
+    list_alignments,
     register_alignment,
 )
 
@@ -17,9 +17,9 @@ __all__ = [
     "EmbeddedGallery",
     "LossOutput",
     "MethodDiagnostics",
-    "available_alignments",
+    "check_alignment_options",
     "choose_alignment",
     "create_alignment",
-    "get_alignment",
+    "list_alignments",
     "register_alignment",
 ]

@@ -1,13 +1,16 @@
 """The alignment-method catalog: ``@register_alignment`` on a class in its own module.
 
 Every module in ``components/losses/methods/`` is imported on first lookup,
-so a new method is one new file — the training loop does not change.
+so a new method is one new file — the training loop does not change. The catalog's face is
+:class:`components.plugins.Catalog`'s: ``register_alignment``, ``create_alignment(name, **options)``,
+``list_alignments()``, ``check_alignment_options(name, options)``; :func:`choose_alignment` is a method with its
+options validated, before training, without building the loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from components.errors import ConfigError
@@ -18,35 +21,39 @@ from components.plugins import Catalog
 __all__ = [
     "ALIGNMENTS",
     "AlignmentChoice",
-    "available_alignments",
+    "check_alignment_options",
     "choose_alignment",
     "create_alignment",
-    "get_alignment",
+    "list_alignments",
     "register_alignment",
 ]
+
+
+def _option_names(method: type[AlignmentLoss]) -> list[str]:
+    return sorted(f.name for f in fields(method.Options))
+
+
+def _build(method: type[AlignmentLoss], **options: Any) -> AlignmentLoss:
+    return method(method.parse_options(options))
+
 
 ALIGNMENTS: Catalog[type[AlignmentLoss]] = Catalog(
     "alignment method",
     "components.losses.methods",
     ConfigError,
     "set alignment.method in params.yaml or pass --alignment",
+    name_attr="name",
+    options=_option_names,
+    make=_build,
+    bad_options="alignment {name!r} has no option(s) {unknown}; its options are {known} "
+    "(params.yaml alignment.options.{name})",
 )
 
-
-def register_alignment(name: str) -> Callable[[type[AlignmentLoss]], type[AlignmentLoss]]:
-    def deco(cls: type[AlignmentLoss]) -> type[AlignmentLoss]:
-        cls.name = name
-        return ALIGNMENTS.register(name)(cls)
-
-    return deco
-
-
-def available_alignments() -> list[str]:
-    return ALIGNMENTS.names()
-
-
-def get_alignment(name: str) -> type[AlignmentLoss]:
-    return ALIGNMENTS.get(name)
+#: the catalog's face (components/plugins.py): ``@register_alignment("name")`` on an AlignmentLoss subclass (its
+#: ``name``), ``list_alignments()``, ``create_alignment(name, **options)`` (the loss, built once per training) and
+#: ``check_alignment_options(name, alignment.options.<name>)``
+register_alignment, list_alignments = ALIGNMENTS.register, ALIGNMENTS.names
+create_alignment, check_alignment_options = ALIGNMENTS.create, ALIGNMENTS.check_options
 
 
 @dataclass(frozen=True)
@@ -92,12 +99,7 @@ class AlignmentChoice:
         return self.method(self.options)
 
 
-def choose_alignment(name: str, options: dict[str, Any] | None = None) -> AlignmentChoice:
+def choose_alignment(name: str, options: Mapping[str, Any] | None = None) -> AlignmentChoice:
     """A registered method with validated options (ConfigError for an unknown name or bad options)."""
-    method = get_alignment(name)
-    return AlignmentChoice(method, method.parse_options(options))
-
-
-def create_alignment(name: str, options: dict[str, Any] | None = None) -> AlignmentLoss:
-    """Build a registered method's loss with validated options."""
-    return choose_alignment(name, options).build()
+    method = ALIGNMENTS.get(name)
+    return AlignmentChoice(method, method.parse_options(check_alignment_options(name, options)))

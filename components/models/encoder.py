@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from components.geometry import Lorentz
 from components.models.backbone import create_backbone
 from components.models.classifiers import LinearClassifier, LorentzMLR
-from components.models.head_catalog import head_kind
+from components.models.head_catalog import HEADS, create_head
 from components.models.spec import ModelSpec
 
 __all__ = ["EmbeddingModel", "ModelOutput", "build_model"]
@@ -58,7 +58,7 @@ class EmbeddingModel(nn.Module):
         )
         # the head first, then the classifier (the order the parameters are initialised in); every head gives the
         # classifier an embed_dim-wide input (+1 time coordinate for a Lorentz model)
-        self.head: nn.Module = head_kind(spec.head).build(spec, self.feature_dim)
+        self.head: nn.Module = create_head(spec.head, spec, self.feature_dim)
         #: a Lorentz model classifies its hyperboloid points with the Lorentz MLR, any other its unit rows linearly
         self.classifier: nn.Module = (
             LorentzMLR(spec.embed_dim, spec.num_classes, spec.mlr_scale)
@@ -77,7 +77,7 @@ class EmbeddingModel(nn.Module):
     def classifies_embedding(self) -> bool:
         """Whether the classifier reads the retrieval embedding (False for a head whose classifier reads another
         part of it, e.g. BT²'s φ3)."""
-        return head_kind(self.spec.head).classifies_embedding
+        return HEADS.get(self.spec.head).classifies_embedding
 
     def classify(self, emb: Tensor) -> Tensor:
         """Logits (B, C) of this model's classifier for embeddings (B, ·)."""

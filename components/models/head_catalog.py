@@ -3,13 +3,13 @@
 ``ModelSpec.head`` names an entry. The entry answers, from the spec alone, what the rest of the code asks of a
 head — can the spec be built, how wide is the embedding z, which prefix of z stays comparable with the parent's
 gallery, does the classifier read the embedding — and builds the head module. The spec, the model, the gallery and
-the losses ask the entry and never branch on a head's name, so a new head is one new file (like an alignment
-method, :mod:`components.losses.catalog`).
+the losses ask the entry (``HEADS.get(name)``) and never branch on a head's name, so a new head is one new file
+(like an alignment method, :mod:`components.losses.catalog`): ``register_head``, ``create_head(name, spec,
+in_features)``, ``list_heads()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +21,7 @@ from components.plugins import Catalog
 #: a :class:`components.models.spec.ModelSpec`: the spec asks this catalog, so this module does not import it
 ModelSpec = Any
 
-__all__ = ["HEADS", "HeadKind", "HeadOutput", "head_kind", "register_head"]
+__all__ = ["HEADS", "HeadKind", "HeadOutput", "create_head", "list_heads", "register_head"]
 
 
 @dataclass
@@ -69,22 +69,19 @@ class HeadKind:
         raise NotImplementedError
 
 
+def _build(kind: type[HeadKind], spec: ModelSpec, in_features: int) -> nn.Module:
+    return kind.build(spec, in_features)
+
+
 HEADS: Catalog[type[HeadKind]] = Catalog(
     "head",
     "components.models.heads",
     ConfigError,
     "ModelSpec.head names a module of components/models/heads/; an alignment method sets it in model_overrides",
+    name_attr="name",
+    make=_build,
 )
 
-
-def register_head(name: str) -> Callable[[type[HeadKind]], type[HeadKind]]:
-    def deco(cls: type[HeadKind]) -> type[HeadKind]:
-        cls.name = name
-        return HEADS.register(name)(cls)
-
-    return deco
-
-
-def head_kind(name: str) -> type[HeadKind]:
-    """The registered head ``name`` (ConfigError naming the available ones for an unknown name)."""
-    return HEADS.get(name)
+#: the catalog's face (components/plugins.py): ``@register_head("name")`` on a HeadKind subclass (its ``name``),
+#: ``list_heads()``, ``create_head(name, spec, in_features)`` (the head module; a head takes no options)
+register_head, list_heads, create_head = HEADS.register, HEADS.names, HEADS.create

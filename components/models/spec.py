@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from components.geometry import Space, create_space, list_spaces
 from components.models.features import features_space
-from components.models.head_catalog import head_kind
+from components.models.head_catalog import HEADS
 
 __all__ = ["IDENTITY_FIELDS", "ModelSpec"]
 
@@ -93,7 +93,7 @@ class ModelSpec:
             raise ValueError(f"curvature K must be > 0, got {self.curvature}")
         if self.space.radius_encodes_confidence and (self.zeta is None or self.zeta <= 0):
             raise ValueError(f"a {self.geometry} model needs a clip radius zeta > 0, got {self.zeta}")
-        head_kind(self.head).check(self)
+        HEADS.get(self.head).check(self)
 
     @property
     def space(self) -> Space:
@@ -108,13 +108,13 @@ class ModelSpec:
     @property
     def output_dim(self) -> int:
         """Width of the embedding z, as the head says: embed_dim, or embed_dim + extra_dims for the BT² head."""
-        return head_kind(self.head).output_dim(self)
+        return HEADS.get(self.head).output_dim(self)
 
     @property
     def compat_prefix(self) -> int | None:
         """Width of the prefix of z compatible with the parent's gallery, as the head says (BT²: compat_dim); None
         when the whole embedding is."""
-        return head_kind(self.head).compat_prefix(self)
+        return HEADS.get(self.head).compat_prefix(self)
 
     @property
     def stored_dim(self) -> int:

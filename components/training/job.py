@@ -123,7 +123,7 @@ def read_job(folder: Path) -> PublishedJob:
     doc = json.loads((folder / "job.json").read_text())
     if doc.get("format") != JOB_FORMAT:
         raise ConfigError(f"{folder / 'job.json'} has format {doc.get('format')!r}, expected {JOB_FORMAT!r}")
-    method = create_alignment(doc["method"]["name"], doc["method"]["options"])
+    method = create_alignment(doc["method"]["name"], **doc["method"]["options"])
     method.load_state_dict(load_torch_safe(folder / "model.pt")["method_state"])
     images = torch.from_numpy(np.load(folder / "images.npy", allow_pickle=False))
     labels = torch.from_numpy(np.load(folder / "labels.npy", allow_pickle=False))

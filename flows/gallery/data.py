@@ -11,7 +11,7 @@ from typing import Literal
 from components.data import DataManifest, resolve_class_order, select_training_data
 from components.data.catalog import DatasetRequest
 from components.data.prepare import prepared_splits
-from components.data.sources import ImageSource, open_source
+from components.data.sources import ImageSource, create_source
 from components.data.sources.split import DatasetSplits, SourceDataset
 from components.errors import DataError
 from components.indexing.version import EVAL_SPLIT
@@ -100,7 +100,7 @@ def open_corpus(p: Params, ws: Workspace) -> GallerySource | None:
     if g.source == EVAL_SPLIT:
         return None
     assert g.path is not None  # the params schema requires it
-    source: ImageSource = open_source(g.source, Path(g.path))
+    source: ImageSource = create_source(g.source, Path(g.path))
     train = load_splits(p, ws).train
     if source.channels != train.image_shape[2]:
         raise DataError(

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from components.code_digest import code_digest
-from components.data.catalog import get_dataset_loader
+from components.data.catalog import DATASETS
 from components.errors import CheckpointMismatchError, ConfigError
 from components.geometry import create_space
 from components.losses import AlignmentChoice, choose_alignment
@@ -68,7 +68,7 @@ def _plan(
     data_fingerprint: str | None,
     code: str | None,
 ) -> GenerationPlan:
-    get_dataset_loader(params.data.dataset)  # DataError for an unknown dataset
+    DATASETS.get(params.data.dataset)  # DataError for an unknown dataset
     gen_id = store.next_generation_id()
     if gen_id == 0:
         past.check_no_orphaned_workspace(ws, store)

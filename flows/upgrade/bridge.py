@@ -25,7 +25,6 @@ parent). An *adapter* maps G's queries into P's space, so the gallery P embedded
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.bridges.base import MAPS, Bridge, fitting_space, min_pairs, us_per_query
+from components.bridges.base import Bridge, check_map_options, fitting_space, min_pairs, us_per_query
 from components.errors import CheckpointMismatchError, ConfigError
 from components.evaluation.retrieval import gallery_metrics
 from components.indexing.backend import gallery_facts
@@ -159,18 +158,6 @@ def _checkpoint(g: Generation) -> Path:
     return ckpt
 
 
-def _map_options(p: Params) -> dict:
-    """``upgrade.map_options``, each one the map's constructor takes (one line naming the others otherwise)."""
-    known = [k for k in inspect.signature(MAPS.get(p.upgrade.map)).parameters if k != "self"]
-    unknown = sorted(set(p.upgrade.map_options) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"the {p.upgrade.map} map has no option {', '.join(map(repr, unknown))} (its options: "
-            f"{', '.join(known) or 'none'}); fix upgrade.map_options"
-        )
-    return dict(p.upgrade.map_options)
-
-
 def _gallery_rows(store: LineageDB, fallback: int) -> int:
     """The live gallery's rows (``fallback``, the labelled split's size, before there is one)."""
     ptr = store.live_pointer()
@@ -231,7 +218,7 @@ def fit_route(params: Params, ws: Workspace, *, generation: int, role: str, pare
     recorded, when refused."""
     if role not in ROLES:  # the lineage's bridge roles: the routes a bridge serves
         raise ConfigError(f"--route {role!r} is not a bridge's route; use one of {', '.join(ROLES)}")
-    options = _map_options(params)
+    options = check_map_options(params.upgrade.map, params.upgrade.map_options)
     t0 = time.perf_counter()
     with ws.lineage(params) as store:
         new, old = _generations(store, generation, parent)

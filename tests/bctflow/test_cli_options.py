@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import bctflow
 from bctflow.cli import app
-from components.losses.catalog import available_alignments
+from components.losses.catalog import list_alignments
 from tests.conftest import REPO
 
 
@@ -101,7 +101,7 @@ def test_installed_bash_completion_completes_through_the_console_script(monkeypa
 def test_help_lists_the_choices(monkeypatch):
     monkeypatch.setattr(rich_utils, "MAX_WIDTH", 400)  # one line per option: choices are not wrapped
     run_help = _invoke(["run", "--help"]).output
-    assert "<" + "|".join(available_alignments()) + ">" in run_help  # every method of the plugin catalog
+    assert "<" + "|".join(list_alignments()) + ">" in run_help  # every method of the plugin catalog
     assert "<uncertainty|random|oldest>" in _invoke(["backfill", "--help"]).output
     assert "<flat|ivf|hnsw|ivfpq>" in _invoke(["bench", "scale", "--help"]).output
     scenarios = "<ext_data|ext_class|new_arch|both|sequential|partial_backfill>"
@@ -112,7 +112,7 @@ def test_help_lists_the_choices(monkeypatch):
     "args, valid",
     [
         (["backfill", "--order", "sideways"], "'uncertainty', 'random', 'oldest'"),
-        (["run", "--alignment", "hbtc"], ", ".join(repr(n) for n in available_alignments())),
+        (["run", "--alignment", "hbtc"], ", ".join(repr(n) for n in list_alignments())),
         (["bench", "scale", "--items", "10", "--out", "o", "--index", "kdtree"], "'flat', 'ivf', 'hnsw', 'ivfpq'"),
         (["bench", "--scenario", "ext_dta"], "'ext_data', 'ext_class', 'new_arch', 'both', 'sequential'"),
     ],

@@ -39,13 +39,8 @@ def counts(monkeypatch) -> Counter:
     monkeypatch.setattr(
         AlignmentLoss, "__init__", lambda self, *a, **k: seen.update(["losses built"]) or loss_init(self, *a, **k)
     )
-    get_loader = prepare.get_dataset_loader
-
-    def counting_loader(name):
-        loader = get_loader(name)
-        return lambda request: seen.update(["dataset loads"]) or loader(request)
-
-    monkeypatch.setattr(prepare, "get_dataset_loader", counting_loader)
+    create = prepare.create_dataset
+    monkeypatch.setattr(prepare, "create_dataset", lambda *a, **k: seen.update(["dataset loads"]) or create(*a, **k))
     digest = params_module.params_digest
     for name, module in list(sys.modules.items()):  # every project module that imported it by name, and its home
         if name.split(".")[0] in PACKAGES and getattr(module, "params_digest", None) is digest:

@@ -12,7 +12,7 @@ from benchmarks.scale import scale_params
 from benchmarks.scale_corpus import build_scale_corpus
 from benchmarks.serve import corpus_image_size, write_serve_report
 from benchmarks.serve_prepare import prepare
-from components.data.catalog import load_dataset
+from components.data.catalog import create_dataset
 from components.indexing.live import LivePointer
 from flows.runtime.provenance import provenance_line
 from tests.conftest import REPO
@@ -35,7 +35,7 @@ def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitc
     from flows.backfill import publish
 
     work = tmp_path / "w"
-    base = load_dataset("fashion_mnist", tmp_path / "datasets", download=False).train.decode()
+    base = create_dataset("fashion_mnist", tmp_path / "datasets", download=False).train.decode()
     build_scale_corpus(tmp_path / "corpus", 1000, base_images=base.images, base_labels=base.labels, image_size=8)
     raw = scale_params("cpu", tmp_path / "corpus", "hnsw", 8192, 1, None, "faiss")
     raw["data"] |= {"image_size": 8, "max_train_per_class": 20, "max_test_per_class": 10}

@@ -8,13 +8,13 @@ import re
 import pytest
 import yaml
 
-from components.data import DataManifest, load_dataset, select_training_data
+from components.data import DataManifest, create_dataset, select_training_data
 from registry.data_snapshots import DataSnapshots
 
 
 @pytest.fixture(scope="module")
 def manifests(tmp_path_factory):
-    d = load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    d = create_dataset("digits", tmp_path_factory.mktemp("digits"))
 
     def sel(seed):
         return select_training_data(

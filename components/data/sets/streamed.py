@@ -22,7 +22,7 @@ import hashlib
 from pathlib import Path
 
 from components.data.catalog import DatasetRequest, register_dataset
-from components.data.sources import ImageSource, open_source
+from components.data.sources import ImageSource, create_source
 from components.data.sources.split import DatasetSplits, SourceDataset
 from components.errors import DataError
 
@@ -52,7 +52,7 @@ def _open(kind: str, req: DatasetRequest) -> tuple[ImageSource, ImageSource, int
             "set data.image_size in params.yaml (e.g. 32)"
         )
     top = Path(req.path).expanduser()
-    train, test = (open_source(kind, _split_path(kind, top, s), name=f"{top.name}/{s}") for s in ("train", "test"))
+    train, test = (create_source(kind, _split_path(kind, top, s), name=f"{top.name}/{s}") for s in ("train", "test"))
     for split, src in (("train", train), ("test", test)):
         if not src.labelled or len(src) == 0:
             raise DataError(

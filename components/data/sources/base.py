@@ -13,7 +13,7 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -198,6 +198,9 @@ class ImageSource(ABC):
     """
 
     name: str
+    #: what the path of a registered file-backed kind points at (:func:`~components.data.sources.catalog.create_source`
+    #: names it when the path does not exist)
+    path_form: ClassVar[str] = ""
 
     @abstractmethod
     def __len__(self) -> int: ...

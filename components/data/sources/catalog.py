@@ -1,50 +1,45 @@
-"""Open a file-backed image source by kind: ``open_source("webdataset" | "manifest" | "folder", path, **options)``.
+"""The image-source catalog: a file-backed source by kind (``@register_source("webdataset" | "manifest" | "folder")``).
 
-The registered in-memory datasets are not opened here: wrap their splits with
-:class:`~components.data.sources.memory.ArraySource`.
+``create_source(kind, path, **options)`` opens the source of ``kind`` at ``path``; the catalog's face is
+:class:`components.plugins.Catalog`'s (``register_source``, ``create_source``, ``list_sources()``,
+``check_source_options(kind, options)``). The registered in-memory datasets are not opened here: wrap their splits
+with :class:`~components.data.sources.memory.ArraySource`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from components.data.sources.base import ImageSource
-from components.data.sources.folder import ImageFolderSource
-from components.data.sources.manifest import ManifestSource
-from components.data.sources.webdataset_source import WebDatasetSource
 from components.errors import DataError
+from components.plugins import Catalog
 
-__all__ = ["SOURCE_KINDS", "open_source"]
+__all__ = ["SOURCES", "check_source_options", "create_source", "list_sources", "register_source"]
 
-#: kind → constructor (path, **options).
-SOURCE_KINDS: dict[str, Callable[..., ImageSource]] = {
-    "webdataset": WebDatasetSource,
-    "manifest": ManifestSource,
-    "folder": ImageFolderSource,
-}
+SOURCES: Catalog[type[ImageSource]] = Catalog(
+    "image source kind",
+    "components.data.sources",
+    DataError,
+    "params gallery.source or data.dataset names one",
+    unknown="unknown image source kind {name!r}; use one of {names}",
+    bad_options="{name} source does not take option(s) {unknown} (its options: {known_each})",
+)
 
-_WHAT = {
-    "webdataset": "a folder of WebDataset .tar shards",
-    "manifest": "a .parquet or .csv manifest file",
-    "folder": "a folder of class subfolders or of images",
-}
+#: the catalog's face (components/plugins.py): ``@register_source("kind")`` on an ImageSource subclass whose
+#: constructor takes ``(path, **options)``, ``list_sources()``, ``check_source_options(kind, options)``, and
+#: :func:`create_source`, which checks the path first
+register_source, list_sources, check_source_options = SOURCES.register, SOURCES.names, SOURCES.check_options
 
 
-def open_source(kind: str, path: str | Path, **options: Any) -> ImageSource:
+def create_source(kind: str, path: str | Path, /, **options: Any) -> ImageSource:
     """The source of ``kind`` at ``path``; ``options`` go to its constructor (name, channels, class_names, ...).
 
-    DataError for an unknown kind, a missing path or unusable content (the message names the file and the fix).
+    DataError for an unknown kind or option, a missing path or unusable content (the message names the file and the
+    fix).
     """
-    if kind not in SOURCE_KINDS:
-        raise DataError(f"unknown image source kind {kind!r}; use one of {sorted(SOURCE_KINDS)}")
+    source = SOURCES.get(kind)
     p = Path(path).expanduser()
     if not p.exists():
-        raise DataError(f"{kind} source path {p} does not exist; point it at {_WHAT[kind]}")
-    try:
-        return SOURCE_KINDS[kind](p, **options)
-    except TypeError as e:
-        if "unexpected keyword argument" not in str(e):
-            raise
-        raise DataError(f"{kind} source does not take option(s) {sorted(options)} ({e})") from e
+        raise DataError(f"{kind} source path {p} does not exist; point it at {source.path_form}")
+    return SOURCES.create(kind, p, **options)

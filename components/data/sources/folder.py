@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from components.data.sources.catalog import register_source
 from components.data.sources.decode import IMAGE_EXTENSIONS
 from components.data.sources.files import FileSource, PathTable
 from components.errors import DataError
@@ -75,11 +76,14 @@ def scan_folder(top: Path) -> tuple[list[str], np.ndarray, tuple[str, ...]]:
     return paths, np.asarray(labels, dtype=np.int64), tuple(classes)
 
 
+@register_source("folder")
 class ImageFolderSource(FileSource):
     """The images of the folder at ``path`` (see the module docstring for the layouts, positions and ids).
 
     ``channels`` (1 or 3): None decides from the first image.
     """
+
+    path_form = "a folder of class subfolders or of images"
 
     def __init__(self, path: str | Path, *, name: str | None = None, channels: int | None = None) -> None:
         self.path = Path(path).expanduser().absolute()

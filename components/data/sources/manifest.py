@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from components.data.sources.catalog import register_source
 from components.data.sources.files import FileSource, PathTable
 from components.errors import DataError
 
@@ -104,12 +105,15 @@ def _labels(table: pa.Table, where: str, class_names: Sequence[str] | None) -> t
     raise DataError(f"column 'label' of {where} holds {col.type}: use integer class indices or text class names")
 
 
+@register_source("manifest")
 class ManifestSource(FileSource):
     """The images listed by the manifest at ``path`` (see the module docstring for the columns).
 
     ``channels`` (1 or 3): None decides from the first image; ``class_names``: the names of integer labels, or the
     order of text labels (default: sorted names, or ``"0".."K-1"`` for integer labels).
     """
+
+    path_form = "a .parquet or .csv manifest file"
 
     def __init__(
         self,

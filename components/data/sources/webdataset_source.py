@@ -33,6 +33,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from components.data.sources.base import ImageSource, LoaderOptions, check_unique_ids, epoch_seed, worker_context
+from components.data.sources.catalog import register_source
 from components.data.sources.decode import check_channels, decode_image, fit_image
 from components.data.sources.shard_index import IMAGE_KEYS, INDEX_NAME, load_or_build_index, split_member_name
 from components.errors import DataError
@@ -141,12 +142,15 @@ class ShardStream(IterableDataset[Item]):
         return _decode_samples(samples, self.channels, self.image_size, self.native_hw)
 
 
+@register_source("webdataset")
 class WebDatasetSource(ImageSource):
     """The samples of the ``*.tar`` shards in the folder ``path`` (see the module docstring).
 
     ``channels`` (1 or 3): None takes the first image's (from the index). ``class_names``: default the names the
     writer recorded, else ``"0".."K-1"``. ``shuffle_buffer``: samples held by the shuffle buffer of each worker.
     """
+
+    path_form = "a folder of WebDataset .tar shards"
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.download import ChecksumError
 from components.data.sets import cifar100 as c100
 from components.errors import DataError
@@ -59,9 +59,9 @@ def test_download_and_load(tmp_path, site, monkeypatch):
     with serve_dir(site["dir"]) as (base, requests):
         monkeypatch.setattr(c100, "URL", base + c100.ARCHIVE)
         monkeypatch.setattr(c100, "MD5", md5_of(site["archive"]))
-        d = load_dataset("cifar100", root, test_fraction=0.5)
+        d = create_dataset("cifar100", root, test_fraction=0.5)
         assert requests == ["/" + c100.ARCHIVE]
-        again = load_dataset("cifar100", root)
+        again = create_dataset("cifar100", root)
         assert len(requests) == 1 and again.fingerprint == d.fingerprint
     assert (root / "cifar100" / c100.ARCHIVE).read_bytes() == site["archive"].read_bytes()
     assert leftovers(root / "cifar100") == []
@@ -92,13 +92,13 @@ def test_local_archive_is_verified(tmp_path, site, monkeypatch):
     (root / "cifar100").mkdir(parents=True)
     (root / "cifar100" / c100.ARCHIVE).write_bytes(site["archive"].read_bytes())
     monkeypatch.setattr(c100, "MD5", md5_of(site["archive"]))
-    d = load_dataset("cifar100", root, download=False)
+    d = create_dataset("cifar100", root, download=False)
     assert d.meta["source"] == str(root / "cifar100" / c100.ARCHIVE)
     monkeypatch.setattr(c100, "MD5", "f" * 32)
     with pytest.raises(ChecksumError, match="NOT overwritten"):
-        load_dataset("cifar100", root, download=False)
+        create_dataset("cifar100", root, download=False)
     with pytest.raises(DataError, match="place it at"):
-        load_dataset("cifar100", tmp_path / "empty", download=False)
+        create_dataset("cifar100", tmp_path / "empty", download=False)
 
 
 class _Evil:
@@ -118,7 +118,7 @@ def test_malicious_pickle_is_refused_and_not_run(tmp_path, site, monkeypatch):
     archive = _tarball(root / "cifar100" / c100.ARCHIVE, evil, ok_test, meta)
     monkeypatch.setattr(c100, "MD5", md5_of(archive))
     with pytest.raises(DataError, match=r"refusing to unpickle .*cifar-100-python/train.*(posix|os)\.system"):
-        load_dataset("cifar100", root, download=False)
+        create_dataset("cifar100", root, download=False)
     assert not marker.exists()
     # positive control: the same payload through plain pickle does run the command
     control = tmp_path / "control"
@@ -155,14 +155,14 @@ def test_corrupted_tarball_and_wrong_layout(tmp_path, site, monkeypatch):
     p.write_bytes(site["archive"].read_bytes()[:-200])
     monkeypatch.setattr(c100, "MD5", md5_of(p))
     with pytest.raises(DataError, match="corrupted or truncated"):
-        load_dataset("cifar100", root, download=False)
+        create_dataset("cifar100", root, download=False)
     with tarfile.open(p, "w:gz") as tar:
         add_tar_member(tar, "cifar-100-python/train", py2_pickle(site["train"]))
     monkeypatch.setattr(c100, "MD5", md5_of(p))
     with pytest.raises(DataError, match="lacks cifar-100-python/meta, cifar-100-python/test"):
-        load_dataset("cifar100", root, download=False)
+        create_dataset("cifar100", root, download=False)
     bad = dict(site["train"], data=np.zeros((N_TRAIN, 100), np.uint8))
     _tarball(p, py2_pickle(bad), py2_pickle(site["test"]), py2_pickle({"fine_label_names": FINE_NAMES}))
     monkeypatch.setattr(c100, "MD5", md5_of(p))
     with pytest.raises(DataError, match=r"uint8 \(N, 3072\)"):
-        load_dataset("cifar100", root, download=False)
+        create_dataset("cifar100", root, download=False)

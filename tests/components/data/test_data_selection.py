@@ -10,7 +10,7 @@ import pytest
 
 from components.data import (
     DataManifest,
-    load_dataset,
+    create_dataset,
     resolve_class_order,
     select_training_data,
 )
@@ -19,7 +19,7 @@ from components.errors import DataError
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    return create_dataset("digits", tmp_path_factory.mktemp("digits"))
 
 
 def _select(digits, **kw):

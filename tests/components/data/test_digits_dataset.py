@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.data import ArrayDataset, SourceDataset, available_datasets, load_dataset
+from components.data import ArrayDataset, SourceDataset, create_dataset, list_datasets
 from components.data.split import stratified_split
 from components.errors import DataError
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    return create_dataset("digits", tmp_path_factory.mktemp("digits"))
 
 
 def test_shapes_and_types(digits):
@@ -55,21 +55,21 @@ def test_images_match_scikit_learn(digits):
 
 
 def test_split_is_deterministic_and_seeded(tmp_path, digits):
-    again = load_dataset("digits", tmp_path)
+    again = create_dataset("digits", tmp_path)
     assert np.array_equal(again.train.ids, digits.train.ids) and np.array_equal(again.test.ids, digits.test.ids)
     assert again.fingerprint == digits.fingerprint
-    other = load_dataset("digits", tmp_path, split_seed=1)
+    other = create_dataset("digits", tmp_path, split_seed=1)
     assert not np.array_equal(other.test.ids, digits.test.ids)
     assert other.fingerprint != digits.fingerprint
-    frac = load_dataset("digits", tmp_path, test_fraction=0.2)
+    frac = create_dataset("digits", tmp_path, test_fraction=0.2)
     assert frac.fingerprint != digits.fingerprint
     assert len(frac.test) == pytest.approx(0.2 * 1797, abs=10)
 
 
 def test_unknown_dataset_lists_available(tmp_path):
-    assert "digits" in available_datasets()
+    assert "digits" in list_datasets()
     with pytest.raises(DataError) as info:
-        load_dataset("imagenet-99", tmp_path)
+        create_dataset("imagenet-99", tmp_path)
     assert "imagenet-99" in str(info.value) and "digits" in str(info.value)
 
 

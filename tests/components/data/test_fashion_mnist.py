@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.download import ChecksumError
 from components.data.sets import fashion_mnist as fm
 from components.errors import DataError
@@ -57,7 +57,7 @@ def fake(tmp_path, monkeypatch):
 
 
 def test_loads_idx_files_from_the_cache_folder(fake):
-    d = load_dataset("fashion_mnist", fake["root"], download=False, test_fraction=0.5, split_seed=3)
+    d = create_dataset("fashion_mnist", fake["root"], download=False, test_fraction=0.5, split_seed=3)
     a = fake["arrays"]
     assert d.name == "fashion_mnist" and d.train.class_names == fm.CLASS_NAMES and d.train.num_classes == 10
     assert d.train.decode().images.shape == (N_TRAIN, 28, 28, 1) and d.test.decode().images.shape == (N_TEST, 28, 28, 1)
@@ -75,23 +75,23 @@ def test_loads_idx_files_from_the_cache_folder(fake):
         d.meta["split"] == "official"
         and str(fake["root"] / "fashion_mnist") in d.meta["source"][fm.FILES["train_images"]]
     )
-    again = load_dataset("fashion_mnist", fake["root"], download=False)  # official split: test_fraction ignored
+    again = create_dataset("fashion_mnist", fake["root"], download=False)  # official split: test_fraction ignored
     assert again.fingerprint == d.fingerprint and len(again.test) == N_TEST
 
 
 def test_accepted_by_content_sha256_when_gz_bytes_differ(fake, monkeypatch):
     """Like Debian's re-compressed copy: other .gz bytes, same content, same fingerprint."""
-    before = load_dataset("fashion_mnist", fake["root"], download=False).fingerprint
+    before = create_dataset("fashion_mnist", fake["root"], download=False).fingerprint
     folder = fake["root"] / "fashion_mnist"
     for fname in fm.FILES.values():
         raw = gzip.decompress((folder / fname).read_bytes())
         (folder / fname).write_bytes(gzip.compress(raw, compresslevel=1, mtime=12345))
         assert md5_of(folder / fname) != fake["sums"][fname]["md5"]
-    assert load_dataset("fashion_mnist", fake["root"], download=False).fingerprint == before
+    assert create_dataset("fashion_mnist", fake["root"], download=False).fingerprint == before
     # and a file whose gz md5 matches is accepted even if only that is known
     sums = {f: {"md5": md5_of(folder / f), "sha256": "0" * 64} for f in fm.FILES.values()}
     monkeypatch.setattr(fm, "CHECKSUMS", sums)
-    assert len(load_dataset("fashion_mnist", fake["root"], download=False).train) == N_TRAIN
+    assert len(create_dataset("fashion_mnist", fake["root"], download=False).train) == N_TRAIN
 
 
 def test_wrong_content_is_refused(fake):
@@ -99,7 +99,7 @@ def test_wrong_content_is_refused(fake):
     other = _make_files(fake["root"] / "other", seed=9)["arrays"]
     write_idx_gz(folder / fm.FILES["test_images"], other["test_images"], fm.IMAGES_MAGIC)
     with pytest.raises(ChecksumError, match="t10k-images.*delete it"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
 
 
 def test_truncated_and_malformed_files(fake, monkeypatch):
@@ -107,7 +107,7 @@ def test_truncated_and_malformed_files(fake, monkeypatch):
     p = folder / fm.FILES["train_images"]
     p.write_bytes(p.read_bytes()[:-40])
     with pytest.raises(DataError, match="corrupted or truncated"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
 
     # well-formed gzip, checksum-accepted, but the IDX content is wrong
     def with_content(fname: str, raw: bytes) -> None:
@@ -119,22 +119,22 @@ def test_truncated_and_malformed_files(fake, monkeypatch):
     imgs = fake["arrays"]["train_images"]
     with_content(fm.FILES["train_images"], struct.pack(">I", fm.LABELS_MAGIC) + idx_bytes(imgs, fm.IMAGES_MAGIC)[4:])
     with pytest.raises(DataError, match="magic number 2049, expected 2051"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
     with_content(fm.FILES["train_images"], idx_bytes(imgs, fm.IMAGES_MAGIC)[:-5])
     with pytest.raises(DataError, match="truncated or corrupted"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
     with_content(fm.FILES["train_images"], idx_bytes(imgs[:, :14, :], fm.IMAGES_MAGIC))
     with pytest.raises(DataError, match="28×28"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
     with_content(fm.FILES["train_images"], idx_bytes(imgs[:5], fm.IMAGES_MAGIC))
     with pytest.raises(DataError, match="5 images but 7 labels"):
-        load_dataset("fashion_mnist", fake["root"], download=False)
+        create_dataset("fashion_mnist", fake["root"], download=False)
 
 
 def test_missing_files_without_download(tmp_path, monkeypatch):
     monkeypatch.setattr(fm, "SYSTEM_DIRS", (tmp_path / "nowhere",))
     with pytest.raises(DataError, match="data.download=true.*place the file at"):
-        load_dataset("fashion_mnist", tmp_path / "root", download=False)
+        create_dataset("fashion_mnist", tmp_path / "root", download=False)
 
 
 def test_downloads_from_the_second_mirror(tmp_path, monkeypatch):
@@ -143,13 +143,13 @@ def test_downloads_from_the_second_mirror(tmp_path, monkeypatch):
     monkeypatch.setattr(fm, "SYSTEM_DIRS", ())
     with serve_dir(tmp_path / "site") as (base, requests):
         monkeypatch.setattr(fm, "MIRRORS", (closed_port_url(""), base))
-        d = load_dataset("fashion_mnist", tmp_path / "root")
+        d = create_dataset("fashion_mnist", tmp_path / "root")
         assert sorted(requests) == sorted("/" + f for f in fm.FILES.values())
         assert np.array_equal(d.test.labels, made["arrays"]["test_labels"])
         assert (
             d.meta["source"][fm.FILES["train_labels"]] == base + "train-labels-idx1-ubyte.gz"
         )  # the mirror that worked
-        load_dataset("fashion_mnist", tmp_path / "root")  # now local: no new request
+        create_dataset("fashion_mnist", tmp_path / "root")  # now local: no new request
         assert len(requests) == 4
     assert leftovers(tmp_path / "root" / "fashion_mnist") == []
 
@@ -158,7 +158,7 @@ def test_system_copy_is_used_when_the_cache_folder_is_empty(fake, tmp_path, monk
     system = tmp_path / "usr-share"
     shutil.move(str(fake["root"] / "fashion_mnist"), system)
     monkeypatch.setattr(fm, "SYSTEM_DIRS", (system,))
-    d = load_dataset("fashion_mnist", fake["root"], download=False)
+    d = create_dataset("fashion_mnist", fake["root"], download=False)
     assert len(d.train) == N_TRAIN and d.meta["source"][fm.FILES["train_images"]].startswith(str(system))
 
 
@@ -166,7 +166,7 @@ def test_system_copy_is_used_when_the_cache_folder_is_empty(fake, tmp_path, monk
     not all((DEBIAN / f).is_file() for f in fm.FILES.values()), reason="Debian's dataset-fashion-mnist is not installed"
 )
 def test_real_debian_copy(tmp_path):
-    d = load_dataset("fashion_mnist", tmp_path, download=False)
+    d = create_dataset("fashion_mnist", tmp_path, download=False)
     assert len(d.train) == 60000 and len(d.test) == 10000
     assert d.train.image_shape == (28, 28, 1) and d.test.image_shape == (28, 28, 1) and d.train.num_classes == 10
     assert np.bincount(d.train.labels, minlength=10).tolist() == [6000] * 10

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.errors import DataError
 
 COLOURS = {"cat": (220, 30, 30), "dog": (30, 200, 30), "eel": (20, 20, 230)}
@@ -36,7 +36,7 @@ def _flat_tree(top: Path, per_class: int = 5) -> Path:
 
 def _load(root, top, **kw):
     kw.setdefault("image_size", 16)
-    return load_dataset("image_folder", root, path=str(top), **kw)
+    return create_dataset("image_folder", root, path=str(top), **kw)
 
 
 def test_flat_tree_stratified_split(tmp_path):
@@ -98,9 +98,9 @@ def test_train_test_folders_are_the_split(tmp_path, test_name):
 def test_configuration_errors(tmp_path):
     top = _flat_tree(tmp_path / "tree")
     with pytest.raises(DataError, match="data.path"):
-        load_dataset("image_folder", tmp_path / "root", image_size=16)
+        create_dataset("image_folder", tmp_path / "root", image_size=16)
     with pytest.raises(DataError, match="data.image_size"):
-        load_dataset("image_folder", tmp_path / "root", path=str(top))
+        create_dataset("image_folder", tmp_path / "root", path=str(top))
     with pytest.raises(DataError, match="is not a folder"):
         _load(tmp_path / "root", tmp_path / "missing")
     (tmp_path / "empty").mkdir()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.sets import tiny_imagenet as ti
 from components.errors import DataError
 from tests.components.data.dataset_archives import leftovers, md5_of, serve_dir
@@ -56,7 +56,7 @@ def test_download_extract_decode_and_cache(tmp_path, monkeypatch):
     with serve_dir(site) as (base, requests):
         monkeypatch.setattr(ti, "URL", base + ti.ARCHIVE)
         monkeypatch.setattr(ti, "MD5", md5_of(archive))
-        d = load_dataset("tiny_imagenet", root)
+        d = create_dataset("tiny_imagenet", root)
         assert requests == ["/" + ti.ARCHIVE]
     base_dir = root / "tiny_imagenet"
     assert (base_dir / "tiny_imagenet.npz").is_file() and not (base_dir / "extracted").exists()
@@ -75,7 +75,7 @@ def test_download_extract_decode_and_cache(tmp_path, monkeypatch):
 
     # second load: verified archive + cache, nothing decoded again
     monkeypatch.setattr(ti, "_build", lambda top: pytest.fail("decoded again despite the cache"))
-    again = load_dataset("tiny_imagenet", root, download=False)
+    again = create_dataset("tiny_imagenet", root, download=False)
     assert again.fingerprint == d.fingerprint and np.array_equal(again.train.decode().images, d.train.decode().images)
     assert again.meta["source"] == str(base_dir / ti.ARCHIVE)
 
@@ -84,16 +84,16 @@ def test_damaged_cache_is_rebuilt_and_bad_annotations_refused(tmp_path, monkeypa
     base_dir = tmp_path / "root" / "tiny_imagenet"
     archive = _make_zip(base_dir / ti.ARCHIVE)
     monkeypatch.setattr(ti, "MD5", md5_of(archive))
-    d = load_dataset("tiny_imagenet", tmp_path / "root", download=False)
+    d = create_dataset("tiny_imagenet", tmp_path / "root", download=False)
     cache = base_dir / "tiny_imagenet.npz"
     cache.write_bytes(cache.read_bytes()[:1000])
-    again = load_dataset("tiny_imagenet", tmp_path / "root", download=False)
+    again = create_dataset("tiny_imagenet", tmp_path / "root", download=False)
     assert np.array_equal(again.test.decode().images, d.test.decode().images)
 
     _make_zip(archive, annotations="val_0.JPEG\tn99999999\t0\t0\t1\t1\n")
     monkeypatch.setattr(ti, "MD5", md5_of(archive))  # a new archive: the cache key changes
     with pytest.raises(DataError, match="val_annotations.txt line 1"):
-        load_dataset("tiny_imagenet", tmp_path / "root", download=False)
+        create_dataset("tiny_imagenet", tmp_path / "root", download=False)
     assert not (base_dir / "extracted").exists() and leftovers(base_dir) == []
 
 
@@ -103,8 +103,8 @@ def test_corrupted_zip_is_reported(tmp_path, monkeypatch):
     archive.write_bytes(archive.read_bytes()[:-300])
     monkeypatch.setattr(ti, "MD5", md5_of(archive))
     with pytest.raises(DataError, match="corrupted"):
-        load_dataset("tiny_imagenet", tmp_path / "root", download=False)
+        create_dataset("tiny_imagenet", tmp_path / "root", download=False)
     assert not (base_dir / "extracted").exists() and not (base_dir / "tiny_imagenet.npz").exists()
     assert leftovers(base_dir) == []
     with pytest.raises(DataError, match="place it at"):
-        load_dataset("tiny_imagenet", tmp_path / "elsewhere", download=False)
+        create_dataset("tiny_imagenet", tmp_path / "elsewhere", download=False)

@@ -87,7 +87,7 @@ class _StubOld:
 
 def _prepared(label_map, options=None, seed=0):
     feats, labels = _features()
-    m = create_alignment("adv_bct", options)
+    m = create_alignment("adv_bct", **(options or {}))
     spec = tiny_spec(geometry="euclidean", num_classes=4, class_order=(0, 1, 2, 3))
     torch.manual_seed(seed)
     m.prepare(AlignmentContext(spec, torch.device("cpu"), _StubOld(), label_map, lambda: iter([(feats, labels)])))

@@ -8,28 +8,28 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.batches import to_image_tensor
 from components.errors import ConfigError
 from components.losses import (
     AlignmentLoss,
     LossOutput,
-    available_alignments,
     create_alignment,
-    get_alignment,
+    list_alignments,
     register_alignment,
 )
 from components.losses import catalog as catalog_module
+from components.losses.catalog import ALIGNMENTS
 from components.models import build_model
 from components.training import train_model
 from tests.helpers import tiny_spec, train_config
 
 
 def test_builtin_methods_are_registered():
-    names = available_alignments()
+    names = list_alignments()
     assert {"independent", "bct", "hbct"} <= set(names)
     assert names == sorted(names)
-    assert get_alignment("hbct").name == "hbct"
+    assert ALIGNMENTS.get("hbct").name == "hbct"
     assert create_alignment("independent").requires_old is False
 
 
@@ -44,20 +44,20 @@ def test_unknown_method_lists_available_names():
 
 def test_unknown_option_is_named():
     with pytest.raises(ConfigError) as info:
-        create_alignment("hbct", {"taus": 0.5, "tau": 0.5})
+        create_alignment("hbct", taus=0.5, tau=0.5)
     assert "taus" in str(info.value)
     assert "tau" in str(info.value)  # the valid options are listed too
     with pytest.raises(ConfigError, match="lr"):
-        create_alignment("independent", {"lr": 1.0})
+        create_alignment("independent", lr=1.0)
 
 
 def test_invalid_option_value():
     with pytest.raises(ConfigError, match="tau"):
-        create_alignment("hbct", {"tau": 0})
+        create_alignment("hbct", tau=0)
 
 
 def test_options_are_applied():
-    m = create_alignment("hbct", {"tau": 0.25, "entailment": False})
+    m = create_alignment("hbct", tau=0.25, entailment=False)
     assert m.options.tau == 0.25 and m.options.entailment is False
     assert m.options.beta == 0.01  # defaults kept
 
@@ -68,7 +68,7 @@ def test_registering_a_different_class_under_a_taken_name_is_refused():
 
     with pytest.raises(ValueError, match="twice"):
         register_alignment("hbct")(Other)
-    assert get_alignment("hbct").__name__ == "HBCT"
+    assert ALIGNMENTS.get("hbct").__name__ == "HBCT"
 
 
 @pytest.fixture
@@ -89,11 +89,11 @@ def test_new_method_trains_without_touching_the_loop(tmp_path, unregister_test_p
             Pull.calls += 1
             return LossOutput({"pull": new.z.pow(2).sum(dim=1).mean()}, {"pull_stat": 1.5})
 
-    assert name in available_alignments()
+    assert name in list_alignments()
     method = create_alignment(name)
     assert isinstance(method, Pull) and method.name == name
 
-    splits = load_dataset("digits", tmp_path / "raw")
+    splits = create_dataset("digits", tmp_path / "raw")
     train = splits.train.subset(np.arange(48)).decode()
     data = to_image_tensor(train.images, train.labels)
     torch.manual_seed(0)

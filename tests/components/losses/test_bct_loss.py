@@ -40,7 +40,7 @@ def _new_spec(geometry: str) -> ModelSpec:
 
 def _bct(old, geometry: str, label_map: torch.Tensor, batches=None):
     """BCT without synthesised rows unless a batch source is given (then with them)."""
-    m = create_alignment("bct", {"synthesize_new_classes": batches is not None})
+    m = create_alignment("bct", synthesize_new_classes=batches is not None)
     m.prepare(
         AlignmentContext(
             new_spec=_new_spec(geometry),

@@ -37,7 +37,7 @@ def _new_spec(num_classes=4, compat_dim=16, extra_dims=4):
 
 
 def _prepared(old, label_map, options=None):
-    m = create_alignment("bt2", {"synthesize_new_classes": False, **(options or {})})
+    m = create_alignment("bt2", synthesize_new_classes=False, **(options or {}))
     m.prepare(AlignmentContext(_new_spec(), torch.device("cpu"), old, label_map))
     return m
 
@@ -96,7 +96,7 @@ def test_model_overrides_ask_for_the_bt2_head_on_the_parent_width():
     with pytest.raises(ConfigError, match="parent"):
         m.model_overrides(None)
     with pytest.raises(ConfigError, match="extra_dims"):
-        create_alignment("bt2", {"extra_dims": -1})
+        create_alignment("bt2", extra_dims=-1)
 
 
 def test_flags_and_geometry_checks():
@@ -113,7 +113,7 @@ def test_flags_and_geometry_checks():
 
 
 def test_prepare_refuses_a_new_model_without_the_bt2_head():
-    m = create_alignment("bt2", {"synthesize_new_classes": False})
+    m = create_alignment("bt2", synthesize_new_classes=False)
     with pytest.raises(ConfigError, match="head"):
         m.prepare(
             AlignmentContext(

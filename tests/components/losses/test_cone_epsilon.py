@@ -98,7 +98,7 @@ def test_hbct_trains_with_the_epsilon_it_chose_from_the_parent(tmp_path: Path, d
     def train(options: dict, run: str):
         torch.manual_seed(1)
         model = build_model(tiny_spec(zeta=1.2))
-        loss = create_alignment("hbct", options)
+        loss = create_alignment("hbct", **options)
         return train_model(model, digits64, cfg, loss, tmp_path / run, old_model=old), loss
 
     fixed, _ = train({}, "fixed")
@@ -113,7 +113,7 @@ def test_hbct_trains_with_the_epsilon_it_chose_from_the_parent(tmp_path: Path, d
 
 
 def test_the_view_angle_rule_refuses_a_context_without_training_data():
-    loss = create_alignment("hbct", {"epsilon_rule": "view_angle"})
+    loss = create_alignment("hbct", epsilon_rule="view_angle")
     ctx = AlignmentContext(tiny_spec(zeta=1.2), torch.device("cpu"), old_model=build_model(tiny_spec()).eval())
     with pytest.raises(ConfigError, match="epsilon_rule view_angle needs the training data"):
         loss.prepare(ctx)
@@ -124,4 +124,4 @@ def test_the_view_angle_rule_refuses_a_context_without_training_data():
 )
 def test_invalid_epsilon_rule_options_are_config_errors(options, needle):
     with pytest.raises(ConfigError, match=needle):
-        create_alignment("hbct", options)
+        create_alignment("hbct", **options)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.data import load_dataset, select_training_data
+from components.data import create_dataset, select_training_data
 from components.data.batches import to_image_tensor
 from components.geometry import expmap0
 from components.losses import AlignmentContext, create_alignment
@@ -39,7 +39,7 @@ def test_alignment_terms_use_the_old_curvature_when_k_is_learnable():
 
 
 def test_training_moves_a_learnable_curvature(tmp_path: Path):
-    s = load_dataset("digits", tmp_path)
+    s = create_dataset("digits", tmp_path)
     man = select_training_data(s.train, dataset="digits", fingerprint=s.fingerprint, class_order=list(range(10)))
     data = to_image_tensor(man.take(s.train).decode().images[:128], man.model_labels()[:128])
     torch.manual_seed(0)

@@ -28,7 +28,7 @@ def _spec(k: float = 1.0) -> ModelSpec:
 
 
 def _hbct(options=None, k: float = 1.0):
-    m = create_alignment("hbct", options)
+    m = create_alignment("hbct", **(options or {}))
     m.prepare(AlignmentContext(new_spec=_spec(k), device=torch.device("cpu")))
     return m
 
@@ -268,7 +268,7 @@ def test_hbct_gradient_reaches_new_embedding_only():
 )
 def test_invalid_option_values_are_config_errors(options, needle):
     with pytest.raises(ConfigError, match=needle):
-        create_alignment("hbct", options)
+        create_alignment("hbct", **options)
 
 
 def test_hbct_refuses_euclidean_and_missing_or_mismatched_parent():

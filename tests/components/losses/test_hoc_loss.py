@@ -49,7 +49,7 @@ def _data(seed=0, b=5, d=4):
 def test_hoc_matches_hand_computation(mu):
     new, old = _data()
     labels = torch.tensor([0, 1, 0, 2, 1])
-    m = create_alignment("hoc", {"mu": mu})
+    m = create_alignment("hoc", mu=mu)
     out = m(_out(new), _out(old), labels)
     assert set(out.terms) == {"hoc"}
     expected = sum(_hand_hoc(new, old, labels, mu)) / 5
@@ -100,7 +100,7 @@ def test_anchor_without_other_class_contributes_zero_and_gradients_stay_finite()
 
 def test_hoc_options_and_geometry():
     with pytest.raises(ConfigError, match="mu"):
-        create_alignment("hoc", {"mu": 0.0})
+        create_alignment("hoc", mu=0.0)
     with pytest.raises(ConfigError):
         choose_alignment("hoc").check_models("lorentz", 16, "lorentz", 16)
     choose_alignment("hoc").check_models("euclidean", 16, "euclidean", 16)

@@ -48,7 +48,7 @@ def _hand_ra_comp(new, old, labels, tau):
 @pytest.mark.parametrize("tau", [0.5, 0.1])
 def test_ra_comp_matches_hand_computation_on_two_class_batch(tau):
     new, old, labels = _batch()
-    m = create_alignment("hot_refresh", {"tau": tau})
+    m = create_alignment("hot_refresh", tau=tau)
     out = m(_out(new.float()), _out(old.float()), labels)
     assert set(out.terms) == {"ra_comp"}
     assert float(out.terms["ra_comp"]) == pytest.approx(_hand_ra_comp(new, old, labels, tau), rel=1e-5)
@@ -64,7 +64,7 @@ def test_same_class_entries_are_masked():
     """Perturbing item 1's old embedding (same class as item 0) changes only item 1's positive:
     anchor 0's loss is unchanged, and the per-batch loss changes exactly by anchor 1's change."""
     new, old, labels = _batch()
-    m = create_alignment("hot_refresh", {"tau": 0.5})
+    m = create_alignment("hot_refresh", tau=0.5)
     perturbed = old.clone()
     perturbed[1] = torch.tensor([-3.0, 0.5, 2.0], dtype=torch.float64)
     from components.losses.methods.hot_refresh import ra_comp
@@ -107,11 +107,11 @@ def test_gradient_is_finite_and_pulls_towards_old():
 @pytest.mark.parametrize("tau", [0.0, -0.1])
 def test_non_positive_tau_is_a_config_error(tau):
     with pytest.raises(ConfigError, match="tau"):
-        create_alignment("hot_refresh", {"tau": tau})
+        create_alignment("hot_refresh", tau=tau)
 
 
 def test_unknown_option_and_lorentz_refused():
     with pytest.raises(ConfigError, match="temperature"):
-        create_alignment("hot_refresh", {"temperature": 0.5})
+        create_alignment("hot_refresh", temperature=0.5)
     with pytest.raises(ConfigError):
         choose_alignment("hot_refresh").check_models("lorentz", 16, "lorentz", 16)

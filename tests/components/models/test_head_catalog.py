@@ -15,7 +15,7 @@ from components.errors import CheckpointMismatchError, ConfigError
 from components.indexing.gallery import GalleryEmbeddings
 from components.models import build_model, load_model, save_model
 from components.models.checkpoint import MODEL_FORMAT, save_torch_atomic
-from components.models.head_catalog import HEADS, HeadKind, HeadOutput, head_kind, register_head
+from components.models.head_catalog import HEADS, HeadKind, HeadOutput, register_head
 from components.training.embed import embed_images
 from tests.helpers import tiny_spec
 
@@ -28,7 +28,7 @@ def test_the_builtin_heads_are_registered_and_say_their_widths():
     assert (std.output_dim, std.compat_prefix, std.stored_dim) == (16, None, 17)
     assert (bt2.output_dim, bt2.compat_prefix, bt2.stored_dim) == (20, 12, 20)
     assert tiny_spec(geometry="euclidean", head="bt2", extra_dims=4).compat_prefix == 16  # compat_dim defaults to m
-    assert head_kind("standard").classifies_embedding and not head_kind("bt2").classifies_embedding
+    assert HEADS.get("standard").classifies_embedding and not HEADS.get("bt2").classifies_embedding
     assert build_model(std).classifies_embedding and not build_model(bt2).classifies_embedding
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.batches import augment_batch, iterate_batches, shard_bounds, to_image_tensor
 from components.data.sources.base import BatchIndexSampler
 from components.errors import ConfigError
@@ -72,7 +72,7 @@ def test_rank_parts_of_shuffled_batches_are_the_global_batches():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    splits = create_dataset("digits", tmp_path_factory.mktemp("digits"))
     sub = splits.train.subset(np.arange(96)).decode()
     return to_image_tensor(sub.images, sub.labels)
 

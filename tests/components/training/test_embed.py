@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.errors import ConfigError
 from components.geometry import create_space, expmap0
 from components.models import build_model
@@ -16,7 +16,7 @@ from tests.helpers import tiny_spec
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits")).test.decode().images[:37]
+    return create_dataset("digits", tmp_path_factory.mktemp("digits")).test.decode().images[:37]
 
 
 @pytest.mark.parametrize("geometry, width", [("lorentz", 17), ("euclidean", 16)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.batches import iterate_batches, to_image_tensor
 from components.data.sources import write_webdataset
 from components.data.sources.split import SourceDataset
@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits")).train.subset(np.arange(90)).decode()
+    return create_dataset("digits", tmp_path_factory.mktemp("digits")).train.subset(np.arange(90)).decode()
 
 
 @pytest.fixture(scope="module")

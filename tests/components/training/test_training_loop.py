@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import load_dataset
+from components.data import create_dataset
 from components.data.batches import to_image_tensor
 from components.errors import CheckpointMismatchError, ConfigError
 from components.losses import create_alignment
@@ -29,7 +29,7 @@ def fresh_model(seed: int, **kw):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    splits = load_dataset("digits", tmp_path_factory.mktemp("digits"))
+    splits = create_dataset("digits", tmp_path_factory.mktemp("digits"))
     sub = splits.train.subset(np.arange(64)).decode()
     return to_image_tensor(sub.images, sub.labels)  # digits: original class == position in range(10)
 

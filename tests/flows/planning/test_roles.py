@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.data import load_dataset
+from components.data import create_dataset
 from flows.params import Params, apply_overrides
 from flows.planning.roles import ROLES, RoleRequest, resolve_role
 from tests.helpers import tiny_spec
@@ -16,7 +16,7 @@ STATS = ((0.5,), (0.25,))
 
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
-    return load_dataset("digits", tmp_path_factory.mktemp("digits")).train
+    return create_dataset("digits", tmp_path_factory.mktemp("digits")).train
 
 
 def _request(train, *, run_seed=0, gen=1, role="model", method="l2", parent=None, geometry="lorentz", options=None):

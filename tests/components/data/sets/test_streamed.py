@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data.catalog import load_dataset
+from components.data.catalog import create_dataset
 from components.data.sources import write_manifest, write_webdataset
 from components.data.sources.split import SourceDataset
 from components.errors import DataError
@@ -42,7 +42,7 @@ def _manifest(top: Path, suffix: str = ".parquet") -> Path:
 @pytest.mark.parametrize("kind", ["webdataset", "manifest"])
 def test_train_stays_on_disk_and_test_decodes_to_the_written_images(tmp_path, kind):
     top = _webdataset(tmp_path) if kind == "webdataset" else _manifest(tmp_path)
-    s = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
+    s = create_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
     written = _splits()
     assert isinstance(s.train, SourceDataset) and s.train.resident() is None  # streamed, never decoded as a whole
     assert s.train.class_names == s.test.class_names == NAMES and s.train.image_shape == (5, 5, 3)
@@ -51,30 +51,30 @@ def test_train_stays_on_disk_and_test_decodes_to_the_written_images(tmp_path, ki
     np.testing.assert_array_equal(s.test.ids, written["test"][2])
     np.testing.assert_array_equal(s.test.labels, written["test"][1])
     np.testing.assert_array_equal(s.test.decode().images, written["test"][0])  # PNG: lossless
-    again = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
+    again = create_dataset(kind, tmp_path / "cache", path=str(top), image_size=5)
     assert again.fingerprint == s.fingerprint
-    resized = load_dataset(kind, tmp_path / "cache", path=str(top), image_size=4)
+    resized = create_dataset(kind, tmp_path / "cache", path=str(top), image_size=4)
     assert resized.fingerprint != s.fingerprint and resized.test.decode().images.shape == (12, 4, 4, 3)
 
 
 def test_a_csv_manifest_works_like_parquet(tmp_path):
-    s = load_dataset("manifest", tmp_path / "cache", path=str(_manifest(tmp_path, ".csv")), image_size=5)
+    s = create_dataset("manifest", tmp_path / "cache", path=str(_manifest(tmp_path, ".csv")), image_size=5)
     assert len(s.train) == 24 and len(s.test) == 12
 
 
 def test_missing_settings_and_bad_layouts_are_refused_with_the_fix(tmp_path):
     top = _webdataset(tmp_path / "wds")
     with pytest.raises(DataError, match="needs data.path"):
-        load_dataset("webdataset", tmp_path, image_size=5)
+        create_dataset("webdataset", tmp_path, image_size=5)
     with pytest.raises(DataError, match="needs data.image_size"):
-        load_dataset("webdataset", tmp_path, path=str(top))
+        create_dataset("webdataset", tmp_path, path=str(top))
     with pytest.raises(DataError, match="does not exist"):
-        load_dataset("webdataset", tmp_path, path=str(tmp_path / "nowhere"), image_size=5)
+        create_dataset("webdataset", tmp_path, path=str(tmp_path / "nowhere"), image_size=5)
     other = _webdataset(tmp_path / "other", class_names=("x", "y", "z"))
     (top / "test").rename(tmp_path / "kept")
     (other / "test").rename(top / "test")
     with pytest.raises(DataError, match="name different classes"):
-        load_dataset("webdataset", tmp_path, path=str(top), image_size=5)
+        create_dataset("webdataset", tmp_path, path=str(top), image_size=5)
 
 
 def test_an_unlabelled_split_is_refused(tmp_path):
@@ -82,4 +82,4 @@ def test_an_unlabelled_split_is_refused(tmp_path):
     write_webdataset(tmp_path / "train", [(imgs, labels, ids)], class_names=NAMES)
     write_webdataset(tmp_path / "test", [(imgs, np.full(len(ids), -1), ids)], class_names=NAMES)
     with pytest.raises(DataError, match="must be non-empty and labelled"):
-        load_dataset("webdataset", tmp_path, path=str(tmp_path), image_size=5)
+        create_dataset("webdataset", tmp_path, path=str(tmp_path), image_size=5)

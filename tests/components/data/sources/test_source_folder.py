@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.data.sources import ImageFolderSource, open_source
+from components.data.sources import ImageFolderSource, create_source
 from components.data.sources.folder import path_id
 from components.errors import DataError
 from tests.components.data.sources.source_files import chw, drain, images, save_png
@@ -50,7 +50,7 @@ def test_a_flat_folder_is_unlabelled(tmp_path):
     imgs = images(4, (6, 4), 1)
     for k, img in enumerate(imgs):
         save_png(tmp_path / "flat" / f"{k}.png", img)
-    src = open_source("folder", tmp_path / "flat")
+    src = create_source("folder", tmp_path / "flat")
     assert src.class_names == () and not src.labelled and src.channels == 1
     np.testing.assert_array_equal(src.labels, [-1, -1, -1, -1])
     _, items = drain(src, np.array([2, 0]))

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from components.data.batches import resize_images
-from components.data.sources import ManifestSource, open_source, write_manifest
+from components.data.sources import ManifestSource, create_source, write_manifest
 from components.errors import DataError
 from tests.components.data.sources.source_files import chw, drain, images, save_png
 
@@ -43,7 +43,7 @@ def test_a_manifest_with_ids_and_text_labels(tmp_path, suffix):
 def test_without_id_or_label_columns_rows_are_ids_and_unlabelled(tmp_path):
     imgs, paths = _files(tmp_path, 5, channels=3)
     pq.write_table(pa.table({"path": [str(p) for p in paths], "extra": list(range(5))}), tmp_path / "m.parquet")
-    src = open_source("manifest", tmp_path / "m.parquet")
+    src = create_source("manifest", tmp_path / "m.parquet")
     np.testing.assert_array_equal(src.ids, np.arange(5))
     np.testing.assert_array_equal(src.labels, -np.ones(5))
     assert src.class_names == () and src.channels == 3

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from components.data.batches import resize_images
-from components.data.sources import WebDatasetSource, open_source, write_webdataset
+from components.data.sources import WebDatasetSource, create_source, write_webdataset
 from components.data.sources.shard_index import INDEX_NAME
 from components.errors import DataError
 from tests.components.data.sources.source_files import chw, drain, images
@@ -144,7 +144,7 @@ def test_broken_corpora_are_refused_with_the_fix(tmp_path):
         WebDatasetSource(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="holds no .tar shards; write them with write_webdataset"):
-        open_source("webdataset", tmp_path / "empty")
+        create_source("webdataset", tmp_path / "empty")
     two = [(images(3), np.zeros(3, np.int64), np.array([1, 2, 3]))] * 2
     with pytest.raises(DataError, match=r"has 3 duplicated ids, e.g. \[1, 2, 3\]"):
         write_webdataset(tmp_path / "dup", two)

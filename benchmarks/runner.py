@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.io import atomic_write_text
 from components.losses import AlignmentChoice, AlignmentLoss
 from components.models import ModelSpec, build_model, load_model, save_model
+from components.models.checkpoint import LATE_FIELDS
 from components.training import TrainConfig, TrainingDivergedError, TrainResult, embed_split, train_model
 from components.training.data import training_data
 from components.training.device import cuda_available
@@ -105,13 +106,14 @@ def _digest(obj: Any) -> str:
 
 #: TrainConfig fields that choose how a step runs and leave the trained model the same up to float rounding
 _RUN_ONLY = ("compile", "compile_mode")
-#: ModelSpec fields added after models were cached, left out of the key at their default so those keys still hold
-_SPEC_LATE_DEFAULTS = {f.name: f.default for f in fields(ModelSpec) if f.name in ("mlr_scale",)}
 
 
 def _spec_key(spec: ModelSpec) -> dict[str, Any]:
+    """The spec's part of a cache key: a field added after models were cached (the checkpoints' table,
+    :data:`~components.models.checkpoint.LATE_FIELDS`) is left out at the value older models read as, so their keys
+    still hold."""
     d = spec.to_dict()
-    return {k: v for k, v in d.items() if not (k in _SPEC_LATE_DEFAULTS and v == _SPEC_LATE_DEFAULTS[k])}
+    return {k: v for k, v in d.items() if not (k in LATE_FIELDS and v == LATE_FIELDS[k].value)}
 
 
 def _cache_key(

@@ -21,6 +21,7 @@ def tiny_spec(**kw) -> ModelSpec:
         learn_curvature=False,
         zeta=1.0,
         classifier_scale=16.0,
+        mlr_scale=1.0,
         classifier="cosine",
         bn_neck=False,
         norm_mean=(0.5,),

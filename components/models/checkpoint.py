@@ -5,12 +5,16 @@ A checkpoint file is ``{"format": ..., "metadata": ModelSpec.to_dict(),
 Files are written to a temp file and renamed into place. Loading never
 unpickles arbitrary objects, and a checkpoint whose metadata does not fit the
 requested model is refused with the list of differences.
+
+Older files: :data:`LATE_FIELDS` is the one table of the metadata fields a file that predates them lacks, and the
+value each reads as; :func:`read_spec` consults it (and logs its one-line notice at debug level).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,10 @@ from components.models.encoder import EmbeddingModel, build_meta_model, build_mo
 from components.models.spec import IDENTITY_FIELDS, ModelSpec
 
 __all__ = [
+    "LATE_FIELDS",
     "MODEL_FORMAT",
     "Checkpoint",
+    "LateField",
     "check_spec",
     "load_model",
     "load_torch_safe",
@@ -35,6 +41,23 @@ __all__ = [
 ]
 
 MODEL_FORMAT = "bctflow-model/1"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LateField:
+    """A :class:`ModelSpec` field added after checkpoints were written: the ``value`` a file without it reads as (the
+    model it was trained as), and the one line that says so."""
+
+    value: Any
+    notice: str
+
+
+#: ModelSpec field → what a checkpoint written before the field existed reads as
+LATE_FIELDS: dict[str, LateField] = {
+    "mlr_scale": LateField(1.0, "no mlr_scale (the file predates the Lorentz MLR's logit scale): s = 1, HBCT Eq. (9)"),
+}
 
 
 def save_torch_atomic(obj: dict[str, Any], path: Path) -> None:
@@ -99,8 +122,14 @@ def read_checkpoint(path: Path) -> Checkpoint:
 
 
 def read_spec(obj: dict[str, Any], path: Path | str = "checkpoint") -> ModelSpec:
+    """The spec a checkpoint record's metadata describes; a field it lacks because the file predates the field reads
+    as :data:`LATE_FIELDS` says (CheckpointMismatchError for metadata that is not a spec)."""
+    meta = obj["metadata"]
+    late = {k: f.value for k, f in LATE_FIELDS.items() if isinstance(meta, dict) and k not in meta}
+    for k in late:
+        log.debug("checkpoint %s: %s", path, LATE_FIELDS[k].notice)
     try:
-        return ModelSpec.from_dict(obj["metadata"])
+        return ModelSpec.from_dict({**late, **meta})
     except (TypeError, ValueError) as err:
         raise CheckpointMismatchError(
             f"{path} has invalid metadata ({err}); it was written by another version or edited"

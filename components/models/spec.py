@@ -56,9 +56,8 @@ class ModelSpec:
     learn_curvature: bool
     zeta: float | None
     classifier_scale: float
-    #: Lorentz models: fixed scale s on the Lorentz MLR's logits (1.0: HBCT Eq. (9) as published); a default, unlike
-    #: the other params-set fields, so checkpoints written before the field existed still load
-    mlr_scale: float = 1.0
+    #: Lorentz models: fixed scale s on the Lorentz MLR's logits (1.0: HBCT Eq. (9) as published)
+    mlr_scale: float
     #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias)
     classifier: Literal["cosine", "linear"]
     #: Euclidean head: BatchNorm on the embedding before L2 normalisation (centres it)

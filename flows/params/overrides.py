@@ -1,5 +1,5 @@
 """Dotted-key overrides of a raw params mapping (``--set train.epochs=5``) and the one-line validation message,
-which names the key a typo'd one was meant to be."""
+which names where a moved key went, or the key a typo'd one was meant to be."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from components.errors import ConfigError
+from flows.params.moved_keys import moved_notice
 
 __all__ = [
     "closest_key",
@@ -62,13 +63,15 @@ def closest_key(schema: type[BaseModel], loc: tuple[str | int, ...]) -> str | No
 
 
 def format_validation_error(err: ValidationError, source: str, schema: type[BaseModel] | None = None) -> str:
-    """A pydantic validation error as one line naming each bad key and its fix (an unknown key of ``schema``: the key
-    it was probably meant to be)."""
+    """A pydantic validation error as one line naming each bad key and its fix (an unknown key of ``schema``: where it
+    moved, :data:`flows.params.moved_keys.MOVED_KEYS`, else the key it was probably meant to be)."""
     parts = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and (notice := moved_notice(loc)) is not None:
+            loc, msg = loc.rpartition(".")[0], notice  # the section it was in, and where it went
+        elif e["type"] == "extra_forbidden":
             meant = closest_key(schema, e["loc"]) if schema is not None else None
             msg = (
                 f"unknown key; did you mean `{meant}`?"

@@ -256,25 +256,6 @@ class BackfillParams(_Strict):
             raise ValueError(f"target_map must be in (0, 1] (got {v}); it is a served mAP@R, e.g. 0.6 (null: none)")
         return v
 
-    @model_validator(mode="before")
-    @classmethod
-    def _rules_moved(cls, data: Any) -> Any:
-        """A rule written directly under ``backfill:`` (before the rules had their own section), or ``retain_versions``
-        (now ``gallery.keep_versions``): say where it went."""
-        if isinstance(data, dict) and "retain_versions" in data:
-            raise ValueError(
-                "retain_versions moved to gallery.keep_versions (the gallery versions every store keeps); write it "
-                "under `gallery:` as keep_versions (--set gallery.keep_versions=…)"
-            )
-        moved = [k for k in data if k in BackfillRules.model_fields] if isinstance(data, dict) else []
-        if moved:
-            raise ValueError(
-                f"{', '.join(moved)} moved to {', '.join(f'backfill.rules.{k}' for k in moved)}; write "
-                f"{'them' if len(moved) > 1 else 'it'} under `rules:` in `backfill:` "
-                f"(--set backfill.rules.{moved[0]}=…)"
-            )
-        return data
-
 
 class TrackingParams(_Strict):
     mlflow_uri: RunOption[str | None] = None  # default: the workspace's own MLflow store

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import pathlib
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 
 import pytest
 import torch
@@ -11,8 +12,10 @@ import torch
 from components.errors import CheckpointMismatchError
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import (
+    LATE_FIELDS,
     MODEL_FORMAT,
     load_torch_safe,
+    read_spec,
     save_torch_atomic,
 )
 from tests.helpers import tiny_spec
@@ -170,7 +173,20 @@ def test_the_mlr_logit_scale_is_saved_and_older_checkpoints_load_with_eq9(tmp_pa
     with torch.no_grad():
         assert torch.equal(loaded(x).logits, model(x).logits)
     old_metadata = {k: v for k, v in tiny_spec().to_dict().items() if k != "mlr_scale"}
-    assert ModelSpec.from_dict(old_metadata).mlr_scale == 1.0
+    assert read_spec({"metadata": old_metadata}).mlr_scale == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(LATE_FIELDS))
+def test_every_late_field_reads_as_its_table_value_and_its_notice_is_one_line(name, caplog):
+    """The table is the one place that says what a file written before a field existed reads as: the field has no
+    default of its own, metadata without it reads as the table's value, and the notice (logged) is one line."""
+    assert {f.name: f for f in fields(ModelSpec)}[name].default is MISSING
+    old = {k: v for k, v in tiny_spec().to_dict().items() if k != name}
+    with caplog.at_level(logging.DEBUG, logger="components.models.checkpoint"):
+        assert getattr(read_spec({"metadata": old}, "old.pt"), name) == LATE_FIELDS[name].value
+    notice = LATE_FIELDS[name].notice
+    assert "\n" not in notice and name in notice
+    assert caplog.messages == [f"checkpoint old.pt: {notice}"]
 
 
 def test_a_model_is_loaded_into_uninitialised_tensors_and_one_with_tensors_its_file_lacks_is_built_whole(tmp_path):

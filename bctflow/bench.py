@@ -191,6 +191,50 @@ def bench_transform(
     console.print(f"report: {md}")
 
 
+@bench_app.command("lifecycle")
+def bench_lifecycle(
+    profile: str = typer.Option("cpu", "--profile", autocompletion=complete_profile, help="benchmark profile"),
+    nights: int | None = typer.Option(None, "--nights", help="nights of the season (default: the profile's, 8)"),
+    policies: str | None = typer.Option(
+        None, "--policies", help="comma-separated policies (default: every one: never,rules,every_k,budget,always)"
+    ),
+    lineage: str = typer.Option("zeta", "--lineage", help="zeta (Lorentz, HBCT: the shipped) | euclidean (bct)"),
+    out: Path = typer.Option(
+        Path("benchmarks/results/lifecycle"), "--out", help="the report goes to OUT/<profile>-<lineage>/"
+    ),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    set_: list[str] | None = SetOpt,
+) -> None:
+    """Every lifecycle policy over a season of nights, each in its own workspace running the real nightly flow:
+    served quality per night against compute, each backfill rule's precision and recall (docs/design.md §11)."""
+    from benchmarks.lifecycle import LINEAGES, run_lifecycle, stream_settings
+    from benchmarks.lifecycle_report import write_lifecycle_report
+    from benchmarks.profile import load_profile
+    from flows.runtime.prefect_api import prefect_api
+    from flows.runtime.workspace import resolve_home
+
+    announce_params(params)
+    h = resolve_home(home) / "bench-lifecycle"
+    configure_environment(h)
+    try:
+        prof, base = load_profile(profile, params)
+        base = apply_overrides(base, list(set_ or []))
+        wanted = None if policies is None else [x.strip() for x in policies.split(",") if x.strip()]
+        stream_settings(prof.lifecycle, nights, wanted)  # bad input: one line, before any server starts
+        if lineage not in LINEAGES:
+            raise ConfigError(f"unknown --lineage {lineage!r}; use one of {', '.join(LINEAGES)}")
+        folder = out / f"{prof.name}-{lineage}"
+        prefect_api(h)
+        record = run_lifecycle(base, home=h, out=folder, lineage=lineage, raw_settings=prof.lifecycle,
+                               nights=nights, policies=wanted,
+                               log=lambda m: console.print(m, highlight=False, markup=False))  # fmt: skip
+        md = write_lifecycle_report(record, folder, "bctflow " + " ".join(sys.argv[1:]))
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}  ({record['seconds'] / 60:.1f} min)")
+
+
 def _counts(text: str | None) -> list[int] | None:
     """``--workers-sweep 1,2`` as worker counts (one line naming the problem for anything else)."""
     if text is None:

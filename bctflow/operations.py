@@ -47,6 +47,12 @@ def backfill(
         help="carry the live gallery's stored vectors into the generation's space through the lineage's newest "
         "transform bridge (bctflow upgrade --route transform) instead of re-embedding the items",
     ),
+    ingest: bool = typer.Option(
+        False,
+        "--ingest",
+        help="add the serving corpus's new items (those the live gallery does not hold), embedded by the live "
+        "gallery's own model, as production does when items arrive",
+    ),
     plan_only: bool = typer.Option(
         False,
         "--plan",
@@ -69,7 +75,7 @@ def backfill(
                 report_finished(finish_interrupted(p, h))
             plan = plan_backfill(
                 p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force,
-                transform=transform,
+                transform=transform, ingest=ingest,
             )  # fmt: skip
             done = finished_backfill(plan)
             if done is not None:  # rerun after it finished (or after a kill just past its commit): nothing is written
@@ -207,7 +213,7 @@ def schedule(
     configure_environment(h)
     from prefect.schedules import Cron
 
-    from flows.generation.nightly import nightly_generation
+    from flows.lifecycle.nightly import nightly_generation
     from flows.pipeline.deployment import DEPLOYMENT
 
     nightly_generation.serve(

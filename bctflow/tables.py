@@ -130,6 +130,22 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+def _night_notes(gens: list[dict[str, Any]]) -> list[str]:
+    """One line per lifecycle night, oldest first: its action, why, its forecast and the outcome measured after."""
+    nights = sorted((n for g in gens for n in g.get("nights", [])), key=lambda n: n["night"])
+    lines = []
+    for n in nights:
+        what = n["action"] if n["fraction"] is None or n["action"] in ("full", "keep") else (
+            f"{n['action']} {n['fraction']:.0%}")  # fmt: skip
+        target = "" if n["target"] is None else f" g{n['target']}"
+        state = "" if n["state"] == "done" else f" [{n['state']}]"
+        lines.append(
+            f"☾ {n['night']} ({n['policy']}): {what}{target}{state} — {n['reason']}; served mAP forecast "
+            f"{fmt(n['forecast_map'], 3)}, outcome {fmt(n['outcome_map'], 3)}, {n['items']} items re-embedded"
+        )
+    return lines
+
+
 def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
     """Backfill reasons (warnings once a full backfill with the generation ran), the backfills in the order they
     happened, where the live gallery's vectors live and the newest compatibility summary, for the table's caption."""
@@ -147,6 +163,7 @@ def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
             f"⟲ backfill {b.event_id}: {b.kind} with g{b.to_gen} "
             f"({b.reembedded}/{b.total} items{restarted}, {b.duration_s:.0f}s)"
         )
+    notes += _night_notes(gens)
     live = next((g["live_gallery"] for g in gens if g.get("live_gallery")), None)
     if live is not None and live["store"] is not None:  # recorded since lineage revision 0007
         where = f"{live['store']} collection {live['collection']}" if live["collection"] else f"{live['store']} files"

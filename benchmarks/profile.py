@@ -124,6 +124,8 @@ class Profile(_Strict):
     description: str = ""
     params: dict[str, Any] = Field(default_factory=dict)
     bench: BenchSettings
+    #: ``bctflow bench lifecycle``'s stream (benchmarks/lifecycle_stream.py StreamSettings; empty: its defaults)
+    lifecycle: dict[str, Any] = Field(default_factory=dict)
 
     def resolved_params(self, base: Params) -> Params:
         return apply_overrides(base, flatten_overrides(self.params)) if self.params else base

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from components.errors import LineageError
 from registry import schema_version
 from registry.db_url import sqlite_path, sqlite_pragmas, store_label
+from registry.night_ledger import NightLedger
 from registry.orm import (
     BackfillDecision,
     BackfillEvent,
@@ -494,3 +495,8 @@ class LineageDB:
         """Every route choice, oldest first (the newest for a generation is the one in force)."""
         with self._sessions() as s:
             return list(s.scalars(select(ChosenRoute).order_by(ChosenRoute.id)))
+
+    @property
+    def nights(self) -> NightLedger:
+        """The lifecycle's nights (registry/night_ledger.py): decided, acted on, done, and their outcomes."""
+        return NightLedger(self._sessions, self._writable)

@@ -82,6 +82,25 @@ def _route_choice(c: orm.ChosenRoute) -> dict[str, Any]:
     }
 
 
+def _night(n: orm.Night) -> dict[str, Any]:
+    return {
+        "night": n.night,
+        "policy": n.policy,
+        "action": n.action,
+        "fraction": n.fraction,
+        "target": n.target_generation_id,
+        "reason": n.reason,
+        "forecast_map": n.forecast_map,
+        "served_before": n.served_before,
+        "outcome_map": n.outcome_map,
+        "state": n.state,
+        "items": n.items,
+        "compute_s": n.compute_s,
+        "backfill": n.backfill_id,
+        "carry": n.carry,
+    }
+
+
 def _live_gallery(live: orm.GalleryPointer) -> dict[str, Any]:
     """Where the live gallery's vectors live, as its pointer row recorded them (null values: before revision 0007)."""
     return {
@@ -112,6 +131,12 @@ def _roles(g: Generation, step: GenerationStep, rows: LineageRows, timeline: Tim
         "backfills": [_backfill(b) for b in rows.backfills if b.to_generation_id == g.id],
         "bridges": [_bridge(b) for b in rows.bridges if b.from_generation_id == g.id],
         "route_choices": [_route_choice(c) for c in rows.route_choices if c.generation_id == g.id],
+        # a night by the generation it trained; a night that trained nothing, by the production it started from
+        "nights": [
+            _night(n)
+            for n in rows.nights
+            if (n.generation_id if n.generation_id is not None else n.production_id) == g.id
+        ],
     }
 
 
@@ -119,7 +144,7 @@ def _decision(g: Generation, rows: LineageRows) -> dict[str, Any]:
     """The backfill decision and ``backfill_done``: the newest backfill that put the whole live gallery in ``g``'s
     embeddings (a full backfill or a gallery transform; a partial one leaves the backfill to do)."""
     dec = rows.decisions.get(g.id)
-    whole = [b.id for b in rows.backfills if b.to_generation_id == g.id and b.kind != "partial"]
+    whole = [b.id for b in rows.backfills if b.to_generation_id == g.id and b.kind in ("full", "transform")]
     return {
         "backfill_required": None if dec is None else dec.required,
         "backfill_reasons": [] if dec is None else list(dec.reasons),

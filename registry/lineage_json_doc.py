@@ -114,6 +114,34 @@ FIELDS: tuple[Field, ...] = (
         shape="items",
     ),
     Field(
+        "nights",
+        "[object]",
+        "the lifecycle's nights that trained this generation (or, training nothing, started from it as production; "
+        "lineage revision 0010; `lifecycle.policy`, docs/design.md §7.18), oldest first: the `night`'s name, the "
+        "`policy`, the `action` taken (keep, promote, adapter, transform, partial, full, begin, continue) with its "
+        "`fraction` and `target` generation, the one-line `reason`, the `forecast_map` it chose by and "
+        "`served_before` it (today's served mAP), the `outcome_map` measured the night after, its `state` (decided, "
+        "acting, done), the `items` it re-embedded and `compute_s` it spent, the `backfill` event it made and what it "
+        "`carry`-ies to the next nights",
+        keys=(
+            "night",
+            "policy",
+            "action",
+            "fraction",
+            "target",
+            "reason",
+            "forecast_map",
+            "served_before",
+            "outcome_map",
+            "state",
+            "items",
+            "compute_s",
+            "backfill",
+            "carry",
+        ),
+        shape="items",
+    ),
+    Field(
         "compatibility",
         "object \\| null",
         "the compatibility matrix over the serving generations as of this generation, one object per metric "

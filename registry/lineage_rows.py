@@ -22,7 +22,8 @@ EvalTable = dict[tuple[int, str, int, str], dict[str, float]]
 
 @dataclass
 class LineageRows:
-    """The lineage's rows: generations, promotions, backfills, bridges, route choices and live pointers oldest first;
+    """The lineage's rows: generations, promotions, backfills, bridges, route choices, nights and live pointers oldest
+    first;
     evaluations as a table; derived / diagnostic metrics, decisions, ζ steps and compatibility summaries by
     generation id."""
 
@@ -38,6 +39,7 @@ class LineageRows:
     backfills: list[orm.BackfillEvent]
     bridges: list[orm.FittedBridge]
     route_choices: list[orm.ChosenRoute]
+    nights: list[orm.Night]
 
     @property
     def live(self) -> orm.GalleryPointer | None:
@@ -61,6 +63,7 @@ def read_rows(sessions: sessionmaker[Session], paths: WorkspacePaths) -> Lineage
             backfills=list(s.scalars(select(orm.BackfillEvent).order_by(orm.BackfillEvent.id))),
             bridges=list(s.scalars(select(orm.FittedBridge).order_by(orm.FittedBridge.id))),
             route_choices=list(s.scalars(select(orm.ChosenRoute).order_by(orm.ChosenRoute.id))),
+            nights=list(s.scalars(select(orm.Night).order_by(orm.Night.id))),
         )
         for c in s.scalars(select(orm.CompatSummary).order_by(orm.CompatSummary.id)):
             summary = {"generations": c.generation_ids, "matrix": c.matrix, "ac": c.ac, "aa": c.aa, "aca": c.aca}

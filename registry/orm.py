@@ -12,6 +12,7 @@ Tables
 * ``compat_summaries``   the compatibility matrix over serving generations after each generation, AC/AA/ACA
 * ``bridges``            fitted maps between generations' spaces (query adapters, gallery transforms)
 * ``route_choices``      the upgrade route a rule took for a generation, with every route's measurement
+* ``nights``             a lifecycle policy's night: its decision, the action carried out, its forecast and outcome
 
 Schema changes are Alembic revisions in ``registry/migrations/versions/`` (:mod:`registry.schema_version`
 runs them); a new database is built by the migrations. :func:`upgrade_schema` is only the bridge
@@ -50,6 +51,7 @@ __all__ = [
     "GalleryPointer",
     "Generation",
     "GenerationMetric",
+    "Night",
     "Promotion",
     "ZetaStep",
     "upgrade_schema",
@@ -286,6 +288,43 @@ class ChosenRoute(Base):
     line: Mapped[str] = mapped_column(Text)
     evidence: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Night(Base):
+    """A night of the lifecycle (revision 0010; docs/design.md §7.18): the ``policy`` that decided it, the night's
+    new generation (None: nothing was trained), the live gallery's and production's generations it started from,
+    the ``action`` taken (keep | promote | adapter | transform | partial | full | continue) with its ``fraction`` and
+    ``target_generation_id``, the one-line ``reason``, its ``forecast_map`` and every ``options`` considered (action,
+    forecast, cost), the shipped rules' ``checks``; its ``state`` (``decided`` → ``acting`` → ``done``: a night found
+    ``acting`` finishes its action, never decides again), what it cost (``items`` re-embedded or carried,
+    ``compute_s`` worker-seconds: training, embedding, fitting), the backfill or bridge it made, the re-embedding it
+    ``carry``-es over; and, recorded the night after, its ``outcome_map``: the served mAP@R the action gave."""
+
+    __tablename__ = "nights"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    night: Mapped[str] = mapped_column(String(64), unique=True)
+    policy: Mapped[str] = mapped_column(String(16))
+    generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    live_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    production_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    action: Mapped[str] = mapped_column(String(16))
+    fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+    target_generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    forecast_map: Mapped[float | None] = mapped_column(Float, nullable=True)
+    served_before: Mapped[float | None] = mapped_column(Float, nullable=True)
+    options: Mapped[list[Any]] = mapped_column(JSON)
+    checks: Mapped[list[Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    items: Mapped[int] = mapped_column(Integer, default=0)
+    compute_s: Mapped[float] = mapped_column(Float, default=0.0)
+    backfill_id: Mapped[int | None] = mapped_column(ForeignKey("backfill_events.id"), nullable=True)
+    bridge_id: Mapped[int | None] = mapped_column(ForeignKey("bridges.id"), nullable=True)
+    carry: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    outcome_map: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class SchemaInfo(Base):

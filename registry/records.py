@@ -14,6 +14,7 @@ __all__ = [
     "EvaluationRecord",
     "GenerationBundle",
     "GenerationRecord",
+    "NightRecord",
     "PointerRecord",
     "RouteChoiceRecord",
     "ZetaRecord",
@@ -180,6 +181,30 @@ class RouteChoiceRecord:
     met_bar: bool
     line: str
     evidence: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class NightRecord:
+    """A lifecycle night's decision as the lineage records it (``nights``, revision 0010) before its action runs:
+    ``night`` its key (the nightly run's date, or the name a caller gives it), the ``policy``, the night's new
+    generation, the generations it started from, the chosen ``action`` with ``fraction`` / ``target_generation_id``,
+    the one-line ``reason``, the forecast served mAP and every option considered, the shipped rules' ``checks``,
+    today's served mAP before the action and what it carries over."""
+
+    night: str
+    policy: str
+    generation_id: int | None
+    live_generation_id: int
+    production_id: int | None
+    action: str
+    fraction: float | None
+    target_generation_id: int | None
+    reason: str
+    forecast_map: float | None
+    served_before: float | None
+    options: list[dict[str, Any]]
+    checks: list[dict[str, Any]]
+    carry: dict[str, Any] | None = None
 
 
 @dataclass

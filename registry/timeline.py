@@ -40,7 +40,17 @@ def _generation(rows: LineageRows, g: orm.Generation, metric: str | None, forced
         backfill_required=None if decision is None else decision.required,
         backfill_reasons=() if decision is None else tuple(decision.reasons),
         backfill_short=() if decision is None else short_reasons(decision.checks),
+        night=_night(rows, g.id),
     )
+
+
+def _night(rows: LineageRows, gen_id: int) -> str:
+    """The lifecycle night that trained generation ``gen_id``: ``policy: action`` (empty: none)."""
+    n = next((n for n in rows.nights if n.generation_id == gen_id), None)
+    if n is None:
+        return ""
+    what = n.action if n.fraction is None or n.action in ("full", "keep") else f"{n.action} {n.fraction:.0%}"
+    return f"{n.policy}: {what}" + (f" g{n.target_generation_id}" if n.target_generation_id is not None else "")
 
 
 def _backfill(b: orm.BackfillEvent, restarts: dict[int, float | None]) -> BackfillStep:
@@ -66,7 +76,8 @@ def lineage_timeline(rows: LineageRows, metric: str | None = None) -> Timeline:
     timed: list[tuple[tuple[str, int, int], Step]] = [
         ((_at(g.created_at), 0, g.id), _generation(rows, g, metric, g.id in forced)) for g in rows.gens
     ]
-    timed += [((_at(b.finished_at), 1, b.id), _backfill(b, restarts)) for b in rows.backfills]
+    # an ingest (new items embedded by the gallery's own model) re-embeds nothing: not a step of the lineage
+    timed += [((_at(b.finished_at), 1, b.id), _backfill(b, restarts)) for b in rows.backfills if b.kind != "ingest"]
     timed.sort(key=lambda t: t[0])
     live = rows.live
     return Timeline(

@@ -47,6 +47,8 @@ def _label(g: GenerationStep, metric: str | None) -> str:
     if g.cross is not None and g.old_old is not None:
         verdict = "✓" if g.compatible else "✗"
         lines.append(f"{verdict} {metric} cross {g.cross:.3f} vs old {g.old_old:.3f}")
+    if g.night:
+        lines.append(f"☾ {g.night}")
     return "\n".join(lines)
 
 

@@ -35,7 +35,8 @@ class GenerationStep:
     ``cross`` / ``old_old``: its queries against its parent's gallery and the parent's own, on the timeline's metric;
     ``promoted`` / ``forced``: it was promoted (by a forced override); ``pending``: registered by this run, not yet
     committed; ``backfill_required``: its backfill decision (None: none, generation 0), ``backfill_reasons`` why in
-    words and ``backfill_short`` in a few characters each (:func:`short_reasons`)."""
+    words and ``backfill_short`` in a few characters each (:func:`short_reasons`); ``night``: the lifecycle night's
+    action on it (docs/design.md §7.18)."""
 
     gen_id: int
     name: str
@@ -52,6 +53,8 @@ class GenerationStep:
     backfill_required: bool | None = None
     backfill_reasons: tuple[str, ...] = ()
     backfill_short: tuple[str, ...] = ()
+    #: the lifecycle night that trained it: what its policy did (``always: full``), empty without a policy
+    night: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,15 @@ from components.indexing.gallery import GalleryEmbeddings, read_npz
 from components.indexing.mixed import item_uncertainty, mix_galleries, order_items
 from components.io import atomic_write_text, file_sha256
 
-__all__ = ["STORE_FILE", "GalleryParts", "PartWriter", "StoredPart", "link_store", "mix_stores"]
+__all__ = [
+    "STORE_FILE",
+    "GalleryParts",
+    "PartWriter",
+    "StoredPart",
+    "append_stores",
+    "link_store",
+    "mix_stores",
+]
 
 STORE_FILE = "store.json"
 _PARTS = "parts"
@@ -332,6 +340,16 @@ def link_store(store: GalleryParts, directory: Path) -> GalleryParts:
             os.link(src, dst)
     atomic_write_text(directory / STORE_FILE, (store.path / STORE_FILE).read_text())
     return GalleryParts(directory)
+
+
+def append_stores(current: GalleryParts, new: GalleryParts, writer: PartWriter) -> GalleryParts:
+    """``current``'s rows, then ``new``'s (an ingest: items the gallery did not hold, embedded by its own model),
+    written through ``writer``, part by part; refused when ``new`` holds an id ``current`` has (the writer's
+    finish checks that ids stay unique)."""
+    for store in (current, new):
+        for part in store.parts():
+            writer.add(part)
+    return writer.finish()
 
 
 def mix_stores(current: GalleryParts, replacement: GalleryParts, writer: PartWriter) -> GalleryParts:

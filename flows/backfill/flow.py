@@ -121,13 +121,29 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
     return event
 
 
+@task(name="embed-some-parts", cache_policy=NO_CACHE)
+def embed_some_task(plan: BackfillPlan, max_items: int) -> int:
+    """At most ``max_items`` more of the selected items, then stop: the items still to embed."""
+    with progress_bar(f"backfill with g{plan.target}: embedding at most {max_items} items", max_items) as advance:
+        return reembed.reembed_some(plan, max_items, advance)
+
+
 @flow(name="backfill", log_prints=True)
-def backfill(plan: BackfillPlan, forecast: BackfillForecast | None = None) -> dict[str, Any]:
+def backfill(
+    plan: BackfillPlan, forecast: BackfillForecast | None = None, max_items: int | None = None
+) -> dict[str, Any]:
     """Re-embed (a fraction of) the live gallery with the plan's target generation; ``forecast``: its plan, when the
-    caller measured it already (the CLI does, before its Prefect server starts)."""
+    caller measured it already (the CLI does, before its Prefect server starts). ``max_items``: embed at most that
+    many more items this run; when items are left, stop before publishing (``{"paused": True, …}``): the same
+    request resumes it (a re-embedding spread over several nights' budgets, docs/design.md §7.18)."""
     with workspace_lock(plan.workspace.home, BACKFILL, plan.params.lineage.db_url):
         forecast = forecast_task(plan, forecast)
         plan = start_task(plan)
+        if max_items is not None and plan.bridge is None:
+            left = embed_some_task(plan, max_items)
+            if left:
+                get_run_logger().info("backfill with g%d paused: %d items left for the next run", plan.target, left)
+                return {"paused": True, "target": plan.target, "left": left, "kind": plan.event_kind}
         embedding = time.time()
         before, total = _embed(plan)
         embedded = time.time()

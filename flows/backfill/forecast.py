@@ -144,6 +144,8 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryForecast:
     temporary folder; time the first batch (fixed cost) and the rest (rate)."""
     p = plan.params
     positions = selected_positions(plan, gallery)
+    if not len(positions):  # nothing to embed (an ingest carries its evaluation gallery as it is)
+        return _forecast(plan, gallery, 0, 0, 0.0, 0, 1.0, 0)
     sample = positions[: p.backfill.plan_sample]
     stamps: list[tuple[float, int]] = []
     if plan.bridge is not None:  # a gallery transform: the live rows through the bridge, timed the same way
@@ -222,6 +224,8 @@ def _restarted(plan: BackfillPlan, new: GalleryEmbeddings) -> GalleryEmbeddings:
 def _curve(plan: BackfillPlan, fractions: tuple[float, ...]) -> tuple[str, list[float | None]]:
     """(order, the served mAP at each of ``fractions``) over the labelled evaluation split."""
     p = plan.params
+    if plan.kind == "ingest":  # new items added, nothing re-embedded: no served curve to forecast
+        return plan.order, [None for _ in fractions]
     merge = (p.serve.merge,)
     key = MERGES[p.serve.merge]
     current = live_store(plan, plan.evaluation)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import ValidationError
 
 from components.errors import ConfigError, LineageError
@@ -32,7 +33,7 @@ from flows.runtime.workspace import Workspace
 from registry.lineage import LineageDB
 from registry.orm import GalleryPointer, Generation
 
-__all__ = ["finished_backfill", "plan_backfill", "start"]
+__all__ = ["finished_backfill", "ingest_plan", "new_corpus_items", "plan_backfill", "start"]
 
 
 def _live_backfill(plan: BackfillPlan, store: LineageDB | None = None) -> tuple[int, BackfillPlan] | None:
@@ -70,13 +71,22 @@ def plan_backfill(
     seed: int = 0,
     force: bool = False,
     transform: bool = False,
+    ingest: bool = False,
+    top_up: bool = False,
 ) -> BackfillPlan:
     """Decide what to re-embed (writes nothing; :func:`start` saves or resumes it and fixes the items).
 
     A partial backfill mixes the target's vectors with the live gallery's, which is only meaningful when the target's
     queries passed the compatibility criterion against it; ``force`` lets an operator override that (recorded with
     the event). ``transform``: carry the live rows through a transform bridge instead (flows/backfill/transform.py).
+    ``ingest``: embed the serving corpus's new items (those the live gallery does not hold) with the live gallery's
+    own model and add them — what production does as items arrive (:func:`ingest_plan`). ``top_up``: a partial
+    backfill leaves ``fraction`` of the gallery embedded by the target, not embedding again what it embeds already.
     """
+    if ingest:
+        gallery_store(params, ws.home).check()
+        with ws.lineage(params, readonly=True) as store:
+            return ingest_plan(params, ws, store, seed)
     order = order or params.backfill.order
     if order not in ORDERS:
         raise ConfigError(f"unknown backfill order {order!r}; use one of {', '.join(ORDERS)}")
@@ -87,7 +97,7 @@ def plan_backfill(
     gallery_store(params, ws.home).check()  # known, installed, reachable: before anything is embedded
     check_cluster(params)  # a scheduler that answers
     with ws.lineage(params, readonly=True) as store:
-        plan = _plan(params, ws, store, target, fraction, order, seed, force)
+        plan = _plan(params, ws, store, target, fraction, order, seed, force, top_up)
         if transform:  # the live rows carried as they are: no ζ restart, the target's own ζ
             live = _live_backfill(plan, store)
             if live is not None and live[1].bridge is not None and live[1].target == plan.target:
@@ -97,6 +107,55 @@ def plan_backfill(
             zeta = store.generation(plan.target).zeta
             plan = plan.model_copy(update={"bridge": bridge, "restart_zeta": False, "zeta": zeta})
         return plan
+
+
+def new_corpus_items(params: Params, ws: Workspace, live: GalleryVersion) -> tuple[int, int]:
+    """(items of the serving corpus the live version does not hold, the corpus's items); ConfigError in one line
+    when the live gallery serves the evaluation split (there is no corpus to ingest from)."""
+    corpus = open_corpus(params, ws)
+    if corpus is None:
+        raise ConfigError(
+            "the live gallery serves the evaluation split (gallery.source eval_split): there is no corpus to ingest; "
+            "set gallery.source and gallery.path"
+        )
+    served = live.serving()
+    held = GalleryParts(served.gallery).column("ids") if served.corpus else np.zeros(0, dtype=np.int64)
+    return int((~np.isin(corpus.split.ids, held)).sum()), len(corpus)
+
+
+def ingest_plan(params: Params, ws: Workspace, store: LineageDB, seed: int = 0) -> BackfillPlan:
+    """An ingest: the corpus's new items embedded by the live gallery's own model (the pointer's checkpoint, ζ and
+    stamp) and added to a new gallery version that accepts the same queries; the evaluation gallery is carried as it
+    is. ConfigError in one line when the corpus holds nothing new."""
+    ptr = store.live_pointer()
+    if ptr is None:
+        raise LineageError("there is no live gallery yet; create generation 0 first (bctflow run)")
+    live = GalleryVersion.of_index(ptr.index_path)
+    new, total = new_corpus_items(params, ws, live)
+    if not new:
+        raise ConfigError(f"the live gallery holds every one of the corpus's {total} items; nothing to ingest")
+    g = store.generation(ptr.generation_id)
+    evaluation = BackfillGallery(name="evaluation", total=len(GalleryParts(live.evaluation_gallery())), selected=0)
+    return BackfillPlan(
+        home=str(ws.home),
+        params=params,
+        target=g.id,
+        target_checkpoint=ptr.model_checkpoint or g.checkpoint_path,
+        source_generation=ptr.generation_id,
+        source_pointer_version=ptr.id,
+        source_index=ptr.index_path,
+        kind="ingest",
+        fraction=new / total,
+        order="new",
+        seed=seed,
+        chunk_size=params.backfill.chunk_size,
+        throttle_s=params.backfill.throttle_seconds,
+        restart_zeta=False,
+        zeta=ptr.zeta if ptr.zeta is not None else g.zeta,
+        galleries=(evaluation, BackfillGallery(name="corpus", total=total, selected=new)),
+        started_at=datetime.now(UTC).isoformat(),
+        compatible=tuple(ptr.compatible_generations or [ptr.generation_id]),
+    )
 
 
 def _check_partial(store: LineageDB, ptr: GalleryPointer, g: Generation, force: bool) -> None:
@@ -117,8 +176,13 @@ def _check_partial(store: LineageDB, ptr: GalleryPointer, g: Generation, force: 
         )
 
 
+def _live_parts(live: GalleryVersion, corpus: bool) -> GalleryParts:
+    """The live version's evaluation gallery or serving corpus, as stored."""
+    return GalleryParts(live.serving().gallery if corpus else live.evaluation_gallery())
+
+
 def _galleries(
-    params: Params, ws: Workspace, live: GalleryVersion, kind: str, fraction: float, order: str
+    params: Params, ws: Workspace, live: GalleryVersion, kind: str, fraction: float, order: str, top_up: int | None
 ) -> tuple[BackfillGallery, ...]:
     """The galleries the backfill keeps current, each with its item counts; refuses a request one cannot serve."""
     evaluation = GalleryParts(live.evaluation_gallery())
@@ -140,7 +204,10 @@ def _galleries(
             )
     out = []
     for name, total in sizes.items():
-        selected = total if kind == "full" else round(fraction * total)
+        # topping up (``top_up``: the target) leaves ``fraction`` of the gallery embedded by the target: items it
+        # embeds already (an earlier partial backfill with it, continued) are not embedded again
+        have = 0 if top_up is None else int((_live_parts(live, name == "corpus").column("stamps") == top_up).sum())
+        selected = total if kind == "full" else max(0, round(fraction * total) - have)
         if not selected:
             what = "live gallery" if name == "evaluation" else "serving corpus"
             raise ConfigError(f"--fraction {fraction} of the {what}'s {total} items selects none; raise the fraction")
@@ -157,6 +224,7 @@ def _plan(
     order: str,
     seed: int,
     force: bool,
+    top_up: bool = False,
 ) -> BackfillPlan:
     ptr = store.live_pointer()
     if ptr is None:
@@ -171,7 +239,9 @@ def _plan(
     kind = "full" if fraction >= 1.0 else "partial"
     if kind == "partial":
         _check_partial(store, ptr, g, force)
-    galleries = _galleries(params, ws, GalleryVersion.of_index(ptr.index_path), kind, fraction, order)
+    top_up = top_up and kind == "partial"
+    galleries = _galleries(params, ws, GalleryVersion.of_index(ptr.index_path), kind, fraction, order,
+                           target if top_up else None)  # fmt: skip
     clipped = create_space(g.geometry).radius_encodes_confidence  # a clip radius ζ a full backfill may restart
     restart = bool(params.backfill.restart_zeta and kind == "full" and clipped and g.zeta is not None)
     return BackfillPlan(
@@ -193,6 +263,7 @@ def _plan(
         galleries=galleries,
         started_at=datetime.now(UTC).isoformat(),
         forced=bool(force and kind == "partial"),
+        top_up=top_up,
     )
 
 

@@ -42,7 +42,7 @@ class BackfillPlan(BaseModel):
     source_pointer_version: int
     #: the live version's evaluation index the backfill replaces (the lineage pointer row's ``index_path``)
     source_index: str
-    kind: str
+    kind: str  # full | partial | ingest (new corpus items embedded by the live gallery's own model)
     fraction: float
     order: str
     seed: int
@@ -56,6 +56,11 @@ class BackfillPlan(BaseModel):
     forced: bool = False
     #: a gallery transform (flows/backfill/transform.py): the bridge that carries the live rows; None: re-embedding
     bridge: PlannedBridge | None = None
+    #: the generations whose queries the new version accepts (None: the target's only; an ingest keeps the live's)
+    compatible: tuple[int, ...] | None = None
+    #: a partial backfill that tops the target's share of the gallery up to ``fraction``: items it embeds already
+    #: are not embedded again (the lifecycle's re-embedding continued over nights)
+    top_up: bool = False
 
     @property
     def workspace(self) -> Workspace:
@@ -83,9 +88,17 @@ class BackfillPlan(BaseModel):
     def reason(self) -> str:
         """The live pointer's reason: ``full backfill with generation 2``, ``gallery transform into generation 2 by
         bridge v1 (procrustes)``."""
+        if self.kind == "ingest":
+            new = sum(g.selected for g in self.galleries)
+            return f"ingest of {new} new corpus items embedded by generation {self.target}"
         if self.bridge is None:
             return f"{self.kind} backfill with generation {self.target}"
         return f"gallery transform into generation {self.target} by bridge v{self.bridge.version} ({self.bridge.kind})"
+
+    @property
+    def accepts(self) -> list[int]:
+        """The generations whose queries the new version accepts."""
+        return list(self.compatible) if self.compatible is not None else [self.target]
 
     @property
     def evaluation(self) -> BackfillGallery:
@@ -102,7 +115,7 @@ class BackfillPlan(BaseModel):
         return src.relative_to(home).as_posix() if src.is_relative_to(home) else str(src)
 
     def same_request(self, other: BackfillPlan) -> bool:
-        keys = ("target", "kind", "fraction", "order", "seed", "chunk_size", "forced", "bridge")
+        keys = ("target", "kind", "fraction", "order", "seed", "chunk_size", "forced", "bridge", "top_up")
         same_source = self.source_in_workspace() == other.source_in_workspace()
         names = [g.name for g in self.galleries] == [g.name for g in other.galleries]
         return same_source and names and all(getattr(self, k) == getattr(other, k) for k in keys)

@@ -25,7 +25,7 @@ from components.evaluation.served import served_maps
 from components.faults import crash_point
 from components.indexing.backend import SearchIndex, gallery_facts, open_index, store_of
 from components.indexing.live import LivePointer
-from components.indexing.parts import GalleryParts, PartWriter, link_store, mix_stores
+from components.indexing.parts import GalleryParts, PartWriter, append_stores, link_store, mix_stores
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text, file_sha256
 from flows.backfill.plan import BackfillGallery, BackfillPlan
@@ -40,6 +40,8 @@ __all__ = ["publish", "switch"]
 def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> GalleryParts:
     """The new store of ``gallery`` in ``out``: the re-embedded parts (full; hard links), or the live store with
     those items swapped in, part by part (partial). Refused unless the parts hold exactly the selected items."""
+    if not gallery.selected:  # an ingest's evaluation gallery: the live one, as it is
+        return link_store(live_store(plan, gallery), out)
     work = GalleryParts(plan.work_version.store(gallery.corpus))
     split = gallery_source(plan, gallery).split
     selected = split.ids[select_items(plan, gallery)]
@@ -50,6 +52,8 @@ def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> Galler
         )
     if plan.kind == "full":
         store = link_store(work, out)
+    elif plan.kind == "ingest":
+        store = append_stores(live_store(plan, gallery), work, PartWriter(out, plan.chunk_size))
     else:
         store = mix_stores(live_store(plan, gallery), work, PartWriter(out, plan.chunk_size))
     # generations are compared item by item on the evaluation split: its gallery keeps the split's order
@@ -116,7 +120,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
             generation=plan.target,
             version=GalleryVersion(version_dir).number,
             corpus=gallery.corpus,
-            compatible=[plan.target],
+            compatible=plan.accepts,
             serving=gallery.corpus == serves_corpus,
         )
         metrics.update(_measure(plan, gallery, store, index))
@@ -179,7 +183,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             plan.reason(),
             model_ckpt,
             plan.zeta,
-            [plan.target],
+            plan.accepts,
             model_sha256=file_sha256(model_ckpt),
             index_sha256=store_of(index_dir).digest(index_dir),
             gallery_sha256=GalleryParts(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),

@@ -28,13 +28,14 @@ from components.models import load_model, save_model
 from flows.backfill.plan import BackfillGallery, BackfillPlan
 from flows.backfill.transform import transform_gallery
 from flows.gallery.data import GallerySource, evaluation_source, open_corpus
-from flows.gallery.pipeline import Embedded, embed_gallery
+from flows.gallery.pipeline import Embedded, embed_gallery, embed_some
 
 __all__ = [
     "gallery_model_checkpoint",
     "gallery_source",
     "live_store",
     "reembed",
+    "reembed_some",
     "select_items",
     "selected_positions",
 ]
@@ -72,13 +73,22 @@ def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryParts:
 
 
 def selected_positions(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
-    """Sorted positions (in its source's split) of the items of ``gallery`` this backfill re-embeds: all (full), or
-    the first ``selected`` in ``plan.order`` over the live gallery's own vectors (partial). Reads only."""
+    """Sorted positions (in its source's split) of the items of ``gallery`` this backfill re-embeds: all (full); the
+    first ``selected`` in ``plan.order`` over the live gallery's own vectors — topping up, those the target did not
+    embed already (partial); the corpus's items the live gallery does not hold (ingest). Reads only."""
     split = gallery_source(plan, gallery).split
     if plan.kind == "full":
         return np.arange(len(split), dtype=np.int64)
+    if plan.kind == "ingest":
+        if not gallery.corpus:
+            return np.zeros(0, dtype=np.int64)
+        held = live_store(plan, gallery).column("ids")
+        return np.flatnonzero(~np.isin(split.ids, held)).astype(np.int64)
     current = live_store(plan, gallery)
-    chosen = current.column("ids")[current.backfill_order(plan.order, plan.seed)[: gallery.selected]]
+    order = current.backfill_order(plan.order, plan.seed)
+    if plan.top_up:  # topping the target's share up: what it embeds already is not embedded again
+        order = order[current.column("stamps")[order] != plan.target]
+    chosen = current.column("ids")[order[: gallery.selected]]
     return np.sort(split.positions_of(chosen))
 
 
@@ -94,6 +104,21 @@ def select_items(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
     return positions
 
 
+def reembed_some(plan: BackfillPlan, max_items: int, on_batch: Callable[[int], None] | None = None) -> int:
+    """Embed at most ``max_items`` more of the selected items (every gallery in turn, whole parts) and stop: a
+    backfill spread over several runs, each within a budget (the lifecycle's carried re-embedding). Returns the items
+    still to embed (0: :func:`reembed` finishes every gallery without embedding more)."""
+    checkpoint, left, budget = gallery_model_checkpoint(plan), 0, max_items
+    for gallery in plan.galleries:
+        if not gallery.selected:
+            continue
+        out = plan.work_version.store(gallery.corpus)
+        now, rest = embed_some(plan.params, gallery_source(plan, gallery), checkpoint, out, generation=plan.target,
+                               positions=select_items(plan, gallery), max_items=budget, on_batch=on_batch)  # fmt: skip
+        budget, left = budget - now, left + rest
+    return left
+
+
 def reembed(
     plan: BackfillPlan, on_batch: Callable[[int], None] | None = None
 ) -> list[tuple[BackfillGallery, Embedded]]:
@@ -102,6 +127,8 @@ def reembed(
     checkpoint = gallery_model_checkpoint(plan)
     done = []
     for gallery in plan.galleries:
+        if not gallery.selected:  # an ingest carries the evaluation gallery as it is
+            continue
         out, p, pause = plan.work_version.store(gallery.corpus), plan.params, plan.throttle_s
         if plan.bridge is not None:  # a gallery transform: the live rows through the bridge, no model
             embedded = transform_gallery(

@@ -18,7 +18,7 @@ from typing import Any
 from flows.params import BackfillRules
 from registry.records import DecisionRecord
 
-__all__ = ["RULES", "SHARED", "BackfillEvidence", "Rule", "decide_backfill", "rule"]
+__all__ = ["RULES", "SHARED", "VETO", "BackfillEvidence", "Rule", "decide_backfill", "rule"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class BackfillEvidence:
     gallery_clip_fraction: float | None
     generations_since_backfill: int
     incompatibility: str | None = None
+    #: M(φ_new, φ_new): the new generation's own retrieval (None: not measured)
+    new_self: dict[str, float] | None = None
 
 
 #: a rule: its check of the evidence, or None when it is disabled (or has nothing to check)
@@ -47,6 +49,8 @@ Rule = Callable[[BackfillEvidence, BackfillRules], dict[str, Any] | None]
 RULES: dict[str, Rule] = {}
 #: the fields of ``backfill.rules`` that no one rule owns: the metric the rules compare on
 SHARED = frozenset({"metric"})
+#: checks whose failure vetoes the generation (neither promoted nor backfilled with) instead of requiring a backfill
+VETO = frozenset({"not_worse"})
 
 
 def rule(field: str) -> Callable[[Rule], Rule]:
@@ -181,10 +185,32 @@ def _clip_fraction(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any]
     )
 
 
+@rule("require_not_worse")
+def _not_worse(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | None:
+    if not rules.require_not_worse or ev.new_self is None:
+        return None
+    m = rules.metric
+    n, s = ev.new_self[m], ev.live_self[m]
+    ok = n >= s
+    rel = "≥" if ok else "<"
+    return _check(
+        "not_worse",
+        n,
+        s,
+        ok,
+        f"the new generation's own {m} {n:.4f} {rel} generation {ev.live_generation_id}'s on its gallery {s:.4f}"
+        + ("" if ok else ": it would serve worse than what it replaces — neither promoted nor backfilled with"),
+        f"self {n:.3f} {rel} old {s:.3f}",
+    )
+
+
 def decide_backfill(ev: BackfillEvidence, rules: BackfillRules) -> DecisionRecord:
-    """Run every rule of the catalog on ``ev``: required when any enabled rule's check fails."""
+    """Run every rule of the catalog on ``ev``: required when any enabled rule's check fails — but a vetoed
+    generation (:data:`VETO`: it retrieves worse than the live one) requires nothing: re-embedding with it would
+    serve worse."""
     checks = [c for check in RULES.values() if (c := check(ev, rules)) is not None]
-    reasons = [c["detail"] for c in checks if not c["passed"]]
+    vetoed = any(c["rule"] in VETO and not c["passed"] for c in checks)
+    reasons = [] if vetoed else [c["detail"] for c in checks if not c["passed"]]
     return DecisionRecord(
         required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id
     )

@@ -55,6 +55,7 @@ __all__ = [
     "corpus_metrics",
     "embed_gallery",
     "embed_run",
+    "embed_some",
     "finish_parts",
     "index_gallery",
 ]
@@ -197,6 +198,34 @@ def embed_run(
 def finish_parts(p: Params, out: Path) -> GalleryParts:
     """The part store ``out`` once every run is written: ``store.json`` listing its parts (ids checked unique)."""
     return PartWriter(out, p.backfill.chunk_size).finish()
+
+
+def embed_some(
+    p: Params,
+    source: GallerySource,
+    checkpoint: Path,
+    out: Path,
+    *,
+    generation: int,
+    positions: np.ndarray,
+    max_items: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[int, int]:
+    """Embed at most ``max_items`` more of the items at ``positions`` into the part store ``out`` (whole parts, in
+    part order, resuming what is there) and stop, unfinished: a re-embedding spread over several runs (a night's
+    budget). Returns (items embedded now, items still to embed); :func:`embed_gallery` finishes the store."""
+    cs = p.backfill.chunk_size
+    runs, _ = chunk_runs(p, source, checkpoint, out, positions)
+    budget, embedded, left = max(0, int(max_items)), 0, 0
+    for r in runs:
+        take = min(len(r.positions), (budget // cs) * cs if budget < len(r.positions) else len(r.positions))
+        if take:
+            part = ChunkRun(r.first, r.positions[:take], r.total)
+            embedded += embed_run(p, source, checkpoint, out, part, generation=generation, on_batch=on_batch,
+                                  crash_points=False)  # fmt: skip
+            budget -= take
+        left += len(r.positions) - take
+    return embedded, left
 
 
 def embed_gallery(

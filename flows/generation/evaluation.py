@@ -200,7 +200,7 @@ def evaluate(
     ids = sorted(set(plan.serving_ids) | {plan.gen_id})
     compat = compat_records(plan, ids, {**r.against, plan.gen_id: r.self_m})
     artifacts = _plots(plan, trained, new, live, compat, ids)
-    decision = _decide(plan, cross, r.live_self, compatible, derived, gallery.clip_fraction, r.skipped)
+    decision = _decide(plan, cross, r.live_self, compatible, derived, gallery.clip_fraction, r.skipped, r.self_m)
     summary = {
         "generation": plan.gen_id,
         "name": plan.name,
@@ -292,6 +292,7 @@ def _decide(
     derived: DerivedMetrics,
     gallery_clip: float | None,
     skipped: dict[int, str],
+    new_self: dict[str, float] | None = None,
 ) -> DecisionRecord:
     if plan.parent is None or live_self is None:
         return DecisionRecord(False, [], [], None)
@@ -305,5 +306,6 @@ def _decide(
         gallery_clip_fraction=gallery_clip,
         generations_since_backfill=plan.generations_since_backfill,
         incompatibility=skipped.get(plan.parent.id),
+        new_self=new_self,
     )
     return decide_backfill(ev, plan.params.backfill.rules)

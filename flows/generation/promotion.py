@@ -50,7 +50,8 @@ def promote(
                 "live_gallery_accepts_queries": gen_id in accepted,
             }
         decision = store.decision(gen_id)
-        failed = gate_failures(g.compatible_with_live, list(decision.checks) if decision is not None else [])
+        checks = list(decision.checks) if decision is not None else []
+        failed = gate_failures(g.compatible_with_live, checks, params.backfill.gate)
         if failed and not force:
             raise ConfigError(
                 f"generation {gen_id} failed the promotion gate ({'; '.join(failed)}); pass --force to promote it "

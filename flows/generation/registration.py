@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,19 @@ from flows.recovery.model_text import LINEAGE_ARTIFACT, picture_markdown
 from registry.records import DecisionRecord
 from registry.tracking.registered_model import RegistrationRequest, RegistrationResult
 
-__all__ = ["chain_description", "example_images", "gate_failures", "promoted", "register"]
+__all__ = ["chain_description", "example_images", "gate_failures", "gate_warnings", "promoted", "register"]
 
 
-def gate_failures(compatible: bool | None, checks: list[dict[str, Any]]) -> list[str]:
+def gate_failures(
+    compatible: bool | None, checks: list[dict[str, Any]], gate: Sequence[str] | None = None
+) -> list[str]:
     """Why the promotion gate refuses a generation; empty when it passes.
 
     The gate needs the live gallery to accept the generation's queries (the measured
-    compatibility fact; None = not recorded) and every backfill rule to pass.
+    compatibility fact; None = not recorded) and every check ``gate`` names to pass (params ``backfill.gate``;
+    None: every check). A failing check the gate does not name is a recorded warning (:func:`gate_warnings`).
     """
-    failed = [c["detail"] for c in checks if not c["passed"]]
+    failed = [c["detail"] for c in checks if not c["passed"] and (gate is None or c["rule"] in gate)]
     if compatible is False and not any(c["rule"] == "compatibility" and not c["passed"] for c in checks):
         failed.insert(
             0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)"
@@ -36,9 +40,14 @@ def gate_failures(compatible: bool | None, checks: list[dict[str, Any]]) -> list
     return failed
 
 
+def gate_warnings(checks: list[dict[str, Any]], gate: Sequence[str] | None) -> list[str]:
+    """The failing checks the promotion gate does not name: recorded, shown, not gating."""
+    return [] if gate is None else [c["detail"] for c in checks if not c["passed"] and c["rule"] not in gate]
+
+
 def promoted(plan: GenerationPlan, ev: Evaluation) -> bool:
     """The promotion gate for a new generation (generation 0 always passes)."""
-    return plan.parent is None or not gate_failures(ev.compatible, ev.decision.checks)
+    return plan.parent is None or not gate_failures(ev.compatible, ev.decision.checks, plan.params.backfill.gate)
 
 
 def _zeta(z: float | None) -> str:
@@ -135,7 +144,7 @@ def _request(
         extra_tags={
             "bctflow.promotion": "promoted (passed the gate)"
             if passed
-            else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks)),
+            else "not promoted: " + "; ".join(gate_failures(ev.compatible, ev.decision.checks, p.backfill.gate)),
             "bctflow.compatible_with_live_gallery": str(ev.compatible).lower(),
             "bctflow.live_gallery_generation": "none" if plan.parent is None else str(plan.parent.id),
         },

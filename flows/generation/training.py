@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import torch
 
 from components.data.selection import DataManifest
+from components.io import atomic_path
 from components.models import ModelSpec, build_model, load_model, save_model
 from components.models.checkpoint import load_torch_safe, read_spec
 from components.training import train_model
@@ -84,6 +87,47 @@ def _save(plan: GenerationPlan, role: str, result: TrainResult, spec: ModelSpec)
     )
 
 
+def _cache_key(plan: GenerationPlan, snap: Snapshot, role: str) -> str:
+    """What shapes the role's trained model, as one digest: its data (the manifest's hash), its parent's checkpoint,
+    its spec, training config and alignment (training is deterministic in these)."""
+    planned = plan.roles[role]
+    shape = {
+        "data": snap.data_hash,
+        "parent": plan.parent.checkpoint_sha256 if plan.parent is not None else None,
+        "spec": repr(planned.spec),
+        "config": repr(planned.config),
+        "alignment": [planned.alignment, planned.alignment_options],
+        "reference": role == "model" and "reference" in plan.roles,
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _from_cache(plan: GenerationPlan, snap: Snapshot, role: str) -> Trained | None:
+    """The role's model from ``train.cache_dir`` when one trained from the same inputs is there (written into staging
+    under this run's key), else None."""
+    cache = plan.params.train.cache_dir
+    if cache is None:
+        return None
+    cached = Path(cache) / _cache_key(plan, snap, role) / "model.pt"
+    if not cached.is_file():
+        return None
+    obj = load_torch_safe(cached)
+    obj["run_key"] = plan.role_run_key(role)
+    plan.role_dir(role).mkdir(parents=True, exist_ok=True)
+    with atomic_path(plan.role_dir(role) / "model.pt") as tmp:
+        torch.save(obj, tmp)
+    return _finished(plan, role)
+
+
+def _to_cache(plan: GenerationPlan, snap: Snapshot, role: str) -> None:
+    cache = plan.params.train.cache_dir
+    if cache is not None:
+        out = Path(cache) / _cache_key(plan, snap, role) / "model.pt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp:
+            shutil.copyfile(plan.role_dir(role) / "model.pt", tmp)
+
+
 def train_role(
     plan: GenerationPlan,
     snap: Snapshot,
@@ -99,7 +143,7 @@ def train_role(
     training step (for a progress bar). ``train.nproc`` > 1 trains on that many ranks (progress is then not
     reported: the epochs run in the ranks' processes).
     """
-    done = _finished(plan, role)
+    done = _finished(plan, role) or _from_cache(plan, snap, role)
     if done is not None:
         return done
     p, parent, planned = plan.params, plan.parent, plan.roles[role]
@@ -131,4 +175,6 @@ def train_role(
         result = train_distributed(job, t.nproc, nodes)
     else:
         result = train_model(**vars(job), on_epoch=on_epoch, on_step=on_step)
-    return _save(plan, role, result, planned.spec)
+    trained = _save(plan, role, result, planned.spec)
+    _to_cache(plan, snap, role)
+    return trained

@@ -31,6 +31,7 @@ from pydantic import (
 
 from components.errors import ConfigError
 from flows.params.gallery import GalleryParams, IndexParams
+from flows.params.lifecycle import LifecycleParams
 from flows.params.overrides import flatten_overrides, format_validation_error, parse_overrides, set_dotted
 from flows.params.serve import ServeParams
 from flows.params.tags import AlignedModel, AlignedOutput, Data, Model, Output, RunOption, pick, sections, select
@@ -161,6 +162,9 @@ class TrainParams(_Strict):
     nnodes: RunOption[int] = Field(1, ge=1)
     rdzv_endpoint: RunOption[str] = ""
     job_dir: RunOption[str] = ""
+    #: a folder of trained models shared between workspaces, by the digest of what shapes one (its data, its parent's
+    #: checkpoint, its spec, config and alignment): a role found there is copied, not trained (null: none)
+    cache_dir: RunOption[str | None] = None
 
     @field_validator("compile", mode="before")
     @classmethod
@@ -225,12 +229,30 @@ class BackfillRules(_Strict):
     zeta_ceiling: AlignedOutput[float | None] = 3.0
     max_generations_since_backfill: AlignedOutput[int | None] = None
     clip_fraction_max: AlignedOutput[float | None] = Field(0.95, ge=0.0, le=1.0)
+    #: the new generation's own retrieval (self) is not worse than the live gallery's generation's on it (old-old):
+    #: failing, it is neither promoted nor backfilled with, whatever else the rules say (a veto, not a backfill)
+    require_not_worse: AlignedOutput[bool] = True
 
 
 class BackfillParams(_Strict):
     """The decision rules (``rules``) and how a backfill runs (docs/design.md §7 "A backfill": bctflow backfill)."""
 
     rules: BackfillRules = BackfillRules()
+    #: the checks that gate promotion (by the name the lineage shows: compatibility, p_com_floor, zeta_ceiling,
+    #: max_generations_since_backfill, clip_fraction_max, not_worse); the others are recorded warnings. null: every
+    #: check gates (docs/design.md §7.4, §7.18)
+    gate: AlignedOutput[list[str] | None] = None
+
+    @field_validator("gate")
+    @classmethod
+    def _known_checks(cls, v: list[str] | None) -> list[str] | None:
+        known = ("compatibility", "p_com_floor", "zeta_ceiling", "max_generations_since_backfill",
+                 "clip_fraction_max", "not_worse")  # fmt: skip
+        unknown = [x for x in v or [] if x not in known]
+        if unknown:
+            raise ValueError(f"backfill.gate names no check {unknown}; use any of {', '.join(known)} (or null: all)")
+        return v
+
     #: a full backfill rescales the gallery into the ζ₀ ball; ζ restarts from ζ₀
     restart_zeta: RunOption[bool] = True
     #: items per persisted chunk of every gallery embedding (resume granularity)
@@ -290,6 +312,7 @@ class Params(_Strict):
     schedule: ScheduleParams = ScheduleParams()
     serve: ServeParams = ServeParams()
     upgrade: UpgradeParams = UpgradeParams()
+    lifecycle: LifecycleParams = LifecycleParams()
 
     @model_validator(mode="after")
     def _unique_generation_names(self) -> Params:

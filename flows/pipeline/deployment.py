@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 DEPLOYMENT = "nightly"
-ENTRYPOINT = "flows/generation/nightly.py:nightly_generation"
+ENTRYPOINT = "flows/lifecycle/nightly.py:nightly_generation"
 WORK_POOL = "bctflow"
 #: nightly runs at a time; a run beyond it waits for a slot (Prefect's ENQUEUE; CANCEL_NEW would drop it)
 CONCURRENCY_LIMIT = 1

@@ -76,7 +76,7 @@ def test_one_run_opens_the_lineage_at_most_three_times_reads_its_parent_once_and
         seen.append(plan)
         return commit(plan, *a, **kw)
 
-    commit = flows.generation.commit
+    commit = flows.generation.steps.commit
     monkeypatch.setattr(registry.lineage.LineageDB, "__init__", counted_init)
     monkeypatch.setattr(checkpoint, "_read_bytes", counted_read)
     monkeypatch.setattr(flows.planning, "make_plan", planned)

@@ -75,7 +75,7 @@ def test_cli_run_parses_and_plans_once_per_generation(
 def test_nightly_hands_its_digest_and_fingerprint_to_the_generation(
     prefect_harness, tiny_params_file: Path, tmp_path: Path, counts: Counter
 ):
-    from flows.generation.nightly import nightly_generation
+    from flows.lifecycle.nightly import nightly_generation
 
     out = nightly_generation(home=str(tmp_path / "ws"), params_path=str(tiny_params_file))
     assert out["skipped"] is False and out["generation"] == 0

@@ -12,6 +12,7 @@ from registry.records import (
     DecisionRecord,
     EvaluationRecord,
     GenerationBundle,
+    NightRecord,
     RouteChoiceRecord,
     ZetaRecord,
 )
@@ -54,6 +55,10 @@ def _every_kind_of_value(path: Path) -> list[dict]:
         evidence = [{"route": "adapter", "served_map": 0.5, "seconds_per_item": 0.0, "query_us": 2.0}]
         choice = RouteChoiceRecord(3, 2, "adapter", "auto", 0.4, True, "upgrade route adapter", evidence)
         store.record_route_choice(choice)
+        night = NightRecord("night-03", "budget", 3, 2, 2, "partial", 0.3, 3, "the best forecast within the budget",
+                            0.61, 0.5, [{"action": "keep"}], [{"rule": "clip_fraction_max"}])  # fmt: skip
+        store.nights.decide(night)
+        store.nights.done("night-03", items=300, compute_s=12.0, carry={"target": 3, "mode": "partial"})
         return store.to_json()
 
 
@@ -62,6 +67,7 @@ def test_the_page_documents_exactly_the_keys_a_lineage_document_has(tmp_path: Pa
     last = document[-1]
     assert last["zeta_step"] and last["compatibility"] and last["metrics"]["reference"] and last["metrics"]["p_com"]
     assert document[0]["promotions"] and document[1]["backfills"] and last["bridges"] and last["route_choices"]
+    assert last["nights"] and last["nights"][0]["state"] == "done"
     emitted, documented = emitted_keys(document), documented_keys()
     undocumented = [k for k in emitted if k not in documented]
     stale = [k for k in documented if k not in emitted]

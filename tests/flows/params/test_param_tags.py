@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from flows.params import Params, apply_overrides, load_params, params_digest
+from flows.params.lifecycle import LifecycleParams
 from flows.params.serve import ServeParams
 from flows.params.tags import Model, RunOption, Shapes, leaf_tags, pick, sections, select
 from flows.params.upgrade import UpgradeParams
@@ -33,6 +34,7 @@ OLD_NOT_SHAPING = {
     ("train", "job_dir"),
     ("train", "keep_checkpoints"),
     ("train", "eval_batch_size"),
+    ("train", "cache_dir"),  # the trained-model cache (added with it): where a model comes from, not what it is
 }
 #: flows/pipeline/dvc_yaml.py SECTIONS: the sections a generation stage reads
 OLD_SECTIONS = (*OLD_MODEL_SHAPING, "gallery", "index", "evaluation", "backfill", "tracking")
@@ -43,6 +45,7 @@ OLD_RULES = (
     "zeta_ceiling",
     "max_generations_since_backfill",
     "clip_fraction_max",
+    "require_not_worse",  # added with the lifecycle's judgement of the rules
 )
 #: flows/pipeline/dvc_yaml.py ALIGNED_ONLY (the backfill rules now under backfill.rules), with the alignment section
 #: that
@@ -53,6 +56,7 @@ OLD_ALIGNED_ONLY = {
     "geometry.zeta_percentile",
     "evaluation.reference",
     *(f"backfill.rules.{k}" for k in OLD_RULES),
+    "backfill.gate",  # which checks gate promotion (added with the lifecycle's judgement of the rules)
     "alignment.method",
     "alignment.weight",
     "alignment.options",
@@ -71,6 +75,7 @@ OLD_NEVER = {
     "backfill.plan_sample",  # the backfill's plan (added with it): run options
     "backfill.target_map",
     *(f"upgrade.{k}" for k in UpgradeParams.model_fields),  # a bridge's fit (added with it): run options
+    *(f"lifecycle.{k}" for k in LifecycleParams.model_fields),  # what the nightly run does (added with it)
 }
 #: flows/pipeline/dvc_yaml.py _data_stage: the data keys but NOT_SHAPING, augment and workers
 OLD_DATA_STAGE = [

@@ -54,7 +54,7 @@ def test_schedule_write_prefect_yaml_follows_params_yaml(tmp_path: Path, monkeyp
 
 def test_schedule_serve_deploys_the_same_limit():
     """`bctflow schedule --serve` hands serve_limit() to Flow.serve(global_limit=...), which makes this deployment."""
-    from flows.generation.nightly import nightly_generation
+    from flows.lifecycle.nightly import nightly_generation
     from flows.pipeline.deployment import DEPLOYMENT, serve_limit
 
     deployment = nightly_generation.to_deployment(name=DEPLOYMENT, concurrency_limit=serve_limit())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def test_nightly_flow_trains_only_when_something_changed(prefect_harness, tiny_params_file: Path, tmp_path: Path):
     from components.code_digest import code_digest
-    from flows.generation.nightly import nightly_generation
+    from flows.lifecycle.nightly import nightly_generation
     from registry.lineage import LineageDB
 
     home = str(tmp_path / "ws")

@@ -209,10 +209,10 @@ def bench_lifecycle(
     """Every lifecycle policy over a season of nights, each in its own workspace running the real nightly flow:
     served quality per night against compute, each backfill rule's precision and recall (docs/design.md §11)."""
     from benchmarks.lifecycle import LINEAGES, run_lifecycle, stream_settings
-    from benchmarks.lifecycle_report import write_lifecycle_report
+    from benchmarks.lifecycle_report import log_lifecycle_run, write_lifecycle_report
     from benchmarks.profile import load_profile
     from flows.runtime.prefect_api import prefect_api
-    from flows.runtime.workspace import resolve_home
+    from flows.runtime.workspace import Workspace, resolve_home
 
     announce_params(params)
     h = resolve_home(home) / "bench-lifecycle"
@@ -230,9 +230,11 @@ def bench_lifecycle(
                                nights=nights, policies=wanted,
                                log=lambda m: console.print(m, highlight=False, markup=False))  # fmt: skip
         md = write_lifecycle_report(record, folder, "bctflow " + " ".join(sys.argv[1:]))
+        uri = Workspace(h).tracking_uri(base)  # the benchmark's own MLflow store
+        run = log_lifecycle_run(folder, uri)
     except BctflowError as err:
         fail(err)
-    console.print(f"report: {md}  ({record['seconds'] / 60:.1f} min)")
+    console.print(f"report: {md}  ({record['seconds'] / 60:.1f} min); MLflow run {run} at {uri}")
 
 
 def _counts(text: str | None) -> list[int] | None:

@@ -104,7 +104,7 @@ def demo(
 ) -> None:
     """Fresh workspace, then every generation of params.yaml `generations:` on digits (the shipped params.yaml: g0 on
     classes 0–4, then g1 on all classes with HBCT + an independent reference)."""
-    from bctflow.tables import compat_table, retrieval_table
+    from bctflow.tables import compat_table, decision_warnings, retrieval_table
     from flows.runtime.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
@@ -134,6 +134,8 @@ def demo(
         console.print(f"[yellow]g{g1['id']}: backfill required[/] — " + "; ".join(g1["backfill_reasons"]))
     elif g1["parent"] is not None:
         console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
+    for warning in decision_warnings(g1):
+        console.print(f"[yellow]g{g1['id']} warning:[/] {warning}")
     diag = g1.get("diagnostics") or {}
     if diag:
         nan = float("nan")

@@ -130,6 +130,15 @@ def _lineage_row(g: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+def decision_warnings(g: dict[str, Any]) -> list[str]:
+    """A generation's failing checks that do not require a backfill (params ``backfill.gate`` does not name them):
+    recorded warnings (docs/design.md §7.18)."""
+    reasons = set(g["backfill_reasons"])
+    return [
+        c["detail"] for c in g.get("backfill_checks", []) if not c.get("passed", True) and c["detail"] not in reasons
+    ]
+
+
 def _night_notes(gens: list[dict[str, Any]]) -> list[str]:
     """One line per lifecycle night, oldest first: its action, why, its forecast and the outcome measured after."""
     nights = sorted((n for g in gens for n in g.get("nights", [])), key=lambda n: n["night"])
@@ -163,6 +172,7 @@ def _lineage_notes(gens: list[dict[str, Any]], timeline: Timeline) -> list[str]:
             f"⟲ backfill {b.event_id}: {b.kind} with g{b.to_gen} "
             f"({b.reembedded}/{b.total} items{restarted}, {b.duration_s:.0f}s)"
         )
+    notes += [f"g{g['id']} warning: {w}" for g in gens if g["status"] != "retired" for w in decision_warnings(g)]
     notes += _night_notes(gens)
     live = next((g["live_gallery"] for g in gens if g.get("live_gallery")), None)
     if live is not None and live["store"] is not None:  # recorded since lineage revision 0007

@@ -19,7 +19,7 @@ from flows.params import load_params
 from flows.runtime.provenance import describe_run, provenance_line
 from flows.runtime.workspace import Workspace
 
-__all__ = ["RULE_NAMES", "judge", "write_lifecycle_report"]
+__all__ = ["RULE_NAMES", "judge", "log_lifecycle_run", "write_lifecycle_report"]
 
 #: the rules judged: the shipped decision and each rule alone (its check's name in the recorded decision)
 RULE_NAMES = (
@@ -239,3 +239,36 @@ def write_lifecycle_report(record: dict[str, Any], out: Path, command: str) -> P
     md = out / "report.md"
     md.write_text(_markdown(doc, command))
     return md
+
+
+def log_lifecycle_run(out: Path, tracking_uri: str) -> str:
+    """The report as an MLflow run of the experiment ``bctflow-lifecycle`` at ``tracking_uri``: each policy's
+    served-mAP area, items re-embedded and compute as metrics, each rule's precision and recall, the report, the JSON
+    and the plots as artifacts. Returns the run id."""
+    import mlflow
+
+    from registry.tracking.common import quiet_mlflow
+
+    doc = json.loads((out / "lifecycle.json").read_text())
+    with quiet_mlflow():
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_experiment("bctflow-lifecycle")
+        with mlflow.start_run(run_name=f"lifecycle-{doc['lineage']}-{doc['nights']}-nights") as run:
+            mlflow.set_tags(
+                {"bctflow.lifecycle.lineage": doc["lineage"], "bctflow.commit": str(doc["provenance"]["commit"])}
+            )
+            for p, r in doc["policies"].items():
+                mlflow.log_metrics(
+                    {
+                        f"{p}/served_map_area": r["served_map_area"],
+                        f"{p}/items_reembedded": float(r["items_reembedded"]),
+                        f"{p}/compute_s": r["compute_s"],
+                    }
+                )
+                for n in r["per_night"]:
+                    mlflow.log_metric(f"{p}/served_map", n["served_map"], step=n["night"])
+            for name, r in doc.get("rules", {}).items():
+                mlflow.log_metrics({f"rule/{name}/{k}": r[k] for k in ("precision", "recall") if r[k] is not None})
+            for f in ("report.md", "lifecycle.json", "served_map.png", "quality_vs_cost.png"):
+                mlflow.log_artifact(str(out / f))
+            return str(run.info.run_id)

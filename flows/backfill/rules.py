@@ -11,7 +11,7 @@ Whether the new generation is compatible with the live gallery is not decided he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,13 +204,15 @@ def _not_worse(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | N
     )
 
 
-def decide_backfill(ev: BackfillEvidence, rules: BackfillRules) -> DecisionRecord:
-    """Run every rule of the catalog on ``ev``: required when any enabled rule's check fails — but a vetoed
-    generation (:data:`VETO`: it retrieves worse than the live one) requires nothing: re-embedding with it would
-    serve worse."""
+def decide_backfill(ev: BackfillEvidence, rules: BackfillRules, gate: Sequence[str] | None = None) -> DecisionRecord:
+    """Run every rule of the catalog on ``ev``: required when a check ``gate`` names fails (params
+    ``backfill.gate``; None: every check) — but a vetoed generation (:data:`VETO`: it retrieves worse than the live
+    one) requires nothing: re-embedding with it would serve worse. Every check is recorded; a failing one the gate
+    does not name is a warning, not a reason."""
     checks = [c for check in RULES.values() if (c := check(ev, rules)) is not None]
     vetoed = any(c["rule"] in VETO and not c["passed"] for c in checks)
-    reasons = [] if vetoed else [c["detail"] for c in checks if not c["passed"]]
+    gating = [c for c in checks if gate is None or c["rule"] in gate]
+    reasons = [] if vetoed else [c["detail"] for c in gating if not c["passed"]]
     return DecisionRecord(
         required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id
     )

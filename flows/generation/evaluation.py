@@ -308,4 +308,4 @@ def _decide(
         incompatibility=skipped.get(plan.parent.id),
         new_self=new_self,
     )
-    return decide_backfill(ev, plan.params.backfill.rules)
+    return decide_backfill(ev, plan.params.backfill.rules, plan.params.backfill.gate)

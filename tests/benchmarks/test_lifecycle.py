@@ -79,6 +79,7 @@ def test_the_stream_brings_classes_data_and_a_degraded_night():
 def test_a_short_season_reports_every_policy_and_judges_the_rules(tmp_path: Path):
     res = _bench(tmp_path, "--policies", "never,always,budget")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "MLflow run" in res.stdout  # the report, its JSON and plots logged as the run's artifacts
     folder = tmp_path / "out" / "tiny-zeta"
     doc = json.loads((folder / "lifecycle.json").read_text())
     assert doc["nights"] == 3 and set(doc["policies"]) == {"never", "always", "budget"}

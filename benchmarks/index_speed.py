@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 
 from components.geometry import Space, create_space, list_spaces
-from components.indexing import GalleryIndex, IndexConfig
+from components.indexing.stores.faiss import GalleryIndex, IndexConfig
 
 __all__ = ["clustered_gallery", "measure_index"]
 

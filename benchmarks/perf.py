@@ -44,7 +44,7 @@ from benchmarks.report import write_run_report
 from components.data.base import ArrayDataset
 from components.data.batches import ImageTensor, to_image_tensor
 from components.geometry import Euclidean, Lorentz
-from components.indexing import GalleryIndex
+from components.indexing.stores.faiss import GalleryIndex
 from components.losses import create_alignment
 from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model

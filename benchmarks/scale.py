@@ -40,7 +40,7 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   run); ``backfill_items_per_s``: the rerun's own embedding rate (its log line); ``peak_rss_mb``: the largest peak
   RSS of the backfill runs; ``backfill_resumed_s``: the runs after the first kill together;
 * ``rows_after_resume`` / ``duplicates_after_resume`` / ``unstamped_rows``: read from the store itself after the
-  resumed backfill (:meth:`~components.indexing.backend.VectorStore.audit`): the live corpus's rows, rows whose id
+  resumed backfill (:meth:`~components.indexing.backend.Collection.audit`): the live corpus's rows, rows whose id
   another row has too, rows without a generation stamp (or, a database store, without the model mark);
 * ``alias_flip_s``: the median of 10 moves of the store's live alias (``VectorStore.point_alias``), from the
   backfill's corpus collection to generation 0's and back (FAISS files: null, their alias is ``live/CURRENT``);
@@ -93,7 +93,7 @@ from benchmarks.scale_workers import workers_sweep as workers_sweep_run
 from components.data.catalog import create_dataset
 from components.data.sources import WebDatasetSource
 from components.faults import KILL_ENV
-from components.indexing.backend import store_of, vector_store
+from components.indexing.backend import collection_at, vector_store
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
@@ -101,7 +101,7 @@ from components.models import load_model
 from flows.gallery.data import open_corpus
 from flows.gallery.pipeline import embed_gallery
 from flows.params import params_from_dict
-from flows.params.specs import index_config
+from flows.params.specs import index_options
 from flows.runtime.workspace import Workspace
 
 __all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params", "write_scale_report"]
@@ -267,10 +267,10 @@ def run_scale(
     parts = GalleryParts(gen0.corpus_store)
     res.update(search_speed(gen0.corpus_index, parts))
     res["qps_vs_flat"] = res["search_qps"] / res["flat_search_qps"]
-    config = index_config(params_from_dict(raw, "scale benchmark params"))
-    res.update(cosine_index(gen0.corpus_index, parts, config, work))
+    options = index_options(params_from_dict(raw, "scale benchmark params"))
+    res.update(cosine_index(gen0.corpus_index, parts, options, work))
     res["cosine_qps_vs_flat"] = res["cosine_search_qps"] / res["cosine_flat_search_qps"]
-    store_of(gen0.corpus_index).close()  # a Milvus Lite file serves one process: the children's turn
+    collection_at(gen0.corpus_index).store.close()  # a Milvus Lite file serves one process: the children's turn
     res.update(_embed_vs_bare(gen0.root / "model.pt", raw, home, corpus))
     g1 = run_child(["run", *common, "--generation", "g1"], log)
     res["run_g1_s"] = g1["seconds"]
@@ -321,12 +321,13 @@ def write_scale_report(res: dict[str, Any], out: Path) -> Path:
 
 def _after_resume(home: Path) -> dict[str, Any]:
     """Read from the store after the killed and resumed backfill: its serving corpus's rows, ids held twice, rows
-    without a stamp (:meth:`VectorStore.audit`); then the live alias moved to generation 0's corpus and back."""
+    without a stamp (:meth:`Collection.audit <components.indexing.backend.Collection.audit>`); then the live alias
+    moved to generation 0's corpus and back."""
     live = LivePointer(Workspace(home).live_dir).serving_index()
-    store = store_of(live)
-    audit = store.audit(live)
+    collection = collection_at(live)
+    audit = collection.audit()
     flip = alias_flip(live, GalleryVersion(home / "generations" / "gen_000").corpus_index, [0, 1])
-    store.close()
+    collection.store.close()
     return {
         "rows_after_resume": audit["rows"],
         "duplicates_after_resume": audit["duplicates"],

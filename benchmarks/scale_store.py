@@ -9,7 +9,7 @@ Milvus Lite file serves one process at a time: :func:`measure_store` closes it b
   FAISS flat index over the same vectors, on the same queries, k = 10;
 * :func:`cosine_index` — the same index type over the corpus's cosine space (each item's spatial coordinates,
   unit-normalised), built by the same store: recall@10 (its manifest) and queries/s against flat;
-* :func:`alias_flip` — the store's live-alias move (:meth:`~components.indexing.backend.VectorStore.point_alias`)
+* :func:`alias_flip` — the store's live-alias move (:meth:`~components.indexing.backend.Collection.point_alias`)
   to the previous version and back, the median single move;
 * :func:`ingest_rate` — rows written into the store per second during its build (a database store's own
   ``write_seconds``; FAISS files: items over the index build).
@@ -29,11 +29,10 @@ import numpy as np
 from components.errors import ConfigError
 from components.geometry import Euclidean, Space
 from components.geometry.space import unit_rows
-from components.indexing import GalleryIndex
-from components.indexing.backend import SearchIndex, open_index, store_of
+from components.indexing.backend import IndexOptions, SearchIndex, collection_at, open_index
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.index_config import IndexConfig
 from components.indexing.parts import GalleryParts, PartWriter, StoredPart
+from components.indexing.stores.faiss import GalleryIndex, IndexConfig
 
 __all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery"]
 
@@ -101,13 +100,12 @@ def _cosine_parts(parts: GalleryParts, folder: Path) -> GalleryParts:
     return writer.finish()
 
 
-def cosine_index(index_dir: Path, parts: GalleryParts, config: IndexConfig, work: Path) -> dict[str, float]:
+def cosine_index(index_dir: Path, parts: GalleryParts, options: IndexOptions, work: Path) -> dict[str, float]:
     """The same index type over the corpus's cosine space, built by the store that built ``index_dir`` (collection
     ``scale_cos_g0_v0``): recall@10 (its manifest), build seconds, and queries/s against flat, on 2000 corpus items."""
     cosine = _cosine_parts(parts, work / "cosine" / "gallery")
-    built = store_of(index_dir).build(
-        cosine, work / "cosine" / "index", collection=f"{NAME}_cos_g0_v0", generation=0, config=config
-    )
+    collection = collection_at(index_dir).store.collection(f"{NAME}_cos_g0_v0", work / "cosine" / "index")
+    built = collection.build(cosine, generation=0, options=options)
     q = next(cosine.parts()).gallery.vectors()[:2000]
     res = {
         "cosine_recall_at_10": built.manifest.recall_at_10,
@@ -115,24 +113,24 @@ def cosine_index(index_dir: Path, parts: GalleryParts, config: IndexConfig, work
         "cosine_search_qps": _qps(built, q),
         "cosine_flat_search_qps": _qps(_flat(cosine.index_chunks(), Euclidean()), q),
     }
-    store_of(work / "cosine" / "index").drop(work / "cosine" / "index")  # the store holds only the workspace's
+    collection.drop()  # the store holds only the workspace's
     return res
 
 
 def alias_flip(live: Path, previous: Path, generations: list[int], rounds: int = 5) -> float | None:
-    """Median seconds of one move of the store's live alias (:meth:`VectorStore.point_alias`), from the version
+    """Median seconds of one move of the store's live alias (:meth:`Collection.point_alias`), from the version
     attached in ``live`` to ``previous`` and back, ``rounds`` times; it ends where it was. None for a store whose
     alias is ``live/CURRENT`` itself (FAISS files: nothing of the store's own to move)."""
-    store = store_of(live)
-    if store.name == "faiss":
+    now, before = collection_at(live), collection_at(previous)
+    if now.store.name == "faiss":
         return None
     moves = []
     for _ in range(rounds):
-        for target in (previous, live):
+        for target in (before, now):
             t0 = time.perf_counter()
-            store.point_alias(target, generations)
+            target.point_alias(generations)
             moves.append(time.perf_counter() - t0)
-    assert store.aliased(live)
+    assert now.aliased()
     return statistics.median(moves)
 
 

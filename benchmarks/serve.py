@@ -51,9 +51,9 @@ from benchmarks.serve_load import Request, percentile_ms, run_load
 from benchmarks.serve_prepare import prepare
 from benchmarks.serve_report import render_report, swap_timeline
 from components.data.catalog import create_dataset
-from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
+from components.indexing.stores.faiss import GalleryIndex
 from components.indexing.version import GalleryVersion
 
 __all__ = ["corpus_image_size", "run_serve_bench", "write_serve_report"]

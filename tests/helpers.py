@@ -132,10 +132,10 @@ def write_live_gallery(live_dir, index_dir, generation: int = 0, seed: int = 0) 
     import torch
 
     from components.geometry import create_space, expmap0
-    from components.indexing import GalleryIndex
     from components.indexing.gallery import GalleryEmbeddings
     from components.indexing.live import LivePointer
     from components.indexing.parts import PartWriter, StoredPart
+    from components.indexing.stores.faiss import GalleryIndex
     from components.indexing.version import GalleryVersion
 
     z = np.random.default_rng(seed).normal(size=(40, 16))

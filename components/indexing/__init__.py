@@ -1,21 +1,3 @@
-"""Gallery indexing: exact or approximate FAISS search with a verified manifest (docs/design.md §7, §8)."""
-
-from components.indexing.faiss_index import (
-    INDEX_FILE,
-    MANIFEST_FILE,
-    GalleryIndex,
-)
-from components.indexing.index_config import IndexConfig
-from components.indexing.manifest import FORMAT_VERSION, INDEX_TYPES, IndexManifest
-from components.indexing.vectors import HYPERBOLOID_RTOL
-
-__all__ = [
-    "FORMAT_VERSION",
-    "HYPERBOLOID_RTOL",
-    "INDEX_FILE",
-    "INDEX_TYPES",
-    "MANIFEST_FILE",
-    "GalleryIndex",
-    "IndexConfig",
-    "IndexManifest",
-]
+"""Gallery indexing (docs/design.md §7, §8): a gallery's embeddings in stamped parts, and the one seam to the store
+that makes them searchable (:mod:`components.indexing.backend`; the stores, FAISS files among them, in
+:mod:`components.indexing.stores`)."""

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
-from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
+from components.indexing.backend import ATTACHMENT, SearchIndex, collection_at, open_index
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 
@@ -163,6 +163,6 @@ class LivePointer:
         victims = [p for p in self.versions()[:-keep] if p.resolve() not in (live, live.parent)] if keep > 0 else []
         for p in victims:
             for attached in sorted(p.glob(f"**/{ATTACHMENT}")):
-                store_of(attached.parent).drop(attached.parent)
+                collection_at(attached.parent).drop()
             shutil.rmtree(p, ignore_errors=True)
         return victims

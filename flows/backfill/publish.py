@@ -23,7 +23,7 @@ from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.evaluation.served import served_maps
 from components.faults import crash_point
-from components.indexing.backend import SearchIndex, gallery_facts, open_index, store_of
+from components.indexing.backend import SearchIndex, collection_at, gallery_facts, open_index
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts, PartWriter, append_stores, link_store, mix_stores
 from components.indexing.version import GalleryVersion
@@ -185,7 +185,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             plan.zeta,
             plan.accepts,
             model_sha256=file_sha256(model_ckpt),
-            index_sha256=store_of(index_dir).digest(index_dir),
+            index_sha256=collection_at(index_dir).digest(),
             gallery_sha256=GalleryParts(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
             **asdict(gallery_facts(GalleryVersion.serving_index_of(index_dir))),
         )

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from components.errors import ConfigError, IndexIntegrityError, LineageError
-from components.indexing.backend import gallery_facts, store_of
+from components.indexing.backend import collection_at, gallery_facts
 from components.indexing.version import GalleryVersion
 from flows.params import Params
 from flows.params.specs import gallery_store
@@ -75,10 +75,10 @@ def _verify(k: int, row: GalleryPointer) -> None:
     index = Path(row.index_path)
     try:
         for out in dict.fromkeys((index, GalleryVersion.serving_index_of(index))):
-            store_of(out).verify(out, by_generation=False)
+            collection_at(out).verify(by_generation=False)
     except IndexIntegrityError as err:
         raise IndexIntegrityError(f"gallery version {k} cannot serve again: {err}") from None
-    if row.index_sha256 and store_of(index).digest(index) != row.index_sha256:
+    if row.index_sha256 and collection_at(index).digest() != row.index_sha256:
         raise IndexIntegrityError(
             f"gallery version {k}'s index changed since it was live ({index} does not match the lineage's sha256); "
             "restore the folder from a backup or roll back to another version"

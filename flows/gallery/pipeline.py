@@ -45,7 +45,7 @@ from components.training import embed_stream
 from components.training.device import cuda_available
 from flows.gallery.data import GallerySource
 from flows.params import Params
-from flows.params.specs import collection_name, gallery_store, index_config
+from flows.params.specs import collection_name, gallery_store, index_options
 
 __all__ = [
     "ChunkRun",
@@ -288,19 +288,13 @@ def index_gallery(
     serving: bool = False,
 ) -> SearchIndex:
     """Write ``store``'s stamped rows into the params' gallery store (``gallery.store``), build its index and attach
-    it in ``out`` (:meth:`~components.indexing.backend.VectorStore.build`), then verify it: every row of the store,
+    it in ``out`` (:meth:`~components.indexing.backend.Collection.build`), then verify it: every row of the store,
     for ``generation``. ``version``/``corpus`` name the store's collection
     (:func:`~flows.params.specs.collection_name`).
     ``serving``: it answers the live gallery's queries, so its measured recall@10 must reach ``index.min_recall``.
     Returns the opened index."""
-    index = gallery_store(p, home).build(
-        store,
-        out,
-        collection=collection_name(p, generation, version, corpus),
-        generation=generation,
-        config=index_config(p),
-        compatible=compatible,
-    )
+    collection = gallery_store(p, home).collection(collection_name(p, generation, version, corpus), out)
+    index = collection.build(store, generation=generation, options=index_options(p), compatible=compatible)
     if index.ntotal != len(store) or index.manifest.generation != generation:
         raise IndexIntegrityError(
             f"the index in {out} holds {index.ntotal} vectors for generation {index.manifest.generation}, expected "

@@ -17,7 +17,7 @@ from typing import Any
 
 from components.errors import LineageError
 from components.faults import crash_point
-from components.indexing.backend import gallery_facts, store_of
+from components.indexing.backend import collection_at, gallery_facts
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
@@ -100,7 +100,7 @@ def _pointer(
             plan.zeta,
             [plan.gen_id],
             model_sha256=record.checkpoint_sha256,
-            index_sha256=store_of(index_dir).digest(index_dir),
+            index_sha256=collection_at(index_dir).digest(),
             gallery_sha256=record.gallery_sha256,
             **asdict(served),
         )

@@ -1,6 +1,7 @@
 """Params as the components' configs: a :class:`ModelSpec` from params and the training data, a
-:class:`TrainConfig`, an :class:`IndexConfig` (shared by the lifecycle and the benchmark), the gallery's
-:class:`~components.indexing.backend.VectorStore` and its collection names."""
+:class:`TrainConfig`, the :class:`~components.indexing.backend.IndexOptions` every gallery's index is built with
+(shared by the lifecycle and the benchmark), the gallery's :class:`~components.indexing.backend.VectorStore` and its
+collection names."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from typing import Any
 from components.data.sources.split import SourceDataset
 from components.data.stats import normalization_stats
 from components.geometry import create_space
-from components.indexing.backend import VectorStore, vector_store
-from components.indexing.index_config import IndexConfig
+from components.indexing.backend import IndexOptions, VectorStore, vector_store
 from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["collection_name", "gallery_store", "index_config", "model_spec_from_params", "train_config_from_params"]
+__all__ = ["collection_name", "gallery_store", "index_options", "model_spec_from_params", "train_config_from_params"]
 
 
 def model_spec_from_params(
@@ -94,9 +94,11 @@ def train_config_from_params(
     )
 
 
-def index_config(p: Params) -> IndexConfig:
-    """The FAISS index every gallery of this run is built with (params ``index:``)."""
-    return IndexConfig(**p.index.model_dump(exclude={"min_recall"}))
+def index_options(p: Params) -> IndexOptions:
+    """The index every gallery of this run is built with (params ``index:``, in no store's terms: the FAISS files
+    read its settings, every store its ``recall_queries``)."""
+    settings = p.index.model_dump(exclude={"min_recall", "recall_queries"})
+    return IndexOptions(settings, recall_queries=p.index.recall_queries)
 
 
 def gallery_store(p: Params, home: Path) -> VectorStore:

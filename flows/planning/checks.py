@@ -33,7 +33,7 @@ from components.models.backbone import check_backbone_runs
 from components.training.device import select_device
 from flows.gallery.data import open_corpus
 from flows.params import Params
-from flows.params.specs import gallery_store, index_config
+from flows.params.specs import gallery_store, index_options
 from flows.runtime.workspace import Workspace
 from registry.stores import check_tracking_store
 
@@ -149,11 +149,10 @@ def check_models_and_disk(
     n_params = max(_build_on_meta(spec, params.model.pretrained_path) for spec in specs)
     spec = specs[0]
     space = spec.retrieval_space
-    config = index_config(params)
-    config.check_buildable(space, spec.stored_dim, len(test))
+    store, options = gallery_store(params, ws.home), index_options(params)
+    width = store.check_index(options, space, spec.stored_dim, len(test))
     corpus = open_corpus(params, ws) if first else None
     if corpus is not None:
-        config.check_buildable(space, spec.stored_dim, len(corpus))
-    width = config.stored_width(space, spec.stored_dim)
+        store.check_index(options, space, spec.stored_dim, len(corpus))
     need = disk_estimate(params, len(specs), n_params, width, len(test), len(corpus or ()))
     check_free_disk(ws.home, need)

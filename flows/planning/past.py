@@ -16,7 +16,7 @@ from pathlib import Path
 
 from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
 from components.evaluation import COMPAT_METRICS
-from components.indexing.backend import ATTACHMENT, store_of
+from components.indexing.backend import ATTACHMENT, collection_at
 from components.indexing.live import LivePointer
 from components.indexing.parts import STORE_FILE, GalleryParts
 from components.indexing.version import GalleryVersion
@@ -168,7 +168,7 @@ def check_live_gallery(ws: Workspace, store: LineageDB) -> None:
             ptr is not None
             and index_dir is not None
             and ptr.index_sha256
-            and (store_of(index_dir).digest(index_dir) != ptr.index_sha256)
+            and (collection_at(index_dir).digest() != ptr.index_sha256)
         ):
             raise IndexIntegrityError(
                 f"{index_dir / ATTACHMENT} is not the manifest the lineage pinned when generation "

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from components.errors import IndexIntegrityError
 from components.faults import crash_point
-from components.indexing.backend import gallery_facts, store_of
+from components.indexing.backend import collection_at
 from components.indexing.live import LivePointer
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
@@ -109,35 +109,36 @@ def _live(ws: Workspace, store: LineageDB, repair: bool) -> list[Finding]:
             live.switch(**want)
         out.append(Finding("live/CURRENT does not match the lineage's live pointer", repair))
     serving = Path(want["serving_index"])
-    vectors = store_of(serving)
-    if not vectors.aliased(serving):
+    vectors = collection_at(serving)
+    if not vectors.aliased():
         if repair:
-            vectors.point_alias(serving, [g.id for g in store.generations()])
-        out.append(Finding(f"the {vectors.name} store's live alias does not name {serving}'s vectors", repair))
+            vectors.point_alias([g.id for g in store.generations()])
+        out.append(Finding(f"the {vectors.store.name} store's live alias does not name {serving}'s vectors", repair))
     return out
 
 
 def _live_rows(store: LineageDB) -> list[Finding]:
     """``bctflow doctor``: the store holds the live gallery's vectors as their manifest says — rows per generation
-    stamp, width (:meth:`~components.indexing.backend.VectorStore.verify`) — and as the lineage's pointer row recorded
+    stamp, width (:meth:`~components.indexing.backend.Collection.verify`) — and as the lineage's pointer row recorded
     them (rows per generation, revision 0007; rows written before it recorded none); not repairable from the
     lineage."""
     ptr = store.live_pointer()
     if ptr is None:
         return []
     serving = GalleryVersion.serving_index_of(ptr.index_path)
-    vectors = store_of(serving)
+    vectors = collection_at(serving)
     try:
-        vectors.verify(serving)
+        vectors.verify()
         # verified: the store holds the attachment's rows per generation (a database store's counts, the slow part at
         # 100k+ rows, are taken once, by verify; FAISS files count the part store's stamps)
-        held = gallery_facts(serving).rows_by_generation
+        held = vectors.facts().rows_by_generation
     except IndexIntegrityError as err:
         return [Finding(f"the live gallery's vectors are not what their manifest says: {err}", fix="see the message")]
     recorded = {int(g): int(n) for g, n in (ptr.rows_by_generation or {}).items()}
     if ptr.rows_by_generation is None or held == recorded:
         return []
-    where = f"{vectors.name} collection {ptr.collection}" if ptr.collection else f"{vectors.name} index {serving}"
+    kind = vectors.store.name
+    where = f"{kind} collection {ptr.collection}" if ptr.collection else f"{kind} index {serving}"
     what = f"the live gallery ({where}) holds rows per generation {held}, the lineage recorded {recorded}"
     fix = f"run `bctflow backfill --generation {ptr.generation_id}` to publish a complete version, or restore the store"
     return [Finding(what, fix=fix + " from a backup")]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from components.errors import CheckpointMismatchError, IndexIntegrityError, LineageError
-from components.indexing.backend import ATTACHMENT, SearchIndex, open_index, store_of
+from components.indexing.backend import ATTACHMENT, SearchIndex, collection_at, open_index
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
@@ -250,7 +250,7 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
         )
     pinned_dir = Path(facts.index_path)
     manifest = pinned_dir / ATTACHMENT
-    if facts.index_sha256 and (not manifest.is_file() or store_of(pinned_dir).digest(pinned_dir) != facts.index_sha256):
+    if facts.index_sha256 and (not manifest.is_file() or collection_at(pinned_dir).digest() != facts.index_sha256):
         raise IndexIntegrityError(
             f"{manifest} is not the manifest the lineage pinned for generation {facts.generation}'s gallery (sha256 "
             f"{facts.index_sha256[:12]}…); restore that folder from a backup or rebuild it with `bctflow backfill`"

@@ -18,8 +18,7 @@ from benchmarks.scale_store import (
 )
 from components.errors import ConfigError
 from components.geometry import create_space, expmap0
-from components.indexing.backend import vector_store
-from components.indexing.index_config import IndexConfig
+from components.indexing.backend import IndexOptions, vector_store
 from tests.components.indexing.test_backend import stamped_store
 
 
@@ -49,28 +48,28 @@ def test_the_store_keys_are_measured_through_the_store_and_the_alias_ends_where_
     """Search and flat queries/s, the cosine index built by the same store, the ingest rate from the store's own
     timing, and the alias moved to the older version and back (FAISS files: none of their own)."""
     db = vector_store(store, str(tmp_path / "lance") if store == "lancedb" else None)
-    cfg = IndexConfig(type="flat", recall_queries=100)
+    options = IndexOptions({"type": "flat"}, recall_queries=100)
     versions = []
     for g in (0, 1):
         parts = stamped_store(tmp_path / f"v{g}" / "gallery", stamps=(g,), n=600)
         out = tmp_path / f"v{g}" / "index"
-        db.build(parts, out, collection=f"scale_g{g}_v0", generation=g, config=cfg)
+        db.collection(f"scale_g{g}_v0", out).build(parts, generation=g, options=options)
         versions.append((parts, out))
     (parts, live), (_, old) = versions[1], versions[0]
     speed = search_speed(live, parts, queries=50)
     assert speed["search_qps"] > 0 and speed["flat_search_qps"] > 0
-    cosine = cosine_index(live, parts, cfg, tmp_path)
+    cosine = cosine_index(live, parts, options, tmp_path)
     assert cosine["cosine_recall_at_10"] >= 0.95 and cosine["cosine_search_qps"] > 0
-    assert cosine_index(live, parts, cfg, tmp_path)["cosine_recall_at_10"] >= 0.95  # a rerun in the same folder
+    assert cosine_index(live, parts, options, tmp_path)["cosine_recall_at_10"] >= 0.95  # a rerun in the same folder
     manifest = json.loads((live / "manifest.json").read_text())
     assert ingest_rate(manifest) > 0
     if store == "faiss":
         assert alias_flip(live, old, [0, 1]) is None
         return
     assert manifest["extra"]["rows_written"] == 600 and "scale_cos_g0_v0" not in db._tables()  # dropped after
-    db.point_alias(live, [0, 1])
+    db.collection("scale_g1_v0", live).point_alias([0, 1])
     assert 0 < alias_flip(live, old, [0, 1], rounds=2) < 1.0
-    assert db.aliased(live) and not db.aliased(old)
+    assert db.collection("scale_g1_v0", live).aliased() and not db.collection("scale_g0_v0", old).aliased()
 
 
 def test_an_unknown_store_is_refused_before_any_work(tmp_path):

@@ -25,7 +25,7 @@ def test_the_digest_covers_what_trains_a_model_and_is_the_same_for_a_copy(tree: 
     assert files == sorted(files) and code_digest() == code_digest(tree)  # the same code anywhere: the same digest
     shaping = ("components/losses/methods/hbct.py", "components/training/loop.py", "components/models/heads/bt2.py")
     assert set(shaping) <= set(files)
-    assert not CODE_EXCLUDED & set(files) and "components/indexing/faiss_index.py" not in files
+    assert not CODE_EXCLUDED & set(files) and "components/indexing/stores/faiss/gallery_index.py" not in files
     assert len(code_digest()) == 64
 
 
@@ -36,7 +36,7 @@ def test_an_edit_of_a_shaping_file_changes_it_and_nothing_else_does(tree: Path):
     (tree / "components/losses/methods/__pycache__").mkdir()
     (tree / "components/losses/methods/__pycache__/hbct.cpython-311.pyc").write_bytes(b"bytecode")
     (tree / "components/data/download.py").write_text("# fetching is not shaping\n")
-    (tree / "components/indexing/faiss_index.py").write_text("# nor is serving\n")
+    (tree / "components/indexing/stores/faiss/gallery_index.py").write_text("# nor is serving\n")
     assert code_digest(tree) == before
     loss.write_text(loss.read_text() + "# a bug fix\n")
     fixed = code_digest(tree)

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 from prefect.settings import PREFECT_API_URL
 
-from components.indexing import MANIFEST_FILE
+from components.indexing.stores.faiss import MANIFEST_FILE
 from components.io import file_sha256
 from registry.lineage import LineageDB
 from tests.helpers import run_backfill, write_params

@@ -7,11 +7,12 @@ cosine; for Lorentz the proxy rows [2⁻⁸·g_t, g_s], searched by L2 and re-ra
 docs/design.md §8.4). The table's schema metadata ``bctflow.facts`` records its generation, geometry, curvature,
 width and accepted stamps, so a write is checked without bctflow's files.
 
-:meth:`LanceStore.build` writes every part by ``merge_insert`` on ``id`` (an upsert: a rerun after a kill ends with
-one row per id), builds the index of ``gallery.index_options`` (``index_type`` IVF_HNSW_SQ (default) | IVF_FLAT |
-IVF_PQ | FLAT; ``num_partitions``, ``nprobes``, ``refine_factor``, ``rerank``), measures recall@10 against exact
-search and writes the attachment ``manifest.json``. The live alias is the one-row table ``<gallery.name>_live``
-(collection, generation), rewritten by :meth:`LanceStore.point_alias` — each move a new version of that table, its
+A table (:class:`LanceTable`) is built by writing every part by ``merge_insert`` on ``id`` (an upsert: a rerun after a
+kill ends with one row per id) and building the index of ``gallery.index_options`` (``index_type`` IVF_HNSW_SQ
+(default) | IVF_FLAT | IVF_PQ | FLAT; ``num_partitions``, ``nprobes``, ``refine_factor``, ``rerank``); the recall@10
+against exact search is measured and the attachment ``manifest.json`` written — the build, checks and alias rules
+every database store shares (:mod:`components.indexing.stores.database`). The live alias is the one-row table
+``<gallery.name>_live`` (collection, generation), rewritten at each move — each move a new version of that table, its
 history the alias's — and the live table's version is tagged ``live``. Refused with one line, nothing written: a
 write of another width or geometry, of an unaccepted stamp, into the live table or a table that does not exist.
 """
@@ -20,32 +21,18 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from components.errors import ConfigError, IndexIntegrityError
+from components.errors import IndexIntegrityError
 from components.geometry import Space
-from components.indexing.backend import StoreManifest, register_store
-from components.indexing.db_index import (
-    DatabaseIndex,
-    DatabaseStore,
-    alias_name,
-    facts_of,
-    gallery_rows,
-    l2_metric,
-    measure_recall,
-    query_rows,
-    space_of,
-    stored_rows,
-)
-from components.indexing.index_config import IndexConfig
-from components.indexing.parts import GalleryParts, StoredPart
+from components.indexing.backend import register_store
+from components.indexing.stores.database import DatabaseCollection, DatabaseStore
+from components.indexing.stores.db_index import DatabaseIndex, StoreManifest
+from components.indexing.stores.db_rows import GALLERY_ROW, alias_name, gallery_rows, l2_metric, query_rows
 
-__all__ = ["LanceStore"]
+__all__ = ["LanceStore", "LanceTable"]
 
 _DEFAULTS: dict[str, Any] = {"index_type": "IVF_HNSW_SQ", "num_partitions": None, "nprobes": 16}
 _DEFAULTS |= {"refine_factor": 4, "rerank": 4}
@@ -66,158 +53,105 @@ def _distance(space: Space) -> str:
     return "l2" if l2_metric(space) else "dot"
 
 
-@register_store("lancedb")
-class LanceStore(DatabaseStore):
-    """A LanceDB database (a folder or object-store URI) holding one table per gallery version."""
+def _arrow_type(kind: str, dim: int) -> Any:
+    """The Arrow type of a gallery row's column of ``kind`` (vectors of width ``dim``)."""
+    import pyarrow as pa
 
-    name = "lancedb"
-    holder = "LanceDB table"
+    return {"int64": pa.int64(), "string": pa.string(), "vector": pa.list_(pa.float32(), dim)}[kind]
 
-    def check(self) -> None:
-        try:
-            import lancedb  # noqa: F401
-        except ImportError:
-            raise ConfigError(f"gallery.store lancedb needs the lancedb package: {_INSTALL}") from None
-        if not self.uri:
-            raise ConfigError("gallery.store lancedb needs gallery.uri: a folder (e.g. lance) or s3://bucket/path")
-        try:
-            self._tables()
-        except Exception as err:  # any failure to open is one line
-            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
-            raise ConfigError(f"LanceDB cannot open gallery.uri {self.uri} ({first}); fix gallery.uri") from None
 
-    def _db(self) -> Any:
-        import lancedb
+def _kind(t: Any) -> str:
+    """The gallery row's kind of the Arrow type ``t`` (its own name where it is none of them)."""
+    import pyarrow as pa
 
-        if not self.uri:
-            raise ConfigError("gallery.store lancedb needs gallery.uri (a folder or s3://bucket/path)")
-        return lancedb.connect(str(self.uri))
+    if pa.types.is_fixed_size_list(t) and pa.types.is_float32(t.value_type):
+        return "vector"
+    return {pa.int64(): "int64", pa.string(): "string"}.get(t, str(t))
 
-    def _tables(self) -> list[str]:
-        listed = self._db().list_tables()
-        return list(getattr(listed, "tables", listed))
 
-    def _opt(self, key: str) -> Any:
-        return self.options.get(key, _DEFAULTS[key])
+def _schema(facts: dict[str, Any]) -> Any:
+    """The table's Arrow schema: :data:`~components.indexing.stores.db_rows.GALLERY_ROW`, its facts as metadata."""
+    import pyarrow as pa
 
-    def _facts(self, table: str) -> dict[str, Any]:
-        if table not in self._tables():
+    fields = [pa.field(f.name, _arrow_type(f.kind, int(facts["dim"]))) for f in GALLERY_ROW]
+    return pa.schema(fields, metadata={_FACTS: json.dumps(facts)})
+
+
+class LanceTable(DatabaseCollection):
+    """One gallery version's LanceDB table."""
+
+    store: LanceStore
+
+    def _table(self) -> Any:
+        return self.store._db().open_table(self.name)
+
+    def _exists(self) -> bool:
+        return self.name in self.store._tables()
+
+    def _described(self) -> tuple[dict[str, Any], dict[str, str]]:
+        if not self._exists():
             raise IndexIntegrityError(
-                f"the LanceDB table {table} does not exist at {self.uri}; build the gallery version first "
+                f"the LanceDB table {self.name} does not exist at {self.store.uri}; build the gallery version first "
                 "(bctflow run / backfill), or restore the LanceDB data"
             )
-        return json.loads(self._db().open_table(table).schema.metadata[_FACTS.encode()])
+        schema = self._table().schema
+        return json.loads(schema.metadata[_FACTS.encode()]), {f.name: _kind(f.type) for f in schema}
 
-    def live_collection(self, like: str) -> str | None:
-        """The table the live alias of ``like``'s tables names (None: no alias yet)."""
-        alias = alias_name(like)
-        if alias not in self._tables():
-            return None
-        rows = self._db().open_table(alias).to_arrow()
-        return str(rows["collection"][0].as_py()) if rows.num_rows else None
+    def _create(self, facts: dict[str, Any]) -> None:
+        self.store._db().create_table(self.name, schema=_schema(facts))
 
-    def write(self, table: str, part: StoredPart, model: str = "") -> None:
-        """Upsert the stamped rows of ``part`` into ``table`` by id; refused with one line, nothing written, as
-        :func:`~components.indexing.db_index.stored_rows` says, or when the table does not exist."""
+    def _remove(self) -> None:
+        self.store._db().drop_table(self.name)
+
+    def _upsert(self, ids: np.ndarray, stamps: np.ndarray, marks: list[str], rows: np.ndarray) -> None:
         import pyarrow as pa
 
-        facts = self._facts(table)
-        rows = stored_rows(f"LanceDB table {table}", facts, part, live=self.live_collection(table) == table)
-        stamps = part.stamps.astype(np.int64)
-        marks = [model if s == facts["generation"] else f"g{s}" for s in stamps.tolist()]
+        t = self._table()
+        width = rows.shape[1]
         data = pa.table(
             {
-                "id": part.gallery.ids.astype(np.int64),
+                "id": ids,
                 "generation": stamps,
                 "model": marks,
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), int(facts["dim"])),
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), width),
             },
-            schema=self._schema(facts),
+            schema=t.schema,
         )
-        t = self._db().open_table(table)
         t.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
 
-    @staticmethod
-    def _schema(facts: dict[str, Any]) -> Any:
-        import pyarrow as pa
-
-        fields = [pa.field("id", pa.int64()), pa.field("generation", pa.int64()), pa.field("model", pa.string())]
-        fields.append(pa.field("vector", pa.list_(pa.float32(), int(facts["dim"]))))
-        return pa.schema(fields, metadata={_FACTS: json.dumps(facts)})
-
-    def build(
-        self,
-        parts: GalleryParts,
-        out: Path,
-        *,
-        collection: str,
-        generation: int,
-        config: IndexConfig,
-        compatible: list[int] | None = None,
-    ) -> DatabaseIndex:
-        t0 = time.perf_counter()
-        facts = facts_of(parts, generation)
-        if collection in self._tables():
-            if self.live_collection(collection) == collection:
-                raise IndexIntegrityError(
-                    f"the LanceDB table {collection} is the live gallery and is never rebuilt; delete the folder "
-                    f"{out.parent} that names it only after the live alias has moved on"
-                )
-            if self._facts(collection) != facts:  # a leftover of an unfinished build for other rows: start over
-                self._db().drop_table(collection)
-        if collection not in self._tables():
-            self._db().create_table(collection, schema=self._schema(facts))
-        written = self._write_parts(parts, collection)
-        if self._db().open_table(collection).count_rows() != len(parts):  # rows a killed build of others left
-            self._db().drop_table(collection)
-            return self.build(parts, out, collection=collection, generation=generation, config=config,
-                              compatible=compatible)  # fmt: skip
-        kind = self._index(collection, space_of(facts), len(parts))
-        stamps = parts.column("stamps")
-        gens, n = np.unique(stamps, return_counts=True)
-        manifest = StoreManifest(
-            store=self.name, uri=str(self.uri), collection=collection, generation=int(generation),
-            geometry=facts["geometry"], curvature=facts["curvature"], dim=facts["dim"], count=len(parts),
-            counts_by_generation={int(g): int(c) for g, c in zip(gens, n)}, index_type=kind,
-            params={k: self._opt(k) for k in _DEFAULTS} | {"index_type": kind},
-            compatible_generations=tuple(int(g) for g in (compatible or [generation])),
-            extra={"options": self.options, "alias": alias_name(collection), **written},
-        )  # fmt: skip
-        measured = measure_recall(self._searchable(manifest), parts, config.recall_queries)
-        replace(measured, build_seconds=time.perf_counter() - t0).save(Path(out))
-        return self.open(out)
-
-    def _index(self, table: str, space: Space, n: int) -> str:
+    def _index(self, space: Space, n: int) -> tuple[str, dict[str, Any]]:
         """Build the vector index (none below ``_MIN_INDEXED`` rows: exhaustive search); the type built."""
         from lancedb.index import IvfFlat, IvfHnswSq, IvfPq
 
-        kind = str(self._opt("index_type")).upper()
-        if kind == "FLAT" or n < _MIN_INDEXED:
-            return "FLAT"
-        parts = int(self._opt("num_partitions") or max(1, round(math.sqrt(n) / 4)))
-        make = {"IVF_HNSW_SQ": IvfHnswSq, "IVF_FLAT": IvfFlat, "IVF_PQ": IvfPq}[kind]
-        t = self._db().open_table(table)
-        t.create_index("vector", config=make(distance_type=_distance(space), num_partitions=parts), replace=True)
-        return kind
+        opt = self.store._opt
+        kind = str(opt("index_type")).upper()
+        if kind != "FLAT" and n >= _MIN_INDEXED:
+            parts = int(opt("num_partitions") or max(1, round(math.sqrt(n) / 4)))
+            make = {"IVF_HNSW_SQ": IvfHnswSq, "IVF_FLAT": IvfFlat, "IVF_PQ": IvfPq}[kind]
+            self._table().create_index(
+                "vector", config=make(distance_type=_distance(space), num_partitions=parts), replace=True
+            )
+        else:
+            kind = "FLAT"
+        return kind, {k: opt(k) for k in _DEFAULTS} | {"index_type": kind}
 
-    def _total(self, table: str, expect: int | None = None) -> int:
-        return int(self._db().open_table(table).count_rows())
+    def _total(self, expect: int | None = None) -> int:
+        return int(self._table().count_rows())
 
-    def _columns(self, table: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        rows = self._db().open_table(table).search().select(["id", "generation", "model"]).limit(None).to_arrow()
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        rows = self._table().search().select(["id", "generation", "model"]).limit(None).to_arrow()
         ids, stamps = rows["id"].to_numpy(), rows["generation"].to_numpy()
         return ids.astype(np.int64), stamps.astype(np.int64), rows["model"].to_pylist()
 
-    def _count(self, table: str, generation: int) -> int:
-        return int(self._db().open_table(table).count_rows(f"generation = {generation}"))
+    def _count(self, generation: int) -> int:
+        return int(self._table().count_rows(f"generation = {generation}"))
 
-    def _stamps_outside(self, table: str, generations: list[int]) -> list[int]:
-        t = self._db().open_table(table)
-        others = t.search().where(f"generation NOT IN ({', '.join(map(str, generations))})").select(["generation"])
-        return [int(g) for g in others.limit(None).to_arrow()["generation"].to_pylist()]
+    def _stamps_outside(self, generations: list[int]) -> list[int]:
+        others = self._table().search().where(f"generation NOT IN ({', '.join(map(str, generations))})")
+        return [int(g) for g in others.select(["generation"]).limit(None).to_arrow()["generation"].to_pylist()]
 
     def _searchable(self, manifest: StoreManifest) -> DatabaseIndex:
-        t = self._db().open_table(manifest.collection)
+        t = self._table()
         nprobes, refine = int(manifest.params.get("nprobes", 16)), int(manifest.params.get("refine_factor", 4))
         distance, indexed = _distance(manifest.space), manifest.index_type != "FLAT"
 
@@ -238,24 +172,59 @@ class LanceStore(DatabaseStore):
 
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))
 
-    def point_alias(self, out: Path, known_generations: tuple[int, ...] | list[int]) -> None:
+    def _move_alias(self) -> None:
         import pyarrow as pa
 
-        m = self._alias_target(out, known_generations)
-        db, alias = self._db(), alias_name(m.collection)
-        row = pa.table({"collection": [m.collection], "generation": [int(m.generation)]})
-        if alias in self._tables():
+        db, alias = self.store._db(), alias_name(self.name)
+        row = pa.table({"collection": [self.name], "generation": [int(self.manifest.generation)]})
+        if alias in self.store._tables():
             db.open_table(alias).add(row, mode="overwrite")
         else:
             db.create_table(alias, data=row)
-        table = db.open_table(m.collection)
+        table = self._table()
         tags = table.tags.list()
         (table.tags.update if "live" in tags else table.tags.create)("live", table.version)
 
-    def drop(self, out: Path) -> None:
-        try:
-            m = StoreManifest.load(Path(out))
-        except IndexIntegrityError:
-            return  # nothing attached: nothing to drop
-        if m.collection in self._tables() and not self.aliased(out):
-            self._db().drop_table(m.collection)
+
+@register_store("lancedb")
+class LanceStore(DatabaseStore):
+    """A LanceDB database (a folder or object-store URI) holding one table per gallery version; connected once."""
+
+    name = "lancedb"
+    holder = "LanceDB table"
+    package = "lancedb"
+    install = _INSTALL
+    uri_forms = "a folder (e.g. lance) or s3://bucket/path"
+    collection_type = LanceTable
+
+    def __init__(self, uri: str | None = None, options: dict[str, Any] | None = None) -> None:
+        super().__init__(uri, options)
+        self._connection: Any = None
+
+    def _answer(self) -> None:
+        self._tables()
+
+    def _unanswered(self, first: str) -> str:
+        return f"LanceDB cannot open gallery.uri {self.uri} ({first}); fix gallery.uri"
+
+    def _db(self) -> Any:
+        if self._connection is None:
+            import lancedb
+
+            self._connection = lancedb.connect(self._uri())
+        return self._connection
+
+    def _tables(self) -> list[str]:
+        listed = self._db().list_tables()
+        return list(getattr(listed, "tables", listed))
+
+    def _opt(self, key: str) -> Any:
+        return self.options.get(key, _DEFAULTS[key])
+
+    def live_collection(self, like: str) -> str | None:
+        """The table the live alias of ``like``'s tables names (None: no alias yet)."""
+        alias = alias_name(like)
+        if alias not in self._tables():
+            return None
+        rows = self._db().open_table(alias).to_arrow()
+        return str(rows["collection"][0].as_py()) if rows.num_rows else None

@@ -10,7 +10,7 @@ import torch
 
 from components.evaluation import retrieval_metrics, topk_metrics
 from components.geometry import create_space, expmap0
-from components.indexing import GalleryIndex
+from components.indexing.stores.faiss import GalleryIndex
 
 
 def _items(seed: int, n: int = 240, d: int = 8, geometry: str = "euclidean", quantised: bool = False):

@@ -12,10 +12,10 @@ import torch
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.geometry import create_space, expmap0
-from components.indexing import GalleryIndex
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
 from components.indexing.mixed import backfill_order, item_uncertainty, mix_galleries
+from components.indexing.stores.faiss import GalleryIndex
 
 
 def lorentz_gallery(seed: int, n: int = 40, d: int = 8, scale: float = 1.0) -> GalleryEmbeddings:

@@ -83,7 +83,7 @@ def test_killed_backfill_resumes_and_the_live_index_serves_throughout(prefect_ha
     events = LineageDB(f"sqlite:///{home / 'lineage.db'}").backfills()
     assert len(events) == 1 and events[0].reembedded == events[0].total == 539 and events[0].to_generation_id == 1
     # generation 1 queries now search the new, verified index of generation 1's (rescaled) embeddings
-    from components.indexing import GalleryIndex
+    from components.indexing.stores.faiss import GalleryIndex
 
     new_dir = Path(live.pointer()["index"])
     index = GalleryIndex.load(new_dir)

@@ -249,7 +249,7 @@ def test_a_backfill_into_milvus_lite_on_the_cluster_prints_no_traceback_error_or
     keepalive pings) and its fork line — then ended with rc 0 and the right rows. The same backfill, as the CLI runs
     it in a user's shell (no GRPC_VERBOSITY): rc 0, one row per item in the Milvus collection, and the console holds
     no traceback, no ERROR and no gRPC line; what the server logs goes to the Milvus Lite file's log beside it."""
-    from components.indexing.backend import store_of
+    from components.indexing.backend import collection_at
 
     home, params = g0_workspace
     cmd = [sys.executable, "-m", "bctflow.cli", "backfill", "--home", str(home), "--params", str(params)]
@@ -265,12 +265,16 @@ def test_a_backfill_into_milvus_lite_on_the_cluster_prints_no_traceback_error_or
     items = int(re.search(r"\((\d+) items re-embedded", console).group(1))
     with Workspace(home).lineage(load_params(params), readonly=True) as lineage:
         index = Path(lineage.live_pointer().index_path)
-    store = store_of(index)
+    vectors = collection_at(index)
     try:
-        rows, audit = store.count_by_generation(index), store.audit(index)
+        rows, audit = vectors.count_by_generation(), vectors.audit()
     finally:
-        store.close()  # Milvus Lite: one process per file
-    assert store.name == "milvus" and rows == {0: items} and audit == {"rows": items, "duplicates": 0, "unstamped": 0}
+        vectors.store.close()  # Milvus Lite: one process per file
+    assert (
+        vectors.store.name == "milvus"
+        and rows == {0: items}
+        and audit == {"rows": items, "duplicates": 0, "unstamped": 0}
+    )
     assert "MilvusLite server started for" in (home / "milvus.db.log").read_text()  # the server's log, beside it
     for log in cluster.tmp.glob("worker-*.log"):  # the workers never touch the store: no gRPC there either
         assert not re.search("grpc|goaway", log.read_text(), re.IGNORECASE), log

@@ -18,10 +18,11 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from components.faults import KILL_ENV
-from components.indexing.backend import StoreManifest, store_of
+from components.indexing.backend import collection_at
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
+from components.indexing.stores.db_index import StoreManifest
 from components.indexing.version import GalleryVersion
 from flows.backfill.rollback import rollback
 from flows.params import load_params
@@ -67,9 +68,9 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     assert (m.store, m.collection, m.generation) == (p.gallery.store, collection, generation)
     assert ptr.generation_id == generation
     assert m.uri == str(home / URIS[p.gallery.store])
-    store = store_of(index_dir)
-    assert store.aliased(index_dir) and store.live_collection(collection) == collection
-    assert store.digest(index_dir) == ptr.index_sha256
+    vectors = collection_at(index_dir)
+    assert vectors.aliased() and vectors.store.live_collection(collection) == collection
+    assert vectors.digest() == ptr.index_sha256
     # the lineage's pointer row records where the vectors live, their rows per generation and the index (rev. 0007)
     assert (ptr.store, ptr.collection, ptr.index_params) == (
         m.store,
@@ -79,7 +80,7 @@ def _agree(home: Path, params: Path, collection: str, generation: int) -> StoreM
     assert ptr.rows_by_generation == {str(g): n for g, n in m.counts_by_generation.items()}
     rows = GalleryParts(GalleryVersion.of_index(index_dir).evaluation_gallery())
     gens, n = np.unique(rows.column("stamps"), return_counts=True)
-    assert store.count_by_generation(index_dir) == dict(zip(gens.tolist(), n.tolist())) == m.counts_by_generation
+    assert vectors.count_by_generation() == dict(zip(gens.tolist(), n.tolist())) == m.counts_by_generation
     assert inspect_workspace(ws, p) == []
     whole = rows.embeddings()
     q = whole.vectors()[:20]
@@ -125,11 +126,11 @@ def test_a_backfill_killed_in_its_embedding_and_its_store_write_ends_with_each_i
     finished parts, the last run none, and lineage, CURRENT, the alias and doctor agree; an alias moved by hand is
     named by doctor and moved back by ``--repair``. The two killed commands run on Milvus Lite only (on LanceDB too
     they took another ~70 s of one CI worker): a LanceDB build killed half-way and resumed is
-    tests/components/indexing/test_db_index.py's; on LanceDB the backfill runs once, whole, in this process."""
+    tests/components/indexing/stores/test_database.py's; on LanceDB the backfill runs once, whole, in this process."""
     home, params = milvus_chain
     killed = load_params(params).gallery.store == "milvus"
     if killed:
-        store_of(home / "generations" / "gen_000" / "index").close()  # Milvus Lite: one process per file
+        collection_at(home / "generations" / "gen_000" / "index").store.close()  # Milvus Lite: one process per file
         work = home / "backfills" / "in_progress"
         _bctflow(["backfill", "--generation", "2"], home, params, kill_at="embed.half_parts")
         done = len(list((work / "gallery" / "parts").glob("part-*.npz"))) * CHUNK  # parts of whole batches: none lost
@@ -146,11 +147,9 @@ def test_a_backfill_killed_in_its_embedding_and_its_store_write_ends_with_each_i
     m = _agree(home, params, "chain_g2_v1", 2)
     assert m.counts_by_generation == {2: items} and m.extra["rows_written"] == items
     index_dir = home / "live" / "index-v001" / "index"
-    assert store_of(index_dir).audit(index_dir) == {"rows": items, "duplicates": 0, "unstamped": 0}
+    assert collection_at(index_dir).audit() == {"rows": items, "duplicates": 0, "unstamped": 0}
     # someone moves the alias by hand: doctor names it, --repair moves it back
-    store = store_of(home / "generations" / "gen_000" / "index")
-    old = home / "generations" / "gen_000" / "index"
-    store.point_alias(old, [0, 1, 2])  # someone moves the alias by hand
+    collection_at(home / "generations" / "gen_000" / "index").point_alias([0, 1, 2])
     ws, p = Workspace(home), load_params(params)
     found = inspect_workspace(ws, p)
     assert len(found) == 1 and not found[0].repaired

@@ -12,9 +12,9 @@ import pytest
 from components.data.sources import write_webdataset
 from components.data.sources.base import ImageSource
 from components.errors import ConfigError
-from components.indexing import GalleryIndex
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts, PartWriter
+from components.indexing.stores.faiss import GalleryIndex
 from components.indexing.version import GalleryVersion
 from flows.gallery.data import load_splits, open_corpus
 from flows.gallery.pipeline import Embedded, check_index_recall, embed_gallery

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from components.indexing import GalleryIndex
 from components.indexing.parts import GalleryParts
+from components.indexing.stores.faiss import GalleryIndex
 from components.indexing.version import SERVING_FILE, GalleryVersion
 from components.models import build_model, load_model, save_model
 from components.training import embed_split

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from components.indexing import GalleryIndex
 from components.indexing.parts import GalleryParts
+from components.indexing.stores.faiss import GalleryIndex
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.runtime.transient import is_transient

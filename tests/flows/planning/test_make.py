@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from bctflow.cli import app
 from components.errors import CheckpointMismatchError, ConfigError, DataError, IndexIntegrityError, LineageError
-from components.indexing import MANIFEST_FILE
 from components.indexing.live import LivePointer
+from components.indexing.stores.faiss import MANIFEST_FILE
 from components.io import file_sha256
 from components.models import build_model, save_model
 from components.models.checkpoint import save_torch_atomic

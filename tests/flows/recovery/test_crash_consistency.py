@@ -21,8 +21,8 @@ from typer.testing import CliRunner, Result
 
 from bctflow.cli import app
 from components.faults import KILL_ENV
-from components.indexing import MANIFEST_FILE
 from components.indexing.live import LivePointer
+from components.indexing.stores.faiss import MANIFEST_FILE
 from components.io import file_sha256
 from flows.params import load_params
 from flows.recovery.reconcile import inspect_workspace

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.indexing.faiss_index import INDEX_FILE, MANIFEST_FILE
 from components.indexing.live import LivePointer
+from components.indexing.stores.faiss.gallery_index import INDEX_FILE, MANIFEST_FILE
 from flows.params import load_params
 from flows.runtime.workspace import Workspace
 from flows.serving.swap import _low_priority

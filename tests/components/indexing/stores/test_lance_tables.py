@@ -1,6 +1,6 @@
 """gallery.store lancedb's own parts (components/indexing/stores/lance_tables.py): the live alias as a versioned
 one-row table with the live table's version tagged, and its plan-time check; what it shares with the other database
-stores is tested in tests/components/indexing/test_db_index.py."""
+stores is tested in tests/components/indexing/stores/test_database.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import lancedb
 import pytest
 
 from components.errors import ConfigError
-from components.indexing.backend import vector_store
-from components.indexing.index_config import IndexConfig
+from components.indexing.backend import IndexOptions, vector_store
 from tests.components.indexing.test_backend import stamped_store
 
 
@@ -19,9 +18,10 @@ def test_each_alias_move_is_a_version_of_the_alias_table_and_the_live_table_is_t
     for g in (0, 1):
         parts = stamped_store(tmp_path / f"v{g}" / "gallery", geometry="euclidean", stamps=(g,))
         out = tmp_path / f"v{g}" / "index"
-        store.build(parts, out, collection=f"lt_g{g}_v0", generation=g, config=IndexConfig(recall_queries=20))
-        store.point_alias(out, [0, 1])
-        outs.append(out)
+        version = store.collection(f"lt_g{g}_v0", out)
+        version.build(parts, generation=g, options=IndexOptions(recall_queries=20))
+        version.point_alias([0, 1])
+        outs.append(version)
     db = lancedb.connect(str(tmp_path / "lance"))
     alias = db.open_table("lt_live")
     history = []
@@ -32,7 +32,7 @@ def test_each_alias_move_is_a_version_of_the_alias_table_and_the_live_table_is_t
     for g in (0, 1):
         table = db.open_table(f"lt_g{g}_v0")
         assert table.tags.list()["live"]["version"] == table.version
-    assert store.aliased(outs[1]) and not store.aliased(outs[0])
+    assert outs[1].aliased() and not outs[0].aliased()
 
 
 def test_a_missing_uri_is_one_line_at_plan_time():

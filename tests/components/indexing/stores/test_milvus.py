@@ -1,5 +1,5 @@
 """gallery.store milvus's own checks (components/indexing/stores/milvus.py); what it shares with the other database
-stores is tested in tests/components/indexing/test_db_index.py."""
+stores is tested in tests/components/indexing/stores/test_database.py."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ def test_a_search_asks_few_enough_queries_per_call_that_the_reply_fits_and_answe
     metrics, re-ranked 4×, once asked 2048 queries for 430 MB, over gRPC's 256 MiB — and the answers do not change."""
     import numpy as np
 
-    from components.indexing.backend import open_index
-    from components.indexing.index_config import IndexConfig
+    from components.indexing.backend import IndexOptions, open_index
     from components.indexing.stores import milvus
     from tests.components.indexing.test_backend import stamped_store
 
@@ -33,7 +32,7 @@ def test_a_search_asks_few_enough_queries_per_call_that_the_reply_fits_and_answe
     assert milvus.queries_per_call(10**9, 129) == 1
     parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
     store = vector_store("milvus", str(tmp_path / "m.db"), {"index_type": "FLAT"})
-    store.build(parts, tmp_path / "index", collection="t_g0_v0", generation=0, config=IndexConfig(recall_queries=50))
+    store.collection("t_g0_v0", tmp_path / "index").build(parts, generation=0, options=IndexOptions(recall_queries=50))
     q = np.concatenate([p.gallery.vectors()[:20] for p in parts.parts()])
     whole = open_index(tmp_path / "index").search(q, 30)
     monkeypatch.setattr(milvus, "_REPLY_BYTES", 7 * 30 * (4 * 8 + 64))  # 7 queries per call
@@ -46,12 +45,12 @@ def test_a_search_asks_few_enough_queries_per_call_that_the_reply_fits_and_answe
 
 def _hnsw_collection(tmp_path):
     """(store, its client, an HNSW index spec) over a built 300-row collection ``t_g0_v0`` in a Milvus Lite file."""
-    from components.indexing.index_config import IndexConfig
+    from components.indexing.backend import IndexOptions
     from tests.components.indexing.test_backend import stamped_store
 
     parts = stamped_store(tmp_path / "gallery", geometry="euclidean", stamps=(0,))
     store = vector_store("milvus", str(tmp_path / "m.db"), {"index_type": "HNSW"})
-    store.build(parts, tmp_path / "index", collection="t_g0_v0", generation=0, config=IndexConfig(recall_queries=50))
+    store.collection("t_g0_v0", tmp_path / "index").build(parts, generation=0, options=IndexOptions(recall_queries=50))
     db = store._db()
     spec = db.prepare_index_params()
     spec.add_index("vector", index_type="HNSW", metric_type="IP", params={"M": 16, "efConstruction": 200})
@@ -114,7 +113,7 @@ def test_an_index_build_that_indexes_no_row_for_too_long_ends_in_one_line(tmp_pa
     # the 20 growing looks are 19 sleeps apart; the last growth is seen at look 20, and the look that gives up comes
     # more than 0.3 s after it
     assert looks[-1] - looks[0] >= 19 * 0.05 + 0.3
-    assert store.count_by_generation(tmp_path / "index") == {0: 300}  # the rows written are kept
+    assert store.collection("t_g0_v0", tmp_path / "index").count_by_generation() == {0: 300}  # the rows are kept
     store.close()
 
 
@@ -150,7 +149,7 @@ def test_a_missing_alias_or_collection_is_answered_without_pymilvus_logging_an_e
     try:
         assert store.live_collection("t_g0_v0") is None
         with pytest.raises(IndexIntegrityError, match="the Milvus collection t_g9_v0 does not exist"):
-            store._facts("t_g9_v0")
+            store.collection("t_g9_v0", tmp_path / "nowhere")._facts()
         assert seen == []
         with pytest.raises(Exception, match="does not exist"):
             db.describe_alias("t_live")  # outside the store's expected misses pymilvus still reports its errors

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from components.errors import IndexIntegrityError
-from components.indexing import FORMAT_VERSION, IndexManifest
-from components.indexing.manifest import shards_digest
+from components.indexing.stores.faiss import FORMAT_VERSION, IndexManifest
+from components.indexing.stores.faiss.manifest import shards_digest
 
 _SHA = "ab" * 32
 

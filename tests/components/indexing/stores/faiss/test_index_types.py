@@ -9,11 +9,11 @@ import faiss
 import numpy as np
 import pytest
 
-import components.indexing.faiss_index as faiss_index_module
+import components.indexing.stores.faiss.gallery_index as faiss_index_module
 from components.errors import IndexIntegrityError
 from components.geometry import create_space
-from components.indexing import INDEX_FILE, MANIFEST_FILE, GalleryIndex, IndexConfig
-from components.indexing.index_types import file_sha256
+from components.indexing.stores.faiss import INDEX_FILE, MANIFEST_FILE, GalleryIndex, IndexConfig
+from components.indexing.stores.faiss.index_types import file_sha256
 from tests.components.indexing.gallery_data import MIN_RECALL, TYPES, D, K, N, chunks_of, make_data
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-import components.indexing.faiss_index as faiss_index_module
+import components.indexing.stores.faiss.gallery_index as faiss_index_module
 from components.errors import DataError, IncompatibleQueryError, IndexIntegrityError
 from components.geometry import create_space, expmap0, pairwise_geodesic_distance
-from components.indexing import INDEX_FILE, MANIFEST_FILE, GalleryIndex
-from components.indexing.faiss_index import _maybe_to_gpu
+from components.indexing.stores.faiss import INDEX_FILE, MANIFEST_FILE, GalleryIndex
+from components.indexing.stores.faiss.gallery_index import _maybe_to_gpu
 from components.io import atomic_path
 
 

@@ -10,9 +10,9 @@ import pytest
 from components.errors import ConfigError, DataError
 from components.geometry import create_space
 from components.geometry.spaces.lorentz import flip_time
-from components.indexing import GalleryIndex, IndexConfig
-from components.indexing.build_inputs import BottomKSample
-from components.indexing.vectors import lorentz_l2_queries, lorentz_l2_rows
+from components.indexing.stores.faiss import GalleryIndex, IndexConfig
+from components.indexing.stores.faiss.build_inputs import BottomKSample
+from components.indexing.stores.faiss.index_types import lorentz_l2_queries, lorentz_l2_rows
 from tests.components.indexing.gallery_data import K, chunks_of, lift, make_data
 
 

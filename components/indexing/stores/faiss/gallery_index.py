@@ -6,19 +6,19 @@
   ``flat`` stores the points as-is and negates each query's time coordinate (exact MIPS,
   ``IDMap2,Flat``); ``ivf`` / ``hnsw`` / ``ivfpq`` search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k
   candidates re-ranked by exact geodesic distance (or the MIPS→L2 reduction; see
-  :mod:`components.indexing.index_types` for the measurements behind the choice).
+  :mod:`components.indexing.stores.faiss.index_types` for the measurements behind the choice).
 
-The type and its parameters are an :class:`~components.indexing.index_config.IndexConfig`.
+The type and its parameters are an :class:`~components.indexing.stores.faiss.index_config.IndexConfig`.
 Galleries are built chunk by chunk (:meth:`GalleryIndex.build_streaming`; memory: the index,
 one chunk and the training/recall sample); every build measures recall@10 against exact
 search on held-out gallery items and the queries/s of :meth:`GalleryIndex.search`, optionally
-choosing nprobe / ef_search for a target recall first (:mod:`components.indexing.tuning`), and
+choosing nprobe / ef_search for a target recall first (:mod:`components.indexing.stores.faiss.tuning`), and
 records them in the manifest (docs/design.md §8.3).
 
 FAISS ranks in float32; the neighbours it returns are re-scored in float64 (docs/design.md §2
 "Numerics") and re-sorted — from the stored vectors for flat, ivf and hnsw, from decoded PQ
 codes (approximate) for ivfpq. Every index carries an
-:class:`~components.indexing.manifest.IndexManifest` (docs/design.md §7.8), checked on load and
+:class:`~components.indexing.stores.faiss.manifest.IndexManifest` (docs/design.md §7.8), checked on load and
 before every search: FAISS itself notices neither a same-dimension model swap, a truncated
 file, nor NaNs.
 """
@@ -37,11 +37,12 @@ import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
 from components.geometry import Space
-from components.indexing import index_types as it
-from components.indexing.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
-from components.indexing.index_config import IndexConfig, check_build_args
-from components.indexing.manifest import IndexManifest, shards_digest
-from components.indexing.tuning import tune
+from components.indexing.recall import ExactTopK, recall_at_k
+from components.indexing.stores.faiss import index_types as it
+from components.indexing.stores.faiss.build_inputs import BottomKSample, IdLedger, checked_chunks, id_hash, scan_gallery
+from components.indexing.stores.faiss.index_config import IndexConfig, check_build_args
+from components.indexing.stores.faiss.manifest import IndexManifest, shards_digest
+from components.indexing.stores.faiss.tuning import tune
 from components.indexing.vectors import LORENTZ_TIME_SCALE, checked_queries
 from components.io import atomic_path, atomic_write_bytes
 
@@ -191,7 +192,7 @@ class GalleryIndex:
             )
             q_rows, q_ids = scan.rows[: min(cfg.recall_queries, n)], scan.ids[: min(cfg.recall_queries, n)]
             del scan, train
-            exact = it.ExactTopK(space.query_form(q_rows), min(_RECALL_K, n))
+            exact = ExactTopK(space.query_form(q_rows), min(_RECALL_K, n))
             check = IdLedger(keep=False)
         else:
             ledger = check = IdLedger()
@@ -236,7 +237,7 @@ class GalleryIndex:
 
             def recall_with(p: dict) -> float | None:
                 index._use_params(p)
-                return it.recall_at_k(index._search(qx[:h], k)[1], truth[:h], q_ids[:h], _RECALL_K - 1)
+                return recall_at_k(index._search(qx[:h], k)[1], truth[:h], q_ids[:h], _RECALL_K - 1)
 
             index._use_params(tune(params, cfg.target_recall, recall_with))
             qx, truth, q_ids = qx[h:], truth[h:], q_ids[h:]
@@ -244,7 +245,7 @@ class GalleryIndex:
         t = time.perf_counter()
         _, found = index._search(qx, k)
         qps = len(qx) / max(time.perf_counter() - t, 1e-9)
-        recall = 1.0 if truth is None else it.recall_at_k(found, truth, q_ids, _RECALL_K - 1)
+        recall = 1.0 if truth is None else recall_at_k(found, truth, q_ids, _RECALL_K - 1)
         index._manifest = replace(
             index._manifest, recall_at_10=recall, recall_queries=len(q_ids), search_qps=qps,
             build_seconds=time.perf_counter() - t0,
@@ -273,8 +274,7 @@ class GalleryIndex:
         Use when a later generation passes the compatibility criterion against
         this gallery's generation (docs/design.md §7); call :meth:`save` to persist.
         """
-        manifest = replace(self._manifest, compatible_generations=tuple(int(g) for g in generations))
-        return GalleryIndex(self._shards, manifest)
+        return GalleryIndex(self._shards, self._manifest.with_compatible(generations))
 
     # ----------------------------------------------------------------- search
     def _check_queries(self, queries: np.ndarray, query_generation: int | None) -> np.ndarray:
@@ -365,7 +365,8 @@ class GalleryIndex:
         Checks: manifest valid (version 1 or 2), every index file present with its recorded sha256 (before FAISS
         reads it), structure as the manifest's index_type / factory / params say, ntotal == count, width, ids
         unique, stored vectors finite and of the manifest's geometry (all for flat, a sample otherwise; see
-        :func:`~components.indexing.index_types.verify_shards`): else :class:`~components.errors.IndexIntegrityError`.
+        :func:`~components.indexing.stores.faiss.index_types.verify_shards`): else
+        :class:`~components.errors.IndexIntegrityError`.
         A ``geometry`` other than the manifest's raises :class:`~components.errors.IncompatibleQueryError`. Search
         parameters (nprobe, efSearch) are set from the manifest.
         """

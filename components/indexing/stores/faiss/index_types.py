@@ -7,8 +7,12 @@ are defined in :mod:`components.indexing.vectors`):
 * lorentz, ``flat``: the hyperboloid points themselves, inner-product metric, each
   query's time coordinate negated — exact MIPS = exact geodesic kNN (HBCT Eq. (1), (3)).
 * lorentz, ``ivf`` / ``hnsw`` / ``ivfpq``: by default the ``proxy`` form (L2 over
-  [2⁻⁸·g_t, g_s]); FAISS returns ``rerank``·k candidates that are re-ranked by exact
-  float64 geodesic distance. Optional: the exact MIPS→L2 reduction (``mips_l2``).
+  [2⁻⁸·g_t, g_s], :mod:`components.indexing.vectors`); FAISS returns ``rerank``·k candidates that are re-ranked
+  by exact float64 geodesic distance. Optional: the exact MIPS→L2 reduction (``mips_l2``): gallery g (d+1, time
+  first) stored as g' = [g, sqrt(M² − ‖g‖²)] with M ≥ max ‖g‖, so every g' lies on the sphere of radius M; a query
+  q becomes q' = λ[−q_t, q_s, 0] with λ = M / ‖q‖ > 0. Then ‖q' − g'‖² = 2M² − 2λ<q, g>_L, so for each query the
+  L2 ranking is the geodesic ranking, exactly (λ puts the query on the gallery's sphere, which makes IVF's coarse
+  assignment behave as for an ordinary L2 search).
 
 Why the proxy: measured with ``benchmarks/index_speed.py`` on clustered synthetic
 hyperboloid galleries (d=128, radii 0.7–2.6; recall@10 against exact search, defaults
@@ -36,25 +40,25 @@ import faiss
 import numpy as np
 
 from components.errors import IndexIntegrityError
-from components.indexing.build_inputs import id_hash
-from components.indexing.index_config import IndexConfig
-from components.indexing.manifest import IndexManifest
-from components.indexing.vectors import lorentz_l2_queries, lorentz_l2_rows, lorentz_proxy_rows
+from components.indexing.stores.faiss.build_inputs import id_hash
+from components.indexing.stores.faiss.index_config import IndexConfig
+from components.indexing.stores.faiss.manifest import IndexManifest
+from components.indexing.vectors import lorentz_proxy_rows
 from components.io import file_sha256
 
 __all__ = [
     "SHARD_SALT",
-    "ExactTopK",
     "candidates",
     "describe",
     "expected_factory",
     "file_sha256",
     "gallery_rows",
     "index_sha256",
+    "lorentz_l2_queries",
+    "lorentz_l2_rows",
     "new_shards",
     "query_form",
     "read_index_file",
-    "recall_at_k",
     "reconstruct",
     "rescore",
     "set_search_params",
@@ -70,6 +74,25 @@ SHARD_SALT = 0x5EED5EED
 #: Reconstructed vectors checked on load for types whose vectors are not one array.
 VERIFY_SAMPLE = 1024
 _METRICS = {"inner_product": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+
+
+def lorentz_l2_rows(points: np.ndarray, radius: float) -> np.ndarray:
+    """Gallery hyperboloid points (N, d+1) -> float32 rows (N, d+2) [g, sqrt(M² − ‖g‖²)] of norm M = ``radius``.
+
+    ``radius`` must be >= every ‖g‖ (computed in float64 from float32 ``points``);
+    the extra coordinate is clamped at 0 for the farthest points.
+    """
+    g = np.asarray(points, dtype=np.float32)
+    sq = np.einsum("ij,ij->i", g.astype(np.float64), g.astype(np.float64))
+    extra = np.sqrt(np.maximum(radius * radius - sq, 0.0)).astype(np.float32)
+    return np.concatenate([g, extra[:, None]], axis=1)
+
+
+def lorentz_l2_queries(flipped: np.ndarray, radius: float) -> np.ndarray:
+    """Queries with the time coordinate already negated (N, d+1) -> float32 (N, d+2) λ[q', 0], ‖λq'‖ = ``radius``."""
+    q = np.asarray(flipped, dtype=np.float64)
+    scale = radius / np.linalg.norm(q, axis=1, keepdims=True)
+    return np.concatenate([q * scale, np.zeros((q.shape[0], 1))], axis=1).astype(np.float32)
 
 
 def stored_form(rows: np.ndarray, params: dict[str, Any]) -> np.ndarray:
@@ -311,44 +334,3 @@ def verify_shards(shards: list, m: IndexManifest, paths: list[Path], rebuild: st
                 f"{int((~ok).sum())} {what} in {path} are not finite or do not fit the manifest's geometry "
                 f"{m.geometry!r} (K={m.curvature}); {rebuild}"
             )
-
-
-# ------------------------------------------------------------- measurement
-class ExactTopK:
-    """Exact inner-product top-k of fixed queries over a gallery streamed in chunks (``faiss.ResultHeap``).
-
-    ``queries``: float32 (nq, D) such that the dot product with a gallery row is the
-    similarity (unit rows; or time-negated hyperboloid points: <q, g>_L).
-    """
-
-    def __init__(self, queries: np.ndarray, k: int) -> None:
-        self._q = np.ascontiguousarray(queries, dtype=np.float32)
-        self._heap = faiss.ResultHeap(self._q.shape[0], k, keep_max=True)  # ids start at -1
-
-    def add(self, rows: np.ndarray, ids: np.ndarray) -> None:
-        """Merge the best matches among float32 gallery ``rows`` (n, D) with int64 ``ids`` (n,)."""
-        if not len(self._q) or not len(rows):
-            return
-        kk = min(self._heap.k, rows.shape[0])
-        dist, pos = faiss.knn(self._q, np.ascontiguousarray(rows, dtype=np.float32), kk, faiss.METRIC_INNER_PRODUCT)
-        self._heap.add_result(dist, ids[pos])
-
-    def result(self) -> np.ndarray:
-        """int64 (nq, k) ids, best first (-1 where the gallery had fewer than k rows)."""
-        self._heap.finalize()
-        return self._heap.I
-
-
-def recall_at_k(found: np.ndarray, exact: np.ndarray, self_ids: np.ndarray, k: int = 10) -> float | None:
-    """Mean share of each query's exact top-``k`` that ``found`` retrieves, the query's own id dropped from both.
-
-    ``found``, ``exact``: int64 (nq, >= k+1) ids best first (-1 = none); ``self_ids`` (nq,).
-    None when no query has any other gallery item.
-    """
-    shares = []
-    for a, e, own in zip(found, exact, self_ids):
-        truth = [x for x in e if x != own and x >= 0][:k]
-        if truth:
-            approx = [x for x in a if x != own and x >= 0][:k]
-            shares.append(len(set(approx).intersection(truth)) / len(truth))
-    return float(np.mean(shares)) if shares else None

@@ -1,5 +1,6 @@
-"""Search effort chosen from measured recall (components/indexing/tuning.py, docs/design.md §8.3): the cheapest
-nprobe / ef_search reaching the target on one half of the held-out queries, recall reported on the other half."""
+"""Search effort chosen from measured recall (components/indexing/stores/faiss/tuning.py, docs/design.md §8.3): the
+cheapest nprobe / ef_search reaching the target on one half of the held-out queries, recall reported on the other
+half."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 
 from components.errors import ConfigError
 from components.geometry import create_space
-from components.indexing import GalleryIndex, IndexConfig
-from components.indexing.tuning import search_knob, tune
+from components.indexing.stores.faiss import GalleryIndex, IndexConfig
+from components.indexing.stores.faiss.tuning import search_knob, tune
 from tests.components.indexing.gallery_data import clustered, lift
 
 

@@ -1,7 +1,7 @@
-"""The database stores (components/indexing/db_index.py shared by gallery.store milvus, on a Milvus Lite file, and
-lancedb, on a local folder): a version as a collection / table with a stamp on every row, idempotent writes, the
-same scores as the FAISS files, recall against exact search, the live alias, and the refusals that leave everything
-as it was."""
+"""The database stores (components/indexing/stores/database.py shared by gallery.store milvus, on a Milvus Lite file,
+and lancedb, on a local folder): a version as a collection / table of the declared gallery rows with a stamp on every
+row, idempotent writes, the same scores as the FAISS files, recall against exact search, the live alias, and the
+refusals that leave everything as it was."""
 
 from __future__ import annotations
 
@@ -15,11 +15,18 @@ import pytest
 
 from components.errors import IndexIntegrityError
 from components.faults import KILL_ENV
-from components.indexing import db_index
-from components.indexing.backend import GalleryFacts, StoreManifest, gallery_facts, open_index, store_of, vector_store
+from components.indexing.backend import (
+    GalleryFacts,
+    IndexOptions,
+    collection_at,
+    gallery_facts,
+    open_index,
+    vector_store,
+)
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.index_config import IndexConfig
 from components.indexing.parts import StoredPart
+from components.indexing.stores import db_index
+from components.indexing.stores.db_index import StoreManifest
 from tests.components.indexing.test_backend import stamped_store
 
 NAMES = {"milvus": ("Milvus collection", "m.db"), "lancedb": ("LanceDB table", "lance")}
@@ -34,8 +41,8 @@ def db(request, tmp_path_factory):
 def _build(db, tmp_path, name: str, geometry: str = "euclidean", generation: int = 1, **kw):
     parts = stamped_store(tmp_path / name / "gallery", geometry=geometry, **kw)
     out = tmp_path / name / "index"
-    cfg = IndexConfig(type="flat", recall_queries=100)
-    return parts, out, db.build(parts, out, collection=name, generation=generation, config=cfg)
+    options = IndexOptions({"type": "flat"}, recall_queries=100)
+    return parts, out, db.collection(name, out).build(parts, generation=generation, options=options)
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
@@ -43,16 +50,16 @@ def test_a_version_is_a_collection_of_stamped_rows_searched_like_the_faiss_files
     parts, out, _ = _build(db, tmp_path, f"t_{geometry[:3]}_g1_v0", geometry, stamps=(0, 1))
     m = StoreManifest.load(out)
     assert (m.store, m.count, m.counts_by_generation) == (db.name, 300, {0: 150, 1: 150})
-    assert db.count_by_generation(out) == {0: 150, 1: 150}
+    assert db.collection(m.collection, out).count_by_generation() == {0: 150, 1: 150}
     name = f"t_{geometry[:3]}_g1_v0"  # the lineage records the collection, rows per generation and index it names
     assert gallery_facts(out) == GalleryFacts(db.name, name, {0: 150, 1: 150}, {**m.params, "index_type": m.index_type})
-    flat = vector_store("faiss").build(parts, tmp_path / "flat", collection="-", generation=1, config=IndexConfig())
+    flat = vector_store("faiss").collection(None, tmp_path / "flat").build(parts, generation=1, options=IndexOptions())
     q = np.concatenate([p.gallery.vectors()[:7] for p in parts.parts()])
     s_db, i_db = open_index(out).search(q, 5, query_generation=1)
     s_ff, i_ff = flat.search(q, 5, query_generation=1)
     assert (i_db[:, 0] == i_ff[:, 0]).all()  # each item finds itself first
     np.testing.assert_allclose(s_db[:, 0], s_ff[:, 0], atol=1e-6)
-    assert type(store_of(out)) is type(db)
+    assert type(collection_at(out).store) is type(db)
     q = np.concatenate([p.gallery.vectors()[:40] for p in parts.parts()])  # 80 queries
     whole = open_index(out).search(q, 5, query_generation=1)
     monkeypatch.setattr(db_index, "RESCORE_QUERIES", 7)  # re-scored 7 queries at a time: the same answers
@@ -71,23 +78,25 @@ def test_the_ann_index_recalls_at_least_095_of_the_exact_top_10(db, tmp_path, ge
 
 def test_a_rerun_upserts_so_a_killed_build_ends_with_one_row_per_item(db, tmp_path):
     parts, out, _ = _build(db, tmp_path, "t_rerun_g2_v1", generation=2, stamps=(2,))
-    again = db.build(parts, out, collection="t_rerun_g2_v1", generation=2, config=IndexConfig(recall_queries=50))
-    assert again.ntotal == 300 and db.count_by_generation(out) == {2: 300}
+    rerun = db.collection("t_rerun_g2_v1", out)
+    again = rerun.build(parts, generation=2, options=IndexOptions(recall_queries=50))
+    assert again.ntotal == 300 and rerun.count_by_generation() == {2: 300}
 
 
 def test_the_alias_moves_to_known_generations_only(db, tmp_path):
     _, out1, _ = _build(db, tmp_path, "t_alias_g1_v0", generation=1, stamps=(1,))
     _, out2, _ = _build(db, tmp_path, "t_alias_g2_v1", generation=2, stamps=(2,))
-    db.point_alias(out1, [0, 1])
-    assert db.aliased(out1) and not db.aliased(out2)
+    one, two = db.collection("t_alias_g1_v0", out1), db.collection("t_alias_g2_v1", out2)
+    one.point_alias([0, 1])
+    assert one.aliased() and not two.aliased()
     with pytest.raises(IndexIntegrityError, match="generation 2's gallery, which the lineage does not know"):
-        db.point_alias(out2, [0, 1])
-    assert db.aliased(out1)  # nothing changed
-    db.point_alias(out2, [0, 1, 2])
-    assert db.aliased(out2) and db.live_collection("t_alias_g0_v0") == "t_alias_g2_v1"
-    db.drop(out1)  # retention: not the live one
+        two.point_alias([0, 1])
+    assert one.aliased()  # nothing changed
+    two.point_alias([0, 1, 2])
+    assert two.aliased() and db.live_collection("t_alias_g0_v0") == "t_alias_g2_v1"
+    one.drop()  # retention: not the live one
     with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_alias_g1_v0 does not exist"):
-        db.verify(out1)
+        one.verify()
 
 
 def _rows(n: int, d: int, generation: int, geometry: str = "euclidean") -> StoredPart:
@@ -101,18 +110,19 @@ def _rows(n: int, d: int, generation: int, geometry: str = "euclidean") -> Store
 
 def test_wrong_width_other_generation_live_and_unknown_collections_are_refused_with_nothing_changed(db, tmp_path):
     _, out, _ = _build(db, tmp_path, "t_refuse_g1_v0", generation=1, stamps=(1,))
-    before = db.count_by_generation(out)
+    refuse = db.collection("t_refuse_g1_v0", out)
+    before = refuse.count_by_generation()
     with pytest.raises(IndexIntegrityError, match="rows of width 9 .* cannot be written into .* of width 8"):
-        db.write("t_refuse_g1_v0", _rows(5, 9, 1))
+        refuse.write(_rows(5, 9, 1))
     with pytest.raises(IndexIntegrityError, match="stamped with generation 3 cannot be written .* accepts stamps"):
-        db.write("t_refuse_g1_v0", _rows(5, 8, 3))
+        refuse.write(_rows(5, 8, 3))
     with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_nowhere_g1_v0 does not exist"):
-        db.write("t_nowhere_g1_v0", _rows(5, 8, 1))
-    db.point_alias(out, [1])
+        db.collection("t_nowhere_g1_v0", tmp_path / "nowhere").write(_rows(5, 8, 1))
+    refuse.point_alias([1])
     with pytest.raises(IndexIntegrityError, match="is the live gallery; a new gallery version is written to a new"):
-        db.write("t_refuse_g1_v0", _rows(5, 8, 1))
-    assert db.count_by_generation(out) == before
-    db.verify(out)
+        refuse.write(_rows(5, 8, 1))
+    assert refuse.count_by_generation() == before
+    refuse.verify()
 
 
 def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once_and_stamped(db, tmp_path):
@@ -122,17 +132,18 @@ def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once
     out, name = tmp_path / "index", "t_kill_g0_v0"
     db = vector_store(db.name, str(tmp_path / NAMES[db.name][1]))  # its own file: Milvus Lite serves one process
     build = (
-        "import sys; from pathlib import Path; from components.indexing.backend import vector_store; "
-        "from components.indexing.index_config import IndexConfig; from components.indexing.parts import GalleryParts; "
-        f"vector_store({db.name!r}, {db.uri!r}).build(GalleryParts(Path({str(parts.path)!r})), Path({str(out)!r}), "
-        f"collection={name!r}, generation=0, config=IndexConfig(recall_queries=50))"
+        "from pathlib import Path; from components.indexing.backend import IndexOptions, vector_store; "
+        "from components.indexing.parts import GalleryParts; "
+        f"vector_store({db.name!r}, {db.uri!r}).collection({name!r}, Path({str(out)!r})).build("
+        f"GalleryParts(Path({str(parts.path)!r})), generation=0, options=IndexOptions(recall_queries=50))"
     )
     env = {**os.environ, KILL_ENV: "store.after_part"}
     killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
-    db.build(parts, out, collection=name, generation=0, config=IndexConfig(recall_queries=50))
-    assert db.count_by_generation(out) == {0: 900}  # each id once (the primary key), every row stamped
-    assert db.audit(out) == {"rows": 900, "duplicates": 0, "unstamped": 0}
+    killed_one = db.collection(name, out)
+    killed_one.build(parts, generation=0, options=IndexOptions(recall_queries=50))
+    assert killed_one.count_by_generation() == {0: 900}  # each id once (the primary key), every row stamped
+    assert killed_one.audit() == {"rows": 900, "duplicates": 0, "unstamped": 0}
     db.close()
     reader = f"from components.indexing.backend import open_index; print(open_index({str(out)!r}).ntotal)"
     opened = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=300)
@@ -147,7 +158,8 @@ def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itse
     parts, out, _ = _build(db, tmp_path, "t_audit_g1_v0", stamps=(0, 1))
     m = StoreManifest.load(out)
     assert m.extra["rows_written"] == 300 and m.extra["write_seconds"] > 0
-    assert db.audit(out) == {"rows": 300, "duplicates": 0, "unstamped": 0}
+    audited = db.collection("t_audit_g1_v0", out)
+    assert audited.audit() == {"rows": 300, "duplicates": 0, "unstamped": 0}
     taken = int(next(parts.parts()).gallery.ids[3])
     row = {"id": taken, "generation": 7, "model": "", "vector": [0.5] * 8}
     if db.name == "milvus":
@@ -158,7 +170,7 @@ def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itse
         vector = pa.FixedSizeListArray.from_arrays(pa.array(row.pop("vector"), pa.float32()), 8)
         table.add(pa.table({k: [v] for k, v in row.items()} | {"vector": vector}, schema=table.schema))
     twice = 1 if db.name == "lancedb" else 0
-    assert db.audit(out) == {"rows": 300 + twice, "duplicates": twice, "unstamped": 1}
+    assert audited.audit() == {"rows": 300 + twice, "duplicates": twice, "unstamped": 1}
 
 
 def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_generation(db, tmp_path):
@@ -173,9 +185,10 @@ def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_gen
         db._db().upsert("t_light_g1_v0", [{**row, "generation": 0}])
     else:
         db._db().open_table("t_light_g1_v0").update(where=f"id = {restamp}", values={"generation": 0})
-    db.verify(out, by_generation=False)
+    light = db.collection("t_light_g1_v0", out)
+    light.verify(by_generation=False)
     with pytest.raises(IndexIntegrityError) as err:
-        db.verify(out)
+        light.verify()
     says = f"holds rows per generation {{0: 151, 1: 149}}, {out}/manifest.json says {{0: 150, 1: 150}}"
     assert says in str(err.value)
     if db.name == "milvus":  # flushed, as a deletion is once persisted (the row total reads the statistics first)
@@ -184,8 +197,43 @@ def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_gen
     else:
         db._db().open_table("t_light_g1_v0").delete(f"id = {gone}")
     with pytest.raises(IndexIntegrityError) as err:
-        db.verify(out, by_generation=False)
+        light.verify(by_generation=False)
     assert str(err.value) == (
         f"the {NAMES[db.name][0]} t_light_g1_v0 holds 299 rows, {out}/manifest.json says 300; "
         "rebuild that gallery version (bctflow backfill)"
     )
+
+
+def test_a_holder_whose_columns_are_not_the_declared_gallery_rows_is_refused_when_opened(db, tmp_path):
+    """Each store makes its holders from the one declared row (id, generation stamp, model, vector) and checks a
+    holder's columns against it when the collection is opened: a table of the same name and facts whose ``model``
+    column is a number is refused in one line."""
+    import json
+
+    from components.indexing.stores.db_rows import GALLERY_ROW, row_kinds
+
+    assert [f.name for f in GALLERY_ROW] == ["id", "generation", "model", "vector"]
+    name = "t_schema_g1_v0"
+    _, out, _ = _build(db, tmp_path, name, stamps=(1,))
+    facts, columns = db.collection(name, out)._described()
+    assert columns == row_kinds()
+    metadata = {"bctflow.facts": json.dumps(facts)}
+    if db.name == "milvus":
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("generation", DataType.INT64)
+        schema.add_field("model", DataType.INT64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=8)
+        db._db().drop_collection(name)
+        db._db().create_collection(name, schema=schema, properties=metadata)
+    else:
+        import pyarrow as pa
+
+        fields = [pa.field(k, pa.int64()) for k in ("id", "generation", "model")]
+        schema = pa.schema([*fields, pa.field("vector", pa.list_(pa.float32(), 8))], metadata=metadata)
+        db._db().drop_table(name)
+        db._db().create_table(name, schema=schema)
+    with pytest.raises(IndexIntegrityError, match=r"holds the columns \{.*'model': 'int64'.*\}, not bctflow's gallery"):
+        open_index(out)

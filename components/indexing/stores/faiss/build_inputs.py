@@ -1,4 +1,5 @@
-"""The inputs of :meth:`GalleryIndex.build <components.indexing.faiss_index.GalleryIndex.build>`, checked.
+"""The inputs of :meth:`GalleryIndex.build <components.indexing.stores.faiss.gallery_index.GalleryIndex.build>`,
+checked.
 
 A bad gallery (not 2-D, empty, too narrow, NaN/inf, bad ids, zero vectors,
 off-hyperboloid points, float32 overflow) is a :class:`~components.errors.DataError`

@@ -8,7 +8,7 @@ actually built (:meth:`IndexConfig.factory_string`), which the manifest records.
 
 Defaults: nlist ≈ 4·sqrt(N), hnsw_m 32, rerank 3; nprobe 16 / ef_search 96 are the search
 effort when ``target_recall`` is None — with it (params default 0.95) the build picks the
-cheapest effort that reaches it (:mod:`components.indexing.tuning`). Measured on the scale
+cheapest effort that reaches it (:mod:`components.indexing.stores.faiss.tuning`). Measured on the scale
 corpora (``bctflow bench scale``, benchmarks/results/scale/): see the reports there. Every
 build measures its own recall against exact search and records it (docs/design.md §8.3).
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from components.errors import ConfigError
 from components.geometry import Space
-from components.indexing.manifest import INDEX_TYPES
+from components.indexing.stores.faiss.manifest import INDEX_TYPES
 
 __all__ = ["INDEX_TYPES", "IndexConfig", "check_build_args"]
 
@@ -68,7 +68,7 @@ class IndexConfig:
     * ``seed``: seeds the training and recall samples.
     * ``target_recall``: None keeps ``nprobe`` / ``ef_search`` as given; a value in (0, 1]
       lets the build choose the cheapest one whose recall@10 on half the held-out queries
-      reaches it, and report recall on the other half (:mod:`components.indexing.tuning`).
+      reaches it, and report recall on the other half (:mod:`components.indexing.stores.faiss.tuning`).
 
     Invalid values raise :class:`~components.errors.ConfigError` naming the field and the fix.
     """

@@ -133,7 +133,8 @@ def demo(
     if g1["parent"] is not None and g1["backfill_required"]:  # (a chain of one generation has no parent)
         console.print(f"[yellow]g{g1['id']}: backfill required[/] — " + "; ".join(g1["backfill_reasons"]))
     elif g1["parent"] is not None:
-        console.print(f"g{g1['id']}: no backfill required (compatible with the live gallery of g{g1['parent']})")
+        served = "promoted: it serves" if g1["production"] else "not promoted: it does not serve"
+        console.print(f"g{g1['id']}: no backfill required — {served} the live gallery of g{g1['parent']}")
     for warning in decision_warnings(g1):
         console.print(f"[yellow]g{g1['id']} warning:[/] {warning}")
     diag = g1.get("diagnostics") or {}

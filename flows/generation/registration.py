@@ -20,7 +20,7 @@ from flows.recovery.model_text import LINEAGE_ARTIFACT, picture_markdown
 from registry.records import DecisionRecord
 from registry.tracking.registered_model import RegistrationRequest, RegistrationResult
 
-__all__ = ["chain_description", "example_images", "gate_failures", "gate_warnings", "promoted", "register"]
+__all__ = ["chain_description", "example_images", "gate_failures", "promoted", "register"]
 
 
 def gate_failures(
@@ -30,7 +30,7 @@ def gate_failures(
 
     The gate needs the live gallery to accept the generation's queries (the measured
     compatibility fact; None = not recorded) and every check ``gate`` names to pass (params ``backfill.gate``;
-    None: every check). A failing check the gate does not name is a recorded warning (:func:`gate_warnings`).
+    None: every check). A failing check the gate does not name is a recorded warning, not a refusal.
     """
     failed = [c["detail"] for c in checks if not c["passed"] and (gate is None or c["rule"] in gate)]
     if compatible is False and not any(c["rule"] == "compatibility" and not c["passed"] for c in checks):
@@ -38,11 +38,6 @@ def gate_failures(
             0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)"
         )
     return failed
-
-
-def gate_warnings(checks: list[dict[str, Any]], gate: Sequence[str] | None) -> list[str]:
-    """The failing checks the promotion gate does not name: recorded, shown, not gating."""
-    return [] if gate is None else [c["detail"] for c in checks if not c["passed"] and c["rule"] not in gate]
 
 
 def promoted(plan: GenerationPlan, ev: Evaluation) -> bool:

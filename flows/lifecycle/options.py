@@ -134,7 +134,7 @@ def night_options(params: Params, ws: Workspace, store: LineageDB, *, night: int
     required = bool(decision.required) if decision is not None else False
     gate = not gate_failures(g.compatible_with_live, checks, params.backfill.gate)
     reasons = tuple(decision.reasons) if decision is not None else ()
-    return Night(night, generation, compatible, required, gate, since, tuple(options), carry, reasons, vetoed)
+    return Night(night, generation, compatible, required, gate, since, tuple(options), carry, reasons, vetoed).holding()
 
 
 def _carry_options(params: Params, ws: Workspace, store: LineageDB, live: GalleryParts, rows: GalleryEmbeddings,

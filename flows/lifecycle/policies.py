@@ -26,6 +26,7 @@ from flows.params.lifecycle import POLICIES, LifecycleParams
 
 __all__ = [
     "ACTIONS",
+    "STARTS_BACKFILL",
     "Carry",
     "Choice",
     "Night",
@@ -40,6 +41,8 @@ __all__ = [
 #: all of it; begin a full re-embedding the night's budget cannot finish (published once done); continue a
 #: re-embedding carried over from an earlier night
 ACTIONS = ("keep", "promote", "adapter", "transform", "partial", "full", "begin", "continue")
+#: the actions that start a backfill of their own: a workspace holds one backfill in progress at a time
+STARTS_BACKFILL = ("transform", "partial", "full", "begin")
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,14 @@ class Night:
         kept = tuple(o for o in self.options if o.action in ("keep", "continue"))
         return replace(self, options=kept, compatible=False, required=False, gate_passed=False)
 
+    def holding(self) -> Night:
+        """The night as a full re-embedding carried over leaves it: that re-embedding holds the workspace's one
+        backfill in progress until it is published, so the options that would start another are not the night's to
+        take (keep, promote, adapter and continue stay)."""
+        if self.carry is None or self.carry.mode != "full":
+            return self
+        return replace(self, options=tuple(o for o in self.options if o.action not in STARTS_BACKFILL))
+
     def option(self, action: str) -> Option | None:
         """The option of ``action`` (the largest fraction for ``partial``), None when the night cannot take it."""
         found = [o for o in self.options if o.action == action]
@@ -163,8 +174,16 @@ def _promote_or_keep(night: Night, why_not: str = "") -> Choice:
 
 
 def _full(night: Night, why: str) -> Choice | None:
+    """A full backfill with the night's generation, or — while a full re-embedding carried over holds the backfill
+    (:meth:`Night.holding`) — that one continued; None when the night can do neither."""
     full = night.option("full")
-    return None if full is None else Choice(full, why)
+    if full is not None:
+        return Choice(full, why)
+    carried = night.option("continue")
+    if carried is None or night.carry is None or night.carry.mode != "full":
+        return None
+    return Choice(carried, f"{why}; the full re-embedding with generation {night.carry.target} carried over holds "
+                           "the backfill until it is published: continue it")  # fmt: skip
 
 
 def _veto_note(night: Night, choice: Choice) -> Choice:

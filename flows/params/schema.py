@@ -238,10 +238,12 @@ class BackfillParams(_Strict):
     """The decision rules (``rules``) and how a backfill runs (docs/design.md §7 "A backfill": bctflow backfill)."""
 
     rules: BackfillRules = BackfillRules()
-    #: the checks that gate promotion (by the name the lineage shows: compatibility, p_com_floor, zeta_ceiling,
-    #: max_generations_since_backfill, clip_fraction_max, not_worse); the others are recorded warnings. null: every
-    #: check gates (docs/design.md §7.4, §7.18)
-    gate: AlignedOutput[list[str] | None] = None
+    #: the checks that require a backfill and gate promotion (by the name the lineage shows: compatibility,
+    #: p_com_floor, zeta_ceiling, max_generations_since_backfill, clip_fraction_max, not_worse); a failing check not
+    #: named is a recorded warning. The default names those the lifecycle benchmark's precision and recall support
+    #: and the two an operator turns on; null: every check gates (docs/design.md §7.4, §9.6)
+    gate: AlignedOutput[list[str] | None] = ["compatibility", "not_worse", "p_com_floor",
+                                             "max_generations_since_backfill"]  # fmt: skip
 
     @field_validator("gate")
     @classmethod

@@ -109,11 +109,19 @@ def test_a_gate_failure_is_refused_without_force(workspace):
     assert _production(params, ws) == (0, "1") and _promotions(params, ws, 1) == []
 
 
-def test_a_failed_backfill_rule_is_a_gate_failure_too(workspace):
-    params, ws = workspace
+def test_a_failed_backfill_rule_the_gate_names_is_a_gate_failure_too(workspace, tmp_path: Path):
+    _, ws = workspace
+    params = write_params(tmp_path / "gated.yaml", ["backfill.gate=[compatibility,not_worse,zeta_ceiling]"])
     with pytest.raises(ConfigError, match=r"ζ 3\.20 exceeds the ceiling 3\.00.*--force"):
         promote(params, ws, 3, by="alice")
     assert _production(params, ws) == (0, "1")
+
+
+def test_a_failed_check_the_default_gate_does_not_name_is_a_warning_not_a_refusal(workspace):
+    params, ws = workspace  # the default backfill.gate: the ζ ceiling is a recorded warning (docs/design.md §9.6)
+    assert "zeta_ceiling" not in params.backfill.gate
+    out = promote(params, ws, 3, by="alice")
+    assert out["forced"] is False and _production(params, ws) == (3, "4")
 
 
 def test_a_forced_promotion_is_recorded_and_moves_the_alias(workspace):
@@ -138,8 +146,9 @@ def test_a_forced_promotion_is_recorded_and_moves_the_alias(workspace):
     assert described["1"] == "promoted, no longer production; its embeddings fill the live gallery"
 
 
-def test_a_forced_promotion_without_a_reason_records_the_overridden_gate(workspace):
-    params, ws = workspace
+def test_a_forced_promotion_without_a_reason_records_the_overridden_gate(workspace, tmp_path: Path):
+    _, ws = workspace
+    params = write_params(tmp_path / "gated.yaml", ["backfill.gate=[compatibility,not_worse,zeta_ceiling]"])
     promote(params, ws, 3, force=True, by="bob")
     [rec] = _promotions(params, ws, 3)
     assert rec["forced"] is True and rec["reason"] == f"override of the gate: {ZETA_FAILURE['detail']}"

@@ -86,6 +86,21 @@ def test_budget_begins_a_full_re_embedding_it_cannot_afford_and_continues_it_the
     assert cont.option.action == "continue" and "700 items left" in cont.reason
 
 
+@pytest.mark.parametrize("policy", ["always", "rules", "budget"])
+def test_a_full_re_embedding_carried_over_holds_the_backfill_until_it_is_published(policy: str):
+    """A night with a new generation while a begun full re-embedding is unpublished: no option that starts another
+    backfill (the workspace holds one in progress; the bench's night 2 once chose a transform and was refused)."""
+    carry = Carry(1, "full", left=700)
+    options = (Option("keep", 0, 0.5), Option("full", 2, 0.8, items=1000), Option("transform", 2, 0.7, items=50),
+               Option("partial", 2, 0.6, items=100, fraction=0.1), Option("continue", 1, None, 300))  # fmt: skip
+    night = Night(2, 2, True, True, False, 1, options, carry).holding()
+    assert {o.action for o in night.options} == {"keep", "continue"}
+    choice = create_policy(policy)(night, LifecycleParams(policy=policy, budget_items=300))
+    assert choice.option.action == "continue" and choice.option.generation == 1, choice
+    free = Night(2, 2, True, True, False, 1, options[:4]).holding()  # nothing carried: every option stays
+    assert len(free.options) == 4
+
+
 @pytest.mark.parametrize("policy", ["never", "every_k", "rules", "budget"])
 def test_a_vetoed_generation_is_neither_promoted_nor_re_embedded_with_but_always_re_embeds(policy: str):
     night = replace(_night(required=True, since=5), vetoed=True)

@@ -221,6 +221,19 @@ def _plain(obj: Any) -> Any:
     return obj if isinstance(obj, str | int | float | bool | type(None)) else str(obj)
 
 
+def _resumable(raw_path: Path, s: StreamSettings, lineage: str, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The record a stopped run of the same stream and lineage kept (each policy's finished nights), else None."""
+    if not raw_path.is_file():
+        return None
+    record = json.loads(raw_path.read_text())
+    if record.get("settings") != s.model_dump(mode="json") or record.get("lineage") != lineage:
+        return None
+    done = sum(len(e["policies"]) for e in record["nights"])
+    log(f"resuming the season kept in {raw_path}: {done} policy-nights done")
+    record.setdefault("resumed", []).append(time.time())
+    return record
+
+
 def run_lifecycle(base: Params, *, home: Path, out: Path, lineage: str, raw_settings: dict[str, Any] | None,
                   nights: int | None, policies: list[str] | None,
                   log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
@@ -242,12 +255,24 @@ def run_lifecycle(base: Params, *, home: Path, out: Path, lineage: str, raw_sett
     files = {p: _write_params(base, home / p / "params.yaml", home, p, s, LINEAGES[lineage]) for p in s.policies}
     ref = apply_overrides(base, [f"data.root={home / 'datasets'}", *s.params, *LINEAGES[lineage]])
     source = _query_source(ref, s, home)
-    record: dict[str, Any] = {"settings": s.model_dump(), "lineage": lineage, "nights": [], "started": time.time()}
+    raw_path = out / "lifecycle.raw.json"
+    record = _resumable(raw_path, s, lineage, log) or {
+        "settings": s.model_dump(mode="json"),
+        "lineage": lineage,
+        "nights": [],
+        "started": time.time(),
+    }
     for t, night in enumerate(plan):
+        if t == len(record["nights"]):
+            record["nights"].append({"t": t, "kind": night.kind, "corpus": night.corpus, "policies": {}})
+        entry = record["nights"][t]
+        if set(entry["policies"]) == set(s.policies):
+            continue  # done before the command was stopped
         corpus_manifest(corpus_dir, pos, train.labels, train.ids, night.corpus)
         log(f"night {t}: {night.kind}, classes 0–{night.classes[-1]}, {night.per_class}/class, corpus {night.corpus}")
-        entry: dict[str, Any] = {"t": t, "kind": night.kind, "corpus": night.corpus, "policies": {}}
         for policy in s.policies:
+            if policy in entry["policies"]:
+                continue
             ws_home = home / policy / "ws"
             did = _night(files[policy], ws_home, night, t, log)
             from flows.params import load_params
@@ -256,9 +281,8 @@ def run_lifecycle(base: Params, *, home: Path, out: Path, lineage: str, raw_sett
             did["served"] = _served(p, Workspace(ws_home), source, home / "query_embeddings")
             entry["policies"][policy] = did
             log(f"    {policy}: served mAP {did['served']['served_map']:.4f} ({did['seconds']:.0f} s)")
-        record["nights"].append(entry)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "lifecycle.raw.json").write_text(json.dumps(record, indent=1, default=str))
+            out.mkdir(parents=True, exist_ok=True)  # kept after every policy's night: a stopped run resumes here
+            raw_path.write_text(json.dumps(record, indent=1, default=str))
     record["seconds"] = time.time() - record["started"]
     record["homes"] = {p: str(home / p / "ws") for p in s.policies}
     record["params_files"] = {p: str(f) for p, f in files.items()}

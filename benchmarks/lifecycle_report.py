@@ -54,6 +54,11 @@ def _flags(decision: Any) -> dict[str, bool]:
     return {k: out.get(k, False) for k in RULE_NAMES}
 
 
+def _vetoed(decision: Any) -> bool:
+    """The recorded decision's not_worse check failed: the generation retrieves worse than the live one."""
+    return decision is not None and any(c["rule"] == "not_worse" and not c["passed"] for c in decision.checks or [])
+
+
 def _precision_recall(flags: list[bool], need: list[bool]) -> dict[str, Any]:
     tp = sum(f and n for f, n in zip(flags, need))
     fp = sum(f and not n for f, n in zip(flags, need))
@@ -135,6 +140,15 @@ def judge(record: dict[str, Any]) -> dict[str, Any]:
         flags = {r: [_flags(decisions.get(t))[r] for t in range(1, len(nights))] for r in RULE_NAMES}
         out["need"] = need
         out["rules"] = {r: _precision_recall(f, need) | {"flags": f} for r, f in flags.items()}
+        out["not_worse_vetoes"] = [t for t in range(1, len(nights)) if _vetoed(decisions.get(t))]
+    pol = out["policies"]
+    if {"budget", "always", "never"} <= set(pol):  # the recommended policy against both ends, one denominator
+        b, a, n = pol["budget"], pol["always"], pol["never"]
+        out["budget_against"] = {
+            "area_ratio_to_always": b["served_map_area"] / a["served_map_area"],
+            "items_ratio_to_always": b["items_reembedded"] / a["items_reembedded"] if a["items_reembedded"] else None,
+            "area_minus_never": b["served_map_area"] - n["served_map_area"],
+        }
     return out
 
 
@@ -194,6 +208,13 @@ def _markdown(doc: dict[str, Any], command: str) -> str:
             f"| {p} | {r['served_map_area']:.4f} | {r['items_reembedded']:,} | {r['compute_s']:.0f} | "
             f"{r['backfills']} | {r['promotions']} | {'yes' if r['degraded_promoted'] else 'no'} |"
         )
+    if doc.get("budget_against"):
+        ba = doc["budget_against"]
+        lines += [
+            "",
+            f"budget against always (the one denominator): served-mAP area × {ba['area_ratio_to_always']:.3f}, items "
+            f"re-embedded × {_fmt(ba['items_ratio_to_always'])}; against never: area {ba['area_minus_never']:+.4f}",
+        ]
     lines += ["", "![served mAP per night](served_map.png) ![quality against cost](quality_vs_cost.png)", ""]
     for p, r in doc["policies"].items():
         lines += [
@@ -222,6 +243,7 @@ def _markdown(doc: dict[str, Any], command: str) -> str:
             lines.append(
                 f"| {name} | {_fmt(r['precision'], 2)} | {_fmt(r['recall'], 2)} | {r['flagged']} | {r['needed']} |"
             )
+        lines += ["", f"Nights whose generation the not_worse check vetoed: {doc.get('not_worse_vetoes')}"]
     return "\n".join(lines) + "\n"
 
 

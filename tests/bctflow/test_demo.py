@@ -89,3 +89,6 @@ def test_the_demo_prints_the_readme_table_within_its_stated_tolerance(tmp_path: 
     cross, old_old = printed["g1 hbct (cross) g0 (live gallery)"][2], printed["g0 (old-old) g0"][2]
     assert cross > old_old, "the README says g1's queries serve g0's gallery better than g0 does (mAP)"
     assert cross > 2 * printed["g1 reference φ* (cross) g0"][2], "and far better than an unaligned model's queries"
+    g1_self, g0_self = printed["g1 hbct g1"][2], printed["g0 independent g0"][2]
+    if g1_self >= g0_self:  # compatible and not worse: the default gate promotes it; the clip check only warns
+        assert "g1: no backfill required — promoted" in res.stdout, res.stdout[-2000:]

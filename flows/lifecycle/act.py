@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from components.errors import LineageError
 from flows.backfill.flow import backfill
 from flows.backfill.make import finished_backfill, plan_backfill
 from flows.generation.promotion import promote
@@ -70,6 +71,14 @@ def _backfill(params: Params, ws: Workspace, target: int, fraction: float, trans
     return Acted(items=0 if transform else int(items), seconds=seconds, backfill_id=int(summary["event"]))
 
 
+def _planned_items(row: Night) -> int:
+    """The items the night's chosen option plans to re-embed (``row.items`` is what the action did, set after it)."""
+    chosen = [o for o in row.options or [] if o.get("chosen")]
+    if not chosen:
+        raise LineageError(f"night {row.night} records no chosen option (decided by an older bctflow); decide it again")
+    return int(chosen[0]["items"])
+
+
 def act(params: Params, ws: Workspace, row: Night) -> Acted:
     """Carry out night ``row``'s action (its ``action``, ``fraction``, ``target_generation_id``)."""
     by, reason, target = f"lifecycle:{row.policy}", f"night {row.night}: {row.reason}", row.target_generation_id
@@ -79,7 +88,7 @@ def act(params: Params, ws: Workspace, row: Night) -> Acted:
         return Acted(production=_promote(params, ws, target, by, reason))
     carry = row.carry or {}
     if row.action == "begin" or (row.action == "continue" and carry.get("mode") == "full"):
-        done = _backfill(params, ws, target, 1.0, max_items=int(row.items))
+        done = _backfill(params, ws, target, 1.0, max_items=_planned_items(row))
         return done if done.left else Acted(done.items, done.seconds, done.backfill_id, production=target)
     fraction = 1.0 if row.action in ("full", "transform") else float(row.fraction or 1.0)
     done = _backfill(params, ws, target, fraction, transform=row.action == "transform")

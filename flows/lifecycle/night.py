@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from components.faults import crash_point
 from flows.lifecycle.act import Acted, act
 from flows.lifecycle.options import night_options
-from flows.lifecycle.policies import Carry, Choice, Night, create_policy
+from flows.lifecycle.policies import Carry, Choice, Night, Option, create_policy
 from flows.params import Params
 from flows.runtime.workspace import Workspace
 from registry.orm import Night as NightRow
@@ -59,6 +59,12 @@ def _carry_after(choice: Choice, carried: Carry | None) -> dict[str, Any] | None
     return None
 
 
+def _option_row(x: Option, *, chosen: bool) -> dict[str, Any]:
+    row = {"action": x.action, "generation": x.generation, "forecast_map": x.forecast_map, "items": x.items,
+           "seconds": x.seconds, "fraction": x.fraction}  # fmt: skip
+    return row | {"chosen": True} if chosen else row
+
+
 def _record(choice: Choice, night: Night, key: str, policy: str, live: int, production: int | None,
             checks: list[dict[str, Any]], carried: Carry | None) -> NightRecord:  # fmt: skip
     o = choice.option
@@ -74,17 +80,10 @@ def _record(choice: Choice, night: Night, key: str, policy: str, live: int, prod
         reason=choice.reason,
         forecast_map=o.forecast_map,
         served_before=night.keep().forecast_map,
-        options=[
-            {
-                "action": x.action,
-                "generation": x.generation,
-                "forecast_map": x.forecast_map,
-                "items": x.items,
-                "seconds": x.seconds,
-                "fraction": x.fraction,
-            }
-            for x in night.options
-        ],
+        # every option considered, the chosen one marked (a policy may make one of its own: begin) — what the action
+        # reads its planned items from
+        options=[_option_row(x, chosen=x is o) for x in night.options]
+        + ([] if any(x is o for x in night.options) else [_option_row(o, chosen=True)]),
         checks=checks,
         carry=_carry_after(choice, carried),
     )

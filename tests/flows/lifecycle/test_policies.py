@@ -135,3 +135,20 @@ def test_bad_lifecycle_params_are_one_line(override: str, message: str):
 def test_the_schema_refuses_a_budget_policy_without_a_budget():
     with pytest.raises(ValidationError, match="needs a budget"):
         LifecycleParams(policy="budget")
+
+
+def test_the_night_records_its_chosen_option_and_the_action_embeds_what_it_planned():
+    """A begun re-embedding embeds the items the policy planned (the recorded row's ``items`` is what the action
+    did, 0 until it ran: the bench's first season began a full re-embedding of 0 items every night)."""
+    from flows.lifecycle.act import _planned_items
+    from flows.lifecycle.night import _record
+    from registry.orm import Night as NightRow
+
+    night = Night(1, 1, False, True, False, 0, (Option("keep", 0, 0.5), Option("full", 1, 0.8, items=1000)))
+    choice = create_policy("budget")(night, LifecycleParams(policy="budget", budget_items=300))
+    rec = _record(choice, night, "night-01", "budget", 0, 0, [], None)
+    assert [o["action"] for o in rec.options if o.get("chosen")] == ["begin"] and len(rec.options) == 3
+    row = NightRow(night="night-01", action=rec.action, options=rec.options, items=0)
+    assert _planned_items(row) == 300
+    with pytest.raises(Exception, match="no chosen option"):
+        _planned_items(NightRow(night="night-00", action="begin", options=rec.options[:2], items=0))

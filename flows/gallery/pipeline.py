@@ -24,6 +24,7 @@ Part stores are written through :class:`~components.indexing.parts.PartWriter` a
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,10 +87,15 @@ class Embedded:
         return after / (self.seconds - self.startup_s)
 
 
-def _producer(source: GallerySource, checkpoint: Path) -> str:
-    """What embeds a store's rows: the model's bytes and the source's content at its image size."""
+def _producer(source: GallerySource, checkpoint: Path, selected: np.ndarray) -> str:
+    """What embeds a store's rows: the model's bytes and the items it embeds — the ids and labels at the ``selected``
+    positions, at the split's image size. An item is its id (as an ingest counts it): a corpus that grows by appended
+    items keeps the parts written before (a re-embedding carried over nights while new items arrive), one whose
+    selected items changed starts over."""
     split = source.split
-    return f"model sha256 {file_sha256(checkpoint)}; {source.kind} {split.source.fingerprint()} at {split.image_size}px"
+    items = hashlib.sha256(np.ascontiguousarray(split.ids[selected], np.int64).tobytes())
+    items.update(np.ascontiguousarray(split.labels[selected], np.int64).tobytes())
+    return f"model sha256 {file_sha256(checkpoint)}; {source.kind} items {items.hexdigest()} at {split.image_size}px"
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,8 @@ def chunk_runs(
     consecutive parts (None: no limit), and how many parts an earlier run finished. Parts of another model or
     source are stale and deleted here (call it once, before any run is embedded)."""
     cs = p.backfill.chunk_size
-    writer = PartWriter(out, cs, producer=_producer(source, checkpoint))
     selected = np.arange(len(source.split), dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
+    writer = PartWriter(out, cs, producer=_producer(source, checkpoint, selected))
     n_parts = -(-len(selected) // cs)
     missing = writer.missing_parts(n_parts)
     runs: list[list[int]] = []

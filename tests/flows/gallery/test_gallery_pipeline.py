@@ -17,7 +17,7 @@ from components.indexing.parts import GalleryParts, PartWriter
 from components.indexing.stores.faiss import GalleryIndex
 from components.indexing.version import GalleryVersion
 from flows.gallery.data import load_splits, open_corpus
-from flows.gallery.pipeline import Embedded, check_index_recall, embed_gallery
+from flows.gallery.pipeline import Embedded, check_index_recall, embed_gallery, embed_some
 from flows.params import load_params
 from flows.runtime.workspace import Workspace
 from tests.helpers import run_backfill, run_generation, write_params
@@ -102,6 +102,25 @@ def test_a_killed_corpus_embedding_resumes_without_redoing_finished_parts(corpus
     a, b = full.load_all().gallery, again.load_all().gallery
     order_a, order_b = np.argsort(a.ids), np.argsort(b.ids)
     np.testing.assert_allclose(a.z[order_a], b.z[order_b], atol=1e-5)
+
+
+def test_parts_outlive_a_corpus_that_grows_but_not_one_whose_items_changed(corpus_ws, tmp_path):
+    """A re-embedding spread over runs (embed_some: a night's budget) while new items are appended to the corpus
+    keeps the parts it wrote; the same positions holding other items start over."""
+    home, params, _ = corpus_ws
+    train = load_splits(load_params(params), Workspace(home)).train
+    images, labels = train.decode().images, train.labels
+    ckpt, out, selected = home / "generations" / "gen_000" / "model.pt", tmp_path / "store", np.arange(200)
+
+    def some(n: int, max_items: int, labels_of=labels) -> tuple[int, int]:
+        _corpus(tmp_path / f"shards{n}", n, images, labels_of)
+        p = load_params(params, [f"gallery.path={tmp_path / f'shards{n}'}"])
+        return embed_some(p, open_corpus(p, Workspace(home)), ckpt, out, generation=0, positions=selected,
+                          max_items=max_items)  # fmt: skip
+
+    assert some(200, 2 * CHUNK) == (2 * CHUNK, 200 - 2 * CHUNK)
+    assert some(300, 1000) == (200 - 2 * CHUNK, 0)  # 100 items appended: the two parts kept
+    assert some(300, 1000, labels_of=np.roll(labels, 1)) == (200, 0)  # other items at those positions: all again
 
 
 def test_the_recall_floor_and_a_channel_mismatch_are_refused(corpus_ws, tmp_path):

@@ -78,6 +78,12 @@ def _load_part(path: Path) -> StoredPart:
 
 
 def _concat(parts: list[StoredPart]) -> StoredPart:
+    """The rows of ``parts`` as one part. Logits are kept when every part has the same width (one class count), else
+    dropped, width 0 (as :func:`~components.indexing.mixed.mix_galleries` does): an ingest into a gallery a partial
+    backfill mixed appends rows with logits to rows without."""
+    if len({p.gallery.logits.shape[1] for p in parts}) > 1:
+        parts = [StoredPart(replace(p.gallery, logits=np.zeros((len(p), 0), np.float32)), p.stamps, p.bridges)
+                 for p in parts]  # fmt: skip
     first = parts[0].gallery
     cat = {name: np.concatenate([getattr(p.gallery, name) for p in parts]) for name in _ROW_FIELDS}
     carried = None if all(p.bridges is None for p in parts) else np.concatenate([p.bridge_ids() for p in parts])

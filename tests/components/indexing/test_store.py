@@ -202,3 +202,20 @@ def test_garbage_in_a_gallery_is_refused_without_numpys_pickle_advice(tmp_path, 
     msg = str(info.value)
     assert "allow_pickle" not in msg and "pickle.load" not in msg and "\n" not in msg, msg
     assert "damaged" in msg and ("re-embed" in msg or "restore" in msg), msg
+
+
+def test_an_ingest_appends_rows_with_logits_to_a_mixed_gallery_without(tmp_path):
+    """A partial backfill with a generation of another class count leaves logits of width 0 (mix_stores); an ingest
+    then appends rows the live model embedded, with its logits: the rows go in, logits dropped (one width per store)."""
+    from dataclasses import replace
+
+    from components.indexing.parts import append_stores
+
+    mixed = PartWriter(tmp_path / "mixed", chunk_size=4)
+    part = _part(np.arange(6), 0)
+    mixed.add(StoredPart(replace(part.gallery, logits=np.zeros((6, 0), np.float32)), part.stamps))
+    new = PartWriter(tmp_path / "new", chunk_size=4)
+    new.add(_part(np.arange(100, 103), 0))
+    out = append_stores(mixed.finish(), new.finish(), PartWriter(tmp_path / "out", chunk_size=4))
+    assert len(out) == 9 and out.load_all().gallery.logits.shape == (9, 0)
+    np.testing.assert_array_equal(out.column("ids"), [0, 1, 2, 3, 4, 5, 100, 101, 102])

@@ -93,7 +93,7 @@ def db_url(request, tmp_path) -> str:
 #: free up (xdist's default hands out the files with the most tests first, which started these few-test files last);
 #: handed out first (longest-processing-time first), the rest fill the other worker around them.
 LONGEST_FIRST = (
-    "tests/bctflow/test_demo.py",  # the demo as a user runs it (3 min quiet, ~7 min beside the other worker)
+    "tests/bctflow/test_demo.py",  # the whole demo, when BCTFLOW_RUN_DEMO=1 (3 min quiet, 8 in CI)
     "tests/flows/recovery/test_crash_consistency.py",
     "tests/flows/backfill/test_cluster.py",
     "tests/test_dvc_pipeline.py",

@@ -55,6 +55,11 @@ def test_the_readme_table_has_every_row_the_test_checks():
     assert {"g1 hbct map", "g1 hbct cmc@1"} <= set(rows), rows
 
 
+#: the whole demo takes 8 min of CI's 30 (3 min alone, 8 beside the other worker): run where it is asked for
+RUN_DEMO = os.environ.get("BCTFLOW_RUN_DEMO") == "1"
+
+
+@pytest.mark.skipif(not RUN_DEMO, reason="the whole demo (8 min in CI): BCTFLOW_RUN_DEMO=1 runs it")
 @pytest.mark.usefixtures("prefect_harness")
 def test_the_demo_prints_the_readme_table_within_its_stated_tolerance(tmp_path: Path):
     from prefect.settings import PREFECT_API_URL

@@ -45,7 +45,7 @@ from flows.gallery.data import GallerySource, dataset_splits
 from flows.gallery.pipeline import embed_gallery
 from flows.lifecycle.nightly import nightly_generation
 from flows.lifecycle.policies import list_policies
-from flows.params import Params, apply_overrides
+from flows.params import Params, apply_overrides, load_params
 from flows.runtime.workspace import Workspace
 
 __all__ = ["LINEAGES", "run_lifecycle", "stream_settings"]
@@ -188,11 +188,10 @@ def _write_params(base: Params, path: Path, home: Path, policy: str, s: StreamSe
     return path
 
 
-def _night(params_file: Path, ws_home: Path, night: Night, t: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """Night ``t`` of one policy's workspace: ingest, then the nightly run. Returns what the night did."""
-    from flows.params import load_params
-
-    p = load_params(params_file, night.overrides)
+def _night(p: Params, params_file: Path, ws_home: Path, night: Night, t: int,
+           log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    """Night ``t`` of one policy's workspace (``p``: ``params_file`` with the night's overrides): ingest, then the
+    nightly run. Returns what the night did."""
     ws = Workspace(ws_home)
     ingested = 0
     t0 = time.perf_counter()
@@ -274,10 +273,8 @@ def run_lifecycle(base: Params, *, home: Path, out: Path, lineage: str, raw_sett
             if policy in entry["policies"]:
                 continue
             ws_home = home / policy / "ws"
-            did = _night(files[policy], ws_home, night, t, log)
-            from flows.params import load_params
-
             p = load_params(files[policy], night.overrides)
+            did = _night(p, files[policy], ws_home, night, t, log)
             did["served"] = _served(p, Workspace(ws_home), source, home / "query_embeddings")
             entry["policies"][policy] = did
             log(f"    {policy}: served mAP {did['served']['served_map']:.4f} ({did['seconds']:.0f} s)")

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flows.backfill.rules import vetoed
 from flows.params import load_params
 from flows.runtime.provenance import describe_run, provenance_line
 from flows.runtime.workspace import Workspace
@@ -52,11 +53,6 @@ def _flags(decision: Any) -> dict[str, bool]:
     for c in decision.checks or []:
         out[c["rule"]] = not c["passed"]
     return {k: out.get(k, False) for k in RULE_NAMES}
-
-
-def _vetoed(decision: Any) -> bool:
-    """The recorded decision's not_worse check failed: the generation retrieves worse than the live one."""
-    return decision is not None and any(c["rule"] == "not_worse" and not c["passed"] for c in decision.checks or [])
 
 
 def _precision_recall(flags: list[bool], need: list[bool]) -> dict[str, Any]:
@@ -140,7 +136,8 @@ def judge(record: dict[str, Any]) -> dict[str, Any]:
         flags = {r: [_flags(decisions.get(t))[r] for t in range(1, len(nights))] for r in RULE_NAMES}
         out["need"] = need
         out["rules"] = {r: _precision_recall(f, need) | {"flags": f} for r, f in flags.items()}
-        out["not_worse_vetoes"] = [t for t in range(1, len(nights)) if _vetoed(decisions.get(t))]
+        recorded = {t: d.checks or [] for t, d in decisions.items() if d is not None}
+        out["not_worse_vetoes"] = [t for t in range(1, len(nights)) if vetoed(recorded.get(t, []))]
     pol = out["policies"]
     if {"budget", "always", "never"} <= set(pol):  # the recommended policy against both ends, one denominator
         b, a, n = pol["budget"], pol["always"], pol["never"]

@@ -18,7 +18,7 @@ from typing import Any
 from flows.params import BackfillRules
 from registry.records import DecisionRecord
 
-__all__ = ["RULES", "SHARED", "VETO", "BackfillEvidence", "Rule", "decide_backfill", "rule"]
+__all__ = ["RULES", "SHARED", "VETO", "BackfillEvidence", "Rule", "decide_backfill", "gated_failures", "rule", "vetoed"]
 
 
 @dataclass(frozen=True)
@@ -204,15 +204,23 @@ def _not_worse(ev: BackfillEvidence, rules: BackfillRules) -> dict[str, Any] | N
     )
 
 
+def vetoed(checks: Sequence[dict[str, Any]]) -> bool:
+    """A recorded check of :data:`VETO` failed: the generation retrieves worse than the live one."""
+    return any(c["rule"] in VETO and not c["passed"] for c in checks)
+
+
+def gated_failures(checks: Sequence[dict[str, Any]], gate: Sequence[str] | None) -> list[str]:
+    """The details of the failing checks ``gate`` names (params ``backfill.gate``; None: every check)."""
+    return [c["detail"] for c in checks if not c["passed"] and (gate is None or c["rule"] in gate)]
+
+
 def decide_backfill(ev: BackfillEvidence, rules: BackfillRules, gate: Sequence[str] | None = None) -> DecisionRecord:
     """Run every rule of the catalog on ``ev``: required when a check ``gate`` names fails (params
     ``backfill.gate``; None: every check) — but a vetoed generation (:data:`VETO`: it retrieves worse than the live
     one) requires nothing: re-embedding with it would serve worse. Every check is recorded; a failing one the gate
     does not name is a warning, not a reason."""
     checks = [c for check in RULES.values() if (c := check(ev, rules)) is not None]
-    vetoed = any(c["rule"] in VETO and not c["passed"] for c in checks)
-    gating = [c for c in checks if gate is None or c["rule"] in gate]
-    reasons = [] if vetoed else [c["detail"] for c in gating if not c["passed"]]
+    reasons = [] if vetoed(checks) else gated_failures(checks, gate)
     return DecisionRecord(
         required=bool(reasons), reasons=reasons, checks=checks, against_generation_id=ev.live_generation_id
     )

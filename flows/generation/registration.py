@@ -11,6 +11,7 @@ import numpy as np
 from components.data.sources.split import SourceDataset
 from components.evaluation.lineage_timeline import BackfillStep, GenerationStep, Timeline
 from components.faults import crash_point
+from flows.backfill.rules import gated_failures
 from flows.gallery.data import load_splits
 from flows.generation.lineage_view import draw_lineage, registering_timeline
 from flows.generation.mlflow_run import log_training
@@ -32,7 +33,7 @@ def gate_failures(
     compatibility fact; None = not recorded) and every check ``gate`` names to pass (params ``backfill.gate``;
     None: every check). A failing check the gate does not name is a recorded warning, not a refusal.
     """
-    failed = [c["detail"] for c in checks if not c["passed"] and (gate is None or c["rule"] in gate)]
+    failed = gated_failures(checks, gate)
     if compatible is False and not any(c["rule"] == "compatibility" and not c["passed"] for c in checks):
         failed.insert(
             0, "the live gallery does not accept its queries (they fail the compatibility criterion against it)"

@@ -31,7 +31,7 @@ from components.errors import LineageError
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
-from flows.backfill.rules import VETO
+from flows.backfill.rules import vetoed
 from flows.generation.registration import gate_failures
 from flows.lifecycle.policies import Carry, Night, Option
 from flows.lifecycle.served import live_evaluation, own_evaluation, partial_gallery, served_map
@@ -128,13 +128,13 @@ def night_options(params: Params, ws: Workspace, store: LineageDB, *, night: int
     options.append(Option("full", generation, served_map(params, new, new), full, _cost(facts, full), 1.0))
     if carry is not None and (carry.mode == "full" or carry.target != generation):
         options += _carry_options(params, ws, store, live, rows, facts, carry)
-    vetoed = any(c["rule"] in VETO and not c["passed"] for c in checks)
-    if routes and not vetoed:  # a vetoed generation is not served: its bridges are not worth fitting
+    veto = vetoed(checks)
+    if routes and not veto:  # a vetoed generation is not served: its bridges are not worth fitting
         options += _route_options(params, ws, generation, facts)
     required = bool(decision.required) if decision is not None else False
     gate = not gate_failures(g.compatible_with_live, checks, params.backfill.gate)
     reasons = tuple(decision.reasons) if decision is not None else ()
-    return Night(night, generation, compatible, required, gate, since, tuple(options), carry, reasons, vetoed).holding()
+    return Night(night, generation, compatible, required, gate, since, tuple(options), carry, reasons, veto).holding()
 
 
 def _carry_options(params: Params, ws: Workspace, store: LineageDB, live: GalleryParts, rows: GalleryEmbeddings,

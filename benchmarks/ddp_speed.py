@@ -21,9 +21,8 @@ from components.training import train_model
 from components.training.data import training_data
 from components.training.job import TrainJob
 from components.training.launch import train_distributed
-from flows.gallery.data import dataset_splits
-from flows.params import load_params
-from flows.params.specs import model_spec_from_params, train_config_from_params
+from flows.gallery import dataset_splits
+from flows.params import load_params, model_spec_from_params, train_config_from_params
 
 REPO = Path(__file__).resolve().parents[1]
 

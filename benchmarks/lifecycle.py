@@ -39,14 +39,11 @@ from components.geometry.spaces.euclidean import Euclidean
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
-from flows.backfill.flow import backfill
-from flows.backfill.make import new_corpus_items, plan_backfill
-from flows.gallery.data import GallerySource, dataset_splits
-from flows.gallery.pipeline import embed_gallery
-from flows.lifecycle.nightly import nightly_generation
-from flows.lifecycle.policies import list_policies
+from flows.backfill import backfill, new_corpus_items, plan_backfill
+from flows.gallery import GallerySource, dataset_splits, embed_gallery
+from flows.lifecycle import list_policies, nightly_generation
 from flows.params import Params, apply_overrides, load_params
-from flows.runtime.workspace import Workspace
+from flows.runtime import Workspace
 
 __all__ = ["LINEAGES", "run_lifecycle", "stream_settings"]
 

@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flows.backfill.rules import vetoed
+from flows.backfill import vetoed
 from flows.params import load_params
-from flows.runtime.provenance import describe_run, provenance_line
-from flows.runtime.workspace import Workspace
+from flows.runtime import Workspace, describe_run, provenance_line
 
 __all__ = ["RULE_NAMES", "judge", "log_lifecycle_run", "write_lifecycle_report"]
 

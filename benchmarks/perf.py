@@ -50,8 +50,7 @@ from components.models import EmbeddingModel, ModelSpec, build_model
 from components.training import TrainConfig, embed_images, train_model
 from components.training.compile import Compile, CompileMode, use_compile
 from components.training.device import autocast, prepare_module, select_device, to_memory_format, use_bf16
-from flows.params import Params
-from flows.params.specs import model_spec_from_params, train_config_from_params
+from flows.params import Params, model_spec_from_params, train_config_from_params
 
 __all__ = ["run_perf"]
 

@@ -20,7 +20,7 @@ from benchmarks.scenarios import Row, Scenario, TableResult
 from benchmarks.selection import RULE_TEXT
 from components.evaluation import COMPAT_METRICS, ILL_CONDITIONED, REPORTED_METRICS
 from components.io import atomic_write_text
-from flows.runtime.provenance import describe_run, provenance_line
+from flows.runtime import describe_run, provenance_line
 
 __all__ = ["fmt", "provenance_lines", "report_header", "write_report_files", "write_run_report", "write_table_report"]
 

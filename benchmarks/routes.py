@@ -43,7 +43,7 @@ from components.evaluation import gallery_metrics, p_com, p_up
 from components.geometry import Lorentz
 from components.indexing.gallery import GalleryEmbeddings
 from components.models import load_model
-from flows.upgrade.route_rule import RouteEvidence, choose_route
+from flows.upgrade import RouteEvidence, choose_route
 
 __all__ = ["MAP_KINDS", "PAIRED_FRACTIONS", "RoutesResult", "auto_choices", "bars", "run_routes", "summarise"]
 

@@ -25,8 +25,7 @@ from benchmarks.sequential import run_sequential
 from components.errors import ConfigError
 from components.training.device import select_device
 from flows.params import Params, apply_overrides
-from flows.runtime.provenance import describe_run
-from flows.runtime.workspace import Workspace
+from flows.runtime import Workspace, describe_run
 
 __all__ = ["ALL_SCENARIOS", "run_benchmark", "run_routes_benchmark"]
 

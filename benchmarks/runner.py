@@ -35,9 +35,9 @@ from components.models.checkpoint import LATE_FIELDS
 from components.training import TrainConfig, TrainingDivergedError, TrainResult, embed_split, train_model
 from components.training.data import training_data
 from components.training.device import cuda_available
-from flows.gallery.data import dataset_splits
+from flows.gallery import dataset_splits
 from flows.params import Params, apply_overrides
-from flows.planning.roles import RoleRequest, resolve_role
+from flows.planning import RoleRequest, resolve_role
 
 __all__ = ["Bench", "BenchModel", "ModelRef", "ModelRequest"]
 

@@ -98,11 +98,9 @@ from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from components.models import load_model
-from flows.gallery.data import open_corpus
-from flows.gallery.pipeline import embed_gallery
-from flows.params import params_from_dict
-from flows.params.specs import index_options
-from flows.runtime.workspace import Workspace
+from flows.gallery import embed_gallery, open_corpus
+from flows.params import index_options, params_from_dict
+from flows.runtime import Workspace
 
 __all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params", "write_scale_report"]
 

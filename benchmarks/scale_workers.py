@@ -30,7 +30,7 @@ import psutil
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
-from flows.runtime.workspace import Workspace
+from flows.runtime import Workspace
 
 __all__ = ["items_in_parts", "past_half", "workers_sweep"]
 

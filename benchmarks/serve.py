@@ -78,12 +78,12 @@ def corpus_image_size(profile: str, given: int | None) -> int:
 def _switch_when_told(plan: Any, index_dir: str, metrics: dict, ready: Any, go: Any, done: Any) -> None:
     """Child process: import and open everything first, then switch the live pointer when told; ``done``: when the
     switch returned (``time.perf_counter``, the machine's monotonic clock, which the load's samples share)."""
-    from flows.backfill import publish
+    from flows.backfill import switch
 
     plan.workspace.tracking(plan.params).prepare()  # MLflow imported, its store opened (tracking() alone is lazy)
     ready.set()
     go.wait()
-    publish.switch(plan, Path(index_dir), metrics)
+    switch(plan, Path(index_dir), metrics)
     done.value = time.perf_counter()
 
 

@@ -21,13 +21,13 @@ __all__ = ["prepare"]
 
 def _prepare_backfill(home: Path, raw: dict[str, Any]) -> tuple[Any, str, dict[str, float]]:
     """A full backfill with g1: re-embedded and published, not switched. Returns (plan, index dir, metrics)."""
-    from flows.backfill import make, publish, reembed
-    from flows.runtime.workspace import Workspace
+    from flows.backfill import plan_backfill, publish, reembed, start
+    from flows.runtime import Workspace
 
     p = params_from_dict(raw, "serve benchmark params")
-    plan = make.start(make.plan_backfill(p, Workspace(home), target=1, fraction=1.0))
-    reembed.reembed(plan, lambda n: None)
-    index_dir, metrics = publish.publish(plan)
+    plan = start(plan_backfill(p, Workspace(home), target=1, fraction=1.0))
+    reembed(plan, lambda n: None)
+    index_dir, metrics = publish(plan)
     return plan, str(index_dir), metrics
 
 
@@ -42,7 +42,7 @@ def prepare(work: Path, raw: dict[str, Any], reuse: bool, res: dict[str, Any], l
     is kept in ``work/prepared`` (its plan and timings in ``prepared.json``); with ``reuse``, a kept copy prepared with
     the same params (:func:`_preparing`) is copied back instead of building it again (the paths inside it are the
     workspace's own, so it goes back to the same place). Returns (home, plan, index dir, metrics)."""
-    from flows.backfill.plan import BackfillPlan
+    from flows.backfill import BackfillPlan
 
     kept, info = work / "prepared", work / "prepared" / "prepared.json"
     home, common = fresh_workspace(work, raw)

@@ -36,7 +36,7 @@ from components.data.catalog import create_dataset
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from flows.params import params_from_dict
-from flows.runtime.workspace import Workspace
+from flows.runtime import Workspace
 
 __all__ = ["RATIO_BAR", "run_transform_bench", "write_transform_report"]
 

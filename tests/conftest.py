@@ -107,7 +107,7 @@ LONGEST_FIRST = (
     "tests/flows/test_lifecycle_session.py",
     "tests/registry/tracking/test_registered_model.py",
     "tests/flows/generation/test_training_streamed.py",
-    "tests/flows/backfill/test_reembed.py",
+    "tests/flows/backfill/test_reembedding.py",
     "tests/benchmarks/test_serve.py",  # bench serve's preparation, kept and reused (~60-80 s; added 2026-12-05)
     "tests/flows/serving/test_app.py",
     "tests/flows/generation/test_mlflow_story.py",

@@ -31,7 +31,7 @@ import numpy as np
 
 from components.errors import IndexIntegrityError
 from components.indexing.gallery import GalleryEmbeddings, read_npz
-from components.indexing.mixed import item_uncertainty, mix_galleries, order_items
+from components.indexing.mixed import item_uncertainty, mix_galleries
 from components.io import atomic_write_text, file_sha256
 
 __all__ = [
@@ -297,14 +297,6 @@ class GalleryParts:
             else:
                 out.append(getattr(part.gallery, name))
         return np.concatenate(out)
-
-    def backfill_order(self, order: str, seed: int = 0) -> np.ndarray:
-        """Positions (N,) of the store's items in re-embedding order (:func:`~components.indexing.mixed.order_items`),
-        from the column ``order`` needs — the stored uncertainty or the generation stamps: what a partial backfill
-        of it re-embeds first."""
-        uncertainty = self.column("uncertainty") if order == "uncertainty" else None
-        stamps = self.column("stamps") if order == "oldest" else None
-        return order_items(len(self), order, seed, uncertainty=uncertainty, stamps=stamps)
 
     def windows(self, size: int) -> Iterator[StoredPart]:
         """The rows in store order, ``size`` at a time (the last window shorter), whatever the parts' sizes; one

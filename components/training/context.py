@@ -14,7 +14,7 @@ from components.data.selection import label_positions
 from components.losses.base import AlignmentContext
 from components.models.encoder import EmbeddingModel
 from components.models.spec import ModelSpec
-from components.training.data import TrainData
+from components.training.data import EpochRead, TrainData
 
 __all__ = ["alignment_context"]
 
@@ -44,13 +44,11 @@ def alignment_context(
     )
 
     def in_order() -> Iterator[tuple[Tensor, Tensor]]:
-        return data.batches(
-            max(batch_size, CONTEXT_BATCH), device, shuffle=False, seed=seed, epoch=0, generator=None, drop_last=False
-        )
+        return data.batches(EpochRead(max(batch_size, CONTEXT_BATCH), device, shuffle=False, seed=seed))
 
     def sample(n: int) -> Iterator[tuple[Tensor, Tensor]]:
         gen = torch.Generator().manual_seed(seed)
-        batches = data.batches(CONTEXT_BATCH, device, shuffle=True, seed=seed, epoch=0, generator=gen, drop_last=False)
+        batches = data.batches(EpochRead(CONTEXT_BATCH, device, shuffle=True, seed=seed, generator=gen))
         seen = 0
         for x, y in batches:
             if seen >= n:

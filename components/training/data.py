@@ -1,6 +1,6 @@
 """What the training loop reads: batches of (images, model labels), from memory or streamed from disk.
 
-Both kinds implement :class:`TrainData`. ``batches(...)`` yields ``(x float32 (B, C, H, W) in
+Both kinds implement :class:`TrainData`. ``batches(read)`` (an :class:`EpochRead`) yields ``(x float32 (B, C, H, W) in
 [0, 1] on device, y int64 (B,) model labels on device)``:
 
 :func:`training_data` picks the kind from the split itself (:meth:`SourceDataset.resident`):
@@ -28,7 +28,27 @@ from components.data.batches import ImageTensor, iterate_batches
 from components.data.sources.split import SourceDataset
 from components.errors import DataError
 
-__all__ = ["StreamData", "TensorData", "TrainData", "as_train_data", "training_data"]
+__all__ = ["EpochRead", "StreamData", "TensorData", "TrainData", "as_train_data", "training_data"]
+
+
+@dataclass(frozen=True)
+class EpochRead:
+    """How one epoch reads a training selection: global batches of ``batch_size`` on ``device``, shuffled or not
+    (seeded by ``seed`` and ``epoch``; ``generator``: the epoch's, for a selection in memory), the last short batch
+    dropped or not.
+
+    ``shard = (rank, world)``: batches of ``batch_size`` are the global ones, the same on every rank; this rank reads
+    and yields only its contiguous part of each (:func:`~components.data.batches.shard_bounds`).
+    """
+
+    batch_size: int
+    device: torch.device
+    shuffle: bool
+    seed: int
+    epoch: int = 0
+    generator: torch.Generator | None = None
+    drop_last: bool = False
+    shard: tuple[int, int] = (0, 1)
 
 
 class TrainData(Protocol):
@@ -36,23 +56,8 @@ class TrainData(Protocol):
 
     def __len__(self) -> int: ...
 
-    def batches(
-        self,
-        batch_size: int,
-        device: torch.device,
-        *,
-        shuffle: bool,
-        seed: int,
-        epoch: int,
-        generator: torch.Generator | None,
-        drop_last: bool,
-        shard: tuple[int, int] = (0, 1),
-    ) -> Iterator[tuple[Tensor, Tensor]]:
-        """(x float (B, C, H, W) in [0, 1], y int64 (B,)) on ``device``; ``generator`` is the epoch's (memory).
-
-        ``shard = (rank, world)``: batches of ``batch_size`` are the global ones, the same on every rank; this rank
-        reads and yields only its contiguous part of each (:func:`~components.data.batches.shard_bounds`).
-        """
+    def batches(self, read: EpochRead) -> Iterator[tuple[Tensor, Tensor]]:
+        """(x float (B, C, H, W) in [0, 1], y int64 (B,)) on ``read.device``, one epoch read as ``read`` says."""
         ...
 
 
@@ -79,26 +84,15 @@ class TensorData:
             self._resident = ImageTensor(self.data.images.to(device), self.data.labels.to(device))
         return self._resident
 
-    def batches(
-        self,
-        batch_size: int,
-        device: torch.device,
-        *,
-        shuffle: bool,
-        seed: int,
-        epoch: int,
-        generator: torch.Generator | None,
-        drop_last: bool,
-        shard: tuple[int, int] = (0, 1),
-    ) -> Iterator[tuple[Tensor, Tensor]]:
+    def batches(self, read: EpochRead) -> Iterator[tuple[Tensor, Tensor]]:
         return iterate_batches(
-            self._on(device),
-            batch_size,
-            device,
-            shuffle=shuffle,
-            generator=generator,
-            drop_last=drop_last,
-            shard=shard,
+            self._on(read.device),
+            read.batch_size,
+            read.device,
+            shuffle=read.shuffle,
+            generator=read.generator,
+            drop_last=read.drop_last,
+            shard=read.shard,
         )
 
 
@@ -134,28 +128,17 @@ class StreamData:
     def __len__(self) -> int:
         return len(self.split)
 
-    def batches(
-        self,
-        batch_size: int,
-        device: torch.device,
-        *,
-        shuffle: bool,
-        seed: int,
-        epoch: int,
-        generator: torch.Generator | None,
-        drop_last: bool,
-        shard: tuple[int, int] = (0, 1),
-    ) -> Iterator[tuple[Tensor, Tensor]]:
-        cuda = device.type == "cuda"
+    def batches(self, read: EpochRead) -> Iterator[tuple[Tensor, Tensor]]:
+        device, cuda = read.device, read.device.type == "cuda"
         loader = self.split.loader(
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
+            batch_size=read.batch_size,
+            shuffle=read.shuffle,
+            seed=read.seed,
+            epoch=read.epoch,
             workers=self.workers,
             pin_memory=cuda,
-            drop_last=drop_last,
-            shard=shard,
+            drop_last=read.drop_last,
+            shard=read.shard,
         )
         for images, labels, _ in loader:
             x = images.to(device, non_blocking=cuda).float().div_(255.0)

@@ -38,7 +38,7 @@ from components.models.encoder import EmbeddingModel
 from components.training.checkpoints import checkpoint_path, latest_checkpoint, prune_checkpoints
 from components.training.compile import Compile, CompileMode, compiled
 from components.training.context import alignment_context
-from components.training.data import TrainData, as_train_data
+from components.training.data import EpochRead, TrainData, as_train_data
 from components.training.device import Precision, autocast, prepare_module, select_device, to_memory_format
 from components.training.distributed import (
     Ranks,
@@ -258,16 +258,8 @@ def _train_epoch(
     meter = EpochMeter(device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     seen = 0
-    batches = data.batches(
-        cfg.batch_size,
-        device,
-        shuffle=True,
-        seed=cfg.seed,
-        epoch=epoch,
-        generator=gen,
-        drop_last=run.drop_last,
-        shard=ranks.shard,
-    )
+    read = EpochRead(cfg.batch_size, device, True, cfg.seed, epoch, gen, run.drop_last, ranks.shard)
+    batches = data.batches(read)
     for x, y in batches:
         n = min(cfg.batch_size, len(data) - seen)  # the global batch this rank holds a part of
         x = augment_batch(x, crop_padding=cfg.crop_padding, hflip=cfg.hflip, generator=gen, rows=ranks.rows(n))

@@ -41,7 +41,7 @@ from prefect.futures import as_completed
 from components.errors import BctflowError
 from components.io import file_sha256
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembed import gallery_model_checkpoint, gallery_source, select_items
+from flows.backfill.reembedding import gallery_model_checkpoint, gallery_source, select_items
 from flows.gallery.pipeline import ChunkRun, Embedded, chunk_runs, embed_run, finish_parts
 
 __all__ = ["RUNS_PER_WORKER", "ClusterError", "embed_on_cluster", "parts_per_run"]
@@ -100,7 +100,7 @@ def embed_chunks(plan: BackfillPlan, gallery: BackfillGallery, run: ChunkRun, sh
     """Embed one run of chunks on the worker this runs on. Returns the items embedded."""
     import torch
 
-    parts = run.parts(plan.chunk_size)
+    parts = run.part_range(plan.chunk_size)
     what = f"parts {parts.start}–{parts.stop - 1} of the {gallery.name} gallery"
     with _named(what):
         torch.set_num_threads(plan.params.backfill.threads)
@@ -137,7 +137,7 @@ def embed_on_cluster(plan: BackfillPlan) -> list[tuple[BackfillGallery, Embedded
         runs, resumed = chunk_runs(plan.params, source, checkpoint, out, selected, per_run)
         futures = []
         for r in runs:
-            parts = r.parts(plan.chunk_size)
+            parts = r.part_range(plan.chunk_size)
             name = f"embed-{gallery.name}-parts-{parts.start}-{parts.stop - 1}"
             futures.append(embed_chunks.with_options(task_run_name=name).submit(plan, gallery, r, sha256))
         items, startup, first, answered = 0, 0.0, 0, 0
@@ -149,5 +149,5 @@ def embed_on_cluster(plan: BackfillPlan) -> list[tuple[BackfillGallery, Embedded
                 startup, first = time.perf_counter() - t0, items
         store = finish_parts(plan.params, Path(out))
         seconds = time.perf_counter() - t0
-        done.append((gallery, Embedded(store, items, seconds, resumed, len(store.part_paths()), startup, first)))
+        done.append((gallery, Embedded.of(store, items, seconds, resumed, startup, first)))
     return done

@@ -2,7 +2,7 @@
 
 The flow takes the run's one :class:`~flows.backfill.plan.BackfillPlan` (made by
 :func:`~flows.backfill.make.plan_backfill` from params parsed once) and runs
-each step of :mod:`flows.backfill.reembed` and :mod:`flows.backfill.publish` as a task.
+each step of :mod:`flows.backfill.reembedding` and :mod:`flows.backfill.publishing` as a task.
 Killing the process at any point and running the same command again finishes the
 same backfill from the parts already on disk; the live gallery keeps answering
 queries from the old version until the final, atomic switch.
@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.backfill import make, publish, reembed
+from flows.backfill import make, publishing, reembedding
 from flows.backfill.cluster import embed_on_cluster
 from flows.backfill.forecast import BackfillForecast, forecast_backfill, forecast_lines, forecast_metrics, run_seconds
 from flows.backfill.plan import BackfillGallery, BackfillPlan
@@ -88,7 +88,7 @@ def embed_task(plan: BackfillPlan) -> tuple[int, int]:
     items = sum(g.selected for g in plan.galleries)
     doing = "embedding" if plan.bridge is None else f"carrying through bridge v{plan.bridge.version}"
     with progress_bar(f"backfill with g{plan.target}: {doing} (items)", items) as advance:
-        return _log_embedded(reembed.reembed(plan, advance))
+        return _log_embedded(reembedding.reembed(plan, advance))
 
 
 def _embed(plan: BackfillPlan) -> tuple[int, int]:
@@ -103,7 +103,7 @@ def _embed(plan: BackfillPlan) -> tuple[int, int]:
 
 @task(name="publish-index", cache_policy=NO_CACHE)
 def publish_task(plan: BackfillPlan) -> tuple[str, dict[str, float]]:
-    index_dir, metrics = publish.publish(plan)
+    index_dir, metrics = publishing.publish(plan)
     get_run_logger().info("new index %s verified; target's retrieval on it: %s", index_dir, metrics)
     return str(index_dir), metrics
 
@@ -116,7 +116,7 @@ def publish_task(plan: BackfillPlan) -> tuple[str, dict[str, float]]:
     retry_condition_fn=retry_condition,
 )
 def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -> int:
-    event = publish.switch(plan, Path(index_dir), metrics)
+    event = publishing.switch(plan, Path(index_dir), metrics)
     get_run_logger().info("live gallery switched to generation %d (backfill %d)", plan.target, event)
     return event
 
@@ -125,7 +125,7 @@ def switch_task(plan: BackfillPlan, index_dir: str, metrics: dict[str, float]) -
 def embed_some_task(plan: BackfillPlan, max_items: int) -> int:
     """At most ``max_items`` more of the selected items, then stop: the items still to embed."""
     with progress_bar(f"backfill with g{plan.target}: embedding at most {max_items} items", max_items) as advance:
-        return reembed.reembed_some(plan, max_items, advance)
+        return reembedding.reembed_some(plan, max_items, advance)
 
 
 @flow(name="backfill", log_prints=True)

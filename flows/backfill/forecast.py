@@ -39,12 +39,12 @@ from pydantic import BaseModel, ConfigDict
 
 from components.evaluation.served import MERGES, backfilled, served_maps
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.parts import GalleryParts
+from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 from components.models.checkpoint import read_checkpoint
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembed import gallery_source, live_store, selected_positions
+from flows.backfill.reembedding import gallery_source, live_store, selected_positions
 from flows.backfill.transform import transform_rate
 from flows.gallery.pipeline import embed_gallery
 
@@ -209,7 +209,7 @@ def _index_estimate(plan: BackfillPlan, gallery: BackfillGallery) -> tuple[float
 
 def _own_gallery(plan: BackfillPlan) -> GalleryEmbeddings:
     """The target generation's own embeddings of the evaluation split (its generation folder's gallery)."""
-    return GalleryParts(GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()).embeddings()
+    return PartReader(GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()).embeddings()
 
 
 def _restarted(plan: BackfillPlan, new: GalleryEmbeddings) -> GalleryEmbeddings:
@@ -241,7 +241,7 @@ def _curve(plan: BackfillPlan, fractions: tuple[float, ...]) -> tuple[str, list[
         return order, [full if f == 1.0 else None for f in fractions]  # one space only: nothing to mix
     if order == "uncertainty" and not old.retrieval_space.radius_encodes_confidence:
         order = "random"  # no hyperbolic uncertainty to order by
-    ranked = current.backfill_order(order, plan.seed)
+    ranked = current.selection(order, plan.seed)
     out: list[float | None] = []
     for f in fractions:
         if f == 1.0:

@@ -4,7 +4,7 @@
 nothing; :func:`finished_backfill` says when it repeats the backfill that made the live gallery; :func:`start`
 (under the workspace lock) saves it as ``plan.json`` or resumes the unfinished backfill that asked for the same
 thing (a different request is refused), and fixes each gallery's items once
-(:func:`flows.backfill.reembed.select_items`).
+(:func:`flows.backfill.reembedding.select_items`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pydantic import ValidationError
 from components.errors import ConfigError, LineageError
 from components.geometry import create_space
 from components.indexing.mixed import ORDERS
-from components.indexing.parts import GalleryParts
+from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembed import live_store, select_items
+from flows.backfill.reembedding import live_store, select_items
 from flows.backfill.task_runner import check_cluster
 from flows.backfill.transform import check_fraction, plan_transform
 from flows.gallery.data import open_corpus
@@ -119,7 +119,7 @@ def new_corpus_items(params: Params, ws: Workspace, live: GalleryVersion) -> tup
             "set gallery.source and gallery.path"
         )
     served = live.serving()
-    held = GalleryParts(served.gallery).column("ids") if served.corpus else np.zeros(0, dtype=np.int64)
+    held = PartReader(served.gallery).rows.ids if served.corpus else np.zeros(0, dtype=np.int64)
     return int((~np.isin(corpus.split.ids, held)).sum()), len(corpus)
 
 
@@ -135,7 +135,7 @@ def ingest_plan(params: Params, ws: Workspace, store: LineageDB, seed: int = 0) 
     if not new:
         raise ConfigError(f"the live gallery holds every one of the corpus's {total} items; nothing to ingest")
     g = store.generation(ptr.generation_id)
-    evaluation = BackfillGallery(name="evaluation", total=len(GalleryParts(live.evaluation_gallery())), selected=0)
+    evaluation = BackfillGallery(name="evaluation", total=len(PartReader(live.evaluation_gallery())), selected=0)
     return BackfillPlan(
         home=str(ws.home),
         params=params,
@@ -176,37 +176,34 @@ def _check_partial(store: LineageDB, ptr: GalleryPointer, g: Generation, force: 
         )
 
 
-def _live_parts(live: GalleryVersion, corpus: bool) -> GalleryParts:
-    """The live version's evaluation gallery or serving corpus, as stored."""
-    return GalleryParts(live.serving().gallery if corpus else live.evaluation_gallery())
-
-
 def _galleries(
     params: Params, ws: Workspace, live: GalleryVersion, kind: str, fraction: float, order: str, top_up: int | None
 ) -> tuple[BackfillGallery, ...]:
     """The galleries the backfill keeps current, each with its item counts; refuses a request one cannot serve."""
-    evaluation = GalleryParts(live.evaluation_gallery())
+    evaluation = PartReader(live.evaluation_gallery())
     sizes: dict[Literal["evaluation", "corpus"], int] = {"evaluation": len(evaluation)}
+    held = {"evaluation": evaluation}  # each gallery as the live version holds it (the corpus: read for a partial)
     corpus = open_corpus(params, ws)
     if corpus is not None:
         sizes["corpus"] = len(corpus)
         served = live.serving()
-        if kind == "partial" and (not served.corpus or len(GalleryParts(served.gallery)) != len(corpus)):
+        if served.corpus and kind == "partial":
+            held["corpus"] = PartReader(served.gallery)
+        if kind == "partial" and ("corpus" not in held or len(held["corpus"]) != len(corpus)):
             raise ConfigError(
                 f"the live gallery does not serve the corpus {params.gallery.path} (yet, or it changed); run a full "
                 "backfill (--fraction 1) to embed it"
             )
-    if kind == "partial" and order == "uncertainty":
-        first = next(evaluation.parts()).gallery
-        if not first.retrieval_space.radius_encodes_confidence:  # no uncertainty to order by
-            raise ConfigError(
-                "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use --order random or oldest"
-            )
+    confident = evaluation.first().retrieval_space.radius_encodes_confidence if order == "uncertainty" else True
+    if kind == "partial" and not confident:  # no uncertainty to order by
+        raise ConfigError(
+            "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use --order random or oldest"
+        )
     out = []
     for name, total in sizes.items():
         # topping up (``top_up``: the target) leaves ``fraction`` of the gallery embedded by the target: items it
         # embeds already (an earlier partial backfill with it, continued) are not embedded again
-        have = 0 if top_up is None else int((_live_parts(live, name == "corpus").column("stamps") == top_up).sum())
+        have = 0 if top_up is None else int(held[name].rows.stamped(top_up).sum())
         selected = total if kind == "full" else max(0, round(fraction * total) - have)
         if not selected:
             what = "live gallery" if name == "evaluation" else "serving corpus"

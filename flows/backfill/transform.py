@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict
 from components.bridges.base import Bridge, fitting_space
 from components.errors import ConfigError
 from components.faults import crash_point
-from components.indexing.parts import GalleryParts, PartWriter, StoredPart
+from components.indexing.parts import PartWriter, StoredPart
+from components.indexing.reader import PartReader
 from flows.gallery.pipeline import Embedded
 from flows.params import Params
 from registry.lineage import LineageDB
@@ -65,7 +66,7 @@ def check_fraction(fraction: float) -> None:
         )
 
 
-def plan_transform(store: LineageDB, source: int, target: int, live: GalleryParts) -> PlannedBridge:
+def plan_transform(store: LineageDB, source: int, target: int, live: PartReader) -> PlannedBridge:
     """The newest transform bridge g{source}→g{target}, once the live gallery (its ``live`` store, the evaluation
     gallery) allows it; one line otherwise."""
     key = (source, target, "transform")
@@ -75,7 +76,7 @@ def plan_transform(store: LineageDB, source: int, target: int, live: GalleryPart
             f"the lineage has no transform bridge from generation {source} (the live gallery's) to {target}; fit one: "
             f"bctflow upgrade --generation {target} --route transform --from {source}"
         )
-    stamps = sorted(int(g) for g in np.unique(live.column("stamps")))
+    stamps = live.rows.generations()
     if stamps != [source]:
         raise ConfigError(
             f"the live gallery holds vectors of generations {stamps}; a transform bridge g{source}→g{target} carries "
@@ -84,7 +85,7 @@ def plan_transform(store: LineageDB, source: int, target: int, live: GalleryPart
     row = max(rows, key=lambda b: b.version)
     planned = PlannedBridge(id=row.id, version=row.version, kind=row.kind, path=row.path, sha256=row.sha256,
                             source=source, target=target)  # fmt: skip
-    width = fitting_space(next(live.windows(1)).gallery).shape[1]
+    width = fitting_space(live.first().take(np.arange(1))).shape[1]
     bridge = planned.load()
     if bridge.source_width != width:
         raise ConfigError(
@@ -103,7 +104,7 @@ def _carry(bridge: Bridge, planned: PlannedBridge, window: StoredPart) -> Stored
 
 def transform_gallery(
     p: Params,
-    live: GalleryParts,
+    live: PartReader,
     planned: PlannedBridge,
     out: Path,
     *,
@@ -143,7 +144,7 @@ def transform_gallery(
     return Embedded(store, carried, time.perf_counter() - t0, n_parts - len(missing), n_parts, startup, first_batch)
 
 
-def transform_rate(planned: PlannedBridge, live: GalleryParts, sample: int, batch: int) -> tuple[float, int, float]:
+def transform_rate(planned: PlannedBridge, live: PartReader, sample: int, batch: int) -> tuple[float, int, float]:
     """A transform's plan, measured as a re-embedding's is: the first ``sample`` rows of ``live`` carried ``batch``
     at a time into parts in a temporary folder. Returns (seconds up to the first batch — the bridge's load and check
     included —, that batch's items, items/s after it)."""

@@ -76,6 +76,13 @@ class Embedded:
     startup_s: float = 0.0
     first_batch: int = 0
 
+    @classmethod
+    def of(
+        cls, store: GalleryParts, items: int, seconds: float, resumed: int, startup_s: float = 0.0, first_batch: int = 0
+    ) -> Embedded:
+        """What an embedding call did, with the part count of the ``store`` it finished."""
+        return cls(store, items, seconds, resumed, len(store.part_paths()), startup_s, first_batch)
+
     @property
     def items_per_s(self) -> float:
         """The embedding rate once started: the items after the first batch over the seconds after it. The start-up
@@ -107,7 +114,8 @@ class ChunkRun:
     positions: np.ndarray
     total: int = 0  # the parts of the whole store (the crash point ``embed.half_parts`` lies in the one past half)
 
-    def parts(self, chunk_size: int) -> range:
+    def part_range(self, chunk_size: int) -> range:
+        """The part numbers this run writes."""
         return range(self.first, self.first - (-len(self.positions) // chunk_size))
 
 
@@ -278,7 +286,7 @@ def embed_gallery(
     store = finish_parts(p, out)
     startup, first_batch = first[0] if first else (0.0, 0)
     seconds = time.perf_counter() - t0
-    return Embedded(store, embedded, seconds, resumed, len(store.part_paths()), startup, first_batch)
+    return Embedded.of(store, embedded, seconds, resumed, startup, first_batch)
 
 
 def index_gallery(

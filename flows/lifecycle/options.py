@@ -29,7 +29,7 @@ from components.bridges.base import Bridge
 from components.bridges.chain import BridgeChain
 from components.errors import LineageError
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.parts import GalleryParts
+from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from flows.backfill.rules import vetoed
 from flows.generation.registration import gate_failures
@@ -63,9 +63,9 @@ def gallery_facts(store: LineageDB) -> GalleryFacts:
     ptr = store.live_pointer()
     assert ptr is not None
     version = GalleryVersion.of_index(ptr.index_path)
-    evaluation = len(GalleryParts(version.evaluation_gallery()))
+    evaluation = len(PartReader(version.evaluation_gallery()))
     served = version.serving()
-    corpus = len(GalleryParts(served.gallery)) if served.corpus else 0
+    corpus = len(PartReader(served.gallery)) if served.corpus else 0
     rate = _DEFAULT_S_PER_ITEM
     for event in reversed(store.backfills()):  # a full backfill re-embeds every item of both galleries
         m = event.metrics or {}
@@ -137,7 +137,7 @@ def night_options(params: Params, ws: Workspace, store: LineageDB, *, night: int
     return Night(night, generation, compatible, required, gate, since, tuple(options), carry, reasons, veto).holding()
 
 
-def _carry_options(params: Params, ws: Workspace, store: LineageDB, live: GalleryParts, rows: GalleryEmbeddings,
+def _carry_options(params: Params, ws: Workspace, store: LineageDB, live: PartReader, rows: GalleryEmbeddings,
                    facts: GalleryFacts, carry: Carry) -> list[Option]:  # fmt: skip
     """Continue the re-embedding carried over: a full one by the night's budget (its forecast: the target's own
     gallery when that finishes it, today's served mAP while it is still unpublished); a partial one each step from

@@ -15,7 +15,7 @@ import numpy as np
 from components.evaluation.retrieval import gallery_metrics
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import mix_galleries
-from components.indexing.parts import GalleryParts
+from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from flows.params import Params
 from flows.runtime.workspace import Workspace
@@ -34,26 +34,23 @@ def served_map(params: Params, queries: GalleryEmbeddings, gallery: GalleryEmbed
 
 def own_evaluation(ws: Workspace, generation: int) -> GalleryEmbeddings:
     """Generation ``generation``'s own embeddings of the evaluation split (its generation folder's gallery)."""
-    return GalleryParts(GalleryVersion(ws.generation_dir(generation)).evaluation_store).embeddings()
+    return PartReader(GalleryVersion(ws.generation_dir(generation)).evaluation_store).embeddings()
 
 
-def live_evaluation(store: LineageDB) -> tuple[GalleryParts, GalleryEmbeddings]:
+def live_evaluation(store: LineageDB) -> tuple[PartReader, GalleryEmbeddings]:
     """The live version's evaluation gallery: its part store (stamps, order) and its rows in memory."""
     ptr = store.live_pointer()
     assert ptr is not None  # a lifecycle night runs after generation 0
-    parts = GalleryParts(GalleryVersion.of_index(ptr.index_path).evaluation_gallery())
+    parts = PartReader(GalleryVersion.of_index(ptr.index_path).evaluation_gallery())
     return parts, parts.embeddings()
 
 
-def partial_gallery(live: GalleryParts, rows: GalleryEmbeddings, new: GalleryEmbeddings, target: int,
+def partial_gallery(live: PartReader, rows: GalleryEmbeddings, new: GalleryEmbeddings, target: int,
                     fraction: float, order: str, seed: int) -> tuple[GalleryEmbeddings, int]:  # fmt: skip
     """The live evaluation gallery after a partial backfill leaves ``fraction`` of it embedded by generation
     ``target`` (``new``: its embeddings of the same items): the rows already stamped ``target`` stay, the others are
     replaced in the backfill's ``order`` until the share is reached. Returns (that gallery, the items re-embedded)."""
-    stamps = live.column("stamps")
-    have = stamps == target
-    want = round(fraction * len(stamps))
-    order_pos = live.backfill_order(order, seed)
-    todo = order_pos[~have[order_pos]][: max(0, want - int(have.sum()))]
+    have = int(live.rows.stamped(target).sum())
+    todo = live.selection(order, seed, skip=target)[: max(0, round(fraction * len(live)) - have)]
     pos = np.sort(todo)
     return (mix_galleries(rows, new.take(pos), pos) if len(pos) else rows), len(pos)

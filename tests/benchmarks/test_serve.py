@@ -32,7 +32,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitched(tmp_path: Path):
     """`bench serve` keeps its workspace as prepared (g0, g1, g1's backfill published, not switched); `--reuse` with
     the same params copies it back without running a generation, and each copy switches on its own."""
-    from flows.backfill import publish
+    from flows.backfill import switch
 
     work = tmp_path / "w"
     base = create_dataset("fashion_mnist", tmp_path / "datasets", download=False).train.decode()
@@ -42,7 +42,7 @@ def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitc
     first: dict = {}
     home, plan, index_dir, metrics = prepare(work, raw, True, first, print)  # nothing kept yet: prepared
     assert first["reused_preparation"] is False and first["run_g0_s"] > 0
-    publish.switch(plan, Path(index_dir), metrics)
+    switch(plan, Path(index_dir), metrics)
     assert LivePointer(home / "live").pointer()["version"] == 1
 
     again: dict = {}
@@ -51,7 +51,7 @@ def test_the_prepared_workspace_is_kept_and_a_reusing_run_starts_from_it_unswitc
     assert home2 == home and again["reused_preparation"] is True and again["run_g0_s"] == first["run_g0_s"]
     assert not any(line.startswith("$ bctflow run") for line in lines) and "reusing the workspace" in lines[0]
     assert LivePointer(home / "live").pointer()["version"] == 0  # the kept copy was never switched
-    publish.switch(plan2, Path(index_dir2), metrics2)
+    switch(plan2, Path(index_dir2), metrics2)
     assert LivePointer(home / "live").pointer()["version"] == 1
 
 

@@ -1,9 +1,9 @@
-"""Reference: the original (slow, lexsort-based) exact retrieval evaluation, kept verbatim for equality tests.
+"""Reference: the original (slow, lexsort-based) exact retrieval evaluation, for equality tests of the fast path.
 
-This is a copy of ``components/evaluation/retrieval.py`` as it was before the fast path: per chunk of
-queries, a full float64 score matrix (Nq_chunk, Ng), a stable ``np.lexsort`` of every row, then AP with
-scikit-learn's tie semantics (docs/design.md §6.2) and CMC from the ranked relevance. Input validation
-is left out; the numbers are computed exactly as before.
+``components/evaluation/retrieval.py`` as it was before the fast path: per chunk of queries, a full float64 score
+matrix (Nq_chunk, Ng), a stable ``np.lexsort`` of every row, AP with scikit-learn's tie semantics (docs/design.md
+§6.2) by the lexsort path the library keeps (:func:`components.evaluation.average_precision`) and CMC from the
+ranked relevance. Input validation is left out; the numbers are computed exactly as before.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from components.evaluation import average_precision
 from components.geometry import pairwise_lorentz_inner
 
 
@@ -31,45 +32,20 @@ def reference_scores(queries: np.ndarray, gallery: np.ndarray, geometry: str, cu
     return -np.arccosh(arg) / math.sqrt(curvature)
 
 
-def _rank(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows (n, Ng) sorted by descending score, excluded entries last (stable: ties keep gallery order)."""
-    order = np.lexsort((-scores, ~valid), axis=-1)
-    s = np.take_along_axis(scores, order, axis=1)
-    ok = np.take_along_axis(valid, order, axis=1)
-    rel = np.take_along_axis(relevant, order, axis=1) & ok
-    return s, rel, ok
-
-
-def reference_ap_from_ranked(s: np.ndarray, rel: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Per-row AP (n,) from ranked rows: sum_i rel_i * P(end of i's tie group) / R (NaN without relevant)."""
-    n, m = s.shape
-    if m == 0:
-        return np.full(n, np.nan)
-    pos = np.arange(m)
-    last = np.ones((n, m), dtype=bool)
-    last[:, :-1] = (s[:, 1:] != s[:, :-1]) | ~ok[:, 1:] | ~ok[:, :-1]
-    end = np.where(last, pos, m)
-    end = np.minimum.accumulate(end[:, ::-1], axis=1)[:, ::-1]
-    tp = np.cumsum(rel, axis=1, dtype=np.float64)
-    precision = tp / (pos + 1.0)
-    prec_at_end = np.take_along_axis(precision, end, axis=1)
-    n_rel = tp[:, -1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ap = np.where(rel, prec_at_end, 0.0).sum(axis=1) / n_rel
-    return np.where(n_rel > 0, ap, np.nan)
-
-
 def reference_average_precision(scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """AP of every row (Nq,) of ``scores`` (Nq, Ng) with ``relevant`` / ``valid`` masks (Nq, Ng)."""
-    return reference_ap_from_ranked(*_rank(scores, relevant, valid))
+    """AP of every row (Nq,) of ``scores`` (Nq, Ng) with ``relevant`` / ``valid`` masks (Nq, Ng): the plain stable
+    lexsort path the library keeps (:func:`components.evaluation.average_precision`), whose rows equal
+    scikit-learn's ``average_precision_score`` (checked in test_retrieval_metrics)."""
+    return average_precision(scores, relevant, valid)
 
 
 def _chunk_counts(
     scores: np.ndarray, relevant: np.ndarray, valid: np.ndarray, ks: tuple[int, ...]
 ) -> tuple[int, float, dict[int, int]]:
-    s, rel, ok = _rank(scores, relevant, valid)
+    order = np.lexsort((-scores, ~valid), axis=-1)  # descending score, excluded last; stable: ties keep gallery order
+    rel = np.take_along_axis(relevant & valid, order, axis=1)
     used = rel.any(axis=1)
-    ap = float(reference_ap_from_ranked(s, rel, ok)[used].sum())
+    ap = float(reference_average_precision(scores, relevant, valid)[used].sum())
     top = np.cumsum(rel[:, : max(ks)], axis=1) > 0
     hits = {}
     for k in ks:

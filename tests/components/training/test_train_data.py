@@ -18,7 +18,7 @@ from components.errors import DataError
 from components.losses import create_alignment
 from components.models import build_model
 from components.training import train_model
-from components.training.data import StreamData, TensorData
+from components.training.data import EpochRead, StreamData, TensorData
 from tests.helpers import tiny_spec, train_config
 
 CPU = torch.device("cpu")
@@ -42,7 +42,7 @@ def on_disk(digits, tmp_path_factory) -> SourceDataset:
 
 def _batches(data, epoch: int, bs: int = 16, drop_last: bool = False):
     gen = torch.Generator().manual_seed(epoch)
-    return list(data.batches(bs, CPU, shuffle=True, seed=7, epoch=epoch, generator=gen, drop_last=drop_last))
+    return list(data.batches(EpochRead(bs, CPU, shuffle=True, seed=7, epoch=epoch, generator=gen, drop_last=drop_last)))
 
 
 def test_tensor_data_yields_the_batches_of_iterate_batches(digits):

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from flows.params import Params, apply_overrides, load_params, params_digest
 from flows.params.lifecycle import LifecycleParams
+from flows.params.moved_keys import MOVED_KEYS
 from flows.params.serve import ServeParams
 from flows.params.tags import Model, RunOption, Shapes, leaf_tags, pick, sections, select
 from flows.params.upgrade import UpgradeParams
@@ -39,12 +40,7 @@ OLD_NOT_SHAPING = {
 #: flows/pipeline/dvc_yaml.py SECTIONS: the sections a generation stage reads
 OLD_SECTIONS = (*OLD_MODEL_SHAPING, "gallery", "index", "evaluation", "backfill", "tracking")
 OLD_RULES = (
-    "metric",
-    "require_compatibility",
-    "p_com_floor",
-    "zeta_ceiling",
-    "max_generations_since_backfill",
-    "clip_fraction_max",
+    *(m.new.removeprefix("backfill.rules.") for m in MOVED_KEYS.values() if m.new.startswith("backfill.rules.")),
     "require_not_worse",  # added with the lifecycle's judgement of the rules
 )
 #: flows/pipeline/dvc_yaml.py ALIGNED_ONLY (the backfill rules now under backfill.rules), with the alignment section

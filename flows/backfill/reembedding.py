@@ -2,7 +2,7 @@
 evaluation gallery (always: the next generation is evaluated against it) and the serving corpus of params
 ``gallery:`` — through the one gallery pipeline, in ``<home>/backfills/in_progress/`` laid out as a gallery version
 (:class:`~components.indexing.version.GalleryVersion`). Step 1 (the plan made, saved or resumed, the items fixed) is
-:mod:`flows.backfill.make`; steps 3 and 4 (publish, switch) :mod:`flows.backfill.publish`.
+:mod:`flows.backfill.make`; steps 3 and 4 (publish, switch) :mod:`flows.backfill.publishing`.
 
 :func:`select_items` fixes each gallery's items once — all, or the fraction first in ``order`` (highest hyperbolic
 uncertainty, random, oldest stamps) — saved in ``selection/``. :func:`reembed` embeds them through
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.indexing.parts import GalleryParts
+from components.indexing.reader import PartReader
 from components.io import atomic_path
 from components.models import load_model, save_model
 from flows.backfill.plan import BackfillGallery, BackfillPlan
@@ -65,11 +65,11 @@ def gallery_source(plan: BackfillPlan, gallery: BackfillGallery) -> GallerySourc
     return source
 
 
-def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> GalleryParts:
+def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> PartReader:
     """``gallery`` as the live version holds it now (rows stamped with the generation that embedded them)."""
     live = plan.live_version
     path = live.serving().gallery if gallery.corpus else live.evaluation_gallery()
-    return GalleryParts(path, generation=plan.source_generation)
+    return PartReader(path, generation=plan.source_generation)
 
 
 def selected_positions(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:
@@ -82,13 +82,11 @@ def selected_positions(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarr
     if plan.kind == "ingest":
         if not gallery.corpus:
             return np.zeros(0, dtype=np.int64)
-        held = live_store(plan, gallery).column("ids")
+        held = live_store(plan, gallery).rows.ids
         return np.flatnonzero(~np.isin(split.ids, held)).astype(np.int64)
-    current = live_store(plan, gallery)
-    order = current.backfill_order(plan.order, plan.seed)
-    if plan.top_up:  # topping the target's share up: what it embeds already is not embedded again
-        order = order[current.column("stamps")[order] != plan.target]
-    chosen = current.column("ids")[order[: gallery.selected]]
+    current = live_store(plan, gallery)  # topping the target's share up: what it embeds already is not embedded again
+    order = current.selection(plan.order, plan.seed, skip=plan.target if plan.top_up else None)
+    chosen = current.rows.ids[order[: gallery.selected]]
     return np.sort(split.positions_of(chosen))
 
 

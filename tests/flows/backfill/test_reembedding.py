@@ -1,4 +1,4 @@
-"""Backfill steps (flows/backfill/make.py, flows/backfill/reembed.py): planning writes nothing and refuses bad
+"""Backfill steps (flows/backfill/make.py, flows/backfill/reembedding.py): planning writes nothing and refuses bad
 requests; ``start`` saves the plan
 or resumes the same request and refuses another, and fixes each gallery's items once; ``reembed`` never recomputes a
 part that is on disk; a live gallery written before part stores (``gallery.npz`` + ``stamps.npy``, a CURRENT without
@@ -27,7 +27,7 @@ from components.indexing.parts import GalleryParts, PartWriter, StoredPart
 from components.indexing.version import SERVING_FILE, GalleryVersion
 from flows.backfill.make import finished_backfill, plan_backfill, start
 from flows.backfill.plan import BackfillPlan
-from flows.backfill.reembed import reembed, select_items
+from flows.backfill.reembedding import reembed, select_items
 from flows.gallery.data import load_splits
 from flows.params import Params, apply_overrides, load_params
 from flows.recovery.reconcile import inspect_workspace

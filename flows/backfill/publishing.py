@@ -25,11 +25,12 @@ from components.evaluation.served import served_maps
 from components.faults import crash_point
 from components.indexing.backend import SearchIndex, collection_at, gallery_facts, open_index
 from components.indexing.live import LivePointer
-from components.indexing.parts import GalleryParts, PartWriter, append_stores, link_store, mix_stores
+from components.indexing.parts import PartWriter, append_stores, link_store, mix_stores
+from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text, file_sha256
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembed import gallery_model_checkpoint, gallery_source, live_store, select_items
+from flows.backfill.reembedding import gallery_model_checkpoint, gallery_source, live_store, select_items
 from flows.gallery.pipeline import corpus_metrics, index_gallery
 from flows.recovery.reconcile import PUBLISHING, roll_forward
 from registry.records import BackfillRecord, PointerRecord
@@ -37,27 +38,29 @@ from registry.records import BackfillRecord, PointerRecord
 __all__ = ["publish", "switch"]
 
 
-def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> GalleryParts:
+def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> PartReader:
     """The new store of ``gallery`` in ``out``: the re-embedded parts (full; hard links), or the live store with
     those items swapped in, part by part (partial). Refused unless the parts hold exactly the selected items."""
     if not gallery.selected:  # an ingest's evaluation gallery: the live one, as it is
-        return link_store(live_store(plan, gallery), out)
-    work = GalleryParts(plan.work_version.store(gallery.corpus))
+        link_store(live_store(plan, gallery).store, out)
+        return PartReader(out)
+    work = PartReader(plan.work_version.store(gallery.corpus))
     split = gallery_source(plan, gallery).split
     selected = split.ids[select_items(plan, gallery)]
-    if not np.array_equal(np.sort(work.column("ids")), np.sort(selected)):
+    if not np.array_equal(np.sort(work.rows.ids), np.sort(selected)):
         raise IndexIntegrityError(
             f"the re-embedded parts in {work.path} do not hold the items this backfill selected; delete "
             f"{plan.work_dir} and run the backfill again"
         )
     if plan.kind == "full":
-        store = link_store(work, out)
+        link_store(work.store, out)
     elif plan.kind == "ingest":
-        store = append_stores(live_store(plan, gallery), work, PartWriter(out, plan.chunk_size))
+        append_stores(live_store(plan, gallery).store, work.store, PartWriter(out, plan.chunk_size))
     else:
-        store = mix_stores(live_store(plan, gallery), work, PartWriter(out, plan.chunk_size))
+        mix_stores(live_store(plan, gallery).store, work.store, PartWriter(out, plan.chunk_size))
+    store = PartReader(out)
     # generations are compared item by item on the evaluation split: its gallery keeps the split's order
-    if not gallery.corpus and not np.array_equal(store.column("ids"), split.ids):
+    if not gallery.corpus and not np.array_equal(store.rows.ids, split.ids):
         raise IndexIntegrityError(
             f"the new evaluation gallery in {out} is not in the evaluation split's order; delete {plan.work_dir} and "
             "run the backfill again"
@@ -65,28 +68,28 @@ def _assemble(plan: BackfillPlan, gallery: BackfillGallery, out: Path) -> Galler
     return store
 
 
-def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: GalleryParts, index: SearchIndex) -> dict[str, float]:
+def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: PartReader, index: SearchIndex) -> dict[str, float]:
     """Retrieval of the new ``gallery``: the target's queries on the evaluation gallery (its own after a full
     backfill: embedded by the serving model, rescaled into the ζ₀ ball after a restart) — mAP, CMC@k and the served
     mAP@R under ``serve.merge`` (``served_map[_rank]``) —, the corpus's own labelled items on the corpus; and the
     share of it the target embedded."""
-    share = float((store.column("stamps") == plan.target).mean())
+    mine = store.rows.stamped(plan.target)
+    share = float(mine.mean())
     if gallery.corpus:
         return {
-            **corpus_metrics(plan.params, store, index, seed=plan.seed),
+            **corpus_metrics(plan.params, store.store, index, seed=plan.seed),
             "corpus/share_embedded_by_target": share,
             "corpus/index_recall_at_10": float(index.manifest.recall_at_10 or 1.0),
         }
     new = store.embeddings()
     own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
     embedded = plan.kind == "full" and plan.bridge is None  # the gallery is the target's own embedding of the split
-    queries = new if embedded else GalleryParts(own).embeddings()
+    queries = new if embedded else PartReader(own).embeddings()
     if queries.incompatibility(new) is not None:
         return {"share_embedded_by_target": share}
     # what the query service answers over it (serve.merge), as the backfill's plan predicted it
     old = queries if embedded else live_store(plan, gallery).embeddings()
-    pos = np.flatnonzero(store.column("stamps") == plan.target)
-    served = served_maps(old, queries, new, pos, (plan.params.serve.merge,))
+    served = served_maps(old, queries, new, np.flatnonzero(mine), (plan.params.serve.merge,))
     return {**gallery_metrics(queries, new), **served, "share_embedded_by_target": share}
 
 
@@ -115,7 +118,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         index = index_gallery(
             p,
             ws.home,
-            store,
+            store.store,
             version.index(gallery.corpus),
             generation=plan.target,
             version=GalleryVersion(version_dir).number,
@@ -186,7 +189,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             plan.accepts,
             model_sha256=file_sha256(model_ckpt),
             index_sha256=collection_at(index_dir).digest(),
-            gallery_sha256=GalleryParts(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
+            gallery_sha256=PartReader(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
             **asdict(gallery_facts(GalleryVersion.serving_index_of(index_dir))),
         )
         retire = (

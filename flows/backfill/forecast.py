@@ -39,12 +39,10 @@ from pydantic import BaseModel, ConfigDict
 
 from components.evaluation.served import MERGES, backfilled, served_maps
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.reader import PartReader
-from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text
 from components.models.checkpoint import read_checkpoint
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembedding import gallery_source, live_store, selected_positions
+from flows.backfill.reembedding import gallery_source, live_store, own_evaluation, selected_positions
 from flows.backfill.transform import transform_rate
 from flows.gallery.pipeline import embed_gallery
 
@@ -207,11 +205,6 @@ def _index_estimate(plan: BackfillPlan, gallery: BackfillGallery) -> tuple[float
     return float(seconds), f"as the live {kind} index over {count} items took"
 
 
-def _own_gallery(plan: BackfillPlan) -> GalleryEmbeddings:
-    """The target generation's own embeddings of the evaluation split (its generation folder's gallery)."""
-    return PartReader(GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()).embeddings()
-
-
 def _restarted(plan: BackfillPlan, new: GalleryEmbeddings) -> GalleryEmbeddings:
     """``new`` as a full backfill serves it: rescaled into the ζ₀ ball (z·ζ₀/ζ_g) where params restart ζ — what the
     rescaled checkpoint embeds (its bound and its tangent scale both scale by ζ₀/ζ_g)."""
@@ -229,7 +222,7 @@ def _curve(plan: BackfillPlan, fractions: tuple[float, ...]) -> tuple[str, list[
     merge = (p.serve.merge,)
     key = MERGES[p.serve.merge]
     current = live_store(plan, plan.evaluation)
-    old, new = current.embeddings(), _own_gallery(plan)
+    old, new = current.embeddings(), own_evaluation(plan)
     if plan.bridge is not None:  # all or nothing: the target's queries on the live gallery carried by the bridge
         carried = plan.bridge.load().map_gallery(old)
         return "all", [served_maps(old, new, carried, np.arange(len(old)), merge)[key] if f == 1.0 else None

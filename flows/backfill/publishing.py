@@ -30,7 +30,13 @@ from components.indexing.reader import PartReader
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text, file_sha256
 from flows.backfill.plan import BackfillGallery, BackfillPlan
-from flows.backfill.reembedding import gallery_model_checkpoint, gallery_source, live_store, select_items
+from flows.backfill.reembedding import (
+    gallery_model_checkpoint,
+    gallery_source,
+    live_store,
+    own_evaluation,
+    select_items,
+)
 from flows.gallery.pipeline import corpus_metrics, index_gallery
 from flows.recovery.reconcile import PUBLISHING, roll_forward
 from registry.records import BackfillRecord, PointerRecord
@@ -82,9 +88,8 @@ def _measure(plan: BackfillPlan, gallery: BackfillGallery, store: PartReader, in
             "corpus/index_recall_at_10": float(index.manifest.recall_at_10 or 1.0),
         }
     new = store.embeddings()
-    own = GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()
     embedded = plan.kind == "full" and plan.bridge is None  # the gallery is the target's own embedding of the split
-    queries = new if embedded else PartReader(own).embeddings()
+    queries = new if embedded else own_evaluation(plan)
     if queries.incompatibility(new) is not None:
         return {"share_embedded_by_target": share}
     # what the query service answers over it (serve.merge), as the backfill's plan predicted it

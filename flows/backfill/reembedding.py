@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.reader import PartReader
+from components.indexing.version import GalleryVersion
 from components.io import atomic_path
 from components.models import load_model, save_model
 from flows.backfill.plan import BackfillGallery, BackfillPlan
@@ -34,6 +36,7 @@ __all__ = [
     "gallery_model_checkpoint",
     "gallery_source",
     "live_store",
+    "own_evaluation",
     "reembed",
     "reembed_some",
     "select_items",
@@ -70,6 +73,11 @@ def live_store(plan: BackfillPlan, gallery: BackfillGallery) -> PartReader:
     live = plan.live_version
     path = live.serving().gallery if gallery.corpus else live.evaluation_gallery()
     return PartReader(path, generation=plan.source_generation)
+
+
+def own_evaluation(plan: BackfillPlan) -> GalleryEmbeddings:
+    """The target generation's own embeddings of the evaluation split (its generation folder's gallery), in memory."""
+    return PartReader(GalleryVersion(Path(plan.target_checkpoint).parent).evaluation_gallery()).embeddings()
 
 
 def selected_positions(plan: BackfillPlan, gallery: BackfillGallery) -> np.ndarray:

@@ -196,7 +196,7 @@ def _first_wave(plan: _Planner, sc: Scenario) -> None:
     # further seeds: a method with one head has its lineage (old model, φ*) known now, and its new model too when it
     # has one configuration; a best_baseline among several is not known, but its Euclidean lineage is (all share the
     # heads)
-    one_head = {e.name: configs[e.name][0] for e in trained if len(s.heads(e.geometry)) == 1}
+    one_head = {e.name: configs[e.name][0] for e in trained if len({c.head.name for c in configs[e.name]}) == 1}
     baselines = [e.name for e in trained if e.geometry == Euclidean.name]
     stand_in = baselines[0] if baselines else None
     named = extra_seed_names(s, None)

@@ -35,6 +35,8 @@ class MethodEntry(_Strict):
     #: the method's own options tried at seed 0, every combination, over ``options`` (e.g. {"tau": [0.5, 1.0]}: its
     #: temperature); each combination is one more configuration per head and λ
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    #: the heads of its geometry it is tried with, by name (empty: every one; e.g. [clip]: a paper's exact head)
+    heads: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _grid_lists(self) -> MethodEntry:
@@ -112,6 +114,11 @@ class BenchSettings(_Strict):
                 raise ValueError(f"{g}_heads must be a non-empty list of heads with geometry: {g}")
             if len({h.name for h in heads}) != len(heads):
                 raise ValueError(f"{g}_heads: head names must be unique")
+        for m in self.methods:
+            known = [h.name for h in self.heads(m.geometry)]
+            unknown = [h for h in m.heads if h not in known]
+            if unknown:
+                raise ValueError(f"method {m.name!r}: heads {unknown} are not {m.geometry}_heads {known}; name those")
         return self
 
     def heads(self, geometry: str) -> list[HeadEntry]:

@@ -114,13 +114,14 @@ def _head_tag(head: HeadEntry | None, geometry: str) -> str:
 
 
 def entry_configs(bench: Bench, entry: MethodEntry) -> list[Config]:
-    """Every configuration a trained method is tried with at seed 0: each head of its geometry × each point of its
-    options grid × each λ (the tuning grid, or its one fixed λ), in that order."""
+    """Every configuration a trained method is tried with at seed 0: each head of its geometry (those it names, when it
+    names some) × each point of its options grid × each λ (the tuning grid, or its one fixed λ), in that order."""
     keys = list(entry.grid)
     points = [dict(zip(keys, vals)) for vals in itertools.product(*(entry.grid[k] for k in keys))]
     return [
         Config(head, w, point)
         for head in bench.settings.heads(entry.geometry)
+        if not entry.heads or head.name in entry.heads
         for point in points
         for w in entry_weights(bench, entry)
     ]

@@ -213,6 +213,10 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
         bad.write_text(f"bench: {{methods: [{{name: b, method: bct, grid: {grid}}}], {arch}}}\n")
         with pytest.raises(ConfigError, match=needle):
             load_profile(str(bad))
+    # a method may name the heads of its geometry it is tried with: only heads the profile has
+    bad.write_text(f"bench: {{methods: [{{name: b, method: bct, heads: [clip]}}], {arch}}}\n")
+    with pytest.raises(ConfigError, match=r"method 'b': heads \['clip'\] are not euclidean_heads \['params'\]"):
+        load_profile(str(bad))
 
 
 def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):

@@ -531,9 +531,9 @@ def frontier_lines(scenario: str, cr: dict[str, Any]) -> list[str]:
 
 
 def plot_frontier(scenario: str, cr: dict[str, Any], path: Path) -> None:
-    """frontier.png: one panel per trained method, P_com common (y) against P_up common (x) at seed 0, each
-    configuration on validation (open) and test (filled) joined by a line, the committed choice starred, the floors
-    dotted."""
+    """frontier.png: one panel per trained method (each on its own scale), P_com common (y) against P_up common (x)
+    at seed 0, each configuration on validation (open) and test (filled) joined by a line, the committed choice
+    starred, the floors dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -545,8 +545,9 @@ def plot_frontier(scenario: str, cr: dict[str, Any], path: Path) -> None:
     n = len(by)
     cols = 4
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.7 * rows), dpi=90, sharex=True, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.7 * rows), dpi=90)
     flat = np.atleast_1d(axes).ravel()
+    shown: list[str] = []
     for ax, (name, cfgs) in zip(flat, by.items()):
         val = np.array([[c["val_p_up_common"], c["val_p_com_common"]] for c in cfgs], float)
         test = np.array([[c["test_p_up_common"], c["test_p_com_common"]] for c in cfgs], float)
@@ -566,7 +567,9 @@ def plot_frontier(scenario: str, cr: dict[str, Any], path: Path) -> None:
         ax.axhline(0, color="grey", lw=0.5)
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=5, loc="lower left")
+        if heads != shown:  # a legend where the heads change (the first panel of each geometry)
+            ax.legend(fontsize=6, loc="lower left")
+            shown = heads
     for ax in flat[n:]:
         ax.set_visible(False)
     for ax in flat[:n]:

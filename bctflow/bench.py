@@ -124,8 +124,9 @@ def bench_common_reference(
 ) -> None:
     """Re-make a profile's method tables from their committed results.json and records (no training), each led by
     P_com / P_up against one φ* per scenario × seed × geometry, with the seed-0 frontier (frontier.md, frontier.png)
-    and the rule re-applied at four P_up floors (benchmarks/common_reference.py)."""
-    from benchmarks.common_reference import write_common_reference
+    and the rule re-applied at four P_up floors (benchmarks/common_reference.py; its views:
+    common_reference_report.py)."""
+    from benchmarks.common_reference_report import write_common_reference
 
     try:
         written = write_common_reference(out, profile, params, "bctflow " + " ".join(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""The committed common-denominator analysis (benchmarks/common_reference.py, issue 52) is what the committed records
+"""The committed common-denominator analysis (benchmarks/common_reference.py) is what the committed records
 give: every number of results.json's ``common_reference`` block, report.md's lead section and frontier.md is made
 again from the committed rows and records and compared; the per-method numbers are also recomputed here, one scalar
 at a time with the library's own :func:`components.evaluation.p_com` / :func:`~components.evaluation.p_up`, and the
@@ -15,15 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.common_reference import (
-    FLOORS,
-    KEY,
-    analyse_profile,
-    frontier_lines,
-    lead_lines,
-    p_com_common,
-    p_up_common,
-)
+from benchmarks.common_reference import FLOORS, KEY, analyse_profile, p_com_common, p_up_common
+from benchmarks.common_reference_report import frontier_lines, lead_lines
 from benchmarks.selection import Scored, select_configuration
 from components.evaluation import p_com, p_up
 from tests.conftest import REPO

@@ -16,7 +16,8 @@ from flows.params import Params, apply_overrides
 from flows.runtime.env import configure_environment
 
 bench_app = typer.Typer(
-    no_args_is_help=False, help="Benchmarks: the method table (default), `routes`, `scale`, `transform` and `perf`."
+    no_args_is_help=False,
+    help="Benchmarks: the method table (default), `common-reference`, `routes`, `scale`, `transform` and `perf`.",
 )
 app.add_typer(bench_app, name="bench")
 
@@ -111,6 +112,28 @@ def bench_routes(
     from benchmarks.run import run_routes_benchmark
 
     _report(run_routes_benchmark, profile, scenario, out, home, params, set_, bench_set)
+
+
+@bench_app.command("common-reference")
+def bench_common_reference(
+    profile: str = typer.Option(
+        "cpu_equal", "--profile", autocompletion=complete_profile, help="the profile whose method tables to re-make"
+    ),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="the tables are OUT/<profile>/<scenario>/"),
+    params: Path = ParamsOpt,
+) -> None:
+    """Re-make a profile's method tables from their committed results.json and records (no training), each led by
+    P_com / P_up against one φ* per scenario × seed × geometry, with the seed-0 frontier (frontier.md, frontier.png)
+    and the rule re-applied at four P_up floors (benchmarks/common_reference.py; its views:
+    common_reference_report.py)."""
+    from benchmarks.common_reference_report import write_common_reference
+
+    try:
+        written = write_common_reference(out, profile, params, "bctflow " + " ".join(sys.argv[1:]))
+    except BctflowError as err:
+        fail(err)
+    for md in written:
+        console.print(f"report: {md}")
 
 
 @bench_app.command("scale")

@@ -17,10 +17,11 @@ from benchmarks.rows import Row
 from benchmarks.scenario_defs import Scenario
 from benchmarks.scenarios import TableResult
 
-__all__ = ["rerender_table"]
+__all__ = ["rerender_table", "row_from_dict"]
 
 
-def _row(d: dict[str, Any]) -> Row:
+def row_from_dict(d: dict[str, Any]) -> Row:
+    """A table row from its results.json dict (``Row.as_dict``)."""
     fields = dict(d)
     fields["self_"] = fields.pop("self")
     return Row(**fields)
@@ -33,7 +34,7 @@ def rerender_table(out_dir: Path) -> Path:
     scenario = Scenario(**{**sc, "old_arch": Arch(**sc["old_arch"]), "new_arch": Arch(**sc["new_arch"])})
     res = TableResult(
         scenario,
-        [_row(r) for r in doc["rows"]],
+        [row_from_dict(r) for r in doc["rows"]],
         doc.get("best_baseline"),
         doc.get("base_models", {}),
         doc.get("heads_tried", []),

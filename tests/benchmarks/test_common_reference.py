@@ -1,0 +1,149 @@
+"""The committed common-denominator analysis (benchmarks/common_reference.py) is what the committed records
+give: every number of results.json's ``common_reference`` block, report.md's lead section and frontier.md is made
+again from the committed rows and records and compared; the per-method numbers are also recomputed here, one scalar
+at a time with the library's own :func:`components.evaluation.p_com` / :func:`~components.evaluation.p_up`, and the
+floors with the one selection rule — so a hand-edited number, or a wrong vectorised formula, fails."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.common_reference import FLOORS, KEY, analyse_profile, p_com_common, p_up_common
+from benchmarks.common_reference_report import frontier_lines, lead_lines
+from benchmarks.selection import Scored, select_configuration
+from components.evaluation import p_com, p_up
+from tests.conftest import REPO
+
+OUT = REPO / "benchmarks" / "results"
+#: the profiles whose tables carry the block
+PROFILES = sorted({p.parent.parent.name for p in OUT.glob("*/*/results.json") if KEY in json.loads(p.read_text())})
+
+
+def _plain(x):
+    """``x`` as results.json holds it (a JSON round trip)."""
+    return json.loads(json.dumps(x, default=str))
+
+
+def mismatches(committed: dict, made: dict, where: str = "") -> list[str]:
+    """Where two JSON values differ (floats within 1e-12 relative: the file holds them to the last digit)."""
+    if isinstance(made, dict) and isinstance(committed, dict):
+        if set(made) != set(committed):
+            return [f"{where}: keys {sorted(set(made) ^ set(committed))}"]
+        return [m for k in made for m in mismatches(committed[k], made[k], f"{where}.{k}")]
+    if isinstance(made, list) and isinstance(committed, list):
+        if len(made) != len(committed):
+            return [f"{where}: length {len(committed)} != {len(made)}"]
+        return [m for i, (a, b) in enumerate(zip(committed, made)) for m in mismatches(a, b, f"{where}[{i}]")]
+    if isinstance(made, float) and isinstance(committed, float):
+        return [] if math.isclose(made, committed, rel_tol=1e-12, abs_tol=1e-15) else [f"{where}: {committed}≠{made}"]
+    return [] if made == committed else [f"{where}: {committed!r} != {made!r}"]
+
+
+@pytest.fixture(scope="module", params=PROFILES)
+def made(request) -> tuple[str, dict[str, dict]]:
+    return request.param, analyse_profile(OUT, request.param, REPO / "params.yaml")
+
+
+def test_the_equal_budget_tables_carry_the_analysis():
+    assert "cpu_equal" in PROFILES
+
+
+def test_every_committed_number_is_what_the_records_give(made):
+    profile, analyses = made
+    for scenario, cr in analyses.items():
+        d = OUT / profile / scenario
+        doc = json.loads((d / "results.json").read_text())
+        committed = doc[KEY]
+        body = {k: v for k, v in committed.items() if k not in ("command", "provenance")}
+        assert mismatches(body, _plain(cr)) == [], scenario
+        full = _plain({"command": committed["command"], "provenance": committed["provenance"], **cr})
+        report = (d / "report.md").read_text()
+        assert "\n".join(lead_lines(full)) in report, f"{scenario}/report.md's lead is not the analysis"
+        assert (d / "frontier.md").read_text() == "\n".join(frontier_lines(scenario, full)) + "\n"
+        assert (d / "frontier.png").stat().st_size > 10_000
+
+
+def test_a_hand_edited_number_is_caught(made):
+    profile, analyses = made
+    scenario, cr = next(iter(analyses.items()))
+    committed = json.loads((OUT / profile / scenario / "results.json").read_text())[KEY]
+    edited = copy.deepcopy(committed)
+    name = next(iter(edited["methods"]))
+    edited["methods"][name]["p_com_common"]["mean"] += 1e-6
+    assert mismatches(edited, committed) != []
+    body = {k: v for k, v in edited.items() if k not in ("command", "provenance")}
+    assert mismatches(body, _plain(cr)) != []
+    edited["methods"][name]["p_com_common"]["mean"] += 0.01  # a change the report's 3 decimals show
+    report = (OUT / profile / scenario / "report.md").read_text()
+    assert "\n".join(lead_lines(edited)) not in report
+
+
+def test_the_per_method_numbers_one_scalar_at_a_time(made):
+    """φ* per seed and geometry is the best validation φ* of the pool; each seed's P_com / P_up against it is the
+    library's scalar formula on the committed row; mean and sample std as statistics computes them."""
+    profile, analyses = made
+    for scenario, cr in analyses.items():
+        doc = json.loads((OUT / profile / scenario / "results.json").read_text())
+        refs = cr["references"]
+        for by_geo in refs.values():
+            assert by_geo["overall"]["val_map"] == max(r["val_map"] for r in by_geo.values())
+        for n, m in cr["methods"].items():
+            rows = [r for r in doc["rows"] if r["name"] == n]
+            assert m["seeds"] == [r["seed"] for r in rows]
+            for i, r in enumerate(rows):
+                phi = refs[str(r["seed"])][r["geometry"]]["test_map"]
+                assert m["reference"][i]["test_map"] == phi
+                pc, _ = p_com(r["cross"]["map"], r["old_self"]["map"], phi)
+                assert m["p_com_common"]["values"][i] == pytest.approx(pc, rel=1e-12)
+                assert m["p_up_common"]["values"][i] == pytest.approx(p_up(r["self"]["map"], phi), rel=1e-12)
+                assert m["abs_gain"]["values"][i] == pytest.approx(r["cross"]["map"] - r["old_self"]["map"])
+                phi_o = refs[str(r["seed"])]["overall"]["test_map"]
+                pco, _ = p_com(r["cross"]["map"], r["old_self"]["map"], phi_o)
+                assert m["p_com_common_overall"]["values"][i] == pytest.approx(pco, rel=1e-12)
+            v = m["p_com_common"]["values"]
+            assert m["p_com_common"]["mean"] == pytest.approx(statistics.mean(v), rel=1e-12)
+            assert m["p_com_common"]["std"] == pytest.approx(statistics.stdev(v), rel=1e-9)
+
+
+def test_the_floors_re_apply_the_one_rule(made):
+    _, analyses = made
+    for cr in analyses.values():
+        by: dict[str, list[dict]] = {}
+        for f in cr["frontier"]:
+            by.setdefault(f["method"], []).append(f)
+        for floor in FLOORS:
+            picks = cr["floors"]["none" if floor is None else f"{floor:g}"]
+            for n, cfgs in by.items():
+                scored = [Scored(c["val_p_com_common"], c["val_p_up_common"]) for c in cfgs]
+                i, rule = select_configuration(scored, -math.inf if floor is None else floor)
+                c = cfgs[i]
+                assert (picks[n]["head"], picks[n]["weight"], picks[n]["options"], picks[n]["rule"]) == (
+                    c["head"],
+                    c["weight"],
+                    c["options"],
+                    rule,
+                )
+        # the committed choice at floor −0.01 on per-head scores stays the one the table reports
+        for n, cfgs in by.items():
+            i, _ = select_configuration([Scored(c["val_p_com"], c["val_p_up"]) for c in cfgs], -0.01)
+            assert cfgs[i]["chosen"], n
+
+
+def test_the_vectorised_formulas():
+    cross, old, ref = np.array([0.7, 0.6, 0.5]), np.array([0.6, 0.6, 0.5]), np.array([0.8, 0.6, 0.7])
+    np.testing.assert_allclose(p_com_common(cross, old, ref), [0.5, np.nan, 0.0])
+    np.testing.assert_allclose(p_up_common(np.array([0.88, 0.5]), np.array([0.8, 0.0])), [0.1, np.nan])
+
+
+def test_a_path_that_is_not_a_profile_folder_is_refused(tmp_path: Path):
+    from components.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        analyse_profile(tmp_path, "cpu_equal", REPO / "params.yaml")

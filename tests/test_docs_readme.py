@@ -3,6 +3,7 @@ linked from it (and every link to docs/ pointing at a page that exists), and eve
 
 from __future__ import annotations
 
+import json
 import re
 
 from tests.conftest import REPO
@@ -82,3 +83,21 @@ def test_the_readme_map_names_the_query_service_the_stores_and_the_cluster_backf
         assert part in hood, f"README.md's 'Under the hood' does not name the {part}"
     for part, where in PARTS.items():
         assert where in layout.lower() or part in layout, f"README.md's layout block does not say where the {part} is"
+
+
+def test_the_method_table_is_the_committed_common_denominator_numbers():
+    """README's "Which alignment method" cells are each method's gain · P_com ± std (P_up) against the common φ*, as
+    the equal-budget tables' results.json record them (``common_reference``), to the digits shown."""
+    text = README.read_text().split("## Which alignment method")[1].split("\n## ")[0]
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| method", "| ---"))]
+    assert len(rows) == 5
+    results = REPO / "benchmarks" / "results" / "cpu_equal"
+    made = {sc: json.loads((results / sc / "results.json").read_text())["common_reference"]["methods"]
+            for sc in ("ext_class", "ext_data")}  # fmt: skip
+    for row in rows:
+        name, *cells = [c.strip() for c in row.strip("|").split("|")]
+        for scenario, cell in zip(("ext_class", "ext_data"), cells, strict=True):
+            m = made[scenario][name]
+            gain, p_com, p_up = m["abs_gain"]["mean"], m["p_com_common"], m["p_up_common"]["mean"]
+            want = f"{gain:+.3f} · {p_com['mean']:.3f} ± {p_com['std']:.3f} ({p_up:+.3f})"
+            assert cell == want, f"{name} {scenario}: README says {cell!r}, results.json {want!r}"

@@ -120,6 +120,9 @@ def bench_common_reference(
         "cpu_equal", "--profile", autocompletion=complete_profile, help="the profile whose method tables to re-make"
     ),
     out: Path = typer.Option(Path("benchmarks/results"), "--out", help="the tables are OUT/<profile>/<scenario>/"),
+    references_from: str = typer.Option(
+        "", "--references-from", help="comma-separated profiles on the same data and base models whose φ* join the pool"
+    ),
     params: Path = ParamsOpt,
 ) -> None:
     """Re-make a profile's method tables from their committed results.json and records (no training), each led by
@@ -129,7 +132,8 @@ def bench_common_reference(
     from benchmarks.common_reference_report import write_common_reference
 
     try:
-        written = write_common_reference(out, profile, params, "bctflow " + " ".join(sys.argv[1:]))
+        others = [p.strip() for p in references_from.split(",") if p.strip()]
+        written = write_common_reference(out, profile, params, "bctflow " + " ".join(sys.argv[1:]), others)
     except BctflowError as err:
         fail(err)
     for md in written:

@@ -363,7 +363,31 @@ def analyse_scenario(tables: _Tables, scenario: str) -> dict[str, Any]:
     }
 
 
-def analyse_profile(out: Path, profile: str, params_path: Path) -> dict[str, dict[str, Any]]:
-    """:func:`analyse_scenario` of every method table of ``out/<profile>/``, by scenario."""
+def _pooled(tables: _Tables, other: _Tables, profile: str) -> _Tables:
+    """``tables`` with the φ* of ``other`` (another profile's tables on the same data, models and cache keys) in its
+    pool; ConfigError in one line when one φ* key carries two different scores (a model that trained differently)."""
+    pool, seen = dict(tables.pool), {k: list(v) for k, v in tables.seen.items()}
+    for where, ref in other.pool.items():
+        mine = pool.setdefault(where, ref)
+        if mine.key == ref.key and mine != ref:
+            raise ConfigError(
+                f"φ* {ref.key} scores {mine.val_map:.6f} / {mine.test_map:.6f} here and {ref.val_map:.6f} / "
+                f"{ref.test_map:.6f} in {profile}'s records: the same request trained a different model; compare "
+                "only tables whose models are the same"
+            )
+        if mine.key == ref.key:
+            seen.setdefault(ref.key, [])
+            seen[ref.key] += [f"{profile}/{sc}" for sc in other.seen.get(ref.key, []) if f"{profile}/{sc}" not in seen]
+    return replace(tables, pool=pool, seen=seen)
+
+
+def analyse_profile(
+    out: Path, profile: str, params_path: Path, references_from: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """:func:`analyse_scenario` of every method table of ``out/<profile>/``, by scenario. ``references_from``: other
+    profiles whose tables share this one's data and base models (the same cache keys, e.g. rows added beside the
+    equal-budget tables): their φ* join the pool the common φ* is chosen from."""
     tables = match_tables(out, profile, params_path)
+    for other in references_from:
+        tables = _pooled(tables, match_tables(out, other, params_path), other)
     return {sc: analyse_scenario(tables, sc) for sc in tables.docs}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,11 +242,14 @@ def render(out_dir: Path, cr: dict[str, Any]) -> tuple[list[str], list[str]]:
     return base[:n] + lead_lines(cr) + base[n:], frontier_lines(sc["name"], cr)
 
 
-def write_common_reference(out: Path, profile: str, params_path: Path, command: str) -> list[Path]:
+def write_common_reference(
+    out: Path, profile: str, params_path: Path, command: str, references_from: Sequence[str] = ()
+) -> list[Path]:
     """Re-make every method table of ``out/<profile>/`` from its results.json (:func:`rerender_table`), then add
     the common-denominator analysis: results.json's ``common_reference``, report.md's lead section, frontier.md and
-    frontier.png. Returns the report.md paths."""
-    analyses = analyse_profile(out, profile, params_path)
+    frontier.png (``references_from``: :func:`~benchmarks.common_reference.analyse_profile`'s). Returns the
+    report.md paths."""
+    analyses = analyse_profile(out, profile, params_path, references_from)
     prov = _provenance()
     written = []
     for scenario, cr in analyses.items():

@@ -147,3 +147,20 @@ def test_a_path_that_is_not_a_profile_folder_is_refused(tmp_path: Path):
 
     with pytest.raises(ConfigError):
         analyse_profile(tmp_path, "cpu_equal", REPO / "params.yaml")
+
+
+def test_another_profiles_references_join_the_pool_and_a_key_that_scored_differently_is_refused():
+    from benchmarks.common_reference import Reference, _pooled, _Tables
+    from components.errors import ConfigError
+
+    clip = Reference("lorentz", "clip", "k-clip", 0.70, 0.69)
+    tanh = Reference("lorentz", "tanh", "k-tanh", 0.79, 0.77)
+    lin = Reference("euclidean", "linear", "k-lin", 0.81, 0.79)
+    mine = _Tables({}, {}, {}, {(0, "lorentz", "clip"): clip}, {"k-clip": ["ext_class"]})
+    pool = {(0, "lorentz", "clip"): clip, (0, "lorentz", "tanh"): tanh, (0, "euclidean", "linear"): lin}
+    other = _Tables({}, {}, {}, pool, {"k-clip": ["ext_class"], "k-tanh": ["ext_data"], "k-lin": ["ext_class"]})
+    pooled = _pooled(mine, other, "cpu_equal")
+    assert pooled.pool == other.pool and pooled.seen["k-clip"] == ["ext_class", "cpu_equal/ext_class"]
+    drifted = _Tables({}, {}, {}, {(0, "lorentz", "clip"): Reference("lorentz", "clip", "k-clip", 0.70, 0.68)}, {})
+    with pytest.raises(ConfigError, match="φ\\* k-clip scores 0.700000 / 0.690000 here and 0.700000 / 0.680000"):
+        _pooled(mine, drifted, "cpu_equal")

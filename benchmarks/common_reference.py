@@ -118,9 +118,12 @@ def load_records(folder: Path) -> dict[str, list[ModelRecord]]:
     return out
 
 
-def _one(found: list[ModelRecord], what: str) -> ModelRecord:
+def _one(found: list[ModelRecord], what: str, folder: Path) -> ModelRecord:
     if len(found) != 1:
-        raise ConfigError(f"{what}: {len(found)} records match (expected exactly one)")
+        raise ConfigError(
+            f"{what}: {len(found)} records match (expected exactly one); {folder / 'records'} must hold the records "
+            "the table was made from: rerun the table's command (its report names it) to write them"
+        )
     return found[0]
 
 
@@ -153,7 +156,10 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
         if "selection_rule" in doc.get("context", {}) and doc.get("heads_tried"):
             docs[p.parent.name] = doc
     if not docs:
-        raise ConfigError(f"no method table with configurations tried under {folder}")
+        raise ConfigError(
+            f"no method table with configurations tried under {folder}; run `bctflow bench --profile {profile} "
+            "--scenario …` first, or name a profile whose tables are there"
+        )
     prof, _ = load_profile(profile, params_path)
     s = prof.bench
     entries = {e.name: e for e in s.methods}
@@ -169,7 +175,10 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
         ref = Reference(geometry, head, rec.ref_key, rec.val["ref_self"]["map"], rec.test["ref_self"]["map"])
         old = pool.setdefault((seed, geometry, head), ref)
         if old != ref:
-            raise ConfigError(f"φ* of seed {seed} {geometry}/{head}: {old} in one record, {ref} in another")
+            raise ConfigError(
+                f"φ* of seed {seed} {geometry}/{head}: {old} in one record, {ref} in another; the records under "
+                f"{folder / 'records'} come from different runs: rerun the table's command to write them again"
+            )
         if scenario not in seen.setdefault(ref.key, []):
             seen[ref.key].append(scenario)
 
@@ -188,7 +197,7 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
                 and (v := validation_scores(r))["val_p_com"] == t["val_p_com"]
                 and v["val_p_up"] == t["val_p_up"]
             ]
-            rec = _one(found, f"{scenario} {lab}")
+            rec = _one(found, f"{scenario} {lab}", folder)
             tried[scenario].append(rec)
             add(scenario, seed0, e.geometry, t["head"], rec)
         further[scenario] = {}
@@ -202,7 +211,7 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
                 for r in records.get(lab, [])
                 if r.test["cross"]["map"] == row["cross"]["map"] and r.test["self"]["map"] == row["self"]["map"]
             ]
-            rec = _one(found, f"{scenario} {lab}")
+            rec = _one(found, f"{scenario} {lab}", folder)
             further[scenario][i] = rec
             add(scenario, row["seed"], e.geometry, row["head"], rec)
     return _Tables(docs, tried, further, pool, seen)

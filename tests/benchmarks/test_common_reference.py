@@ -164,3 +164,25 @@ def test_another_profiles_references_join_the_pool_and_a_key_that_scored_differe
     drifted = _Tables({}, {}, {}, {(0, "lorentz", "clip"): Reference("lorentz", "clip", "k-clip", 0.70, 0.68)}, {})
     with pytest.raises(ConfigError, match="φ\\* k-clip scores 0.700000 / 0.690000 here and 0.700000 / 0.680000"):
         _pooled(mine, drifted, "cpu_equal")
+
+
+def test_tables_without_their_records_are_refused_in_one_line(tmp_path: Path):
+    from components.errors import ConfigError
+
+    params = REPO / "params.yaml"
+    with pytest.raises(ConfigError, match="no method table with configurations tried under .*; run `bctflow bench"):
+        analyse_profile(tmp_path, "cpu_equal", params)
+    table = tmp_path / "cpu_equal" / "ext_class"
+    table.mkdir(parents=True)
+    (table / "results.json").write_text((OUT / "cpu_equal" / "ext_class" / "results.json").read_text())
+    (tmp_path / "cpu_equal" / "records").mkdir()
+    with pytest.raises(ConfigError, match="0 records match \\(expected exactly one\\); .* rerun the table's command"):
+        analyse_profile(tmp_path, "cpu_equal", params)
+    # every record, one configuration's with another φ* test score than its siblings': two runs' records mixed
+    for f in sorted((OUT / "cpu_equal" / "records").glob("*.json")):
+        rec = json.loads(f.read_text())
+        if rec["label"] == "l2/linear/λ=0.1/seed=0":
+            rec["test"]["ref_self"]["map"] += 0.01
+        (tmp_path / "cpu_equal" / "records" / f.name).write_text(json.dumps(rec))
+    with pytest.raises(ConfigError, match="φ\\* of seed .* in one record, .* in another; the records under"):
+        analyse_profile(tmp_path, "cpu_equal", params)

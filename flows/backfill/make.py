@@ -194,8 +194,8 @@ def _galleries(
                 f"the live gallery does not serve the corpus {params.gallery.path} (yet, or it changed); run a full "
                 "backfill (--fraction 1) to embed it"
             )
-    confident = evaluation.first().retrieval_space.radius_encodes_confidence if order == "uncertainty" else True
-    if kind == "partial" and not confident:  # no uncertainty to order by
+    ordered = kind == "partial" and order == "uncertainty"  # no uncertainty to order by outside Lorentz galleries
+    if ordered and not evaluation.first().retrieval_space.radius_encodes_confidence:
         raise ConfigError(
             "uncertainty ordering needs Lorentz embeddings (hyperbolic uncertainty); use --order random or oldest"
         )

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from benchmarks.scenarios import SIMPLEX, Config, validation_scores
 from benchmarks.selection import Scored as ScoredConfig
 from benchmarks.selection import select_configuration
 from components.errors import ConfigError
-from components.evaluation import DENOMINATOR_EPS
+from components.evaluation import p_com, p_up
 
 __all__ = ["FLOORS", "KEY", "Reference", "analyse_profile", "p_com_common", "p_up_common"]
 
@@ -73,20 +73,23 @@ class Reference:
         return dict(self.__dict__)
 
 
+def _elementwise(fn: Callable[..., float | None], *arrays: np.ndarray) -> np.ndarray:
+    """``fn`` (a scalar measure of :mod:`components.evaluation`) over broadcast arrays, float64, NaN where it is
+    undefined (None)."""
+    grid = np.broadcast(*arrays)
+    out = [fn(*args) for args in grid]
+    return np.array([np.nan if v is None else v for v in out], float).reshape(grid.shape)
+
+
 def p_com_common(cross: np.ndarray, old_self: np.ndarray, ref_self: np.ndarray) -> np.ndarray:
-    """P_com = (cross − old self) / (φ* self − old self), elementwise over arrays of one shape; NaN where the
-    denominator's magnitude is below :data:`~components.evaluation.DENOMINATOR_EPS` (as
-    :func:`components.evaluation.p_com`)."""
-    den = np.asarray(ref_self, float) - np.asarray(old_self, float)
-    ok = np.abs(den) >= DENOMINATOR_EPS
-    return np.where(ok, (np.asarray(cross, float) - old_self) / np.where(ok, den, 1.0), np.nan)
+    """P_com = (cross − old self) / (φ* self − old self), elementwise over arrays of one shape: the library's
+    :func:`components.evaluation.p_com`, NaN where it is undefined (the denominator below ``DENOMINATOR_EPS``)."""
+    return _elementwise(lambda c, o, r: p_com(c, o, r)[0], cross, old_self, ref_self)
 
 
 def p_up_common(new_self: np.ndarray, ref_self: np.ndarray) -> np.ndarray:
-    """P_up = (self − φ* self) / φ* self, elementwise; NaN where φ* self is 0 (as
-    :func:`components.evaluation.p_up`)."""
-    ref = np.asarray(ref_self, float)
-    return np.where(ref != 0, (np.asarray(new_self, float) - ref) / np.where(ref != 0, ref, 1.0), np.nan)
+    """P_up = (self − φ* self) / φ* self, elementwise: :func:`components.evaluation.p_up`, NaN where φ* self is 0."""
+    return _elementwise(p_up, new_self, ref_self)
 
 
 def _num(x: float) -> float | None:

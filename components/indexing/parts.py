@@ -279,24 +279,30 @@ class GalleryParts:
         """One per-item array over the whole store, (N,): ``ids``, ``labels``, ``clipped``, ``stamps``, ``bridges``
         (read alone from each part; ``bridges`` 0 where a row was not carried by a bridge) or ``uncertainty``
         (:func:`~components.indexing.mixed.item_uncertainty`, Lorentz galleries only)."""
-        if name in _STORED_COLUMNS and not self.legacy:
-            out = []
+        return self.columns(name)[name]
+
+    def columns(self, *names: str) -> dict[str, np.ndarray]:
+        """Several of :meth:`column`'s arrays, each (N,), read in one pass over the parts (the stored ones without
+        loading the vectors)."""
+        out: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        if all(name in _STORED_COLUMNS for name in names) and not self.legacy:
             for path in self.part_paths():
                 with read_npz(path) as arrays:  # a part no transform carried has no bridges: zeros
-                    has = name != "bridges" or "bridges" in arrays.files
-                    out.append(arrays[name] if has else np.zeros(len(arrays["ids"]), np.int64))
-            return np.concatenate(out)
-        out = []
+                    for name in names:
+                        has = name != "bridges" or "bridges" in arrays.files
+                        out[name].append(arrays[name] if has else np.zeros(len(arrays["ids"]), np.int64))
+            return {name: np.concatenate(v) for name, v in out.items()}
         for part in self.parts():
-            if name == "stamps":
-                out.append(part.stamps)
-            elif name == "bridges":
-                out.append(part.bridge_ids())
-            elif name == "uncertainty":
-                out.append(item_uncertainty(part.gallery))
-            else:
-                out.append(getattr(part.gallery, name))
-        return np.concatenate(out)
+            for name in names:
+                if name == "stamps":
+                    out[name].append(part.stamps)
+                elif name == "bridges":
+                    out[name].append(part.bridge_ids())
+                elif name == "uncertainty":
+                    out[name].append(item_uncertainty(part.gallery))
+                else:
+                    out[name].append(getattr(part.gallery, name))
+        return {name: np.concatenate(v) for name, v in out.items()}
 
     def windows(self, size: int) -> Iterator[StoredPart]:
         """The rows in store order, ``size`` at a time (the last window shorter), whatever the parts' sizes; one

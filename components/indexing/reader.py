@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.indexing.gallery import GalleryEmbeddings, read_npz
+from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import order_items
 from components.indexing.parts import GalleryParts, StoredPart
 
@@ -63,15 +63,8 @@ class PartReader:
     @cached_property
     def rows(self) -> Rows:
         """The row table, read once: each part's ``ids`` and ``stamps`` only (a single-file gallery: whole)."""
-        if self.store.legacy:
-            part = next(self.store.parts())
-            return Rows(part.gallery.ids.astype(np.int64), part.stamps.astype(np.int64))
-        ids, stamps = [], []
-        for path in self.store.part_paths():
-            with read_npz(path) as arrays:
-                ids.append(arrays["ids"])
-                stamps.append(arrays["stamps"])
-        return Rows(np.concatenate(ids).astype(np.int64), np.concatenate(stamps).astype(np.int64))
+        table = self.store.columns("ids", "stamps")
+        return Rows(table["ids"].astype(np.int64), table["stamps"].astype(np.int64))
 
     def selection(self, order: str, seed: int = 0, *, skip: int | None = None) -> np.ndarray:
         """Positions (≤ N,) of the rows in re-embedding order (:func:`~components.indexing.mixed.order_items`:

@@ -224,9 +224,10 @@ def _embedder(path: str, pinned: str | None, gen: int, device: str) -> Any:
 def _stamps(index_dir: Path, gen: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids sorted, their generation stamps, the transform bridge that carried each: 0 for none)."""
     store = GalleryParts(GalleryVersion.of_index(index_dir).serving().gallery, generation=gen)
-    ids, stamps = store.column("ids").astype(np.int64), store.column("stamps").astype(np.int64)
+    table = store.columns("ids", "stamps", "bridges")  # one pass over the parts
+    ids, stamps = table["ids"].astype(np.int64), table["stamps"].astype(np.int64)
     order = np.argsort(ids, kind="stable")
-    return ids[order], stamps[order], store.column("bridges")[order]
+    return ids[order], stamps[order], table["bridges"][order]
 
 
 def _relative(path: Path, home: Path) -> str:

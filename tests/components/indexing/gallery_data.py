@@ -1,10 +1,13 @@
-"""The clustered test gallery the index tests share: Euclidean points and their lift to the hyperboloid."""
+"""The test galleries the index tests share: the clustered one (Euclidean points and their lift to the hyperboloid)
+and a small Lorentz gallery of given ids (:func:`lorentz_gallery`)."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
+
+from components.indexing.gallery import GalleryEmbeddings
 
 N, D, K = 3000, 16, 0.8
 TYPES = ("flat", "ivf", "hnsw", "ivfpq")
@@ -45,3 +48,19 @@ def chunks_of(x: np.ndarray, ids: np.ndarray, sizes=(700, 0, 1100, 1200)):
 
     chunks.calls = 0
     return chunks
+
+
+def lorentz_gallery(ids: np.ndarray, seed: int = 0, d: int = 4) -> GalleryEmbeddings:
+    """A small Lorentz gallery of ``ids``: random tangent vectors z (n, d), labels id % 3, random logits."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(len(ids), d)).astype(np.float32)
+    return GalleryEmbeddings(
+        geometry="lorentz",
+        curvature=1.0,
+        z=z,
+        emb=np.zeros((len(ids), d + 1), np.float32),
+        ids=np.asarray(ids, np.int64),
+        labels=np.asarray(ids, np.int64) % 3,
+        clipped=np.zeros(len(ids), bool),
+        logits=rng.normal(size=(len(ids), 3)).astype(np.float32),
+    )

@@ -6,25 +6,10 @@ import numpy as np
 import pytest
 
 from components.errors import IndexIntegrityError
-from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.mixed import item_uncertainty
 from components.indexing.parts import PartWriter, StoredPart
 from components.indexing.reader import PartReader
-
-
-def _gallery(ids: np.ndarray, seed: int) -> GalleryEmbeddings:
-    rng = np.random.default_rng(seed)
-    n = len(ids)
-    return GalleryEmbeddings(
-        geometry="lorentz",
-        curvature=1.0,
-        z=rng.normal(size=(n, 4)).astype(np.float32),
-        emb=np.zeros((n, 5), np.float32),
-        ids=np.asarray(ids, np.int64),
-        labels=np.asarray(ids, np.int64) % 3,
-        clipped=np.zeros(n, bool),
-        logits=np.zeros((n, 3), np.float32),
-    )
+from tests.components.indexing.gallery_data import lorentz_gallery as _gallery
 
 
 def _store(path, stamps: list[int], chunk: int = 4) -> PartReader:

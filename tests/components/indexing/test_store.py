@@ -8,23 +8,8 @@ import numpy as np
 import pytest
 
 from components.errors import IndexIntegrityError
-from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.parts import GalleryParts, PartWriter, StoredPart, link_store, mix_stores
-
-
-def _gallery(ids: np.ndarray, seed: int = 0, d: int = 4) -> GalleryEmbeddings:
-    rng = np.random.default_rng(seed)
-    z = rng.normal(size=(len(ids), d)).astype(np.float32)
-    return GalleryEmbeddings(
-        geometry="lorentz",
-        curvature=1.0,
-        z=z,
-        emb=np.zeros((len(ids), d + 1), np.float32),
-        ids=np.asarray(ids, np.int64),
-        labels=np.asarray(ids, np.int64) % 3,
-        clipped=np.zeros(len(ids), bool),
-        logits=rng.normal(size=(len(ids), 3)).astype(np.float32),
-    )
+from tests.components.indexing.gallery_data import lorentz_gallery as _gallery
 
 
 def _part(ids: np.ndarray, generation: int, seed: int = 0) -> StoredPart:
@@ -219,3 +204,18 @@ def test_an_ingest_appends_rows_with_logits_to_a_mixed_gallery_without(tmp_path)
     out = append_stores(mixed.finish(), new.finish(), PartWriter(tmp_path / "out", chunk_size=4))
     assert len(out) == 9 and out.load_all().gallery.logits.shape == (9, 0)
     np.testing.assert_array_equal(out.column("ids"), [0, 1, 2, 3, 4, 5, 100, 101, 102])
+
+
+def test_columns_read_several_arrays_in_one_pass_as_column_reads_each(tmp_path):
+    writer = PartWriter(tmp_path / "s", chunk_size=4)
+    for start in (0, 3, 6):
+        writer.add(_part(np.arange(start, start + 3), generation=start, seed=start))
+    _gallery(np.arange(5)).save(tmp_path / "gallery.npz")
+    for store in (writer.finish(), GalleryParts(tmp_path / "gallery.npz", generation=3)):
+        names = ("ids", "stamps", "bridges", "uncertainty")
+        table = store.columns(*names)
+        assert list(table) == list(names)
+        for name in names:
+            np.testing.assert_array_equal(table[name], store.column(name))
+        stored = store.columns("ids", "stamps")
+        np.testing.assert_array_equal(stored["stamps"], store.column("stamps"))

@@ -160,6 +160,27 @@ class _Planner:
         )
         return ref
 
+    def training_summary(self, ref: ModelRef) -> dict[str, float]:
+        """What ``ref``'s training reached (:meth:`Bench.training_summary`), once its task (if submitted) is done:
+        the train criterion judges an old model or φ* before the models trained against it are submitted."""
+        future = self.futures.get(ref.key)
+        if future is not None and ref.key not in self.done:
+            self._finished(future.result(), future.key)
+        return self.bench.training_summary(ref)
+
+    def _finished(self, res: dict[str, Any], task_key: str) -> None:
+        if f"bench-model-{res['key']}" != task_key:
+            raise ConfigError(
+                f"a worker trained {res['label']} under cache key {res['key']}, this process expected "
+                f"{task_key.removeprefix('bench-model-')}: the cluster's bctflow or params differ from this one's"
+            )
+        self.done.add(res["key"])
+        what = f"diverged ({res['diverged']})" if res.get("diverged") else "trained"
+        self._log(
+            f"[grid] {len(self.done)}/{len(self.futures)} {what} {res['label']} in {res['seconds']:.0f} s "
+            f"on worker {res['worker']}"
+        )
+
     def wait(self, wave: str) -> None:
         """Wait for every submitted model (the first failure is raised; the finished ones stay in the cache)."""
         from distributed import as_completed
@@ -168,18 +189,7 @@ class _Planner:
         found = len(self.cached)
         self._log(f"[grid] {wave}: {len(pending)} models to train, {found} found in the cache or the records so far")
         for fut in as_completed(pending):
-            res = fut.result()
-            if f"bench-model-{res['key']}" != fut.key:
-                raise ConfigError(
-                    f"a worker trained {res['label']} under cache key {res['key']}, this process expected "
-                    f"{fut.key.removeprefix('bench-model-')}: the cluster's bctflow or params differ from this one's"
-                )
-            self.done.add(res["key"])
-            what = f"diverged ({res['diverged']})" if res.get("diverged") else "trained"
-            self._log(
-                f"[grid] {len(self.done)}/{len(self.futures)} {what} {res['label']} in {res['seconds']:.0f} s "
-                f"on worker {res['worker']}"
-            )
+            self._finished(fut.result(), fut.key)
 
 
 def _first_wave(plan: _Planner, sc: Scenario) -> None:

@@ -97,6 +97,11 @@ class BenchSettings(_Strict):
     old_fraction: float = Field(0.3, gt=0.0, le=1.0)  # ext_data
     old_class_fraction: float = Field(0.5, gt=0.0, lt=1.0)  # ext_class / both
     scenario_epochs: dict[str, int] = Field(default_factory=dict)
+    #: the last-epoch train accuracy every old model and φ* is trained to: one below it is trained again from scratch
+    #: with twice the epochs, up to ``criterion_max_factor`` times its scenario's (None: no criterion). New models keep
+    #: φ*'s budget (equal budget); the report lists every role's train accuracy and steps against it
+    train_criterion: float | None = Field(None, gt=0.0, lt=1.0)
+    criterion_max_factor: int = Field(8, ge=1)
     sequential_stages: int = Field(5, ge=2)
     sequential_switch_at: int = Field(3, ge=1)
     sequential_methods: list[str] = Field(default_factory=list)

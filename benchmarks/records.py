@@ -3,10 +3,11 @@
 The model cache (checkpoints and embeddings, megabytes a model) lives in the bench home and goes with the machine,
 while the equal-budget tables need about two hundred models a scenario — some ten hours of a 2-core CPU, more than
 one session on one machine. A record holds everything a table takes from a new model — its validation and test
-metrics against its own old model and φ*, its diagnostics, its training meta, or that its training diverged — in a
-few kilobytes, as ``<records>/<id>.json`` (``bctflow bench`` keeps them under ``<out>/<profile>/records/``, committed
-with the tables). A run that finds a new model's record does not train it: on another machine only the old models
-and φ* are trained again (new models start from their weights; the training-free rows are theirs).
+metrics against its own old model and φ*, its diagnostics, its training meta and what each role's training reached,
+or that its training diverged — in a few kilobytes, as ``<records>/<id>.json`` (``bctflow bench`` keeps them under
+``<out>/<profile>/records/``, committed with the tables). A run that finds a new model's record does not train it:
+on another machine only the old models and φ* are trained again (new models start from their weights; the
+training-free rows are theirs).
 
 A record names its old model and φ* by cache key and by a digest of their test embeddings
 (:attr:`ModelRecord.parents_digest`): a row whose parents were trained again since with embeddings that differ (another
@@ -66,6 +67,10 @@ class ModelRecord:
     test: dict[str, dict[str, float]] = field(default_factory=dict)
     diagnostics: dict[str, float | None] = field(default_factory=dict)
     diverged: str | None = None
+    #: role (``old`` / ``ref`` / ``new``) → what its training reached (:func:`benchmarks.runner.training_summary`:
+    #: train_accuracy, epochs, steps, n_train); empty in records made before roles were recorded, whose parents are
+    #: not in this machine's cache
+    roles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float | None:

@@ -95,6 +95,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     lines += _references(res)
     lines += _diagnostics_table(res.rows)
     lines += _heads_table(res.heads)
+    lines += roles_table(res.rows, ctx.get("train_criterion"))
     lines += _table_notes(res, first)
     return write_report_files(
         out_dir,
@@ -235,6 +236,34 @@ def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
     title = "Configurations tried (seed 0; chosen on validation, diagnostics on the test gallery)"
     header = ["method", "head", "options", "λ", "val mAP P_com", "val mAP P_up", "chosen", *cols]
     return _section(title, header, "---|---|---|---:|---:|---:|---", body)
+
+
+def roles_table(rows: list[Row], criterion: float | None) -> list[str]:
+    """Report lines: every row's old model, φ* and new model — last-epoch train accuracy and SGD steps — against the
+    profile's ``train_criterion`` (the old model and φ* are trained to it, a new model has φ*'s budget); a role below
+    it is marked, and a row whose record predates role records says so."""
+    if not any(r.roles for r in rows):  # tables whose records all predate role records
+        return []
+    roles = ("old", "ref", "new")
+    below: list[str] = []
+
+    def cell(r: Row, role: str) -> list[str]:
+        t = r.roles.get(role)
+        if t is None:
+            return ["not recorded", "—"]
+        low = criterion is not None and not t["train_accuracy"] >= criterion
+        if low:
+            below.append(f"{r.name} seed {r.seed} {role}")
+        return [fmt(t["train_accuracy"], 3) + (" **below**" if low else ""), f"{t['steps']:.0f}"]
+
+    body = [[r.name, str(r.seed), r.head or "—", *(c for role in roles for c in cell(r, role))] for r in rows]
+    header = ["method", "seed", "head"] + [f"{n} {w}" for n in ("old", "φ*", "new") for w in ("train acc", "steps")]
+    rule = "none" if criterion is None else f"last-epoch train accuracy ≥ {criterion:g}"
+    lines = _section(f"Every role's training (criterion: {rule})", header, "---|---|---", body)
+    verdict = "none" if not below else f"{len(below)}: {', '.join(below)}"
+    if criterion is not None:
+        lines += ["", f"Roles below the criterion: {verdict}."]
+    return lines
 
 
 def _section(title: str, header: list[str], text_align: str, body: list[list[str]]) -> list[str]:

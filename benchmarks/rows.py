@@ -46,6 +46,8 @@ class Row:
     #: (benchmarks/selection.py SELECTION_RULES; "training-free" / "not applicable" for PSP / LSP)
     configurations: int | None = None
     selection_rule: str = ""
+    #: what each role's training reached (old / ref / new → train_accuracy, epochs, steps, n_train; the record's)
+    roles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -102,6 +104,7 @@ def table_row(
         dict(options or {}),
         configurations,
         selection_rule,
+        dict(rec.roles),
     )
 
 

@@ -68,6 +68,7 @@ def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]
         "epochs": {"default": p.train.epochs, **prof.bench.scenario_epochs},
         "tune_weights": prof.bench.tune_weights,
         "p_up_floor": prof.bench.p_up_floor,
+        "train_criterion": prof.bench.train_criterion,
         "selection_rule": RULE_TEXT.format(floor=prof.bench.p_up_floor),
         "date": datetime.date.today().isoformat(),
         "provenance": describe_run(),

@@ -39,7 +39,7 @@ from flows.gallery import dataset_splits
 from flows.params import Params, apply_overrides
 from flows.planning import RoleRequest, resolve_role
 
-__all__ = ["Bench", "BenchModel", "ModelRef", "ModelRequest"]
+__all__ = ["Bench", "BenchModel", "ModelRef", "ModelRequest", "training_summary"]
 
 
 @dataclass
@@ -143,6 +143,17 @@ def _cache_key(
     )
 
 
+def training_summary(meta: dict[str, Any], batch_size: int) -> dict[str, float]:
+    """A trained model's ``done.json`` summed up: its last epoch's train accuracy (the running accuracy over that
+    epoch's augmented batches, the criterion of ``bench.train_criterion``), epochs, SGD steps (full batches of
+    ``batch_size`` an epoch, the training loop's ``drop_last``; models cached before ``batch_size`` was recorded
+    trained with the params' one) and training images."""
+    n, epochs, batch = int(meta["n_train"]), int(meta["epochs"]), int(meta.get("batch_size", batch_size))
+    per_epoch = n // batch if n > batch else 1
+    accuracy = float(meta["history"][-1]["train_accuracy"]) if meta.get("history") else float("nan")
+    return {"train_accuracy": accuracy, "epochs": epochs, "steps": epochs * per_epoch, "n_train": n}
+
+
 def _load_cached(folder: Path, key: str, label: str, spec: ModelSpec) -> BenchModel:
     """The finished model stored in the cache ``folder`` (its ``done.json``, checkpoint and embeddings)."""
     meta = json.loads((folder / "done.json").read_text())
@@ -237,6 +248,7 @@ class Bench:
             "backbone": req.arch.backbone,
             "backbone_kwargs": req.arch.backbone_kwargs,
             "epochs": cfg.epochs,
+            "batch_size": cfg.batch_size,
             "n_train": len(req.data),
             "seconds": result.seconds,
             "embed_seconds": embed_seconds,
@@ -254,6 +266,11 @@ class Bench:
         """What :meth:`train_model` with this request trains, without training it: its cache key and spec."""
         _, spec, _, key = self._resolve(req)
         return ModelRef(key, label, spec, self.cache / key / "model.pt")
+
+    def training_summary(self, model: BenchModel | ModelRef) -> dict[str, float]:
+        """What a finished model's training reached (:func:`training_summary` of its ``done.json``)."""
+        meta = json.loads((self.cache / model.key / "done.json").read_text())
+        return training_summary(meta, self.params.train.batch_size)
 
     def is_cached(self, key: str) -> bool:
         """Whether the model with cache key ``key`` is finished (its ``done.json`` is written last, atomically)."""
@@ -364,6 +381,11 @@ class Bench:
             except TrainingDivergedError as err:
                 rec = ModelRecord(key, label, old_key, ref_key, parents_digest(old, ref), diverged=str(err))
             if self.records is not None:
+                self.records.put(rec)
+        if not rec.roles and rec.diverged is None and all(self.is_cached(k) for k in (key, old_key, ref_key)):
+            roles = {"old": req.old, "ref": req.reference, "new": self.model_ref(label, req)}
+            rec = replace(rec, roles={role: self.training_summary(m) for role, m in roles.items()})
+            if self.records is not None:  # a record made before roles were recorded gains them from the cache
                 self.records.put(rec)
         if rec.diverged is not None:
             raise TrainingDivergedError(rec.diverged)

@@ -17,7 +17,8 @@ from flows.runtime.env import configure_environment
 
 bench_app = typer.Typer(
     no_args_is_help=False,
-    help="Benchmarks: the method table (default), `common-reference`, `routes`, `scale`, `transform` and `perf`.",
+    help="Benchmarks: the method table (default), `common-reference`, `budget`, `routes`, `scale`, `transform` and "
+    "`perf`.",
 )
 app.add_typer(bench_app, name="bench")
 
@@ -138,6 +139,43 @@ def bench_common_reference(
         fail(err)
     for md in written:
         console.print(f"report: {md}")
+
+
+@bench_app.command("budget")
+def bench_budget(
+    profile: str = typer.Option(
+        "cpu_budget", "--profile", autocompletion=complete_profile, help="a profile with a budget: section"
+    ),
+    where: str = typer.Option("cpu", "--where", help="the points to train: cpu, gpu or all (the profile says which)"),
+    out: Path = typer.Option(Path("benchmarks/results"), "--out", help="tables and OUT/<profile>/budget/ go here"),
+    report_only: bool = typer.Option(
+        False, "--report-only", help="train nothing: re-make the summary from the points' committed tables"
+    ),
+    home: Path | None = HomeOpt,
+    params: Path = ParamsOpt,
+    workers: int = typer.Option(0, "--workers", min=0, help="train each point's models on a local Dask cluster"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="train them on the Dask cluster at this address"),
+) -> None:
+    """How the method ranking moves with the training budget: one method table per budget point of the profile
+    (images per class × epochs, fixed configurations), then budget.json / report.md / budget.png with P_com against
+    one common φ* per point and seed (benchmarks/budget.py)."""
+    from benchmarks.budget import run_budget
+    from benchmarks.budget_report import write_budget
+    from flows.runtime.workspace import resolve_home
+
+    command = "bctflow " + " ".join(sys.argv[1:])
+    announce_params(params)
+    try:
+        if not report_only:
+            h = resolve_home(home)
+            configure_environment(h)
+            log = lambda m: console.print(m, highlight=False, markup=False)  # noqa: E731
+            kw = dict(out=out, home=h, params_path=params, command=command, where=where, log=log)
+            run_budget(profile, workers=workers, scheduler=scheduler, **kw)
+        md = write_budget(out, profile, params, command)
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}")
 
 
 @bench_app.command("scale")

@@ -50,7 +50,7 @@ from benchmarks.selection import select_configuration
 from components.errors import ConfigError
 from components.evaluation import p_com, p_up
 
-__all__ = ["FLOORS", "KEY", "Reference", "analyse_profile", "p_com_common", "p_up_common"]
+__all__ = ["FLOORS", "KEY", "Reference", "analyse_profile", "nan_for_none", "p_com_common", "p_up_common", "seed_stats"]
 
 #: the P_up floors the selection is re-applied at (None: no floor — the largest validation P_com)
 FLOORS: tuple[float | None, ...] = (-0.01, -0.02, -0.05, None)
@@ -97,7 +97,12 @@ def _num(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
 
-def _stats(values: np.ndarray) -> dict[str, Any]:
+def nan_for_none(x: float | None) -> float:
+    """A stored number, NaN for None (an undefined ratio)."""
+    return float("nan") if x is None else float(x)
+
+
+def seed_stats(values: np.ndarray) -> dict[str, Any]:
     """``{"mean", "std", "values"}`` of a ``(n_seeds,)`` array: the mean and sample std (ddof 1; None for one value)
     of its finite values, as the tables' mean ± std."""
     v = np.asarray(values, float)
@@ -254,14 +259,16 @@ def _method_summary(rows: list[dict[str, Any]], refs: dict[int, dict[str, Refere
         "seeds": [r["seed"] for r in rows],
         "configuration": " ".join(x for x in (rows[0]["head"], option_text(rows[0]["options"])) if x)
         + ("" if rows[0]["weight"] is None else f" λ={rows[0]['weight']:g}"),
-        "abs_gain": _stats(cross - old),
-        "p_com_common": _stats(p_com_common(cross, old, phi_g)),
-        "p_up_common": _stats(p_up_common(new, phi_g)),
-        "p_com_common_denominator": _stats(den),
-        "p_com_common_overall": _stats(p_com_common(cross, old, phi_o)),
-        "p_up_common_overall": _stats(p_up_common(new, phi_o)),
-        "p_com_per_head": _stats(np.array([np.nan if r["p_com"]["map"] is None else r["p_com"]["map"] for r in rows])),
-        "p_up_per_head": _stats(np.array([np.nan if r["p_up"]["map"] is None else r["p_up"]["map"] for r in rows])),
+        "abs_gain": seed_stats(cross - old),
+        "p_com_common": seed_stats(p_com_common(cross, old, phi_g)),
+        "p_up_common": seed_stats(p_up_common(new, phi_g)),
+        "p_com_common_denominator": seed_stats(den),
+        "p_com_common_overall": seed_stats(p_com_common(cross, old, phi_o)),
+        "p_up_common_overall": seed_stats(p_up_common(new, phi_o)),
+        "p_com_per_head": seed_stats(
+            np.array([np.nan if r["p_com"]["map"] is None else r["p_com"]["map"] for r in rows])
+        ),
+        "p_up_per_head": seed_stats(np.array([np.nan if r["p_up"]["map"] is None else r["p_up"]["map"] for r in rows])),
         "ranked": rows[0]["method"] not in SIMPLEX,
         "reference": [
             {

@@ -12,7 +12,17 @@ from benchmarks.selection import P_UP_FLOOR
 from components.errors import ConfigError
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
-__all__ = ["PROFILE_DIR", "Arch", "BenchSettings", "HeadEntry", "MethodEntry", "Profile", "load_profile"]
+__all__ = [
+    "PROFILE_DIR",
+    "Arch",
+    "BenchSettings",
+    "BudgetPoint",
+    "BudgetSettings",
+    "HeadEntry",
+    "MethodEntry",
+    "Profile",
+    "load_profile",
+]
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -97,11 +107,14 @@ class BenchSettings(_Strict):
     old_fraction: float = Field(0.3, gt=0.0, le=1.0)  # ext_data
     old_class_fraction: float = Field(0.5, gt=0.0, lt=1.0)  # ext_class / both
     scenario_epochs: dict[str, int] = Field(default_factory=dict)
-    #: the last-epoch train accuracy every old model and φ* is trained to: one below it is trained again from scratch
-    #: with twice the epochs, up to ``criterion_max_factor`` times its scenario's (None: no criterion). New models keep
-    #: φ*'s budget (equal budget); the report lists every role's train accuracy and steps against it
+    #: the last-epoch train accuracy every old model and φ* (``criterion_roles``) is trained to: one below it is
+    #: trained again from scratch with twice the epochs, up to ``criterion_max_factor`` times its scenario's (None: no
+    #: criterion). New models keep φ*'s budget (equal budget); the report lists every role's train accuracy and steps
     train_criterion: float | None = Field(None, gt=0.0, lt=1.0)
     criterion_max_factor: int = Field(8, ge=1)
+    #: the roles held to it: the old model (the gallery a method aligns to) and φ* (the denominator); a study of the
+    #: training budget holds only the old model to it, so that φ* and the new models share the budget studied
+    criterion_roles: list[Literal["old", "reference"]] = Field(default_factory=lambda: ["old", "reference"])
     sequential_stages: int = Field(5, ge=2)
     sequential_switch_at: int = Field(3, ge=1)
     sequential_methods: list[str] = Field(default_factory=list)
@@ -131,6 +144,34 @@ class BenchSettings(_Strict):
         return getattr(self, f"{geometry}_heads")
 
 
+class BudgetPoint(_Strict):
+    """One training budget of ``bctflow bench budget``: training images per class (before the validation split is
+    carved from them) and epochs, the seeds it runs with, and where it is meant to run."""
+
+    per_class: int = Field(gt=0)
+    epochs: int = Field(gt=0)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    #: "cpu": a 2-core machine runs it in minutes; "gpu": it needs a lent GPU (scripts/gpu_budget.sh runs those)
+    where: Literal["cpu", "gpu"] = "cpu"
+
+    @property
+    def tag(self) -> str:
+        """The point's table folder suffix: ``<scenario>-n<per_class>-e<epochs>``."""
+        return f"n{self.per_class}-e{self.epochs}"
+
+    @property
+    def overrides(self) -> list[str]:
+        """The params overrides that set the budget."""
+        return [f"data.max_train_per_class={self.per_class}", f"train.epochs={self.epochs}"]
+
+
+class BudgetSettings(_Strict):
+    """How the ranking moves with the training budget: one scenario's method table at each point."""
+
+    scenario: Literal["ext_class", "ext_data"] = "ext_class"
+    points: list[BudgetPoint] = Field(min_length=1)
+
+
 class Profile(_Strict):
     name: str
     description: str = ""
@@ -138,6 +179,8 @@ class Profile(_Strict):
     bench: BenchSettings
     #: ``bctflow bench lifecycle``'s stream (benchmarks/lifecycle_stream.py StreamSettings; empty: its defaults)
     lifecycle: dict[str, Any] = Field(default_factory=dict)
+    #: ``bctflow bench budget``'s points (benchmarks/budget.py); None: the profile has no budget study
+    budget: BudgetSettings | None = None
 
     def resolved_params(self, base: Params) -> Params:
         return apply_overrides(base, flatten_overrides(self.params)) if self.params else base

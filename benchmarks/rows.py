@@ -48,6 +48,9 @@ class Row:
     selection_rule: str = ""
     #: what each role's training reached (old / ref / new → train_accuracy, epochs, steps, n_train; the record's)
     roles: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the record's validation-split measurements (self / cross / old_self / ref_self metric dicts): what a common φ*
+    #: is chosen by (benchmarks/budget.py)
+    val: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -105,6 +108,7 @@ def table_row(
         configurations,
         selection_rule,
         dict(rec.roles),
+        dict(rec.val),
     )
 
 

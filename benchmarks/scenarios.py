@@ -296,11 +296,15 @@ def base_models(
     bench.log(f"[{sc.name}] base models, {tag}")
     common: dict[str, Any] = dict(geometry=g, epochs=sc.epochs, seed=seed, params=_head_params(head, g) or None)
     requests = {
-        f"old/{tag}": ModelRequest(old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common),
-        f"reference/{tag}": ModelRequest(new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common),
+        "old": (f"old/{tag}", ModelRequest(old_sel, arch=sc.old_arch, zeta=zeta0, generation=0, **common)),
+        "reference": (
+            f"reference/{tag}",
+            ModelRequest(new_sel, arch=sc.new_arch, zeta=zeta_n, role="reference", **common),
+        ),
     }
-    first = [bench.train_model(label, req) for label, req in requests.items()]  # both start before either is judged
-    old, ref = (to_criterion(bench, label, req, m) for (label, req), m in zip(requests.items(), first))
+    first = {role: bench.train_model(label, req) for role, (label, req) in requests.items()}  # both start first
+    held = bench.settings.criterion_roles
+    old, ref = (to_criterion(bench, *requests[r], first[r]) if r in held else first[r] for r in ("old", "reference"))
     return old, ref
 
 

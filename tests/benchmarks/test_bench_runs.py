@@ -37,7 +37,7 @@ def tiny_bench(tmp: Path, methods: list[dict], records: Path | None = None, **se
         [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
     )
     bench = BenchSettings(
-        methods=methods, old_arch=ARCH, new_arch=ARCH, seeds=[0, 1], **{"tune_weights": [0.3, 1.0], **settings}
+        methods=methods, old_arch=ARCH, new_arch=ARCH, **{"seeds": [0, 1], "tune_weights": [0.3, 1.0], **settings}
     )
     profile = Profile(name="tiny", description="test", bench=bench)
     logs: list[str] = []
@@ -375,3 +375,29 @@ def test_kept_records_make_a_run_on_another_machine_train_only_the_old_models_an
     third = tiny_bench(tmp_path / "b", methods, records=kept, tune_weights=[0.3, 1e39])
     row = next(r for r in run_table(third, make_scenario(third, "ext_class")).rows if r.name == "bct" and r.seed == 1)
     assert row.note.startswith("measured against its old model and φ* as first trained (record 0000")
+
+
+def test_records_hold_every_roles_training_and_an_older_record_gains_them_from_the_cache(tmp_path: Path):
+    methods = [{"name": "bct", "method": "bct", "weight": 1.0}]
+    b = tiny_bench(tmp_path, methods, records=tmp_path / "records", seeds=[0])
+    row = run_table(b, make_scenario(b, "ext_class")).rows[0]
+    (path,) = (tmp_path / "records").glob("*.json")
+    rec = json.loads(path.read_text())
+    for role, label in (
+        ("old", "old/euclidean/seed=0"),
+        ("ref", "reference/euclidean/seed=0"),
+        ("new", "bct/λ=1/seed=0"),
+    ):
+        (done,) = [
+            d for d in (tmp_path / "cache" / "cache").glob("*/done.json") if json.loads(d.read_text())["label"] == label
+        ]
+        meta = json.loads(done.read_text())
+        per_epoch = meta["n_train"] // 128 if meta["n_train"] > 128 else 1
+        assert rec["roles"][role] == {"train_accuracy": meta["history"][-1]["train_accuracy"], "epochs": 1,
+                                      "steps": per_epoch, "n_train": meta["n_train"]}  # fmt: skip
+    assert row.roles == rec["roles"]
+    path.write_text(json.dumps({k: v for k, v in rec.items() if k != "roles"}))  # a record made before roles
+    b = tiny_bench(tmp_path, methods, records=tmp_path / "records", seeds=[0])
+    assert run_table(b, make_scenario(b, "ext_class")).rows[0].roles == rec["roles"]
+    assert json.loads(path.read_text())["roles"] == rec["roles"]  # kept in the record
+    assert not any(m.strip().startswith("training") for m in b.logs)  # type: ignore[attr-defined]

@@ -107,3 +107,34 @@ def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
     # model.mlr_scale came later: at its default (Eq. 9 as published) the key is the one cached before it existed
     assert key("model.mlr_scale=1.0") == plain
     assert key("model.mlr_scale=4.0") != plain
+
+
+def test_an_old_model_below_the_train_criterion_is_trained_again_before_what_trains_against_it(tmp_path: Path):
+    """bench.train_criterion on the grid: the old model (1 epoch on digits, far below 0.99) is trained again with twice
+    the epochs, and the new model is trained against that one — the same models as one process trains."""
+    methods = [{"name": "bct", "method": "bct", "weight": 1.0}]
+    settings = {"seeds": [0], "train_criterion": 0.99, "criterion_max_factor": 2, "criterion_roles": ["old"]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(local_threads(2))
+    try:
+        seq = tiny_bench(tmp_path / "seq", methods, **settings)
+        expected = run_table(seq, make_scenario(seq, "ext_class"))
+    finally:
+        torch.set_num_threads(threads)
+    labels = sorted(_cache(tmp_path / "seq"))
+    assert labels == sorted(["old/euclidean/seed=0", "old/euclidean/seed=0/epochs=2", "reference/euclidean/seed=0",
+                             "bct/λ=1/seed=0"])  # fmt: skip
+    assert any("old/euclidean/seed=0: train accuracy" in m and "again with 2 epochs" in m for m in seq.logs)  # type: ignore[attr-defined]
+    old = json.loads(_cache(tmp_path / "seq")["old/euclidean/seed=0/epochs=2"].read_text())
+    assert expected.rows[0].roles["old"]["epochs"] == 2 == old["epochs"]
+    assert expected.rows[0].roles["ref"]["epochs"] == 1  # φ* is not held to it here (criterion_roles: old)
+
+    par = tiny_bench(tmp_path / "par", methods, records=tmp_path / "records", **settings)
+    counts = train_grid(par, make_scenario(par, "ext_class"), workers=2, log=lambda _m: None)
+    assert counts == {"trained": 4, "cached": 0}
+    assert {d.parent.name for d in _cache(tmp_path / "par").values()} == {
+        d.parent.name for d in _cache(tmp_path / "seq").values()
+    }
+    (rec,) = [json.loads(f.read_text()) for f in (tmp_path / "records").glob("*.json")]
+    assert rec["old_key"] == _cache(tmp_path / "par")["old/euclidean/seed=0/epochs=2"].parent.name
+    assert rec["roles"]["old"]["epochs"] == 2 and rec["roles"]["old"]["train_accuracy"] < 0.99

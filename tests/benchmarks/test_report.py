@@ -1,8 +1,11 @@
-"""Benchmark reports (benchmarks/report.py): the diagnostics table when rows carry different diagnostics."""
+"""Benchmark reports (benchmarks/report.py): the diagnostics table when rows carry different diagnostics; every
+role's training against the train criterion."""
 
 from __future__ import annotations
 
-from benchmarks.report import _diagnostics_table
+from dataclasses import replace
+
+from benchmarks.report import _diagnostics_table, roles_table
 from benchmarks.rows import Row
 
 
@@ -22,3 +25,23 @@ def test_a_row_without_a_methods_diagnostics_gets_dashes_in_their_columns():
     lines = _diagnostics_table(rows)
     assert lines[3] == "| method | seed | clip_fraction_new | uncertainty_old_seen | epsilon | in_cone_fraction |"
     assert lines[5:] == ["| bct_lorentz | 0 | 0.500 | 0.200 | — | — |", "| hbct | 0 | 0.250 | 0.300 | 0.100 | 0.000 |"]
+
+
+def test_every_roles_training_is_listed_against_the_criterion_and_one_below_it_is_named():
+    def role(acc: float, steps: int) -> dict[str, float]:
+        return {"train_accuracy": acc, "epochs": 12, "steps": steps, "n_train": 900}
+
+    good = {"old": role(0.88, 420), "ref": role(0.86, 840), "new": role(0.9, 840)}
+    rows = [
+        replace(_row("bct", {}), roles=good, head="linear"),
+        replace(_row("hbct", {}), roles={**good, "old": role(0.436, 252)}, seed=1),
+        _row("lsp", {}),  # a record made before roles were recorded
+    ]
+    lines = roles_table(rows, 0.8)
+    assert lines[1] == "## Every role's training (criterion: last-epoch train accuracy ≥ 0.8)"
+    assert lines[5] == "| bct | 0 | linear | 0.880 | 420 | 0.860 | 840 | 0.900 | 840 |"
+    assert lines[6] == "| hbct | 1 | — | 0.436 **below** | 252 | 0.860 | 840 | 0.900 | 840 |"
+    assert lines[7] == "| lsp | 0 | — | not recorded | — | not recorded | — | not recorded | — |"
+    assert lines[-1] == "Roles below the criterion: 1: hbct seed 1 old."
+    assert roles_table(rows[:1], 0.8)[-1] == "Roles below the criterion: none."
+    assert roles_table([rows[2]], 0.8) == []  # a table whose records all predate role records: no section

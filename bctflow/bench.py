@@ -153,6 +153,7 @@ def bench_budget(
     ),
     home: Path | None = HomeOpt,
     params: Path = ParamsOpt,
+    set_: list[str] | None = SetOpt,
     workers: int = typer.Option(0, "--workers", min=0, help="train each point's models on a local Dask cluster"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="train them on the Dask cluster at this address"),
 ) -> None:
@@ -170,7 +171,7 @@ def bench_budget(
             h = resolve_home(home)
             configure_environment(h)
             log = lambda m: console.print(m, highlight=False, markup=False)  # noqa: E731
-            kw = dict(out=out, home=h, params_path=params, command=command, where=where, log=log)
+            kw = dict(out=out, home=h, params_path=params, command=command, where=where, log=log, overrides=set_)
             run_budget(profile, workers=workers, scheduler=scheduler, **kw)
         md = write_budget(out, profile, params, command)
     except BctflowError as err:

@@ -57,12 +57,15 @@ def run_budget(
     params_path: Path,
     command: str,
     where: str = "cpu",
+    overrides: list[str] | None = None,
     workers: int = 0,
     scheduler: str | None = None,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Train (or find in the cache and records) the method table of every budget point meant for ``where``; returns
-    the tables' report.md paths. The summary is :func:`summarise_budget`'s."""
+    the tables' report.md paths. ``overrides``: further params overrides (how a step runs on the machine at hand, e.g.
+    ``train.compile=off``; one that changes the models changes their cache keys too). The summary is
+    :func:`summarise_budget`'s."""
     prof, _ = load_profile(profile, params_path)
     points = budget_points(prof, where)
     assert prof.budget is not None
@@ -77,7 +80,7 @@ def run_budget(
             params_path=params_path,
             command=command,
             tag=pt.tag,
-            overrides=pt.overrides,
+            overrides=[*pt.overrides, *(overrides or [])],
             bench_set=[f"seeds={pt.seeds}"],
             workers=workers,
             scheduler=scheduler,

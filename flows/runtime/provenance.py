@@ -110,9 +110,16 @@ def describe_run() -> dict[str, Any]:
     ``tree_clean``: no uncommitted changes to tracked files, None likewise), the machine (``cpu`` model, ``cores``
     of the machine and ``cores_usable`` by this process, ``gpu`` the CUDA devices or None, ``platform``) and the
     versions of ``torch``, ``faiss`` and ``python``. Every report ``bctflow bench`` writes records it under
-    ``provenance`` (rendered by :func:`provenance_line`)."""
-    import faiss
+    ``provenance`` (rendered by :func:`provenance_line`); ``faiss`` is None where it is not installed (a bare GPU
+    image running the training benchmarks: scripts/gpu_budget.sh)."""
     import torch
+
+    try:
+        import faiss
+
+        faiss_version: str | None = faiss.__version__
+    except ImportError:
+        faiss_version = None
 
     state = code_commit()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -124,7 +131,7 @@ def describe_run() -> dict[str, Any]:
         "cores_usable": usable,
         "gpu": _gpu(),
         "torch": torch.__version__,
-        "faiss": faiss.__version__,
+        "faiss": faiss_version,
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -138,7 +145,7 @@ def provenance_line(p: dict[str, Any]) -> str:
         code = f"code {p['commit'][:12]}" + ("" if p["tree_clean"] else " with uncommitted changes")
     return (
         f"{code}; CPU {p['cpu']}, {p['cores']} cores ({p['cores_usable']} usable); GPU {p['gpu'] or 'none'}; "
-        f"torch {p['torch']}, FAISS {p['faiss']}, Python {p['python']}; {p['platform']}"
+        f"torch {p['torch']}, FAISS {p['faiss'] or 'not installed'}, Python {p['python']}; {p['platform']}"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,14 @@ def test_the_run_is_described_by_this_checkouts_commit_and_this_machine():
     line = provenance_line(p)
     assert line.startswith(f"code {p['commit'][:12]}") and f"{p['cores']} cores" in line
     assert f"torch {torch.__version__}, FAISS {faiss.__version__}" in line
+
+
+def test_a_machine_without_faiss_is_described_and_says_so(monkeypatch):
+    """A bare GPU image runs the training benchmarks without FAISS (scripts/gpu_budget.sh): described, not failed."""
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss raises ImportError
+    p = describe_run()
+    assert p["faiss"] is None and p["torch"] == torch.__version__
+    assert f"torch {torch.__version__}, FAISS not installed, Python" in provenance_line(p)
 
 
 def test_the_commit_and_whether_tracked_files_changed_are_read_from_the_checkout(tmp_path: Path):

@@ -44,6 +44,7 @@ from benchmarks.records import ModelRecord
 from benchmarks.report_stats import paired_test
 from benchmarks.rerender import row_from_dict
 from benchmarks.rows import Row, option_text
+from benchmarks.runner import training_summary
 from benchmarks.scenarios import SIMPLEX, Config, validation_scores
 from benchmarks.selection import Scored as ScoredConfig
 from benchmarks.selection import select_configuration
@@ -146,6 +147,9 @@ class _Tables:
     further: dict[str, dict[int, ModelRecord]]
     pool: dict[tuple[int, str, str], Reference]
     seen: dict[str, list[str]]
+    #: the profile's train criterion (last-epoch train accuracy; None: none stated) and its training batch
+    criterion: float | None = None
+    batch_size: int = 128
 
 
 def _label(entry: Any, heads: dict[tuple[str, str], Any], head: str, weight: float, options: dict, seed: int) -> str:
@@ -168,7 +172,7 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
             f"no method table with configurations tried under {folder}; run `bctflow bench --profile {profile} "
             "--scenario …` first, or name a profile whose tables are there"
         )
-    prof, _ = load_profile(profile, params_path)
+    prof, p = load_profile(profile, params_path)
     s = prof.bench
     entries = {e.name: e for e in s.methods}
     heads = {(g, h.name): h for g in ("euclidean", "lorentz") for h in s.heads(g)}
@@ -222,7 +226,7 @@ def match_tables(out: Path, profile: str, params_path: Path) -> _Tables:
             rec = _one(found, f"{scenario} {lab}", folder)
             further[scenario][i] = rec
             add(scenario, row["seed"], e.geometry, row["head"], rec)
-    return _Tables(docs, tried, further, pool, seen)
+    return _Tables(docs, tried, further, pool, seen, s.train_criterion, p.train.batch_size)
 
 
 # --- the analysis --------------------------------------------------------------------------------------------------
@@ -379,7 +383,35 @@ def analyse_scenario(tables: _Tables, scenario: str) -> dict[str, Any]:
         "methods": methods,
         "frontier": frontier,
         "floors": _floors(frontier, further),
+        "roles": roles(tables, scenario),
     }
+
+
+def roles(tables: _Tables, scenario: str) -> dict[str, Any]:
+    """Every role's training as the committed files hold it, against the profile's train criterion: the seed-0 old
+    model and φ* of each head (results.json's ``base_models``; the further seeds' were not kept by tables made before
+    records carried roles), the ones of them below it, and the new models' range (their records' training meta; the
+    criterion holds the roles a method is measured against — a new model at a large λ trades its own classifier for
+    the alignment, so how many are below it is shown, not enforced)."""
+    doc, batch, c = tables.docs[scenario], tables.batch_size, tables.criterion
+    base = [
+        {"head": head, "role": role, **training_summary(meta, batch)}
+        for head, pair in doc.get("base_models", {}).items()
+        for role, meta in pair.items()
+    ]
+    recs = [r for r in tables.tried[scenario] if r is not None] + list(tables.further[scenario].values())
+    new = [training_summary(r.meta, batch) for r in recs if r.meta.get("history")]
+    acc = [n["train_accuracy"] for n in new]
+    below = [f"{b['role']} {b['head']}" for b in base if c is not None and not b["train_accuracy"] >= c]
+    new_summary = {
+        "models": len(new),
+        "min_train_accuracy": min(acc) if acc else None,
+        "max_train_accuracy": max(acc) if acc else None,
+        "steps": sorted({int(n["steps"]) for n in new}),
+        "below": sum(1 for a in acc if c is not None and not a >= c),
+    }
+    recorded = any(r.roles for r in recs)  # the table's own section lists every row's roles, every seed
+    return {"criterion": c, "base_seed0": base, "new": new_summary, "below": below, "every_seed_in_table": recorded}
 
 
 def _pooled(tables: _Tables, other: _Tables, profile: str) -> _Tables:

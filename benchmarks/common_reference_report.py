@@ -99,8 +99,38 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
         "Every configuration's validation and test P_com against P_up (common φ*, seed 0): "
         "[frontier.md](frontier.md), [frontier.png](frontier.png).",
         "",
+        *role_lines(cr.get("roles")),
     ]
     return lines
+
+
+def role_lines(r: dict[str, Any] | None) -> list[str]:
+    """The roles' training against the criterion: seed 0's old models and φ* per head, the new models' range."""
+    if not r:
+        return []
+    c = r["criterion"]
+    rule = "none stated" if c is None else f"last-epoch train accuracy ≥ {c:g}"
+    lines = [f"### Every role's training (criterion: {rule})", "", "| head | role | train acc | epochs | steps |"]
+    lines.append("|---|---|---:|---:|---:|")
+    for b in r["base_seed0"]:
+        low = " **below**" if c is not None and not b["train_accuracy"] >= c else ""
+        lines.append(f"| {b['head']} | {b['role']} (seed 0) | {b['train_accuracy']:.3f}{low} | {b['epochs']} | "
+                     f"{b['steps']} |")  # fmt: skip
+    n = r["new"]
+    if n["models"]:
+        below = "" if c is None else f"; {n['below']} below {c:g}"
+        lines.append(
+            f"| every new model ({n['models']}{below}) | new | {n['min_train_accuracy']:.3f} – "
+            f"{n['max_train_accuracy']:.3f} | — | {', '.join(map(str, n['steps']))} |"
+        )
+    verdict = ", ".join(r["below"]) if r["below"] else "none"
+    rest = (
+        "every row's old model and φ* at every seed: the table's own role section below"
+        if r.get("every_seed_in_table")
+        else "the further seeds' old models and φ* were not recorded by this table's run (records carry every "
+        "role's training since issue 52)"
+    )
+    return [*lines, "", f"Old models and φ* below the criterion: {verdict}; {rest}.", ""]
 
 
 def floor_lines(cr: dict[str, Any]) -> list[str]:

@@ -186,3 +186,19 @@ def test_tables_without_their_records_are_refused_in_one_line(tmp_path: Path):
         (tmp_path / "cpu_equal" / "records" / f.name).write_text(json.dumps(rec))
     with pytest.raises(ConfigError, match="φ\\* of seed .* in one record, .* in another; the records under"):
         analyse_profile(tmp_path, "cpu_equal", params)
+
+
+def test_the_roles_block_lists_seed_0s_old_models_and_phi_star_against_the_criterion():
+    """Issue 52 item 4 on the committed cpu_equal tables: every seed-0 old model and φ* of each head with its
+    last-epoch train accuracy and SGD steps (read here from results.json's base_models), the ones below 0.8 named."""
+    doc = json.loads((OUT / "cpu_equal" / "ext_data" / "results.json").read_text())
+    roles = doc["common_reference"]["roles"]
+    assert roles["criterion"] == 0.8
+    want = [
+        (head, role, meta["history"][-1]["train_accuracy"], meta["epochs"] * (meta["n_train"] // 128))
+        for head, pair in doc["base_models"].items()
+        for role, meta in pair.items()
+    ]
+    assert [(b["head"], b["role"], b["train_accuracy"], b["steps"]) for b in roles["base_seed0"]] == want
+    below = sorted(f"{role} {head}" for head, role, acc, _ in want if acc < 0.8)
+    assert sorted(roles["below"]) == below == ["old euclidean/linear", "old lorentz", "old lorentz/tanh_ls0.3_s4"]

@@ -132,6 +132,7 @@ def test_a_profile_without_budget_points_and_an_unknown_where_are_refused():
     with pytest.raises(ConfigError, match="--where 'tpu': use one of cpu, gpu, all"):
         budget_points(prof, "tpu")
     assert [p.tag for p in budget_points(prof, "gpu")] == ["n1000-e12", "n3000-e24", "n6000-e48"]
+    assert [p.tag for p in budget_points(prof, "cpu")] == ["n100-e12", "n100-e24", "n200-e12"]
     result = CliRunner().invoke(app, ["bench", "budget", "--profile", "cpu_equal", "--report-only"])
     assert result.exit_code == 2
     assert "has no budget: section" in result.output and "Traceback" not in result.output

@@ -1,4 +1,4 @@
-"""How the method ranking moves with the training budget (issue 52): one scenario's method table per budget point.
+"""How the method ranking moves with the training budget: one scenario's method table per budget point.
 
 A budget point (:class:`~benchmarks.profile.BudgetPoint`) is the profile's scenario with ``data.max_train_per_class``
 images per class and ``train.epochs`` epochs; each point is an ordinary method table

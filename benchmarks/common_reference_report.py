@@ -128,7 +128,7 @@ def role_lines(r: dict[str, Any] | None) -> list[str]:
         "every row's old model and φ* at every seed: the table's own role section below"
         if r.get("every_seed_in_table")
         else "the further seeds' old models and φ* were not recorded by this table's run (records carry every "
-        "role's training since issue 52)"
+        "role's training since the train criterion was introduced)"
     )
     return [*lines, "", f"Old models and φ* below the criterion: {verdict}; {rest}.", ""]
 

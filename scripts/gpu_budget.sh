@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The budget study's GPU points (issue 52; benchmarks/profiles/cpu_budget.yaml, `where: gpu`): Fashion-MNIST 28x28
+# The budget study's GPU points (benchmarks/profiles/cpu_budget.yaml, `where: gpu`): Fashion-MNIST 28x28
 # ext_class at 1,000 / 3,000 / 6,000 images per class for 12 / 24 / 48 epochs, the last with three seeds, then the
 # summary (benchmarks/results/cpu_budget/budget/) over every point that has a table.
 #

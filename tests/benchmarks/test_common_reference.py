@@ -189,7 +189,7 @@ def test_tables_without_their_records_are_refused_in_one_line(tmp_path: Path):
 
 
 def test_the_roles_block_lists_seed_0s_old_models_and_phi_star_against_the_criterion():
-    """Issue 52 item 4 on the committed cpu_equal tables: every seed-0 old model and φ* of each head with its
+    """The roles on the committed cpu_equal tables: every seed-0 old model and φ* of each head with its
     last-epoch train accuracy and SGD steps (read here from results.json's base_models), the ones below 0.8 named."""
     doc = json.loads((OUT / "cpu_equal" / "ext_data" / "results.json").read_text())
     roles = doc["common_reference"]["roles"]

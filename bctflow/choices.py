@@ -17,10 +17,11 @@ from pydantic import BaseModel
 from benchmarks.profile import PROFILE_DIR
 from benchmarks.scenario_names import ALL_SCENARIOS
 from components.plugins import declared_names
+from flows.backfill.rates import DEVICES
 from flows.params import BackfillParams
 from flows.params.gallery import IndexParams
 
-__all__ = ["Alignment", "BackfillOrder", "IndexType", "Scenario", "complete_profile"]
+__all__ = ["Alignment", "BackfillOrder", "CapacityDevice", "IndexType", "Scenario", "complete_profile"]
 
 
 def _schema_values(model: type[BaseModel], field: str) -> tuple[str, ...]:
@@ -40,6 +41,8 @@ def _literal(values: tuple[str, ...] | list[str]) -> Any:
 Alignment = _literal(declared_names("components.losses.methods", "register_alignment"))
 #: what a partial backfill re-embeds first (params ``backfill.order``)
 BackfillOrder = _literal(_schema_values(BackfillParams, "order"))
+#: where a capacity plan's workers embed (``bctflow backfill --plan --items N --device``)
+CapacityDevice = _literal(DEVICES)
 #: the FAISS index types (params ``index.type``)
 IndexType = _literal(_schema_values(IndexParams, "type"))
 #: the benchmark scenarios of ``bctflow bench``

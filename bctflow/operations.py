@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from bctflow.choices import BackfillOrder
+from bctflow.choices import BackfillOrder, CapacityDevice
 from bctflow.shell import (
     HomeOpt,
     ParamsOpt,
@@ -19,9 +20,13 @@ from bctflow.shell import (
     parse_params,
     report_finished,
 )
-from components.errors import BctflowError
+from components.errors import BctflowError, ConfigError
 from flows.runtime.env import configure_environment
 from flows.runtime.lock import BACKFILL, workspace_lock
+
+if TYPE_CHECKING:
+    from flows.params import Params
+    from flows.runtime.workspace import Workspace
 
 
 @app.command()
@@ -59,6 +64,19 @@ def backfill(
         help="measure and print the plan (items, predicted time and worker-hours, served mAP at each 10%); "
         "re-embed nothing",
     ),
+    items: int | None = typer.Option(
+        None,
+        "--items",
+        help="with --plan: the capacity plan of a gallery of N items (e.g. 1000000000): each route's wall time, "
+        "worker-hours, memory and store from measured rates (this workspace's where it has a live gallery, else "
+        "the committed reports'), each with its provenance; cited anchors beside (docs/scale.md)",
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", help="with --items: the processes (or GPUs) that embed at once (default 1)"
+    ),
+    device: CapacityDevice | None = typer.Option(
+        None, "--device", help="with --items: where the workers embed (default cpu)"
+    ),
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
@@ -69,6 +87,10 @@ def backfill(
 
     h = resolve_home(home)
     p = parse_params(params, set_)
+    if items is not None or workers is not None or device is not None:
+        _capacity(p, Workspace(h), items, plan_only, workers, device, generation, fraction, order, seed, force,
+                  transform, ingest)  # fmt: skip
+        return
     with contextlib.ExitStack() as held:
         try:
             if not plan_only:  # the plan writes nothing, not even a roll-forward
@@ -117,6 +139,44 @@ def backfill(
         "earlier run); "
         f"retrieval {', '.join(f'{k} {v:.4f}' for k, v in res['metrics'].items())}"
     )
+
+
+def _capacity(
+    p: Params,
+    ws: Workspace,
+    items: int | None,
+    plan_only: bool,
+    workers: int | None,
+    device: str | None,
+    generation: int | None,
+    fraction: float,
+    order: str | None,
+    seed: int,
+    force: bool,
+    transform: bool,
+    ingest: bool,
+) -> None:
+    """``--plan --items N``: print the capacity plan (flows/backfill/capacity_plan.py); refuse --items without
+    --plan, and --workers / --device without --items, in one line."""
+    import psutil
+
+    from flows.backfill.capacity import capacity_lines
+    from flows.backfill.capacity_plan import capacity_plan
+
+    try:
+        if items is None:
+            raise ConfigError("--workers and --device size a capacity plan; add --plan --items N (the gallery's size)")
+        if not plan_only:
+            raise ConfigError(f"--items {items} sizes a plan, it runs no backfill; add --plan")
+        cap, where = capacity_plan(
+            p, ws, items, workers=1 if workers is None else workers, device=device or "cpu", target=generation,
+            fraction=fraction, order=order, seed=seed, force=force, transform=transform, ingest=ingest,
+            started=psutil.Process().create_time(),
+        )  # fmt: skip
+    except BctflowError as err:
+        fail(err)
+    for line in [*capacity_lines(cap), f"  ({where})"]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command(name="db-upgrade")

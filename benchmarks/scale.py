@@ -98,13 +98,25 @@ from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
 from components.indexing.version import GalleryVersion
 from components.models import load_model
+from flows.backfill import backfill_costs
 from flows.gallery import embed_gallery, open_corpus
 from flows.params import index_options, params_from_dict
 from flows.runtime import Workspace
 
-__all__ = ["corpus_rate", "fresh_workspace", "run_child", "run_scale", "scale_params", "write_scale_report"]
+__all__ = [
+    "PROJECT_TO",
+    "corpus_rate",
+    "fresh_workspace",
+    "projection",
+    "run_child",
+    "run_scale",
+    "scale_params",
+    "write_scale_report",
+]
 
 _BARE_ITEMS = 40_000  # items timed for embed_vs_bare
+#: the gallery sizes a report projects its run's own rates to (:func:`projection`)
+PROJECT_TO = (10**7, 10**8, 10**9)
 
 
 def run_child(
@@ -396,4 +408,30 @@ def _report(r: dict[str, Any]) -> str:
         f"--chunk-size {r['chunk_size']} --epochs {r['epochs']} --workers {r['workers']}{sweep} --out DIR`\n\n"
         + "".join(f"{line}\n\n" for line in provenance_lines(r, prefix=""))
         + f"| key | value |\n|---|---|\n{body}"
+        + projection(r)
+    )
+
+
+def projection(r: dict[str, Any]) -> str:
+    """The report's section projecting this run's own rates to :data:`PROJECT_TO` items on one worker
+    (:func:`flows.backfill.backfill_costs`): the full backfill at ``backfill_items_per_s``, the partial one at
+    ``partial_backfill_items_per_s`` over the same fraction, the index at ``items`` ÷ ``index_build_s``; "" where
+    the run lacks one of them. Every route, other worker counts and GPUs: ``bctflow backfill --plan --items N``."""
+    need = ("backfill_items_per_s", "partial_backfill_items_per_s", "partial_reembedded", "index_build_s")
+    if not all(r.get(k) for k in need):
+        return ""
+    fraction = r["partial_reembedded"] / r["items"]
+    full, partial = backfill_costs(np.array(PROJECT_TO, dtype=np.float64), workers=1, fraction=fraction,
+                                   embed=r["backfill_items_per_s"], partial=r["partial_backfill_items_per_s"],
+                                   index_build=r["items"] / r["index_build_s"])  # fmt: skip
+    rows = "".join(
+        f"| {n:,} | {f / 3600:,.1f} | {p / 3600:,.1f} | {b / 3600:,.1f} |\n"
+        for n, f, p, b in zip(PROJECT_TO, full.wall_s, partial.wall_s, full.serial_s)
+    )
+    return (
+        f"\n## This run's rates projected to 10⁹ items\n\nOne worker, linear in N (`backfill_items_per_s`, "
+        f"`partial_backfill_items_per_s` at fraction {fraction:g}, the index at `items` ÷ `index_build_s`); every "
+        "route, W workers and GPUs: `bctflow backfill --plan --items N` (docs/scale.md).\n\n"
+        f"| items | full backfill, h | partial backfill ({fraction:g}), h | of which the index build, h |\n"
+        f"|---:|---:|---:|---:|\n{rows}"
     )

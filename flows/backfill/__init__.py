@@ -1,5 +1,5 @@
 """A backfill: its flow, plan, forecast, re-embedding, gallery transform, publication and switch, the
-gallery rollback, the backfill rules, and its chunks on a Dask cluster."""
+gallery rollback, the backfill rules, its chunks on a Dask cluster, and the capacity plan of a gallery of N items."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from flows import lazy_face
 _FACE = {
     "backfill": "flow",
     "BackfillPlan": "plan",
+    "backfill_costs": "capacity",
     "plan_backfill": "make",
     "start": "make",
     "new_corpus_items": "make",
@@ -23,6 +24,7 @@ __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)
 
 if TYPE_CHECKING:  # the face's names for type checkers (re-exported)
+    from flows.backfill.capacity import backfill_costs as backfill_costs
     from flows.backfill.flow import backfill as backfill
     from flows.backfill.make import new_corpus_items as new_corpus_items
     from flows.backfill.make import plan_backfill as plan_backfill

@@ -20,6 +20,7 @@ __all__ = [
     "MLFLOW_UI",
     "code_commit",
     "describe_run",
+    "file_commit",
     "git_commit",
     "mlflow_run_url",
     "prefect_flow_run",
@@ -69,6 +70,29 @@ def code_commit(root: Path | None = None) -> tuple[str, bool] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head, not dirty
+
+
+def file_commit(path: Path, root: Path | None = None) -> str | None:
+    """The commit that last changed the file ``path`` as ``<short hash> <date>`` (a committed report's provenance),
+    ending ``, changed since`` where the working tree's copy differs from it. None where the code is not a git
+    checkout (an installed wheel), git is not installed, or git holds no commit of the file."""
+    import components
+
+    base = root if root is not None else Path(components.__file__).resolve().parent.parent
+    if not (base / ".git").exists():
+        return None
+    try:
+        last = subprocess.run(
+            ["git", "-C", str(base), "log", "-1", "--format=%h %cs", "--", str(path)],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        changed = subprocess.run(
+            ["git", "-C", str(base), "status", "--porcelain", "--", str(path)],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (last + (", changed since" if changed else "")) or None
 
 
 def git_commit(root: Path | None = None) -> dict[str, str]:

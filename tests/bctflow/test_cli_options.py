@@ -112,6 +112,7 @@ def test_help_lists_the_choices(monkeypatch):
     "args, valid",
     [
         (["backfill", "--order", "sideways"], "'uncertainty', 'random', 'oldest'"),
+        (["backfill", "--plan", "--items", "10", "--device", "tpu"], "'cpu', 'cuda'"),
         (["run", "--alignment", "hbtc"], ", ".join(repr(n) for n in list_alignments())),
         (["bench", "scale", "--items", "10", "--out", "o", "--index", "kdtree"], "'flat', 'ivf', 'hnsw', 'ivfpq'"),
         (["bench", "--scenario", "ext_dta"], "'ext_data', 'ext_class', 'new_arch', 'both', 'sequential'"),

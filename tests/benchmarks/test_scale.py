@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scale import _plan_vs_actual, corpus_rate, write_scale_report
+from benchmarks.scale import PROJECT_TO, _plan_vs_actual, corpus_rate, projection, write_scale_report
 from flows.runtime.provenance import provenance_line
 from tests.conftest import REPO
 from tests.flows.runtime.test_provenance import check_provenance
@@ -55,4 +55,21 @@ def test_the_written_report_records_the_code_and_machine_and_shows_them_in_one_l
     p = json.loads((tmp_path / "scale.json").read_text())["provenance"]
     check_provenance(p, md)
     assert "| `provenance` |" not in md
-    assert md.replace(f"provenance: {provenance_line(p)}\n\n", "") == (committed / "report.md").read_text()
+    assert md.endswith(projection(res))  # written after that report: the projection follows its table
+    without = md.replace(f"provenance: {provenance_line(p)}\n\n", "").removesuffix(projection(res))
+    assert without == (committed / "report.md").read_text()
+
+
+def test_the_report_projects_the_runs_own_rates_to_a_billion_items():
+    """Each row recomputed here: the full backfill's items at its rate plus the index at the run's build rate, the
+    partial one's fraction at its rate plus the same index, one worker; a run without those rates has none."""
+    res = json.loads((REPO / "benchmarks/results/scale/n1000000-hnsw/scale.json").read_text())
+    section = projection(res)
+    assert PROJECT_TO == (10**7, 10**8, 10**9) and "## This run's rates projected to 10⁹ items" in section
+    build = res["items"] / res["index_build_s"]
+    for n in PROJECT_TO:
+        full = (n / res["backfill_items_per_s"] + n / build) / 3600
+        part = (round(0.1 * n) / res["partial_backfill_items_per_s"] + n / build) / 3600
+        assert f"| {n:,} | {full:,.1f} | {part:,.1f} | {n / build / 3600:,.1f} |" in section
+    assert "| 1,000,000,000 | 102.3 | 27.5 | 18.6 |" in section  # the numbers docs/scale.md quotes
+    assert projection({**res, "partial_backfill_items_per_s": None}) == ""

@@ -14,7 +14,7 @@ import faiss
 import pytest
 import torch
 
-from flows.runtime.provenance import code_commit, describe_run, git_commit, provenance_line
+from flows.runtime.provenance import code_commit, describe_run, file_commit, git_commit, provenance_line
 from tests.conftest import REPO
 
 FIELDS = {"commit", "tree_clean", "cpu", "cores", "cores_usable", "gpu", "torch", "faiss", "python", "platform"}
@@ -90,3 +90,19 @@ def test_the_report_line_says_the_commit_whether_it_was_clean_and_the_gpu(commit
          "torch": "2.9", "faiss": "1.12", "python": "3.11.7", "platform": "Linux-x"}  # fmt: skip
     line = provenance_line(p)
     assert line.startswith(said) and line.endswith("torch 2.9, FAISS 1.12, Python 3.11.7; Linux-x")
+
+
+def test_a_files_commit_is_the_last_that_changed_it_and_says_when_the_copy_differs(tmp_path: Path):
+    """A committed report's provenance (the capacity plan's rates): ``<hash> <date>`` of the last commit of it."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    report = tmp_path / "r.json"
+    report.write_text("{}")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "r.json"], check=True)
+    subprocess.run([*git, "commit", "-qm", "r"], check=True)
+    head = subprocess.run([*git, "log", "-1", "--format=%h %cs"], capture_output=True, text=True).stdout.strip()
+    assert file_commit(Path("r.json"), tmp_path) == head
+    report.write_text('{"changed": 1}')
+    assert file_commit(Path("r.json"), tmp_path) == f"{head}, changed since"
+    assert file_commit(Path("never.json"), tmp_path) is None  # git holds no commit of it
+    assert file_commit(Path("r.json"), tmp_path / "elsewhere") is None  # not a checkout

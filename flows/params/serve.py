@@ -31,4 +31,7 @@ class ServeParams(BaseModel):
     max_body_bytes: RunOption[int] = Field(8 << 20, gt=0)  # the largest request body
     max_pixels: RunOption[int] = Field(4096 * 4096, gt=0)  # the largest query image (width × height)
     watch_interval_s: RunOption[float] = Field(1.0, gt=0.0)  # how often the live pointer is checked for a swap
+    #: how long live/CURRENT may lag the lineage's newest pointer row (a switch between its commit and its
+    #: roll-forward) before the service reports the lag as a failed reload; meanwhile it keeps serving and looks again
+    switch_grace_s: RunOption[float] = Field(10.0, ge=0.0)
     device: RunOption[Literal["auto", "cpu", "cuda"]] = "auto"  # where the query models run

@@ -50,7 +50,8 @@ ROUTERS = (health, generations, metrics, admin)
 
 @health.get("/health", responses={503: {"model": Health, "description": "not ready: no version loaded yet"}})
 async def get_health(manager: Manager, response: Response) -> Health:
-    """Liveness and readiness: the version loaded, whether the lineage is reachable, the last failed reload."""
+    """Liveness and readiness: the version loaded, whether the lineage is reachable, the last failed reload, a switch
+    the service waits for CURRENT to complete."""
     ready = manager.current is not None
     response.status_code = 200 if ready else 503
     return Health(
@@ -59,6 +60,7 @@ async def get_health(manager: Manager, response: Response) -> Health:
         version=manager.describe(),
         lineage_reachable=manager.lineage_reachable,
         last_reload_error=manager.last_error,
+        switch_pending=manager.switch_pending(),
     )
 
 

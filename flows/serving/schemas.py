@@ -121,6 +121,11 @@ class Health(_Body):
     version: Version | None
     lineage_reachable: bool
     last_reload_error: str | None = Field(description="why the last reload failed (the old version keeps serving)")
+    switch_pending: str | None = Field(
+        None,
+        description="live/CURRENT lags the lineage's newest pointer row (a switch between its commit and its "
+        "roll-forward) for less than serve.switch_grace_s: what the service waits for (the old version keeps serving)",
+    )
 
 
 class LiveGallery(Version):

@@ -8,6 +8,14 @@ in a low-priority thread of its own (SCHED_IDLE on Linux); a request holds the v
 let go of in the loader (logged) once they have answered. A load that fails (a corrupt index, a checksum that is not the
 lineage's pin, a missing model) leaves the old version serving; the error is kept for ``/health`` and logged, and
 the same pointer is not retried until it changes or a reload is asked for.
+
+A switch commits the lineage's pointer row first and rewrites ``live/CURRENT`` from it after (docs/commit-protocol.md).
+A service that reads between the two finds CURRENT lagging the lineage
+(:class:`~flows.serving.version.LiveSwitchPending`): that is a switch in progress, not a failure — the old version
+keeps serving, ``/health`` says ``switch_pending`` and every watch looks again — until it has lasted
+``serve.switch_grace_s``; then it is reported as a failed reload. So any number of services (replicas) over one
+workspace each swap on every switch, each on its own watch, sharing nothing but read-only files and lineage reads
+(docs/serving.md, "Replicas").
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from components.errors import BctflowError
 from flows.params import Params
 from flows.runtime.workspace import Workspace
 from flows.serving.metrics import ServeMetrics
-from flows.serving.version import ServedVersion, load_version, pointer_fingerprint
+from flows.serving.version import LiveSwitchPending, ServedVersion, load_version, pointer_fingerprint
 
 __all__ = ["SwapManager"]
 
@@ -79,6 +87,8 @@ class SwapManager:
         self._count_lock = threading.Lock()  # the versions' in-flight counts
         self._loaded_key: str | None = None
         self._failed_key: str | None = None
+        #: the key whose CURRENT lags the lineage, and since when (time.monotonic())
+        self._lagging: tuple[str, float] | None = None
         self._store: Any = None
         self.loader = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="bctflow-serve-load", initializer=_low_priority
@@ -149,16 +159,17 @@ class SwapManager:
             try:
                 merge = self.params.serve.merge
                 new = load_version(self.ws, self.params, device=self.device, merge=merge, store=self._store)
+            except LiveSwitchPending as err:
+                if self.current is None:  # nothing serves yet: nothing to wait with
+                    return self._failed(key, err, str(err))
+                if self._within_grace(key):
+                    return {"swapped": False, "version": self.describe(), "error": None}
+                grace = self.params.serve.switch_grace_s
+                return self._failed(key, err, f"{err} (still after serve.switch_grace_s, {grace:g} s)")
             except (BctflowError, OSError, ValueError, RuntimeError) as err:
-                self._failed_key = key
-                self.last_error = f"the new live version was not loaded, version {self._number()} keeps serving: {err}"
-                self.metrics.swap_failures.inc()
-                log.error("%s", self.last_error)
-                if self.current is None:
-                    raise
-                return {"swapped": False, "version": self.describe(), "error": self.last_error}
+                return self._failed(key, err, str(err))
             old, self.current = self.current, new  # the swap: one reference assignment
-            self._loaded_key, self._failed_key, self.last_error = key, None, None
+            self._loaded_key, self._failed_key, self.last_error, self._lagging = key, None, None, None
             self.metrics.swaps.inc()
             self.metrics.version.set(new.number)
             log.info(
@@ -171,6 +182,44 @@ class SwapManager:
             if old is not None:
                 retiring.append(old)
             return {"swapped": True, "version": self.describe(), "error": None}
+
+    def _failed(self, key: str, err: Exception, why: str) -> dict[str, Any]:
+        """Record a failed load of ``key`` (``why``: kept for ``/health``, counted, logged; not retried until the key
+        changes); ``err`` raised when no version serves yet (the service does not start)."""
+        self._failed_key, self._lagging = key, None
+        self.last_error = f"the new live version was not loaded, version {self._number()} keeps serving: {why}"
+        self.metrics.swap_failures.inc()
+        log.error("%s", self.last_error)
+        if self.current is None:
+            raise err
+        return {"swapped": False, "version": self.describe(), "error": self.last_error}
+
+    def _within_grace(self, key: str) -> bool:
+        """Whether CURRENT has lagged the lineage (for ``key``) for less than ``serve.switch_grace_s`` (logged once,
+        when first seen: the old version keeps serving and every watch looks again)."""
+        now = time.monotonic()
+        if self._lagging is None or self._lagging[0] != key:
+            self._lagging = (key, now)
+            log.info(
+                "live/CURRENT does not name the lineage's new live index yet (a switch between its commit and its "
+                "roll-forward): version %s keeps serving and looks again every %g s, for up to %g s",
+                self._number(),
+                self.params.serve.watch_interval_s,
+                self.params.serve.switch_grace_s,
+            )
+        return now - self._lagging[1] < self.params.serve.switch_grace_s
+
+    def switch_pending(self) -> str | None:
+        """While CURRENT lags the lineage within the grace: what the service waits for, in one line (else None)."""
+        lagging = self._lagging  # None again once the version loaded or the lag was reported as a failure
+        if lagging is None:
+            return None
+        waited = time.monotonic() - lagging[1]
+        return (
+            f"live/CURRENT does not name the live index the lineage's newest pointer row records yet ({waited:.1f} s "
+            f"of serve.switch_grace_s {self.params.serve.switch_grace_s:g} s): a switch between its commit and its "
+            f"roll-forward; version {self._number()} keeps serving"
+        )
 
     def _number(self) -> int | None:
         return None if self.current is None else self.current.number

@@ -30,7 +30,22 @@ from components.indexing.version import GalleryVersion
 from flows.params import Params
 from flows.runtime.workspace import Workspace
 
-__all__ = ["LineageFacts", "ServedVersion", "lineage_facts", "load_version", "pointer_fingerprint"]
+__all__ = [
+    "LineageFacts",
+    "LiveSwitchPending",
+    "ServedVersion",
+    "lineage_facts",
+    "load_version",
+    "pointer_fingerprint",
+]
+
+
+class LiveSwitchPending(IndexIntegrityError):
+    """``live/CURRENT`` does not name the live index the lineage's newest pointer row records. Every switch commits
+    the lineage row first and rewrites CURRENT from it after (docs/commit-protocol.md), so a reader between the two
+    sees this for a few milliseconds; a switch killed between them leaves it until the next command or ``bctflow
+    doctor --repair`` rolls it forward. :class:`~flows.serving.swap.SwapManager` waits ``serve.switch_grace_s`` for
+    CURRENT to follow before it reports a failed reload."""
 
 
 @dataclass(frozen=True)
@@ -245,7 +260,7 @@ def load_version(ws: Workspace, params: Params, *, device: str, merge: str, stor
     live = LivePointer(ws.live_dir)
     pointer = live.pointer()
     if pointer is None or not live.matches(facts.index_path, generation=facts.generation):
-        raise IndexIntegrityError(
+        raise LiveSwitchPending(
             f"{live.pointer_path} does not name the live index the lineage records ({facts.index_path}); "
             "`bctflow doctor --repair` rewrites it from the lineage"
         )

@@ -60,6 +60,8 @@ class DatabaseStore(VectorStore):
         self._check_local()
         try:
             self._answer()
+        except ConfigError:  # already the one line (a Milvus Lite file another process holds)
+            raise
         except Exception as err:  # any failure to answer is one line
             first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
             raise ConfigError(self._unanswered(first)) from None

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.errors import IndexIntegrityError
+from components.errors import ConfigError, IndexIntegrityError
 
 __all__ = ["POLL_S", "STALLED_S", "client", "create_index", "forget", "may_miss", "release", "server_log"]
 
@@ -93,8 +93,26 @@ def client(uri: str, timeout: float) -> Any:
         else:  # Milvus Lite: its server starts in this process now
             Path(uri).parent.mkdir(parents=True, exist_ok=True)
             _log_server_to(server_log(uri))
-            _CLIENTS[uri] = MilvusClient(uri, timeout=timeout, grpc_options=_LITE_CHANNEL)
+            _CLIENTS[uri] = _lite_client(uri, timeout)
     return _CLIENTS[uri]
+
+
+def _lite_client(uri: str, timeout: float) -> Any:
+    """A client of the Milvus Lite file ``uri``, whose server starts in this process; ConfigError in one line when it
+    cannot (pymilvus says only "Open local milvus failed": the server's log has why, most often the file's lock,
+    which one process holds at a time — a second `bctflow serve` replica, or a backfill beside a serving one)."""
+    from pymilvus import MilvusClient
+    from pymilvus.exceptions import ConnectionConfigException
+
+    try:
+        return MilvusClient(uri, timeout=timeout, grpc_options=_LITE_CHANNEL)
+    except ConnectionConfigException as err:
+        raise ConfigError(
+            f"cannot open the Milvus Lite file {uri} ({err.message}; its server's log: {server_log(uri)}): Milvus "
+            "Lite serves a file to one process at a time, and another one (a `bctflow serve` replica, a backfill) may "
+            "hold it; stop that process, or put the gallery in a Milvus server (gallery.uri: http://host:19530) or "
+            "LanceDB to share it between processes"
+        ) from None
 
 
 def create_index(db: Any, collection: str, spec: Any, kind: str, metric: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from PIL import Image
 
 from components.errors import ConfigError
-from flows.serving.run import check_bind
+from flows.serving.run import check_bind, listen
 from tests.flows.serving.conftest import free_port, gallery_vectors, running
 
 
@@ -92,6 +93,29 @@ def test_binding_beyond_loopback_needs_a_token():
     check_bind("0.0.0.0", "secret")
     with pytest.raises(ConfigError, match="BCTFLOW_SERVE_TOKEN"):
         check_bind("0.0.0.0", None)
+
+
+def test_a_port_in_use_or_an_address_this_machine_lacks_is_refused_in_one_line():
+    """The service holds its port before it loads anything: a port another process listens on (another replica's) and
+    an address of no interface here are refused in one line; a held port is listened on (a connection waits)."""
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        with pytest.raises(
+            ConfigError, match=rf"^127\.0\.0\.1:{port} is already in use \(another `bctflow serve` replica"
+        ):
+            listen("127.0.0.1", port)
+        with pytest.raises(ConfigError, match=r"give each replica its own --port$"):
+            listen("localhost", port)
+    with pytest.raises(ConfigError, match=r"^cannot bind 192\.0\.2\.1:8000 \(.*\); pick a --host this machine has"):
+        listen("192.0.2.1", 8000)  # TEST-NET-1: no interface of this machine has it
+    held = listen("127.0.0.1", port)  # free again
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # accepted into the backlog before anything serves
+        with pytest.raises(ConfigError, match="already in use"):
+            listen("127.0.0.1", port)  # a second replica started beside one still loading
+    finally:
+        held.close()
 
 
 def test_a_token_guards_every_route_but_health(served_ws):

@@ -86,6 +86,6 @@ def rollback(
     console.print(
         f"the live gallery is version {res.version} again (embedded by generation {res.generation}; it accepts "
         f"queries of generations {res.compatible_generations}), in place of version {res.previous}; "
-        f"{res.seconds:.2f} s (the switch {res.switch_seconds:.2f} s)"
+        f"{res.seconds:.2f} s (the switch {res.switch_seconds:.2f} s); checked {res.checked}"
         + (f"; generation {promote} is production" if promote is not None else "")
     )

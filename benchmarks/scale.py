@@ -47,6 +47,10 @@ Writes ``DIR/scale.json`` and ``DIR/report.md``. Keys (seconds ``_s``, megabytes
   ``rollback_s``: ``bctflow rollback`` to generation 0's version and forward again, the slower of the two as the
   command reports it (the gate's checks of the restored version, then the switch); ``rollback_switch_s``: the
   slower switch alone (the lineage row, ``live/CURRENT``, the store's alias, the MLflow aliases);
+  ``rollback_checked``: how the gate showed the restored versions unchanged (``by its seal``: nothing read that grows
+  with the gallery; ``in full: …``: verified, its seconds growing with it); ``switch_check_s`` /
+  ``switch_check_files`` / ``switch_check_sealed``: the gate's seal check alone on the live version, the files it
+  stats, and whether it showed the version unchanged (:func:`benchmarks.scale_store.switch_check`);
 * ``partial_*``: the 10% uncertainty-ordered partial backfill (wall seconds, peak RSS, items, items/s);
   ``partial_vs_full_items_per_s``: its embedding items/s over the full backfill's (``backfill_items_per_s``), same run
   (both rates from the log lines, which leave out the start-up before the first batch: the same for 10% and 100%);
@@ -87,7 +91,15 @@ from benchmarks.eval_speed import measure_exact_eval
 from benchmarks.profile import load_profile
 from benchmarks.report import provenance_lines, write_run_report
 from benchmarks.scale_corpus import build_scale_corpus
-from benchmarks.scale_store import NAME, alias_flip, cosine_index, ingest_rate, search_speed, store_gallery
+from benchmarks.scale_store import (
+    NAME,
+    alias_flip,
+    cosine_index,
+    ingest_rate,
+    search_speed,
+    store_gallery,
+    switch_check,
+)
 from benchmarks.scale_workers import items_in_parts, past_half
 from benchmarks.scale_workers import workers_sweep as workers_sweep_run
 from components.data.catalog import create_dataset
@@ -108,6 +120,7 @@ __all__ = [
     "corpus_rate",
     "fresh_workspace",
     "projection",
+    "rollback_said",
     "run_child",
     "run_scale",
     "scale_params",
@@ -301,7 +314,7 @@ def run_scale(
     res["store_write_killed"] = bool(in_write) and resumed["killed"]
     res["resume_final_reembedded"] = corpus_rate(last["out"])[0] if in_write else None
     res.update(_after_resume(home))
-    res["rollback_s"], res["rollback_switch_s"] = _rollback_s(common, log)
+    res.update(_rollback_s(common, log))
     res["resume_expected"] = items - done
     res["resume_lost_at_most"] = chunk_size
     res["backfill_killed"] = killed["killed"]
@@ -333,31 +346,50 @@ def _after_resume(home: Path) -> dict[str, Any]:
     """Read from the store after the killed and resumed backfill: its serving corpus's rows, ids held twice, rows
     without a stamp (:meth:`Collection.audit <components.indexing.backend.Collection.audit>`); then the live alias
     moved to generation 0's corpus and back."""
-    live = LivePointer(Workspace(home).live_dir).serving_index()
+    pointer = LivePointer(Workspace(home).live_dir)
+    live = pointer.serving_index()
     collection = collection_at(live)
     audit = collection.audit()
     flip = alias_flip(live, GalleryVersion(home / "generations" / "gen_000").corpus_index, [0, 1])
+    checked = switch_check(GalleryVersion.of_index((pointer.pointer() or {})["index"]).root)
     collection.store.close()
     return {
         "rows_after_resume": audit["rows"],
         "duplicates_after_resume": audit["duplicates"],
         "unstamped_rows": audit["unstamped"],
         "alias_flip_s": flip,
+        **checked,
     }
 
 
-def _rollback_s(common: list[str], log: Callable[[str], None]) -> tuple[float, float]:
+def _rollback_s(common: list[str], log: Callable[[str], None]) -> dict[str, Any]:
     """``bctflow rollback`` to generation 0's gallery version (``--promote 0``) and forward again to the backfill's
-    (``--promote 1``): the larger of the two rollbacks' seconds as the command reports them — the gate's checks of
-    the restored version and the switch — and the larger of the two switches' alone (the lineage row, ``live/CURRENT``,
-    the store's alias, the MLflow aliases); not the process start-up."""
-    seconds, switch = [], []
+    (``--promote 1``): ``rollback_s``, the larger of the two rollbacks' seconds as the command reports them — the
+    gate's checks of the restored version and the switch —, ``rollback_switch_s``, the larger of the two switches'
+    alone (the lineage row, ``live/CURRENT``, the store's alias, the MLflow aliases); not the process start-up; and
+    ``rollback_checked``, how the gates showed the restored versions unchanged (``by its seal`` both times, or the
+    first other answer: ``in full: <why not by its seal>``, whose seconds grow with the gallery)."""
+    seconds, switch, checked = [], [], []
     for version in (0, 1):
         out = run_child(["rollback", *common, "--to", str(version), "--promote", str(version), "--by", "bench"], log)
-        found = re.search(r"; ([\d.]+) s \(the switch ([\d.]+) s\)", " ".join(out["out"].split()))  # unwrapped
-        seconds.append(float(found[1]))
-        switch.append(float(found[2]))
-    return max(seconds), max(switch)
+        took, switched, how = rollback_said(out["out"])
+        seconds.append(took)
+        switch.append(switched)
+        checked.append(how)
+    first = next((c for c in checked if c != "by its seal"), "by its seal")
+    return {"rollback_s": max(seconds), "rollback_switch_s": max(switch), "rollback_checked": first}
+
+
+def rollback_said(output: str) -> tuple[float, float, str]:
+    """(seconds, the switch's seconds, how the gate checked the version) from ``bctflow rollback``'s line ``… in place
+    of version K; S s (the switch W s); checked HOW[; generation G is production]``, however the console wrapped it."""
+    said = " ".join(output.split())
+    found = re.search(
+        r"; ([\d.]+) s \(the switch ([\d.]+) s\); checked (.*?)(?:; generation \d+ is production)?$", said
+    )
+    if found is None:
+        raise RuntimeError(f"bctflow rollback printed no seconds and check:\n{output[-2000:]}")
+    return float(found[1]), float(found[2]), found[3]
 
 
 def _planned_map(home: Path, raw: dict[str, Any]) -> dict[str, float | None]:

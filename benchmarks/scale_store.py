@@ -10,7 +10,10 @@ Milvus Lite file serves one process at a time: :func:`measure_store` closes it b
 * :func:`cosine_index` — the same index type over the corpus's cosine space (each item's spatial coordinates,
   unit-normalised), built by the same store: recall@10 (its manifest) and queries/s against flat;
 * :func:`alias_flip` — the store's live-alias move (:meth:`~components.indexing.backend.Collection.point_alias`)
-  to the previous version and back, the median single move;
+  to the previous version and back, the median single move (its work does not read the rows: the holder's
+  description and the state its build recorded);
+* :func:`switch_check` — what a switch to a gallery version checks before it moves anything (the rollback's gate: the
+  version's seal, :mod:`components.indexing.seal`), the median check, and whether it showed the version unchanged;
 * :func:`ingest_rate` — rows written into the store per second during its build (a database store's own
   ``write_seconds``; FAISS files: items over the index build).
 """
@@ -32,9 +35,11 @@ from components.geometry.space import unit_rows
 from components.indexing.backend import IndexOptions, SearchIndex, collection_at, open_index
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.parts import GalleryParts, PartWriter, StoredPart
+from components.indexing.seal import read_seal, unsealed
 from components.indexing.stores.faiss import GalleryIndex, IndexConfig
+from components.indexing.version import GalleryVersion
 
-__all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery"]
+__all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery", "switch_check"]
 
 #: a database store's address in the benchmark workspace (relative: the workspace's)
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}
@@ -132,6 +137,27 @@ def alias_flip(live: Path, previous: Path, generations: list[int], rounds: int =
             moves.append(time.perf_counter() - t0)
     assert now.aliased()
     return statistics.median(moves)
+
+
+def switch_check(version: Path, rounds: int = 5) -> dict[str, Any]:
+    """What a switch to the gallery version in the folder ``version`` (``live/index-v<k>``, ``generations/gen_NNN``)
+    checks before it moves anything: :func:`~components.indexing.seal.unsealed` against the seal's own sha256, as the
+    lineage pins it (the rollback's gate). ``switch_check_s``: the median seconds of ``rounds`` checks;
+    ``switch_check_files``: the files it stats (one per part: it grows with the gallery by one ``stat`` per
+    ``backfill.chunk_size`` rows); ``switch_check_sealed``: whether it showed the version unchanged (False: a rollback
+    to it verifies it in full, and its seconds grow with the gallery)."""
+    v = GalleryVersion(version)
+    seal, pinned = read_seal(v)
+    seconds, why = [], None
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        why = unsealed(v, pinned)
+        seconds.append(time.perf_counter() - t0)
+    return {
+        "switch_check_s": statistics.median(seconds),
+        "switch_check_files": len(seal.files),
+        "switch_check_sealed": why is None,
+    }
 
 
 def ingest_rate(manifest: dict[str, Any]) -> float:

@@ -199,6 +199,9 @@ class GalleryPointer(Base):
     collection: Mapped[str | None] = mapped_column(String(256), nullable=True)
     rows_by_generation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     index_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: sha256 of the gallery version's seal.json, what its switches check (revision 0011; None before it: a rollback to
+    #: the version verifies it in full)
+    seal_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class BackfillEvent(Base):

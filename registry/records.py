@@ -108,6 +108,8 @@ class PointerRecord:
     rows_by_generation: dict[str, int] | None = None
     #: the ANN index, {"index_type": …, its parameters} (None: recorded before revision 0007)
     index_params: dict[str, Any] | None = None
+    #: sha256 of the version's seal.json (components/indexing/seal.py; None: recorded before revision 0011)
+    seal_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if self.rows_by_generation is not None:  # the keys as the JSON column reads them back

@@ -15,6 +15,8 @@ searches, counts by generation, verifies, points the live gallery or drops a ver
 * :meth:`Collection.open`, :meth:`Collection.count_by_generation`, :meth:`Collection.verify`,
   :meth:`Collection.audit` (rows, duplicate ids and unstamped rows as the store itself holds them),
   :meth:`Collection.digest`, :meth:`Collection.facts` (what the lineage records of a live gallery);
+* :meth:`Collection.unchanged_since_built` — what a switch asks the store, in calls whose cost does not grow with
+  the gallery (no row read);
 * :meth:`Collection.point_alias` / :meth:`Collection.aliased` — the store's own live alias (a Milvus alias);
   ``live/CURRENT`` (:mod:`components.indexing.live`) stays bctflow's pointer with the lineage's facts and calls it;
 * :meth:`Collection.drop` — retention removes an old version's vectors.
@@ -184,6 +186,16 @@ class Collection(ABC):
     def digest(self) -> str:
         """The sha256 the lineage pins for the index attached in :attr:`out`: of its ``manifest.json``."""
         return file_sha256(self.out / ATTACHMENT)
+
+    def unchanged_since_built(self) -> str | None:
+        """What a switch asks the store about these vectors, in calls whose cost does not grow with the rows (no row
+        is read or counted): None when the store's own facts show them as built (a database store: the holder
+        exists with the attachment's generation, width and columns, and its O(1) state is the one the build
+        recorded), else one line saying why they may have changed — the caller then runs the full check
+        (:meth:`verify`). IndexIntegrityError where they certainly did (the holder is gone, or holds another
+        generation or width). FAISS files: None — their vectors are the version folder's files, which the version's
+        seal covers (:mod:`components.indexing.seal`)."""
+        return None
 
     def point_alias(self, known_generations: tuple[int, ...] | list[int]) -> None:  # noqa: B027
         """Move the store's own live alias to these vectors (refused for a generation not in ``known_generations``,

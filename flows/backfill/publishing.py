@@ -4,9 +4,10 @@ version, then switch the live gallery to it in one lineage transaction.
 :func:`publish` assembles each gallery the backfill keeps current — the evaluation gallery, and the serving corpus
 when there is one — the same way (full: the re-embedded parts; partial: the live store with them swapped in, part
 by part), builds and verifies its index (:func:`flows.gallery.pipeline.index_gallery`) in a fresh
-``live/index-vNNN`` and records which index serves; an interrupted run reuses it. :func:`switch` records the event
-and the new live pointer in one lineage transaction whose last act is the atomic rename of ``live/CURRENT``; the old
-version serves until then and is kept until retention removes it.
+``live/index-vNNN``, records which index serves and seals the version (:mod:`components.indexing.seal`: what its
+switches check, computed once here); an interrupted run reuses it. :func:`switch` records the event and the new live
+pointer (the seal's facts and sha256) in one lineage transaction whose last act is the atomic rename of
+``live/CURRENT``; the old version serves until then and is kept until retention removes it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from components.errors import IndexIntegrityError, LineageError
 from components.evaluation import gallery_metrics
 from components.evaluation.served import served_maps
 from components.faults import crash_point
-from components.indexing.backend import SearchIndex, collection_at, gallery_facts, open_index
+from components.indexing.backend import SearchIndex, collection_at, open_index
 from components.indexing.live import LivePointer
 from components.indexing.parts import PartWriter, append_stores, link_store, mix_stores
 from components.indexing.reader import PartReader
+from components.indexing.seal import read_seal, seal_version
 from components.indexing.version import GalleryVersion
 from components.io import atomic_write_text, file_sha256
 from flows.backfill.plan import BackfillGallery, BackfillPlan
@@ -110,6 +112,10 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         done = json.loads(record.read_text())
         index = ws.home / done["index"]  # stored relative to the workspace (absolute before)
         open_index(index)  # still intact?
+        try:
+            read_seal(GalleryVersion.of_index(index))
+        except IndexIntegrityError:  # published before seals, or its seal damaged: the version verified, sealed now
+            seal_version(GalleryVersion.of_index(index))
         return index, done["metrics"]
     version_dir = LivePointer(ws.live_dir).next_version_dir()
     staging = version_dir.with_name(f".{version_dir.name}.tmp")
@@ -134,6 +140,7 @@ def publish(plan: BackfillPlan) -> tuple[Path, dict[str, float]]:
         metrics.update(_measure(plan, gallery, store, index))
     shutil.copy2(gallery_model_checkpoint(plan), staging / "gallery_model.pt")
     version.record_serving(p.gallery.source)
+    seal_version(version)  # what its switches will check, computed now that every gallery was read
     staging.rename(version_dir)
     rel = GalleryVersion(version_dir).evaluation_index.relative_to(ws.home).as_posix()
     atomic_write_text(record, json.dumps({"index": rel, "metrics": metrics}))
@@ -185,6 +192,7 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             )
         event = _backfill_record(plan, index_dir, metrics)
         model_ckpt = str(index_dir.parent / "gallery_model.pt")
+        seal, seal_sha256 = read_seal(GalleryVersion.of_index(index_dir))  # the serving vectors' facts, sealed
         pointer = PointerRecord(
             plan.target,
             str(index_dir),
@@ -195,7 +203,8 @@ def switch(plan: BackfillPlan, index_dir: Path, metrics: dict[str, float]) -> in
             model_sha256=file_sha256(model_ckpt),
             index_sha256=collection_at(index_dir).digest(),
             gallery_sha256=PartReader(GalleryVersion.of_index(index_dir).evaluation_gallery()).digest(),
-            **asdict(gallery_facts(GalleryVersion.serving_index_of(index_dir))),
+            seal_sha256=seal_sha256,
+            **asdict(seal.facts),
         )
         retire = (
             [g.id for g in store.generations() if g.id < plan.target and g.status == "serving"]

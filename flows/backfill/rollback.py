@@ -11,7 +11,9 @@ incompatible generation the earlier gallery accepts none of the new production's
 generation it accepts production in the same transaction (a retired one serves again). Refused, each in one line,
 nothing changed: no earlier version, a version never live, the live one, one retention removed
 (``gallery.keep_versions``), one whose files or store rows no longer verify or whose index changed since it was live
-(the lineage's sha256), and one that would not accept production's queries.
+(the lineage's sha256), and one that would not accept production's queries. The gate's check of the restored
+version does not grow with its rows: the facts its publish step sealed (:func:`_verify`,
+:mod:`components.indexing.seal`); it verifies in full only a version its seal does not show unchanged.
 
 A rollback is one lineage transaction (:meth:`registry.lineage.LineageDB.record_rollback`): a new newest pointer
 row, a copy of the version's last one (its index, model, ζ, compatible generations and pins); the retired
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from components.errors import ConfigError, IndexIntegrityError, LineageError
 from components.indexing.backend import collection_at, gallery_facts
+from components.indexing.seal import unsealed
 from components.indexing.version import GalleryVersion
 from flows.params import Params
 from flows.params.specs import gallery_store
@@ -47,7 +50,9 @@ class RolledBack:
     """What a rollback did: from which version to which, the generation whose embeddings fill the restored gallery,
     the generations whose queries it accepts, the new pointer row, its wall seconds (the gate's checks, the lineage
     row and the moves) and ``switch_seconds``, those of the switch alone (from the lineage row to the last move: the
-    time the lineage, ``live/CURRENT``, the store's alias and the MLflow aliases may disagree)."""
+    time the lineage, ``live/CURRENT``, the store's alias and the MLflow aliases may disagree); ``checked``: how the
+    gate showed the restored version unchanged since publish (``by its seal``, or ``in full: <why not by its seal>``:
+    :func:`_verify`)."""
 
     previous: int
     version: int
@@ -56,6 +61,7 @@ class RolledBack:
     pointer_id: int
     seconds: float
     switch_seconds: float
+    checked: str
 
 
 def gallery_versions(store: LineageDB) -> dict[int, GalleryPointer]:
@@ -67,15 +73,26 @@ def _retained(versions: dict[int, GalleryPointer], current: int) -> list[int]:
     return [k for k, row in sorted(versions.items()) if k != current and Path(row.index_path).is_dir()]
 
 
-def _verify(k: int, row: GalleryPointer) -> None:
-    """Version ``k``'s indexes (evaluation and serving) are what they were: the store holds their rows (a database
-    store: the holder, its width and its row total; its rows per generation stamp, 36 s of a 1M-row Milvus Lite
-    rollback's 37, are ``bctflow doctor``'s to compare), and the evaluation index's attachment is the one the lineage
-    pinned."""
+def _verify(k: int, row: GalleryPointer) -> str:
+    """Version ``k``'s indexes (evaluation and serving) are what they were when it was published; returns how that
+    was shown (``"by its seal"``, or ``"in full: <why its seal did not show it>"``).
+
+    Checked at switch time, in work that does not grow with the gallery (:func:`~components.indexing.seal.unsealed`):
+    the version's ``seal.json`` is the file the lineage pinned; every file it serves from (index files, attachments,
+    part stores, ``serving.json``) has the size and modification time it was sealed with; each ``manifest.json`` its
+    sealed sha256, the evaluation index's the lineage's; each database store's holder exists with the attachment's
+    generation, width and columns and the state its build recorded (LanceDB: the table version). Checked only by the
+    full verify — here when the seal does not show the version unchanged (published before seals, a copy that did not
+    keep modification times, a file changed), and by ``bctflow doctor`` on the live version — the files' contents
+    against their sha256 pins and the store's row total (FAISS files: every part's sha256, the index file's on
+    load); the rows per generation stamp (36 s of a 1M-row Milvus Lite rollback's 37 when the gate counted them) are
+    doctor's alone. A version whose files changed since publish is refused by the full verify, or by the pin."""
     index = Path(row.index_path)
     try:
-        for out in dict.fromkeys((index, GalleryVersion.serving_index_of(index))):
-            collection_at(out).verify(by_generation=False)
+        why = unsealed(GalleryVersion.of_index(index), row.seal_sha256)
+        if why is not None:
+            for out in dict.fromkeys((index, GalleryVersion.serving_index_of(index))):
+                collection_at(out).verify(by_generation=False)
     except IndexIntegrityError as err:
         raise IndexIntegrityError(f"gallery version {k} cannot serve again: {err}") from None
     if row.index_sha256 and collection_at(index).digest() != row.index_sha256:
@@ -83,6 +100,7 @@ def _verify(k: int, row: GalleryPointer) -> None:
             f"gallery version {k}'s index changed since it was live ({index} does not match the lineage's sha256); "
             "restore the folder from a backup or roll back to another version"
         )
+    return "by its seal" if why is None else f"in full: {why}"
 
 
 def _target(store: LineageDB, versions: dict[int, GalleryPointer], current: int, to: int | None) -> int:
@@ -149,7 +167,7 @@ def rollback(
         row = versions[k]
         accepted = sorted(int(g) for g in (row.compatible_generations or [row.generation_id]))
         _promotable(store, k, accepted, promote)
-        _verify(k, row)
+        checked = _verify(k, row)
         text = f"rollback to gallery version {k} by {by}" + (f": {reason}" if reason else "")
         # a row written before lineage revision 0007 names no store: the facts from the version's attachment
         facts = {} if row.store else asdict(gallery_facts(GalleryVersion.serving_index_of(row.index_path)))
@@ -159,4 +177,6 @@ def rollback(
         pointer_id = store.record_rollback(pointer, accepted, promote, by)
         roll_forward(ws, params, store)  # live/CURRENT, the store's alias, the MLflow aliases, the versions' states
         done = time.perf_counter()
-    return RolledBack(current, k, int(row.generation_id), accepted, pointer_id, done - started, done - switched)
+    return RolledBack(
+        current, k, int(row.generation_id), accepted, pointer_id, done - started, done - switched, checked
+    )

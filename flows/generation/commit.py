@@ -17,8 +17,9 @@ from typing import Any
 
 from components.errors import LineageError
 from components.faults import crash_point
-from components.indexing.backend import collection_at, gallery_facts
+from components.indexing.backend import collection_at
 from components.indexing.parts import GalleryParts
+from components.indexing.seal import seal_version
 from components.indexing.version import GalleryVersion
 from components.io import file_sha256
 from flows.generation.registration import promoted
@@ -88,10 +89,11 @@ def _pointer(
     plan: GenerationPlan, store: LineageDB, record: GenerationRecord, compatible: bool, index_dir: Path
 ) -> PointerRecord | None:
     """The new live pointer: generation 0 embeds the gallery (its index ``index_dir``, staged, pinned by the sha256
-    of its manifest; its evaluation gallery as the generation row pins it; where its serving vectors live, read from
-    the serving index's attachment); a compatible generation may query it; else unchanged."""
+    of its manifest; its evaluation gallery as the generation row pins it; the version sealed
+    (:mod:`components.indexing.seal`) and its seal pinned, where its serving vectors live as the seal recorded them);
+    a compatible generation may query it; else unchanged."""
     if plan.parent is None:
-        served = gallery_facts(GalleryVersion.serving_index_of(index_dir))
+        seal, seal_sha256 = seal_version(GalleryVersion.of_index(index_dir))  # what its switches check, once
         return PointerRecord(
             plan.gen_id,
             record.index_path,
@@ -102,7 +104,8 @@ def _pointer(
             model_sha256=record.checkpoint_sha256,
             index_sha256=collection_at(index_dir).digest(),
             gallery_sha256=record.gallery_sha256,
-            **asdict(served),
+            seal_sha256=seal_sha256,
+            **asdict(seal.facts),
         )
     if not compatible:
         return None

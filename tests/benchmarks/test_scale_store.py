@@ -15,11 +15,13 @@ from benchmarks.scale_store import (
     ingest_rate,
     search_speed,
     store_gallery,
+    switch_check,
 )
 from components.errors import ConfigError
 from components.geometry import create_space, expmap0
 from components.indexing.backend import IndexOptions, vector_store
 from tests.components.indexing.test_backend import stamped_store
+from tests.components.indexing.test_seal import _version
 
 
 def test_the_cosine_view_is_the_unit_spatial_part_of_lorentz_points():
@@ -78,3 +80,19 @@ def test_an_unknown_store_is_refused_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match=r"^unknown gallery store 'qdrant'; available: .*faiss.*lancedb.*milvus"):
         run_scale(1000, "hnsw", tmp_path / "out", work=tmp_path / "work", store="qdrant")
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_switch_check_is_timed_on_a_sealed_version_and_says_when_its_seal_does_not_show_it_unchanged(tmp_path):
+    import os
+
+    from components.indexing.seal import seal_version
+
+    version = _version(tmp_path / "index-v001")
+    seal, _ = seal_version(version)
+    checked = switch_check(version.root, rounds=3)
+    # 2 × (3 parts, store.json, index.faiss, manifest.json), serving.json
+    assert checked["switch_check_sealed"] is True and checked["switch_check_files"] == len(seal.files) == 13
+    assert 0 < checked["switch_check_s"] < 1.0
+    part = sorted((version.corpus_store / "parts").iterdir())[0]
+    os.utime(part, ns=(part.stat().st_atime_ns, part.stat().st_mtime_ns + 1))
+    assert switch_check(version.root, rounds=1)["switch_check_sealed"] is False

@@ -195,3 +195,22 @@ def test_revision_0009_adds_the_route_choices_table_and_a_lineage_before_it_has_
     assert upgraded.upgraded == [f"migrated 0008_bridges → {schema_version.head_revision()}"]
     assert upgraded.route_choices() == [] and [g.id for g in upgraded.generations()] == [0, 1]
     upgraded.close()
+
+
+def test_revision_0011_pins_each_versions_seal_and_rows_before_it_read_none(db_url):
+    store = LineageDB(db_url)
+    pointer = PointerRecord(0, "/i/0/index", "g0", compatible_generations=[0], seal_sha256="f" * 64)
+    store.commit_generation(GenerationBundle(generation_record(0), pointer=pointer))
+    assert store.live_pointer().seal_sha256 == "f" * 64
+    assert PointerRecord.of_row(store.live_pointer()).seal_sha256 == "f" * 64  # a rollback's new row pins it too
+    store.close()
+    engine = create_engine(db_url)
+    schema_version.downgrade(engine, "0010_nights")  # the lineage as the previous bctflow wrote it
+    assert "seal_sha256" not in {c["name"] for c in inspect(engine).get_columns("gallery_pointers")}
+    engine.dispose()
+    with pytest.raises(LineageError, match=r"older than .*run `bctflow db-upgrade`"):
+        LineageDB(db_url)
+    upgraded = LineageDB(db_url, upgrade=True)
+    assert upgraded.upgraded == [f"migrated 0010_nights → {schema_version.head_revision()}"]
+    assert upgraded.live_pointer().seal_sha256 is None  # unknown: a rollback to it verifies it in full
+    upgraded.close()

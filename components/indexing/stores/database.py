@@ -4,12 +4,14 @@ build, writes, checks, audit, alias moves and retention against its attachment.
 A database store (``milvus``, ``lancedb``) is a :class:`DatabaseStore`: a connection to a database that holds one
 *holder* (:attr:`DatabaseStore.holder`: a Milvus collection, a LanceDB table) of :data:`~components.indexing.stores.
 db_rows.GALLERY_ROW` rows per gallery version, and a live alias naming one of them. Its collections are
-:class:`DatabaseCollection`\\ s: the build (write every part, upsert by id; finish; index; measure recall; attach), the
-light check of every open and alias move (the holder's rows, generation and width as attached), the full verify
-(rows per generation stamp), the audit and the drop are written here once; a store supplies the database calls
+:class:`DatabaseCollection`\\ s: the build (write every part, upsert by id; finish; index; measure recall; attach,
+recording the holder's state last), the light check of every open (the holder's rows, generation and width as
+attached), the switch's check, whose calls do not grow with the rows (the holder's description and recorded state:
+:meth:`DatabaseCollection.unchanged_since_built`, what an alias move checks), the full verify (rows per generation
+stamp), the audit and the drop are written here once; a store supplies the database calls
 (:meth:`DatabaseCollection._described`, :meth:`~DatabaseCollection._create`, :meth:`~DatabaseCollection._upsert`,
 :meth:`~DatabaseCollection._index`, the counts and reads, :meth:`~DatabaseCollection._searchable`,
-:meth:`~DatabaseCollection._move_alias`).
+:meth:`~DatabaseCollection._move_alias`, :meth:`~DatabaseCollection._holder_state`).
 """
 
 from __future__ import annotations
@@ -175,6 +177,13 @@ class DatabaseCollection(Collection):
     def _move_alias(self) -> None:
         """Point the store's live alias at this holder."""
 
+    def _holder_state(self) -> dict[str, Any]:
+        """The holder's state as the database tells it in one call whose cost does not grow with its rows (LanceDB:
+        its table version, which every write moves), recorded in the attachment when the build ends (``extra.holder``)
+        and compared at every switch (:meth:`unchanged_since_built`). Default: ``{}``, a database that tells nothing
+        of the kind — its switches check the holder's existence, facts and columns only."""
+        return {}
+
     # ---------------------------------------------------------------- writes
     def _facts(self) -> dict[str, Any]:
         """The holder's facts, once its columns are the declared gallery row's (checked at every open)."""
@@ -240,7 +249,8 @@ class DatabaseCollection(Collection):
             extra={"options": self.store.options, "alias": alias_name(self.name), **written},
         )  # fmt: skip
         measured = measure_recall(self._searchable(manifest), parts, options.recall_queries)
-        replace(measured, build_seconds=time.perf_counter() - t0).save(self.out)
+        sealed = {**measured.extra, "holder": self._holder_state()}  # last: the state the switches compare with
+        replace(measured, build_seconds=time.perf_counter() - t0, extra=sealed).save(self.out)
         self._manifest = None
         return self.open()
 
@@ -262,9 +272,9 @@ class DatabaseCollection(Collection):
         self._facts()
         return self._counts(sorted(m.counts_by_generation))
 
-    def _rows_match(self) -> StoreManifest:
-        """The light check of every open and alias move: the holder exists with the attachment's generation and
-        width, holds gallery rows and their count (rows per generation: :meth:`verify`)."""
+    def _as_attached(self) -> StoreManifest:
+        """The holder exists with the attachment's generation and width and bctflow's gallery columns (one
+        description of it: no row read); the attachment."""
         m = self.manifest
         facts = self._facts()
         if facts["dim"] != m.dim or facts["generation"] != m.generation:
@@ -273,6 +283,20 @@ class DatabaseCollection(Collection):
                 f"{self.out}/manifest.json says generation {m.generation} at width {m.dim}; rebuild that gallery "
                 "version"
             )
+        return m
+
+    def unchanged_since_built(self) -> str | None:
+        m = self._as_attached()
+        built = m.extra.get("holder")
+        if built is None:
+            return f"{self.out}/manifest.json records no state of the {self.what} (built before bctflow recorded one)"
+        now = self._holder_state()
+        return None if now == built else f"the {self.what} is at {now}, it was built at {built}"
+
+    def _rows_match(self) -> StoreManifest:
+        """The light check of every open (and of a switch the store cannot vouch for in O(1)): the holder as
+        attached (:meth:`_as_attached`), holding the attachment's row count (rows per generation: :meth:`verify`)."""
+        m = self._as_attached()
         total = self._total(expect=m.count)
         if total != m.count:
             raise IndexIntegrityError(
@@ -310,14 +334,17 @@ class DatabaseCollection(Collection):
 
     # ---------------------------------------------------------------- alias
     def point_alias(self, known_generations: tuple[int, ...] | list[int]) -> None:
-        """Move the live alias here: only to a generation the lineage knows, its rows as attached."""
+        """Move the live alias here: only to a generation the lineage knows, the holder as attached. Its work does not
+        grow with the rows: the holder's description and recorded state (:meth:`unchanged_since_built`); its row
+        count only where that state differs from the build's or was never recorded."""
         m = self.manifest
         if m.generation not in set(known_generations):
             raise IndexIntegrityError(
                 f"the {self.what} holds generation {m.generation}'s gallery, which the lineage does not know; the live "
                 "alias stays where it is (point it only at a committed generation's version)"
             )
-        self._rows_match()
+        if self.unchanged_since_built() is not None:
+            self._rows_match()
         self._move_alias()
 
     def aliased(self) -> bool:

@@ -13,8 +13,10 @@ kill ends with one row per id) and building the index of ``gallery.index_options
 against exact search is measured and the attachment ``manifest.json`` written — the build, checks and alias rules
 every database store shares (:mod:`components.indexing.stores.database`). The live alias is the one-row table
 ``<gallery.name>_live`` (collection, generation), rewritten at each move — each move a new version of that table, its
-history the alias's — and the live table's version is tagged ``live``. Refused with one line, nothing written: a
-write of another width or geometry, of an unaccepted stamp, into the live table or a table that does not exist.
+history the alias's — and the live table's version is tagged ``live``. The table's version when its build ends is
+recorded in the attachment: a switch to it compares that number, and counts the rows only where it moved. Refused
+with one line, nothing written: a write of another width or geometry, of an unaccepted stamp, into the live table or
+a table that does not exist.
 """
 
 from __future__ import annotations
@@ -171,6 +173,12 @@ class LanceTable(DatabaseCollection):
             return ids, gallery_rows(vecs, manifest.space)
 
         return DatabaseIndex(manifest, fetch, int(manifest.params.get("rerank", 1)))
+
+    def _holder_state(self) -> dict[str, Any]:
+        """The table's version: every write (add, merge_insert, delete, update, index, compaction) makes a new one,
+        and opening the table reads its latest manifest, not its rows; tags (the ``live`` tag of an alias move) are
+        not versions."""
+        return {"version": int(self._table().version)}
 
     def _move_alias(self) -> None:
         import pyarrow as pa

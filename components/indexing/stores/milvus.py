@@ -14,8 +14,9 @@ id), flushing, building the index of ``gallery.index_options`` (``index_type`` H
 and loading it; the recall@10 against exact search is measured and the attachment ``manifest.json`` written — the
 build, checks and alias rules every database store shares (:mod:`components.indexing.stores.database`). The live
 alias ``<gallery.name>_live`` is moved by Milvus's ``alter_alias``, only to a collection of a generation the lineage
-knows. Refused with one line, nothing changed: a write of another width or geometry, of an unaccepted generation,
-into the live collection, or into a collection that does not exist.
+knows, after one description of it (its existence, facts and columns: no row count,
+:meth:`MilvusCollection._holder_state`). Refused with one line, nothing changed: a write of another width or
+geometry, of an unaccepted generation, into the live collection, or into a collection that does not exist.
 
 The connection — one client per URI, a Milvus Lite file's server log, an index build waited for — is
 :mod:`components.indexing.stores.milvus_client`.
@@ -138,11 +139,12 @@ class MilvusCollection(DatabaseCollection):
         return db
 
     def _total(self, expect: int | None = None) -> int:
-        """The collection's rows: confirmed from its statistics when they say ``expect`` (``get_collection_stats``:
-        0.07-0.11 s at 100k rows, no load; exact after upserts and flushed deletes in Milvus Lite), else counted
-        exactly (``count(*)``, which needs the collection loaded: its first touch in a new process took 0.5-1.0 s at
-        100k rows in Milvus Lite). A Milvus server's statistics may still count deleted rows until compaction, so a
-        deletion can pass this check there; ``bctflow doctor``'s exact counts per generation find it."""
+        """The collection's rows: confirmed from its statistics when they say ``expect`` (``get_collection_stats``;
+        exact after upserts and flushed deletes in Milvus Lite, where it walks every primary key, O(rows)), else
+        counted exactly (``count(*)``, which needs the collection loaded). A Milvus
+        server's statistics may still count deleted rows until compaction, so a deletion can pass this check there;
+        ``bctflow doctor``'s exact counts per generation find it. Not asked at a switch
+        (:meth:`_holder_state`)."""
         db = self.store._db()
         if expect is not None and int(db.get_collection_stats(self.name)["row_count"]) == expect:
             return expect
@@ -199,6 +201,16 @@ class MilvusCollection(DatabaseCollection):
         return DatabaseIndex(manifest, fetch, rerank)
 
     # ---------------------------------------------------------------- alias
+    def _holder_state(self) -> dict[str, Any]:
+        """Nothing: Milvus tells no state of a collection's rows in a call whose cost does not grow with them. Milvus
+        Lite's statistics and index description count the rows by walking every primary key (milvus-lite's
+        ``num_entities``, O(rows): the one statistics call per move made the alias move grow from 0.10 s at 100k
+        rows to 0.95 s at 1M), and a server's statistics count deleted rows until compaction. A switch therefore
+        checks the collection's existence, its ``bctflow.facts`` and its columns (``describe_collection``); rows
+        deleted or rewritten since the build are found by the next open (the query service's load: the row total)
+        and by ``bctflow doctor`` (rows per generation)."""
+        return {}
+
     def _move_alias(self) -> None:
         alias, db = alias_name(self.name), self.store._db()
         try:  # one call where the alias exists (every move but the first)

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from prefect.settings import PREFECT_API_URL
 
+from components.errors import IndexIntegrityError
 from components.faults import KILL_ENV
-from components.indexing.backend import collection_at
+from components.indexing.backend import collection_at, open_index
 from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.live import LivePointer
 from components.indexing.parts import GalleryParts
@@ -29,6 +30,7 @@ from flows.params import load_params
 from flows.recovery.reconcile import inspect_workspace
 from flows.runtime.workspace import Workspace
 from tests.helpers import first_generation, run_backfill, run_generation
+from tests.store_reads import store_reads
 
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}
 CHUNK = 64  # backfill.chunk_size: the evaluation gallery in several parts
@@ -175,9 +177,73 @@ def test_a_rollback_on_a_database_store_moves_its_alias_back_and_forth_with_the_
     ws, p = Workspace(home), load_params(params)
     with ws.lineage(p, readonly=True) as lineage:
         assert Path(lineage.live_pointer().index_path).parent.name == "index-v001"  # the backfill test ran first
-    back = rollback(p, ws, to=0, promote=0, by="t")
-    assert (back.previous, back.version, back.generation) == (1, 0, 0)
+    with store_reads() as reads:  # the gate and the switch: no row of the store read, counted or loaded
+        back = rollback(p, ws, to=0, promote=0, by="t")
+    assert (back.previous, back.version, back.generation, back.checked) == (1, 0, 0, "by its seal")
+    assert reads.rows_read() == [] and home / "generations" / "gen_000" / "seal.json" in reads.opened  # the spy was on
     _agree(home, params, "chain_g0_v0", 0)
-    forward = rollback(p, ws, promote=2, by="t")
+    with store_reads() as reads:
+        forward = rollback(p, ws, promote=2, by="t")
     assert (forward.previous, forward.version, forward.compatible_generations) == (0, 1, [2])
+    assert forward.checked == "by its seal" and reads.rows_read() == []
+    _agree(home, params, "chain_g2_v1", 2)
+
+
+def _pointers(ws: Workspace, p) -> tuple[int, dict]:
+    """(the lineage's pointer rows, live/CURRENT): what a refused rollback leaves as it was."""
+    with ws.lineage(p, readonly=True) as lineage:
+        return len(lineage.live_pointers()), LivePointer(ws.live_dir).pointer()
+
+
+def test_a_row_deleted_from_a_retained_version_is_refused_by_lancedb_at_the_switch_and_by_milvus_when_opened(
+    milvus_chain,
+):
+    """One row of version 0's holder deleted behind bctflow's back. LanceDB: the table's version moved from the one its
+    build recorded, so the rollback counts its rows and refuses it, nothing changed; restored to the built version (a
+    new version again), the rollback verifies it in full and restores it. Milvus tells no such state in O(1) (its
+    Lite statistics walk every primary key): the switch checks the collection's existence and description only and
+    passes; the first open of the version — the query service's load — counts its rows and refuses it, and doctor
+    names it; the row written back, everything agrees."""
+    home, params = milvus_chain
+    ws, p = Workspace(home), load_params(params)
+    g0 = home / "generations" / "gen_000" / "index"
+    vectors = collection_at(g0)
+    m = StoreManifest.load(g0)
+    before = _pointers(ws, p)
+    gone = int(GalleryParts(GalleryVersion(g0.parent).evaluation_gallery()).column("ids")[0])
+    if p.gallery.store == "lancedb":
+        table = vectors.store._db().open_table("chain_g0_v0")
+        built = m.extra["holder"]["version"]
+        table.delete(f"id = {gone}")
+        with pytest.raises(IndexIntegrityError) as err:
+            rollback(p, ws, to=0, promote=0, by="t")
+        assert str(err.value) == (
+            f"gallery version 0 cannot serve again: the LanceDB table chain_g0_v0 holds {m.count - 1} rows, "
+            f"{g0}/manifest.json says {m.count}; rebuild that gallery version (bctflow backfill)"
+        )
+        assert _pointers(ws, p) == before  # nothing changed
+        table.restore(built)  # the rows as built, in a new version of the table
+        back = rollback(p, ws, to=0, promote=0, by="t")
+        moved = vectors.store._db().open_table("chain_g0_v0").version
+        assert back.checked == (
+            f"in full: the LanceDB table chain_g0_v0 is at {{'version': {moved}}}, it was built at "
+            f"{{'version': {built}}}"
+        )
+    else:
+        row = vectors.store._db().get("chain_g0_v0", ids=[gone], output_fields=["id", "generation", "model", "vector"])
+        vectors.store._db().delete("chain_g0_v0", ids=[gone])
+        vectors.store._db().flush("chain_g0_v0")
+        back = rollback(p, ws, to=0, promote=0, by="t")
+        assert back.checked == "by its seal"  # existence, facts and columns: as built
+        with pytest.raises(IndexIntegrityError, match=f"the Milvus collection chain_g0_v0 holds {m.count - 1} rows, "):
+            open_index(g0)  # what the query service's load runs before it serves the version
+        found = [f.what for f in inspect_workspace(ws, p)]
+        assert found == [
+            f"the live gallery's vectors are not what their manifest says: the Milvus collection chain_g0_v0 holds "
+            f"{m.count - 1} rows, {g0}/manifest.json says {m.count}; rebuild that gallery version (bctflow backfill)"
+        ]
+        vectors.store._db().upsert("chain_g0_v0", row)
+        vectors.store._db().flush("chain_g0_v0")
+    _agree(home, params, "chain_g0_v0", 0)
+    rollback(p, ws, promote=2, by="t")  # the module's workspace as it was
     _agree(home, params, "chain_g2_v1", 2)

@@ -7,6 +7,7 @@ refusal is one line and changes nothing. The database stores' rollbacks: tests/f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from flows.params import load_params
 from flows.recovery.reconcile import inspect_workspace
 from flows.runtime.workspace import Workspace
 from tests.helpers import copy_workspace, run_backfill, run_generation, write_params
+from tests.store_reads import store_reads
 
 G0_GALLERY = Path("generations") / "gen_000" / "index"
 V1 = Path("live") / "index-v001" / "index"
@@ -76,6 +78,7 @@ def test_a_rollback_past_a_full_backfill_promotes_a_generation_the_old_gallery_a
     assert _state(home, params) == before
     done = rollback(p, ws, promote=0, by="alice", reason="recall dropped")
     assert (done.previous, done.version, done.generation, done.compatible_generations) == (1, 0, 0, [0])
+    assert done.checked == "by its seal"  # sealed at generation 0's commit, pinned on its pointer row
     assert 0 < done.switch_seconds < done.seconds  # the switch is the part after the gate's checks
     assert _live_index(home) == home / G0_GALLERY
     assert _state(home, params)[1:] == (str(home / G0_GALLERY), 0, {0: "serving", 1: "serving"})
@@ -87,7 +90,51 @@ def test_a_rollback_past_a_full_backfill_promotes_a_generation_the_old_gallery_a
     # and forward again: the default is the version live before this one
     again = rollback(p, ws, promote=1, by="alice")
     assert (again.previous, again.version, again.compatible_generations) == (0, 1, [1])
+    assert again.checked == "by its seal"  # sealed by the backfill's publish step
     assert _live_index(home) == home / V1 and inspect_workspace(ws, p) == []
+
+
+def test_a_rollback_reads_no_row_of_the_version_it_restores_and_a_file_touched_since_its_seal_is_verified_in_full(
+    backfilled,
+):
+    """The gate checks what the version's publish step sealed — the seal against the lineage's pin, each file's size
+    and modification time, the manifests' sha256 — so no part and no FAISS index file is opened, whatever the
+    gallery's size. A part whose modification time moved (same bytes) is not what was sealed: that rollback verifies
+    the version in full (every part's sha256, the index file read), says so, and restores it."""
+    home, params = backfilled
+    p, ws = load_params(params), Workspace(home)
+    _to(home, params, 1, 1)
+    with store_reads() as reads:
+        back = rollback(p, ws, to=0, promote=0, by="t")
+    assert back.checked == "by its seal" and reads.rows_read() == []
+    assert {f.name for f in reads.opened if home / "generations" in f.parents} <= {"seal.json", "manifest.json",
+                                                                                   "serving.json"}  # fmt: skip
+    part = sorted((home / V1).parent.glob("gallery/parts/part-*.npz"))[0]
+    st = part.stat()
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the same bytes, touched
+    with store_reads() as reads:
+        forward = rollback(p, ws, to=1, promote=1, by="t")
+    assert forward.checked.startswith(f"in full: {part} changed since the version was sealed ({st.st_size} bytes ")
+    assert f"opened {part}" in reads.rows_read() and any(r.startswith("faiss.read_index") for r in reads.rows_read())
+    assert _live_index(home) == home / V1 and inspect_workspace(ws, p) == []
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))  # the module's workspace as it was
+
+
+def test_the_command_prints_its_seconds_and_how_it_checked_the_version_as_the_scale_bench_reads_them(backfilled):
+    from typer.testing import CliRunner
+
+    from bctflow.cli import app
+    from benchmarks.scale import rollback_said
+
+    home, params = backfilled
+    _to(home, params, 1, 1)
+    for version in (0, 1):
+        args = ["--home", str(home), "--params", str(params), "--to", str(version), "--promote", str(version)]
+        res = CliRunner().invoke(app, ["rollback", *args, "--by", "t"])
+        assert res.exit_code == 0, res.output
+        seconds, switch, checked = rollback_said(res.output)
+        assert 0 < switch < seconds and checked == "by its seal"
+        assert f"generation {version} is production" in " ".join(res.output.split())
 
 
 def test_a_version_never_live_or_the_live_one_is_refused_in_one_line_and_nothing_changes(backfilled):

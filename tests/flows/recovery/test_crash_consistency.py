@@ -176,6 +176,28 @@ def test_a_backfill_killed_at_each_commit_step_in_turn_is_finished_by_the_same_c
         assert store.live_pointer().generation_id == 1 and len(store.backfills()) == 1  # never run twice
 
 
+def test_a_backfill_killed_before_its_commit_whose_seal_was_damaged_seals_the_version_anew_and_commits(g1):
+    """Killed between its publish step and its lineage transaction, the published version's ``seal.json`` then
+    damaged: the same command's publish step finds the seal unreadable (the switch would refuse it in one line),
+    verifies the published version, seals it anew, and the switch commits with that seal pinned — a rollback to it
+    checks it by the seal."""
+    from components.indexing.seal import SEAL, read_seal, unsealed
+    from components.indexing.version import GalleryVersion
+
+    home, params = g1
+    killed = _bctflow(["backfill", "--generation", "1"], home, params, kill_at="backfill.before_sql")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    version = GalleryVersion(home / "live" / "index-v001")
+    (version.root / SEAL).write_text("{}")
+    again = _bctflow(["backfill", "--generation", "1"], home, params)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    _assert_consistent(home, params, ["g0", "g1"])
+    with Workspace(home).lineage(load_params(params), readonly=True) as store:
+        ptr = store.live_pointer()
+    assert Path(ptr.index_path) == version.evaluation_index and len(store.backfills()) == 1
+    assert ptr.seal_sha256 == read_seal(version)[1] and unsealed(version, ptr.seal_sha256) is None
+
+
 def test_kills_at_random_instants_then_the_same_command_finishes(g0):
     """Kills at random moments (fixed seed), not only at the named boundaries: a generation and then a backfill are
     started until each was SIGKILLed after a random delay (an attempt that finishes first is simply a rerun; at most

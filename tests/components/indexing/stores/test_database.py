@@ -28,6 +28,7 @@ from components.indexing.parts import StoredPart
 from components.indexing.stores import db_index
 from components.indexing.stores.db_index import StoreManifest
 from tests.components.indexing.test_backend import stamped_store
+from tests.store_reads import store_reads
 
 NAMES = {"milvus": ("Milvus collection", "m.db"), "lancedb": ("LanceDB table", "lance")}
 
@@ -97,6 +98,70 @@ def test_the_alias_moves_to_known_generations_only(db, tmp_path):
     one.drop()  # retention: not the live one
     with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_alias_g1_v0 does not exist"):
         one.verify()
+
+
+def test_an_alias_move_reads_no_row_and_counts_only_where_the_holder_is_not_as_built(db, tmp_path):
+    """Moving the live alias asks the store for the holder's description and the state its build recorded
+    (:meth:`unchanged_since_built`): no row read, counted or loaded, at any size. An attachment that records no state
+    (built before bctflow recorded one) is confirmed by the row count instead — the spy sees that read."""
+    import json
+
+    _, out1, _ = _build(db, tmp_path, "t_flip_g1_v0", generation=1, stamps=(1,))
+    _, out2, _ = _build(db, tmp_path, "t_flip_g2_v1", generation=2, stamps=(2,))
+    one, two = db.collection("t_flip_g1_v0", out1), db.collection("t_flip_g2_v1", out2)
+    assert one.unchanged_since_built() is None and two.unchanged_since_built() is None
+    with store_reads() as reads:
+        for target in (one, two, one, two):
+            target.point_alias([1, 2])
+    assert two.aliased() and reads.rows_read() == []
+    body = json.loads((out1 / "manifest.json").read_text())
+    del body["extra"]["holder"]
+    (out1 / "manifest.json").write_text(json.dumps(body))
+    unknown = db.collection("t_flip_g1_v0", out1)
+    assert unknown.unchanged_since_built() == (
+        f"{out1}/manifest.json records no state of the {NAMES[db.name][0]} t_flip_g1_v0 (built before bctflow "
+        "recorded one)"
+    )
+    with store_reads() as reads:
+        unknown.point_alias([1, 2])
+    counted = {"milvus": "milvus get_collection_stats t_flip_g1_v0", "lancedb": "lancedb count_rows t_flip_g1_v0"}
+    assert counted[db.name] in reads.rows_read() and unknown.aliased()
+
+
+def test_a_holder_changed_since_its_build_is_seen_by_lancedb_at_the_switch_and_by_milvus_when_opened(db, tmp_path):
+    """A row deleted behind bctflow's back: LanceDB's table version moved, so the switch's check says so and the alias
+    move counts the rows and refuses, the alias where it was. Milvus tells no O(1) state of a collection's rows: the
+    switch's check (existence, facts, columns) passes, and the next open counts them and refuses. A holder gone is
+    refused by both at the switch."""
+    _, out, _ = _build(db, tmp_path, "t_gone_g1_v0", generation=1, stamps=(1,))
+    _, live_out, _ = _build(db, tmp_path, "t_gone_g1_v1", generation=1, stamps=(1,))
+    db.collection("t_gone_g1_v1", live_out).point_alias([1])
+    changed = db.collection("t_gone_g1_v0", out)
+    gone = 1000  # the first item's id (stamped_store)
+    refusal = (
+        f"the {NAMES[db.name][0]} t_gone_g1_v0 holds 299 rows, {out}/manifest.json says 300; rebuild that gallery "
+        "version (bctflow backfill)"
+    )
+    if db.name == "lancedb":
+        table = db._db().open_table("t_gone_g1_v0")
+        built = table.version
+        table.delete(f"id = {gone}")
+        assert changed.unchanged_since_built() == (
+            f"the LanceDB table t_gone_g1_v0 is at {{'version': {built + 1}}}, it was built at {{'version': {built}}}"
+        )
+        with pytest.raises(IndexIntegrityError) as err:
+            changed.point_alias([1])
+        assert str(err.value) == refusal and db.live_collection("t_gone_g1_v0") == "t_gone_g1_v1"
+    else:
+        db._db().delete("t_gone_g1_v0", ids=[gone])
+        db._db().flush("t_gone_g1_v0")
+        assert changed.unchanged_since_built() is None  # existence, facts and columns as built
+        with pytest.raises(IndexIntegrityError) as err:
+            open_index(out)
+        assert str(err.value) == refusal
+    db.collection("t_gone_g1_v0", out)._remove()
+    with pytest.raises(IndexIntegrityError, match=f"{NAMES[db.name][0]} t_gone_g1_v0 does not exist"):
+        changed.unchanged_since_built()
 
 
 def _rows(n: int, d: int, generation: int, geometry: str = "euclidean") -> StoredPart:
@@ -174,8 +239,9 @@ def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itse
 
 
 def test_the_light_verify_checks_the_row_total_and_the_full_one_the_rows_per_generation(db, tmp_path):
-    """``verify(by_generation=False)`` (the rollback's gate) reads the holder's row total only: a row restamped
-    behind bctflow's back passes it and fails the full verify (doctor's); a row deleted fails both."""
+    """``verify(by_generation=False)`` (a rollback's gate where the version's seal does not show it unchanged) reads
+    the holder's row total only: a row restamped behind bctflow's back passes it and fails the full verify
+    (doctor's); a row deleted fails both."""
     parts, out, _ = _build(db, tmp_path, "t_light_g1_v0", stamps=(0, 1))
     first = next(parts.parts())
     restamp = int(first.gallery.ids[np.flatnonzero(first.stamps == 1)[0]])

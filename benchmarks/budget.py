@@ -31,6 +31,7 @@ from benchmarks.common_reference import nan_for_none, p_com_common, p_up_common,
 from benchmarks.profile import BudgetPoint, Profile, load_profile
 from benchmarks.run import run_benchmark
 from components.errors import ConfigError
+from components.evaluation import ILL_CONDITIONED
 
 __all__ = ["WHERE", "budget_points", "run_budget", "summarise_budget"]
 
@@ -130,6 +131,7 @@ def _point_summary(pt: BudgetPoint, doc: dict[str, Any]) -> tuple[dict[str, Any]
                 "p_com_common": seed_stats(p_com_common(cross, old, ref)),
                 "p_up_common": seed_stats(p_up_common(new, ref)),
                 "abs_gain": seed_stats(cross - old),
+                "p_com_common_denominator": seed_stats(ref - old),
                 "p_com_per_head": seed_stats(np.array([nan_for_none(r["p_com"]["map"]) for r in mine])),
             }
         )
@@ -170,14 +172,7 @@ def summarise_budget(out: Path, profile: str, params_path: Path, command: str) -
         facts, mine = _point_summary(pt, json.loads(path.read_text()))
         doc_points.append(base | facts)
         entries += mine
-    ordering = {
-        p["budget"]: sorted(
-            (e["method"] for e in entries if e["budget"] == p["budget"]),
-            key=lambda m, b=p["budget"]: -_mean(entries, b, m),
-        )
-        for p in doc_points
-        if p["status"] == "measured"
-    }
+    ordering = {p["budget"]: _order(entries, p["budget"]) for p in doc_points if p["status"] == "measured"}
     return {
         "command": command,
         "profile": prof.name,
@@ -190,13 +185,15 @@ def summarise_budget(out: Path, profile: str, params_path: Path, command: str) -
     }
 
 
-def _mean(entries: list[dict[str, Any]], budget: str, method: str) -> float:
-    """The mean common P_com of ``method`` at ``budget`` (−inf where undefined), the ordering's key."""
-    for e in entries:
-        if e["budget"] == budget and e["method"] == method:
-            m = e["p_com_common"]["mean"]
-            return float("-inf") if m is None else float(m)
-    return float("-inf")
+def _order(entries: list[dict[str, Any]], budget: str) -> dict[str, Any]:
+    """The methods at ``budget`` from best to worst: by common P_com where every denominator (φ* self − old self) is
+    at least ILL_CONDITIONED, else by the absolute gain cross − old self (a φ* no better than the old models, as at
+    a budget too small for φ* to train, makes every P_com meaningless), and which of the two ordered them."""
+    mine = [e for e in entries if e["budget"] == budget]
+    den = [e["p_com_common_denominator"]["mean"] for e in mine]
+    by = "p_com_common" if all(d is not None and d >= ILL_CONDITIONED for d in den) else "abs_gain"
+    ranked = sorted(mine, key=lambda e: -(e[by]["mean"] if e[by]["mean"] is not None else float("-inf")))
+    return {"by": by, "methods": [e["method"] for e in ranked]}
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks.budget import summarise_budget, write_json
 from benchmarks.report import fmt, provenance_lines
+from components.evaluation import ILL_CONDITIONED
 from components.io import atomic_write_text
 from flows.runtime import describe_run
 
@@ -28,9 +29,10 @@ def _entry(doc: dict[str, Any], budget: str, method: str) -> dict[str, Any] | No
 
 
 def _moves(doc: dict[str, Any]) -> list[str]:
-    """Lines on the ordering: each measured budget's, and which pairs swap between consecutive budgets."""
-    order = doc["ordering"]
-    lines = [f"- {b}: " + " > ".join(ms) for b, ms in order.items()]
+    """Lines on the ordering: each measured budget's (and by what), and which pairs swap between consecutive
+    budgets."""
+    order = {b: o["methods"] for b, o in doc["ordering"].items()}
+    lines = [f"- {b}: " + " > ".join(ms) + f" (by {doc['ordering'][b]['by']})" for b, ms in order.items()]
     budgets = list(order)
     for a, b in itertools.pairwise(budgets):
         ra, rb = ({m: i for i, m in enumerate(order[x])} for x in (a, b))
@@ -68,12 +70,22 @@ def render(doc: dict[str, Any]) -> list[str]:
         cells = []
         for p in measured:
             e = _entry(doc, p["budget"], m)
-            cells.append("—" if e is None else f"{_pm(e['p_com_common'])} ({_pm(e['p_up_common'])})")
+            ill = e is not None and not (e["p_com_common_denominator"]["mean"] or 0.0) >= ILL_CONDITIONED
+            cells.append(
+                "—" if e is None else f"{_pm(e['p_com_common'])}{' ⚠' if ill else ''} ({_pm(e['p_up_common'])})"
+            )
         first = next(e for e in doc["entries"] if e["method"] == m)
         c = first["config"]
         opts = " ".join(f"{k}={v}" for k, v in c["options"].items())
         lines.append(f"| {m} | {c['head']} λ={c['weight']:g} {opts} | " + " | ".join(cells) + " |")
-    lines += ["", "Absolute gain (cross − old self, mAP), no denominator:", ""]
+    lines += [
+        "",
+        f"⚠: the denominator φ* self − old self is below {ILL_CONDITIONED:g} (or negative): φ* is no better than the "
+        "old model at this budget, and the ratio means nothing; read the absolute gain.",
+        "",
+        "Absolute gain (cross − old self, mAP), no denominator:",
+        "",
+    ]
     lines += ["| method | " + " | ".join(p["budget"] for p in measured) + " |", "|---|" + "---:|" * len(measured)]
     for m in methods:
         cells = [_pm(e["abs_gain"], 4) if (e := _entry(doc, p["budget"], m)) else "—" for p in measured]

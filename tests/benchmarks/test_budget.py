@@ -81,13 +81,16 @@ def test_every_entry_is_measured_against_the_best_validation_phi_star_of_its_poi
             assert e["p_com_common"]["values"][i] == pytest.approx(want)
             assert e["p_up_common"]["values"][i] == pytest.approx(p_up(r["self"]["map"], ref["test"]))
             assert e["abs_gain"]["values"][i] == pytest.approx(r["cross"]["map"] - r["old_self"]["map"])
+            assert e["p_com_common_denominator"]["values"][i] == pytest.approx(ref["test"] - r["old_self"]["map"])
             assert e["steps"] == r["roles"]["new"]["steps"]
     for r in rows:  # the old model is held to the criterion (or trained to 8x its epochs), φ* keeps the budget
         assert r["roles"]["old"]["train_accuracy"] >= 0.3 or r["roles"]["old"]["epochs"] == 8
         assert r["roles"]["ref"]["epochs"] == r["roles"]["new"]["epochs"] == 1
     assert measured["roles"]["old"]["min_train_accuracy"] == min(r["roles"]["old"]["train_accuracy"] for r in rows)
-    want_order = sorted(doc["entries"], key=lambda e: -e["p_com_common"]["mean"])
-    assert doc["ordering"] == {"n30-e1": [e["method"] for e in want_order]}
+    dens = [e["p_com_common_denominator"]["mean"] for e in doc["entries"]]
+    by = "p_com_common" if all(d >= 0.05 for d in dens) else "abs_gain"  # a φ* no better than the old: the gain
+    want_order = sorted(doc["entries"], key=lambda e: -e[by]["mean"])
+    assert doc["ordering"] == {"n30-e1": {"by": by, "methods": [e["method"] for e in want_order]}}
 
 
 def test_the_report_shows_each_point_and_says_which_could_not_run(tiny_study):
@@ -107,7 +110,8 @@ def test_the_ordering_names_the_pairs_that_swap_between_budgets():
         stats = {"mean": value, "std": None, "values": [value]}
         config = {"head": "h", "weight": 1.0, "options": {}}
         return {"budget": budget, "method": method, "steps": 10, "config": config, "seeds": [0],
-                "p_com_common": stats, "p_up_common": stats, "abs_gain": stats}  # fmt: skip
+                "p_com_common": stats, "p_up_common": stats, "abs_gain": stats,
+                "p_com_common_denominator": stats}  # fmt: skip
 
     doc = {
         "profile": "p",
@@ -116,11 +120,14 @@ def test_the_ordering_names_the_pairs_that_swap_between_budgets():
         "reference_rule": "r",
         "points": [],
         "entries": [entry("a", "x", 0.3), entry("a", "y", 0.2), entry("b", "x", 0.1), entry("b", "y", 0.4)],
-        "ordering": {"a": ["x", "y"], "b": ["y", "x"]},
+        "ordering": {
+            "a": {"by": "p_com_common", "methods": ["x", "y"]},
+            "b": {"by": "abs_gain", "methods": ["y", "x"]},
+        },
     }
     lines = render(doc)
-    assert "- a → b: swapped: x / y" in lines
-    doc["ordering"]["b"] = ["x", "y"]
+    assert "- a → b: swapped: x / y" in lines and "- b: y > x (by abs_gain)" in lines
+    doc["ordering"]["b"]["methods"] = ["x", "y"]
     assert "- a → b: the same order" in render(doc)
 
 

@@ -90,7 +90,12 @@ def render(doc: dict[str, Any]) -> list[str]:
     for m in methods:
         cells = [_pm(e["abs_gain"], 4) if (e := _entry(doc, p["budget"], m)) else "—" for p in measured]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    lines += ["", "## The ordering by P_com common, and what moved", "", *_moves(doc)]
+    lines += [
+        "",
+        "## The ordering (by P_com common, or by the gain where a denominator is ⚠), and what moved",
+        "",
+        *_moves(doc),
+    ]
     lines += ["", "## Each point's φ* and roles", ""]
     for p in doc["points"]:
         if p["status"] != "measured":

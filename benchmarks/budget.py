@@ -194,8 +194,3 @@ def _order(entries: list[dict[str, Any]], budget: str) -> dict[str, Any]:
     by = "p_com_common" if all(d is not None and d >= ILL_CONDITIONED for d in den) else "abs_gain"
     ranked = sorted(mine, key=lambda e: -(e[by]["mean"] if e[by]["mean"] is not None else float("-inf")))
     return {"by": by, "methods": [e["method"] for e in ranked]}
-
-
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -5,23 +5,18 @@ budget.png (P_com against the new model's SGD steps, one line per method)."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.budget import summarise_budget, write_json
-from benchmarks.report import fmt, provenance_lines
+from benchmarks.budget import summarise_budget
+from benchmarks.common_reference_report import mean_pm
+from benchmarks.report import provenance_lines
 from components.evaluation import ILL_CONDITIONED
 from components.io import atomic_write_text
 from flows.runtime import describe_run
 
 __all__ = ["write_budget"]
-
-
-def _pm(s: dict[str, Any], d: int = 3) -> str:
-    """``mean ± std`` of a seed_stats dict (the mean alone for one seed; "—" when undefined)."""
-    if s["mean"] is None:
-        return "—"
-    return fmt(s["mean"], d) + (f" ± {s['std']:.{d}f}" if s.get("std") is not None else "")
 
 
 def _entry(doc: dict[str, Any], budget: str, method: str) -> dict[str, Any] | None:
@@ -72,7 +67,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             e = _entry(doc, p["budget"], m)
             ill = e is not None and not (e["p_com_common_denominator"]["mean"] or 0.0) >= ILL_CONDITIONED
             cells.append(
-                "—" if e is None else f"{_pm(e['p_com_common'])}{' ⚠' if ill else ''} ({_pm(e['p_up_common'])})"
+                "—" if e is None else f"{mean_pm(e['p_com_common'])}{' ⚠' if ill else ''} ({mean_pm(e['p_up_common'])})"
             )
         first = next(e for e in doc["entries"] if e["method"] == m)
         c = first["config"]
@@ -88,7 +83,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     ]
     lines += ["| method | " + " | ".join(p["budget"] for p in measured) + " |", "|---|" + "---:|" * len(measured)]
     for m in methods:
-        cells = [_pm(e["abs_gain"], 4) if (e := _entry(doc, p["budget"], m)) else "—" for p in measured]
+        cells = [mean_pm(e["abs_gain"], 4) if (e := _entry(doc, p["budget"], m)) else "—" for p in measured]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -152,7 +147,8 @@ def write_budget(out: Path, profile: str, params_path: Path, command: str) -> Pa
     """Summarise ``profile``'s budget points under ``out`` into ``out/<profile>/budget/``; returns its report.md."""
     doc = summarise_budget(out, profile, params_path, command) | {"provenance": describe_run()}
     folder = out / doc["profile"] / "budget"
-    write_json(folder / "budget.json", doc)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "budget.json", json.dumps(doc, indent=1) + "\n")
     if doc["entries"]:
         plot(doc, folder / "budget.png")
     md = folder / "report.md"

@@ -25,8 +25,9 @@ from flows.runtime import describe_run, provenance_line
 __all__ = ["floor_lines", "frontier_lines", "lead_lines", "plot_frontier", "render", "write_common_reference"]
 
 
-def _pm(s: dict[str, Any], d: int = 3) -> str:
-    """A ``_stats`` dict as "mean ± std"."""
+def mean_pm(s: dict[str, Any], d: int = 3) -> str:
+    """A :func:`~benchmarks.common_reference.seed_stats` dict as "mean ± std" (the mean alone for one seed, "—" when
+    undefined)."""
     if s["mean"] is None:
         return "—"
     return f"{s['mean']:.{d}f}" + ("" if s["std"] is None else f" ± {s['std']:.{d}f}")
@@ -83,9 +84,10 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"| {n}{'' if m['ranked'] else ' ‡'} | {m['configuration'] or 'training-free'} | "
-            f"{', '.join(map(str, m['seeds']))} | {_pm(m['abs_gain'], 4)} | **{_pm(m['p_com_common'])}**{ill} | "
-            f"{_pm(m['p_com_common_denominator'], 4)} | {_pm(m['p_up_common'])} | {_pm(m['p_com_per_head'])} | "
-            f"{_pm(m['p_up_per_head'])} | {_pm(m['p_com_common_overall'])} | {_pm(m['p_up_common_overall'])} | "
+            f"{', '.join(map(str, m['seeds']))} | {mean_pm(m['abs_gain'], 4)} | "
+            f"**{mean_pm(m['p_com_common'])}**{ill} | {mean_pm(m['p_com_common_denominator'], 4)} | "
+            f"{mean_pm(m['p_up_common'])} | {mean_pm(m['p_com_per_head'])} | {mean_pm(m['p_up_per_head'])} | "
+            f"{mean_pm(m['p_com_common_overall'])} | {mean_pm(m['p_up_common_overall'])} | "
             f"{vs} | {p} |"
         )
     lines += [

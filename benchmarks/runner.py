@@ -372,7 +372,8 @@ class Bench:
         TrainingDivergedError, from its record too."""
         assert req.old is not None and req.reference is not None, "a record measures a model against both parents"
         old_key, ref_key = req.old.key, req.reference.key
-        key = self.model_ref(label, req).key
+        new = self.model_ref(label, req)
+        key = new.key
         rec = self.records.get(key, old_key, ref_key) if self.records is not None else None
         if rec is None:
             old, ref = self.load(req.old), self.load(req.reference)
@@ -383,7 +384,7 @@ class Bench:
             if self.records is not None:
                 self.records.put(rec)
         if not rec.roles and rec.diverged is None and all(self.is_cached(k) for k in (key, old_key, ref_key)):
-            roles = {"old": req.old, "ref": req.reference, "new": self.model_ref(label, req)}
+            roles = {"old": req.old, "ref": req.reference, "new": new}
             rec = replace(rec, roles={role: self.training_summary(m) for role, m in roles.items()})
             if self.records is not None:  # a record made before roles were recorded gains them from the cache
                 self.records.put(rec)

@@ -12,7 +12,7 @@ generation it accepts production in the same transaction (a retired one serves a
 nothing changed: no earlier version, a version never live, the live one, one retention removed
 (``gallery.keep_versions``), one whose files or store rows no longer verify or whose index changed since it was live
 (the lineage's sha256), and one that would not accept production's queries. The gate's check of the restored
-version does not grow with its rows: the facts its publish step sealed (:func:`_verify`,
+version does not grow with its rows: the facts its publish step sealed (:func:`check_version`,
 :mod:`components.indexing.seal`); it verifies in full only a version its seal does not show unchanged.
 
 A rollback is one lineage transaction (:meth:`registry.lineage.LineageDB.record_rollback`): a new newest pointer
@@ -40,7 +40,7 @@ from registry.lineage import LineageDB
 from registry.orm import GalleryPointer
 from registry.records import PointerRecord
 
-__all__ = ["RolledBack", "gallery_versions", "rollback"]
+__all__ = ["RolledBack", "check_version", "gallery_versions", "rollback"]
 
 _REASON_CHARS = 256  # gallery_pointers.reason
 
@@ -52,7 +52,7 @@ class RolledBack:
     row and the moves) and ``switch_seconds``, those of the switch alone (from the lineage row to the last move: the
     time the lineage, ``live/CURRENT``, the store's alias and the MLflow aliases may disagree); ``checked``: how the
     gate showed the restored version unchanged since publish (``by its seal``, or ``in full: <why not by its seal>``:
-    :func:`_verify`)."""
+    :func:`check_version`)."""
 
     previous: int
     version: int
@@ -73,7 +73,7 @@ def _retained(versions: dict[int, GalleryPointer], current: int) -> list[int]:
     return [k for k, row in sorted(versions.items()) if k != current and Path(row.index_path).is_dir()]
 
 
-def _verify(k: int, row: GalleryPointer) -> str:
+def check_version(k: int, row: GalleryPointer) -> str:
     """Version ``k``'s indexes (evaluation and serving) are what they were when it was published; returns how that
     was shown (``"by its seal"``, or ``"in full: <why its seal did not show it>"``).
 
@@ -167,7 +167,7 @@ def rollback(
         row = versions[k]
         accepted = sorted(int(g) for g in (row.compatible_generations or [row.generation_id]))
         _promotable(store, k, accepted, promote)
-        checked = _verify(k, row)
+        checked = check_version(k, row)
         text = f"rollback to gallery version {k} by {by}" + (f": {reason}" if reason else "")
         # a row written before lineage revision 0007 names no store: the facts from the version's attachment
         facts = {} if row.store else asdict(gallery_facts(GalleryVersion.serving_index_of(row.index_path)))

@@ -196,29 +196,102 @@ class DatabaseCollection(Collection):
         row). Refused with one line, nothing written: the holder does not exist, is the live one, or the rows are of
         another width or geometry, or stamped with a generation it does not accept
         (:func:`~components.indexing.stores.db_rows.stored_rows`)."""
+        self._upsert(*self._prepared(part, model))
+
+    def _prepared(self, part: StoredPart, model: str) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+        """``part`` as the holder stores it: (ids, stamps, marks, rows), checked (:meth:`write`)."""
         facts = self._facts()
         rows = stored_rows(self.what, facts, part, live=self.aliased())
         stamps = part.stamps.astype(np.int64)
         marks = [model if s == facts["generation"] else f"g{s}" for s in stamps.tolist()]
-        self._upsert(part.gallery.ids.astype(np.int64), stamps, marks, rows)
+        return part.gallery.ids.astype(np.int64), stamps, marks, rows
+
+    # ---------------------------------------------------------------- the bulk path
+    #: rows per commit of the bulk path (whole parts are grouped up to about this many)
+    bulk_rows: ClassVar[int] = 1 << 20
+
+    def _append(self, rows: list[tuple[np.ndarray, np.ndarray, list[str], np.ndarray]]) -> None:
+        """Append the prepared parts ``rows`` to the holder as one atomic commit (all of them or none, also under
+        SIGKILL). A store with such a bulk path overrides this and :meth:`_marks`."""
+        raise NotImplementedError
+
+    @property
+    def _has_bulk_path(self) -> bool:
+        return type(self)._append is not DatabaseCollection._append
+
+    def _bulk_prefix(self, parts: GalleryParts, model: str) -> int | None:
+        """How many of ``parts``' rows the holder already holds as a prefix of whole parts that an earlier, killed
+        build appended (0: an empty holder): its row count is a part boundary, the prefix's first and last rows are
+        there with this model's marks and the next part's first row is not. None where the bulk path cannot resume
+        it — no bulk path, rows that are not such a prefix (another model's) — and every part is upserted instead."""
+        if not self._has_bulk_path:
+            return None
+        held = self._total()
+        if held == 0:
+            return 0
+        sizes = [len(p) for p in parts.parts()]
+        bounds = np.cumsum([0, *sizes])
+        k = int(np.searchsorted(bounds, held))
+        if k >= len(bounds) or bounds[k] != held:
+            return None
+        want, absent = {}, None  # the prefix's first and last rows, with their marks; the next part's first row
+        for i, part in enumerate(parts.parts()):
+            if i in (0, k - 1):
+                ids, _, marks, _ = self._prepared(part, model)
+                want |= {int(ids[0]): marks[0], int(ids[-1]): marks[-1]}
+            if i == k:
+                absent = int(part.gallery.ids[0])
+                break
+        found = self._marks([*want, *([] if absent is None else [absent])])
+        return held if found == want else None
+
+    def _marks(self, ids: list[int]) -> dict[int, str]:
+        """The model mark of each of the holder's rows whose id is in ``ids`` (the bulk path's resume check)."""
+        raise NotImplementedError
 
     def _write_parts(self, parts: GalleryParts) -> dict[str, Any]:
-        """Write every part of ``parts`` (:meth:`write`, upsert by id), each row marked with the model that embedded
-        it; the crash points ``store.after_part`` (after each part) and ``store.half_written`` (after the part that
-        takes the rows written past half; ``store.half_written.<collection>``: only in that collection's build) let
-        the fault-injection tests kill a build there. Returns the build's ``write_seconds`` (the write calls; a
-        Milvus flush after them is not counted), ``rows_written`` and ``model`` (the mark, '' for an assembled
-        store), which the attachment records (``extra``)."""
-        model, written, total = model_of(parts), 0, len(parts)
+        """Write every part of ``parts``, each row marked with the model that embedded it: by the store's bulk path
+        where it has one and the holder is empty or holds a prefix of whole parts the bulk path appended (groups of
+        whole parts, about :attr:`bulk_rows` rows, each one atomic commit: a killed build leaves whole groups, and the
+        next build appends from there); else part by part, upserted by id (:meth:`write`). The crash points
+        ``store.after_part`` (after each part or group) and ``store.half_written`` (after the write that takes the
+        rows written past half; ``store.half_written.<collection>``: only in that collection's build) let the
+        fault-injection tests kill a build there. Returns what the attachment records (``extra``): the build's
+        ``write_seconds`` (the write calls; a Milvus flush after them is not counted), ``rows_written`` (by this
+        build), ``model`` (the mark, '' for an assembled store), ``write_path`` (``bulk`` or ``rows``) and
+        ``rows_resumed`` (the bulk path's rows an earlier, killed build had committed)."""
+        model, total = model_of(parts), len(parts)
+        held = self._bulk_prefix(parts, model)
         t0 = time.perf_counter()
+        seen = in_group = 0
+        committed = held or 0
+        group: list[tuple[np.ndarray, np.ndarray, list[str], np.ndarray]] = []
         for part in parts.parts():
-            before, written = written, written + len(part)
-            self.write(part, model)
+            seen += len(part)
+            if seen <= committed:  # appended by the killed build this one resumes
+                continue
+            if held is None:
+                self.write(part, model)
+            else:
+                group.append(self._prepared(part, model))
+                in_group += len(part)
+                if in_group < self.bulk_rows and seen < total:
+                    continue
+                self._append(group)
+                group, in_group = [], 0
+            before, committed = committed, seen
             crash_point("store.after_part")
-            if 2 * before < total <= 2 * written:
+            if 2 * before < total <= 2 * committed:
                 crash_point("store.half_written")
                 crash_point(f"store.half_written.{self.name}")
-        return {"write_seconds": time.perf_counter() - t0, "rows_written": written, "model": model}
+        written = committed - (held or 0)
+        return {
+            "write_seconds": time.perf_counter() - t0,
+            "rows_written": written,
+            "model": model,
+            "write_path": "rows" if held is None else "bulk",
+            "rows_resumed": held or 0,
+        }
 
     def build(
         self, parts: GalleryParts, *, generation: int, options: IndexOptions, compatible: list[int] | None = None

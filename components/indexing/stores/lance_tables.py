@@ -105,21 +105,32 @@ class LanceTable(DatabaseCollection):
     def _remove(self) -> None:
         self.store._db().drop_table(self.name)
 
+    def _arrow(self, ids: np.ndarray, stamps: np.ndarray, marks: list[str], rows: np.ndarray, schema: Any) -> Any:
+        """Prepared rows as a pyarrow table of the holder's ``schema``."""
+        import pyarrow as pa
+
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), rows.shape[1])
+        return pa.table({"id": ids, "generation": stamps, "model": marks, "vector": vectors}, schema=schema)
+
     def _upsert(self, ids: np.ndarray, stamps: np.ndarray, marks: list[str], rows: np.ndarray) -> None:
+        t = self._table()
+        data = self._arrow(ids, stamps, marks, rows, t.schema)
+        t.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+    def _append(self, rows: list[tuple[np.ndarray, np.ndarray, list[str], np.ndarray]]) -> None:
+        """One ``add`` of every prepared part as a stream of Arrow record batches: Lance writes the data files, then
+        commits one table version (a SIGKILL before the commit leaves the table as it was)."""
         import pyarrow as pa
 
         t = self._table()
-        width = rows.shape[1]
-        data = pa.table(
-            {
-                "id": ids,
-                "generation": stamps,
-                "model": marks,
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), width),
-            },
-            schema=t.schema,
-        )
-        t.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+        schema = t.schema
+        batches = (b for r in rows for b in self._arrow(*r, schema).to_batches())
+        t.add(pa.RecordBatchReader.from_batches(schema, batches))
+
+    def _marks(self, ids: list[int]) -> dict[int, str]:
+        got = self._table().search().where(f"id IN ({', '.join(map(str, ids))})").select(["id", "model"])
+        res = got.limit(None).to_arrow()
+        return dict(zip(res["id"].to_pylist(), res["model"].to_pylist()))
 
     def _index(self, space: Space, n: int) -> tuple[str, dict[str, Any]]:
         """Build the vector index (none below ``_MIN_INDEXED`` rows: exhaustive search); the type built."""

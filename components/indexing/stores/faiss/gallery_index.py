@@ -36,6 +36,7 @@ import faiss
 import numpy as np
 
 from components.errors import IncompatibleQueryError, IndexIntegrityError
+from components.faults import crash_point
 from components.geometry import Space
 from components.indexing.recall import ExactTopK, recall_at_k
 from components.indexing.stores.faiss import index_types as it
@@ -216,6 +217,8 @@ class GalleryIndex:
             added += len(ids)
             if on_progress is not None:
                 on_progress(added)
+            if cfg.approximate and 2 * (added - len(ids)) < ledger.count <= 2 * added:
+                crash_point("index.half_added")  # the fault-injection tests' kill half-way through the adding pass
         if exact is not None:
             ledger.same_as(check)
         else:

@@ -27,6 +27,7 @@ from components.indexing.gallery import GalleryEmbeddings
 from components.indexing.parts import StoredPart
 from components.indexing.stores import db_index
 from components.indexing.stores.db_index import StoreManifest
+from components.indexing.stores.db_rows import facts_of
 from tests.components.indexing.test_backend import stamped_store
 from tests.store_reads import store_reads
 
@@ -213,6 +214,49 @@ def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once
     reader = f"from components.indexing.backend import open_index; print(open_index({str(out)!r}).ntotal)"
     opened = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=300)
     assert opened.stdout.strip().endswith("900"), opened.stderr[-3000:]
+
+
+def test_lancedb_appends_whole_parts_in_bulk_and_a_killed_bulk_build_resumes_from_the_first_part_it_lacks(tmp_path):
+    """LanceDB's bulk path: groups of whole parts, one commit each. SIGKILL (``store.half_written``) in another
+    process after the group that takes the rows past half, then the same build here: the table held whole groups,
+    this build appends only the rest (``rows_resumed``), and ends with each item once, stamped."""
+    parts = stamped_store(tmp_path / "gallery", n=900, d=8, geometry="euclidean", stamps=(0,))
+    sizes = [len(p) for p in parts.parts()]
+    out, name, uri = tmp_path / "index", "t_bulk_g0_v0", str(tmp_path / "lance")
+    build = (
+        "from pathlib import Path; from components.indexing.backend import IndexOptions, vector_store; "
+        "from components.indexing.parts import GalleryParts; "
+        "from components.indexing.stores.lance_tables import LanceTable; LanceTable.bulk_rows = 300; "
+        f"vector_store('lancedb', {uri!r}).collection({name!r}, Path({str(out)!r})).build("
+        f"GalleryParts(Path({str(parts.path)!r})), generation=0, options=IndexOptions(recall_queries=50))"
+    )
+    env = {**os.environ, KILL_ENV: "store.half_written"}
+    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+    db = vector_store("lancedb", uri)
+    held = db.collection(name, out)._total()
+    assert held in np.cumsum(sizes)[:-1] and 2 * held >= 900  # whole parts, at least half of them
+    again = db.collection(name, out)
+    again.build(parts, generation=0, options=IndexOptions(recall_queries=50))
+    extra = again.manifest.extra
+    assert (extra["write_path"], extra["rows_resumed"], extra["rows_written"]) == ("bulk", held, 900 - held)
+    assert again.audit() == {"rows": 900, "duplicates": 0, "unstamped": 0}
+
+
+def test_rows_the_bulk_path_did_not_append_are_upserted_not_resumed(tmp_path):
+    """A LanceDB table holding a prefix of the parts marked by another model is not a bulk build's to resume: the
+    build upserts every part by id (``write_path`` rows) and each row ends marked by this build's model."""
+    parts = stamped_store(tmp_path / "gallery", n=900, d=8, geometry="euclidean", stamps=(0,))
+    (parts.path / "producer.txt").write_text("model sha256 " + "ab" * 32 + "; data")
+    db = vector_store("lancedb", str(tmp_path / "lance"))
+    c = db.collection("t_other_g0_v0", tmp_path / "index")
+    c._create(facts_of(parts, 0))
+    first = next(parts.parts())
+    c.write(first, "sha256:" + "cd" * 8)  # the first part, marked by another model
+    c.build(parts, generation=0, options=IndexOptions(recall_queries=50))
+    assert c.manifest.extra["write_path"] == "rows" and c.manifest.extra["rows_written"] == 900
+    ids, _, marks = c._columns()
+    assert len(ids) == 900 and set(marks) == {"sha256:" + "ab" * 8}
 
 
 def test_the_audit_reads_duplicate_ids_and_unstamped_rows_from_the_database_itself(db, tmp_path):

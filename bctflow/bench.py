@@ -221,6 +221,38 @@ def bench_scale(
     console.print(f"report: {md}")
 
 
+@bench_app.command("store")
+def bench_store(
+    items: int = typer.Option(..., "--items", help="rows N of synthetic vectors (Lorentz, d = 128)"),
+    store: str = typer.Option(..., "--store", help="gallery store: faiss | lancedb | milvus (in --work)"),
+    out: Path = typer.Option(..., "--out", help="folder for scale.json and report.md"),
+    work: Path = typer.Option(
+        Path(".bctflow/bench-store"), "--work", help="scratch folder: the two versions' parts and the store"
+    ),
+    chunk_size: int = typer.Option(8192, "--chunk-size", help="rows per part"),
+    row_seconds: float = typer.Option(
+        300.0, "--row-seconds", help="LanceDB: how long the row path is measured beside the bulk path"
+    ),
+) -> None:
+    """The gallery store layer at N synthetic rows, no model: ingest (bulk and row by row), IVF-PQ build, recall,
+    a kill -9 mid-ingest and resume, alias flips and rollbacks between two versions, the transform's carry."""
+    from benchmarks.store_scale import run_store_scale
+
+    try:
+        md = run_store_scale(
+            items,
+            store,
+            out,
+            work=work / f"n{items}-{store}",
+            chunk_size=chunk_size,
+            row_seconds=row_seconds,
+            log=lambda m: console.print(m, highlight=False, markup=False),
+        )
+    except BctflowError as err:
+        fail(err)
+    console.print(f"report: {md}")
+
+
 @bench_app.command("transform")
 def bench_transform(
     items: int = typer.Option(..., "--items", help="corpus size N (the scale benchmark's synthetic corpus)"),

@@ -92,6 +92,45 @@ def measure_index(
     }
 
 
+def clustered_source(
+    d: int,
+    space: Space,
+    *,
+    clusters: int = 1000,
+    intrinsic: int = 16,
+    median_norm: float = 1.5,
+    max_norm: float = 3.0,
+    seed: int = 0,
+) -> Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A synthetic clustered, labelled source of points of ``space``: ``make(count, part)`` → (labels (count,)
+    int64, tangent vectors z (count, d) float64, points (count, D) float64), the same for the same ``part``.
+
+    Each cluster has a random centre in R^d (norm scaled per cluster by U(0.3, 1)) and spreads mostly within its own
+    random ``intrinsic``-dimensional subspace, plus a little isotropic noise. euclidean: the points are the vectors
+    unit-normalised (cosine retrieval). lorentz: the vectors scaled to a median tangent norm of ``median_norm``,
+    clipped at ``max_norm`` (ζ) and lifted by expmap0 (HBCT Eq. (5)) to (d+1) hyperboloid points, so hyperbolic
+    radii — and Euclidean norms — vary widely."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, d)) * rng.uniform(0.3, 1.0, size=(clusters, 1))
+    bases = rng.normal(size=(clusters, intrinsic, d)) / np.sqrt(d)
+
+    def raw(count: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+        r = np.random.default_rng([seed, part + 1])
+        label = r.integers(0, clusters, count)
+        v = centres[label] + 1.5 * np.einsum("ni,nid->nd", r.normal(size=(count, intrinsic)), bases[label])
+        return label, v + 0.15 * r.normal(size=(count, d))
+
+    scale = median_norm / float(np.median(np.linalg.norm(raw(2000, -1)[1], axis=1)))
+
+    def make(count: int, part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        label, v = raw(count, part)
+        z = v * scale
+        z *= np.minimum(1.0, max_norm / np.linalg.norm(z, axis=1, keepdims=True))
+        return label.astype(np.int64), z, space.points(z, v)
+
+    return make
+
+
 def clustered_gallery(
     n: int,
     d: int,
@@ -103,41 +142,17 @@ def clustered_gallery(
     n_queries: int = 1000,
     seed: int = 0,
 ) -> tuple[Chunks, np.ndarray]:
-    """A synthetic clustered gallery of ``n`` items and ``n_queries`` held-out queries from the same clusters.
-
-    Each cluster has a random centre in R^d (norm scaled per cluster by U(0.3, 1)) and
-    spreads mostly within its own random ``intrinsic``-dimensional subspace, plus a
-    little isotropic noise, as points of ``space`` (:meth:`Space.points
-    <components.geometry.space.Space.points>`). euclidean: the vectors (n, d) (cosine retrieval). lorentz:
-    the vectors scaled to a median tangent norm of 1.5, clipped at 3 (ζ) and lifted by
-    expmap0 to (n, d+1) hyperboloid points, so hyperbolic radii — and Euclidean norms
-    — vary widely. Returns (chunks callable yielding (vectors, ids) of ``chunk`` rows,
-    generated on the fly; queries (n_queries, D)).
-    """
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, d)) * rng.uniform(0.3, 1.0, size=(clusters, 1))
-    bases = rng.normal(size=(clusters, intrinsic, d)) / np.sqrt(d)
-
-    def raw(count: int, part: int) -> np.ndarray:
-        r = np.random.default_rng([seed, part + 1])
-        label = r.integers(0, clusters, count)
-        v = centres[label] + 1.5 * np.einsum("ni,nid->nd", r.normal(size=(count, intrinsic)), bases[label])
-        return v + 0.15 * r.normal(size=(count, d))
-
-    scale = 1.5 / float(np.median(np.linalg.norm(raw(2000, -1), axis=1)))  # median tangent norm 1.5
-
-    def make(count: int, part: int) -> np.ndarray:
-        v = raw(count, part)
-        z = v * scale  # tangent vectors: median norm 1.5, clipped at 3
-        z *= np.minimum(1.0, 3.0 / np.linalg.norm(z, axis=1, keepdims=True))
-        return space.points(z, v)
+    """A synthetic clustered gallery of ``n`` items and ``n_queries`` held-out queries from the same clusters
+    (:func:`clustered_source`: median tangent norm 1.5, clipped at 3). Returns (chunks callable yielding (vectors,
+    ids) of ``chunk`` rows, generated on the fly; queries (n_queries, D))."""
+    make = clustered_source(d, space, clusters=clusters, intrinsic=intrinsic, seed=seed)
 
     def chunks() -> Iterable[tuple[np.ndarray, np.ndarray]]:
         for i, start in enumerate(range(0, n, chunk)):
             count = min(chunk, n - start)
-            yield make(count, i + 1), np.arange(start, start + count, dtype=np.int64)
+            yield make(count, i + 1)[2], np.arange(start, start + count, dtype=np.int64)
 
-    return chunks, make(n_queries, 0)
+    return chunks, make(n_queries, 0)[2]
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from components.indexing.seal import read_seal, unsealed
 from components.indexing.stores.faiss import GalleryIndex, IndexConfig
 from components.indexing.version import GalleryVersion
 
-__all__ = ["alias_flip", "cosine_index", "ingest_rate", "search_speed", "store_gallery", "switch_check"]
+__all__ = ["alias_flip", "cosine_index", "ingest_rate", "queries_per_s", "search_speed", "store_gallery", "switch_check"]
 
 #: a database store's address in the benchmark workspace (relative: the workspace's)
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}
@@ -65,7 +65,8 @@ def store_gallery(store: str, index_type: str) -> dict[str, Any]:
     return {"store": store, "uri": URIS[store], "name": NAME, "index_options": {"index_type": kind}}
 
 
-def _qps(index: SearchIndex, q: np.ndarray) -> float:
+def queries_per_s(index: SearchIndex, q: np.ndarray) -> float:
+    """Queries/s of one search of ``q`` (n, D), k = 10, after a warm-up of ten."""
     index.search(q[:10], 10)  # warm-up
     t0 = time.perf_counter()
     index.search(q, 10)
@@ -83,7 +84,7 @@ def search_speed(index_dir: Path, parts: GalleryParts, queries: int = 2000) -> d
     first = next(parts.parts()).gallery
     q = first.vectors()[:queries]
     flat = _flat(parts.index_chunks(), first.retrieval_space)
-    return {"search_qps": _qps(index, q), "flat_search_qps": _qps(flat, q)}
+    return {"search_qps": queries_per_s(index, q), "flat_search_qps": queries_per_s(flat, q)}
 
 
 def _unit_space(vectors: np.ndarray, space: Space) -> np.ndarray:
@@ -115,8 +116,8 @@ def cosine_index(index_dir: Path, parts: GalleryParts, options: IndexOptions, wo
     res = {
         "cosine_recall_at_10": built.manifest.recall_at_10,
         "cosine_index_build_s": built.manifest.build_seconds,
-        "cosine_search_qps": _qps(built, q),
-        "cosine_flat_search_qps": _qps(_flat(cosine.index_chunks(), Euclidean()), q),
+        "cosine_search_qps": queries_per_s(built, q),
+        "cosine_flat_search_qps": queries_per_s(_flat(cosine.index_chunks(), Euclidean()), q),
     }
     collection.drop()  # the store holds only the workspace's
     return res

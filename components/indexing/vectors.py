@@ -27,6 +27,7 @@ from components.geometry.spaces.lorentz import HYPERBOLOID_RTOL, hyperboloid_rel
 
 __all__ = [
     "HYPERBOLOID_RTOL",
+    "pq_subvectors",
     "LORENTZ_TIME_SCALE",
     "checked_queries",
     "hyperboloid_rel_error",
@@ -86,3 +87,12 @@ def checked_queries(
         )
     fix = f"query the {where} with {space.point_words}"
     return space.query_form(space.checked(q, error=error, what="queries", fix=fix))
+
+
+def pq_subvectors(width: int) -> int:
+    """Product-quantiser sub-vectors for rows of ``width``: the divisor m of the width whose sub-vectors (width/m
+    dimensions, one byte of code each) are nearest 4 dimensions, the larger m on a tie (a Lorentz row of d = 128 has
+    129 coordinates: 43 sub-vectors of 3). Every store's IVF-PQ takes it (FAISS ``pq_m``, LanceDB
+    ``num_sub_vectors``)."""
+    divisors = [m for m in range(1, width + 1) if width % m == 0]
+    return min(divisors, key=lambda m: (abs(width / m - 4), -m))

@@ -249,6 +249,12 @@ class DatabaseCollection(Collection):
         """The model mark of each of the holder's rows whose id is in ``ids`` (the bulk path's resume check)."""
         raise NotImplementedError
 
+    def create(self, facts: dict[str, Any]) -> None:
+        """Create the empty holder of rows with these :func:`~components.indexing.stores.db_rows.facts_of`, where it
+        does not exist (a build does; rows are then written part by part, :meth:`write`)."""
+        if not self._exists():
+            self._create(facts)
+
     def _write_parts(self, parts: GalleryParts) -> dict[str, Any]:
         """Write every part of ``parts``, each row marked with the model that embedded it: by the store's bulk path
         where it has one and the holder is empty or holds a prefix of whole parts the bulk path appended (groups of
@@ -306,8 +312,7 @@ class DatabaseCollection(Collection):
                 )
             if self._described() != (facts, row_kinds()):  # a leftover of an unfinished build for other rows
                 self._remove()
-        if not self._exists():
-            self._create(facts)
+        self.create(facts)
         written = self._write_parts(parts)
         if self._written(facts) != len(parts):  # rows of another gallery a killed build left: write it again
             self._remove()

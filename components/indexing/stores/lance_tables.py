@@ -33,11 +33,12 @@ from components.indexing.backend import register_store
 from components.indexing.stores.database import DatabaseCollection, DatabaseStore
 from components.indexing.stores.db_index import DatabaseIndex, StoreManifest
 from components.indexing.stores.db_rows import GALLERY_ROW, alias_name, gallery_rows, l2_metric, query_rows
+from components.indexing.vectors import pq_subvectors
 
 __all__ = ["LanceStore", "LanceTable"]
 
 _DEFAULTS: dict[str, Any] = {"index_type": "IVF_HNSW_SQ", "num_partitions": None, "nprobes": 16}
-_DEFAULTS |= {"refine_factor": 4, "rerank": 4}
+_DEFAULTS |= {"refine_factor": 4, "rerank": 4, "num_sub_vectors": None}
 _FACTS = "bctflow.facts"
 #: a vector index needs this many rows to train; smaller tables are searched exhaustively (exact)
 _MIN_INDEXED = 512
@@ -141,9 +142,10 @@ class LanceTable(DatabaseCollection):
         if kind != "FLAT" and n >= _MIN_INDEXED:
             parts = int(opt("num_partitions") or max(1, round(math.sqrt(n) / 4)))
             make = {"IVF_HNSW_SQ": IvfHnswSq, "IVF_FLAT": IvfFlat, "IVF_PQ": IvfPq}[kind]
-            self._table().create_index(
-                "vector", config=make(distance_type=_distance(space), num_partitions=parts), replace=True
-            )
+            config = {"distance_type": _distance(space), "num_partitions": parts}
+            if kind == "IVF_PQ":  # LanceDB's own default is one sub-vector where the width is not a multiple of 8
+                config["num_sub_vectors"] = int(opt("num_sub_vectors") or pq_subvectors(int(self._facts()["dim"])))
+            self._table().create_index("vector", config=make(**config), replace=True)
         else:
             kind = "FLAT"
         return kind, {k: opt(k) for k in _DEFAULTS} | {"index_type": kind}

@@ -23,6 +23,7 @@ from typing import Any
 from components.errors import ConfigError
 from components.geometry import Space
 from components.indexing.stores.faiss.manifest import INDEX_TYPES
+from components.indexing.vectors import pq_subvectors
 
 __all__ = ["INDEX_TYPES", "IndexConfig", "check_build_args"]
 
@@ -161,10 +162,10 @@ class IndexConfig:
 
     def resolved_pq_m(self, width: int) -> int:
         """PQ sub-quantizer count for stored vectors of ``width`` (must divide it)."""
-        divisors = [m for m in range(1, width + 1) if width % m == 0]
         if self.pq_m is None:
-            return min(divisors, key=lambda m: (abs(width / m - 4), -m))
+            return pq_subvectors(width)
         if width % self.pq_m:
+            divisors = [m for m in range(1, width + 1) if width % m == 0]
             raise ConfigError(
                 f"index config field 'pq_m' is {self.pq_m} but must divide the stored vector width {width} "
                 f"(lorentz: d+1 coordinates, one more with lorentz_form 'mips_l2'); "

@@ -144,8 +144,8 @@ def switch_check(version: Path, rounds: int = 5) -> dict[str, Any]:
     """What a switch to the gallery version in the folder ``version`` (``live/index-v<k>``, ``generations/gen_NNN``)
     checks before it moves anything: :func:`~components.indexing.seal.unsealed` against the seal's own sha256, as the
     lineage pins it (the rollback's gate). ``switch_check_s``: the median seconds of ``rounds`` checks;
-    ``switch_check_files``: the files it stats (one per part: it grows with the gallery by one ``stat`` per
-    ``backfill.chunk_size`` rows); ``switch_check_sealed``: whether it showed the version unchanged (False: a rollback
+    ``switch_check_files``: the files and folders it stats (each part store's ``parts/`` folder as one: their number
+    does not grow with the gallery); ``switch_check_sealed``: whether it showed the version unchanged (False: a rollback
     to it verifies it in full, and its seconds grow with the gallery)."""
     v = GalleryVersion(version)
     seal, pinned = read_seal(v)

@@ -74,8 +74,8 @@ STORES = {
     "lancedb": {"index_type": "IVF_PQ", "nprobes": 32, "refine_factor": 10},
     "milvus": {"index_type": "HNSW"},
 }
-#: the smallest corpus the run takes (IVF-PQ needs 256 training rows per code book, the recall sample 1000)
-MIN_ITEMS = 20_000
+#: the smallest corpus the run takes (IVF-PQ trains 256 codes per sub-vector; the recall sample is 1000 rows)
+MIN_ITEMS = 5_000
 _KILL = {"faiss": "index.half_added"}  # a database store: store.half_written
 _ZETA0, _ZETA1 = 1.0, 1.2  # the clip radii of the two generations (params geometry.zeta0, + delta_zeta)
 _PAIRED = 20_000  # rows the bridge is fitted on

@@ -6,10 +6,10 @@ it later — ``bctflow rollback``, the store's alias move, the backfill's own sw
 the rows takes minutes to hours. :func:`seal_version` writes ``seal.json`` (:data:`SEAL`) in the version's folder,
 and the lineage's pointer rows pin its sha256 (``seal_sha256``, lineage revision 0011). It records
 
-* ``files``: each file the version serves from — every file of its index folders (FAISS: the index files and
-  ``manifest.json``; a database store: its attachment), of its part stores (``store.json`` and the parts, whose ids
-  and stamps the query service reads) and ``serving.json`` — by path relative to the version, with its size in bytes
-  and its modification time in ns;
+* ``files``: what the version serves from — its index folders' files (FAISS: the index files and ``manifest.json``;
+  a database store: its attachment), its part stores' top (``store.json``, which lists every part with its sha256,
+  and the ``parts/`` folder as one entry) and ``serving.json`` — by path relative to the version, with its size in
+  bytes and its modification time in ns (a folder's: the last time a file was created, removed or renamed in it);
 * ``manifests``: each index folder's ``manifest.json`` sha256 (a database store's attachment records its holder's
   state as the build left it: :meth:`~components.indexing.backend.Collection.unchanged_since_built`);
 * ``facts``: the serving index's :class:`~components.indexing.backend.GalleryFacts` — store, collection, rows per
@@ -17,14 +17,15 @@ and the lineage's pointer rows pin its sha256 (``seal_sha256``, lineage revision
   pointer row records of a live gallery.
 
 :func:`unsealed` is a switch's check: the seal is the file the lineage pinned; each sealed file has its size and
-modification time; each manifest its sha256; each index's store vouches for its vectors in calls that do not grow
-with them. Its cost: one ``stat`` per sealed file (a part holds ``backfill.chunk_size`` rows, 8192 by default: 123
-parts at 1M rows, 1221 at 10M), a few small files read and hashed, O(1) store calls; no row, index file or part is
-read. What it cannot see — a file rewritten to the same size with its modification time set back, rows of a Milvus
-collection deleted or rewritten in place — the full verify sees (each file against its sha256 pin, the store's row
-counts): ``bctflow doctor`` on the live version, the query service's load of a version before it serves it, and a
-rollback whose seal does not prove its version unchanged (a version published before seals, a copy that did not keep
-modification times, a sealed file changed).
+modification time, each sealed folder its modification time; each manifest its sha256; each index's store vouches for
+its vectors in calls that do not grow with them. Its cost does not grow with the gallery: a dozen ``stat`` calls
+(whatever the number of parts: 123 at 1M rows, 1221 at 10M), a few small files read and hashed, O(1) store calls; no
+row, index file or part is read or listed. What it cannot see — a part rewritten in place (its folder's entries
+unchanged), a file rewritten to the same size with its modification time set back, rows of a Milvus collection
+deleted or rewritten in place — the full verify sees (each file against its sha256 pin, the store's row counts):
+``bctflow doctor`` on the live version, the query service's load of a version before it serves it, and a rollback
+whose seal does not prove its version unchanged (a version published before seals, a copy that did not keep
+modification times, a sealed file changed, a part added, removed or replaced).
 """
 
 from __future__ import annotations
@@ -87,10 +88,13 @@ def _served(version: GalleryVersion) -> tuple[list[Path], list[Path]]:
 
 
 def _files(path: Path) -> list[Path]:
-    """``path`` itself, or every file under it but the hidden ones (an atomic write's leftover temp files)."""
+    """What the seal records of ``path``: the file itself; of a folder, each entry at its top but the hidden ones (an
+    atomic write's leftover temp files) — its files, and its sub-folders as folders (a part store's ``parts/``: one
+    entry however many parts it holds; a file created, removed or renamed in it moves the folder's modification
+    time)."""
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return sorted(p for p in path.iterdir() if not p.name.startswith("."))
 
 
 def seal_version(version: GalleryVersion) -> tuple[VersionSeal, str]:
@@ -148,7 +152,12 @@ def unsealed(version: GalleryVersion, pinned: str | None) -> str | None:
             st = f.stat()
         except OSError:
             return f"{f} is missing"
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+        if f.is_dir() and st.st_mtime_ns != mtime:
+            return (
+                f"{f} holds other files than when the version was sealed (its entries changed at {_when(st.st_mtime_ns)}"
+                f", sealed at {_when(mtime)})"
+            )
+        if not f.is_dir() and (st.st_size, st.st_mtime_ns) != (size, mtime):
             return (
                 f"{f} changed since the version was sealed ({size} bytes modified {_when(mtime)}, now "
                 f"{st.st_size} bytes modified {_when(st.st_mtime_ns)})"

@@ -1,6 +1,6 @@
 """A gallery version's seal (components/indexing/seal.py) on real FAISS files: what its publish step records once —
-every served file's size and modification time, the manifests' sha256, the serving vectors' facts — and what a
-switch's check then sees without reading a row, and what only the full verify sees."""
+the served files' and part folders' sizes and modification times, the manifests' sha256, the serving vectors' facts —
+and what a switch's check then sees without reading a row, and what only the full verify sees."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def test_a_seal_records_every_served_file_the_manifests_and_the_serving_vectors_
     assert set(seal.files) == {
         *(f"{folder}/{name}" for folder in ("index", "corpus/index") for name in ("index.faiss", "manifest.json")),
         *(f"{store}/store.json" for store in ("gallery", "corpus/gallery")),
-        *(f"gallery/parts/{p.name}" for p in (version.root / "gallery" / "parts").iterdir()),
-        *(f"corpus/gallery/parts/{p.name}" for p in (version.root / "corpus" / "gallery" / "parts").iterdir()),
+        "gallery/parts",  # each part store's parts as one folder, however many
+        "corpus/gallery/parts",
         "serving.json",
     }
     st = (version.corpus_index / "index.faiss").stat()
@@ -78,16 +78,25 @@ def test_a_seal_not_pinned_or_not_the_pinned_file_proves_nothing(sealed):
     assert unsealed(version, sha) == f"its seal {seal} is missing"
 
 
-def test_a_file_touched_resized_or_removed_since_the_seal_is_named(sealed):
+def test_a_file_touched_resized_or_removed_or_a_part_added_removed_or_replaced_since_the_seal_is_named(sealed):
     version, sha = sealed
-    part = sorted((version.root / "corpus" / "gallery" / "parts").iterdir())[1]
-    st = part.stat()
-    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000))
+    store = version.root / "corpus" / "gallery" / "store.json"
+    st = store.stat()
+    os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000))
     why = unsealed(version, sha)
-    assert why.startswith(f"{part} changed since the version was sealed ({st.st_size} bytes modified ")
+    assert why.startswith(f"{store} changed since the version was sealed ({st.st_size} bytes modified ")
     assert f", now {st.st_size} bytes modified " in why and why.count(" modified ") == 2  # the same size, touched
-    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert unsealed(version, sha) is None  # the same bytes at the sealed time: as sealed
+    folder = version.root / "corpus" / "gallery" / "parts"
+    part = sorted(folder.iterdir())[1]
+    kept, was = part.read_bytes(), folder.stat()
+    part.unlink()  # removed, then put back by a copy (a rename into the folder): the folder's entries changed
+    (folder / ".part.tmp").write_bytes(kept)
+    (folder / ".part.tmp").rename(part)
+    assert unsealed(version, sha).startswith(f"{folder} holds other files than when the version was sealed")
+    os.utime(folder, ns=(was.st_atime_ns, was.st_mtime_ns))
+    assert unsealed(version, sha) is None
     index = version.evaluation_index / "index.faiss"
     kept = index.read_bytes()
     index.write_bytes(kept + b"\0")
@@ -107,15 +116,16 @@ def test_a_manifest_rewritten_in_place_with_its_size_and_time_kept_is_seen_by_it
     assert unsealed(version, sha) == f"{manifest} is not the manifest the version was sealed with"
 
 
-def test_a_part_rewritten_with_its_size_and_time_kept_is_for_the_full_verify(sealed):
-    """What the seal cannot see without reading the file — the same number of bytes, the modification time set
-    back — the full verify sees: the part against the sha256 its store lists (doctor, the rollback's fallback)."""
+def test_a_part_rewritten_in_place_is_for_the_full_verify(sealed):
+    """What the seal cannot see without listing or reading the parts — one rewritten in place, its folder's entries
+    unchanged — the full verify sees: the part against the sha256 its store lists (doctor, the service's load, the
+    rollback's fallback)."""
     version, sha = sealed
     part = sorted((version.root / "corpus" / "gallery" / "parts").iterdir())[0]
-    st, raw = part.stat(), bytearray(part.read_bytes())
+    raw = bytearray(part.read_bytes())
     raw[-30] ^= 0xFF
-    part.write_bytes(bytes(raw))
-    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with part.open("r+b") as f:
+        f.write(bytes(raw))
     assert unsealed(version, sha) is None
     with pytest.raises(IndexIntegrityError, match=f"gallery part {part} is not the file .* lists"):
         collection_at(version.corpus_index).verify()

@@ -99,8 +99,9 @@ def test_a_rollback_reads_no_row_of_the_version_it_restores_and_a_file_touched_s
 ):
     """The gate checks what the version's publish step sealed — the seal against the lineage's pin, each file's size
     and modification time, the manifests' sha256 — so no part and no FAISS index file is opened, whatever the
-    gallery's size. A part whose modification time moved (same bytes) is not what was sealed: that rollback verifies
-    the version in full (every part's sha256, the index file read), says so, and restores it."""
+    gallery's size. A part store whose entries changed (a part removed and put back by a rename: the same bytes) is
+    not what was sealed: that rollback verifies the version in full (every part's sha256, the index file read), says
+    so, and restores it."""
     home, params = backfilled
     p, ws = load_params(params), Workspace(home)
     _to(home, params, 1, 1)
@@ -110,14 +111,15 @@ def test_a_rollback_reads_no_row_of_the_version_it_restores_and_a_file_touched_s
     assert {f.name for f in reads.opened if home / "generations" in f.parents} <= {"seal.json", "manifest.json",
                                                                                    "serving.json"}  # fmt: skip
     part = sorted((home / V1).parent.glob("gallery/parts/part-*.npz"))[0]
-    st = part.stat()
-    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the same bytes, touched
+    folder, st = part.parent, part.parent.stat()
+    part.rename(folder / ".moved")  # the same bytes, moved out and back
+    (folder / ".moved").rename(part)
     with store_reads() as reads:
         forward = rollback(p, ws, to=1, promote=1, by="t")
-    assert forward.checked.startswith(f"in full: {part} changed since the version was sealed ({st.st_size} bytes ")
+    assert forward.checked.startswith(f"in full: {folder} holds other files than when the version was sealed")
     assert f"opened {part}" in reads.rows_read() and any(r.startswith("faiss.read_index") for r in reads.rows_read())
     assert _live_index(home) == home / V1 and inspect_workspace(ws, p) == []
-    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))  # the module's workspace as it was
+    os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns))  # the module's workspace as it was
 
 
 def test_the_command_prints_its_seconds_and_how_it_checked_the_version_as_the_scale_bench_reads_them(backfilled):

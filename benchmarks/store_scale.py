@@ -62,7 +62,7 @@ from components.indexing.parts import GalleryParts, PartWriter, StoredPart
 from components.indexing.seal import seal_version
 from components.indexing.stores.db_rows import facts_of, model_of
 from components.indexing.version import EVAL_SPLIT, GalleryVersion
-from flows.backfill.rollback import check_version
+from flows.backfill import check_version
 from registry.orm import GalleryPointer
 
 __all__ = ["STORES", "run_store_scale"]

@@ -12,6 +12,7 @@ _FACE = {
     "backfill": "flow",
     "BackfillPlan": "plan",
     "backfill_costs": "capacity",
+    "check_version": "rollback",
     "plan_backfill": "make",
     "start": "make",
     "new_corpus_items": "make",
@@ -33,4 +34,5 @@ if TYPE_CHECKING:  # the face's names for type checkers (re-exported)
     from flows.backfill.publishing import publish as publish
     from flows.backfill.publishing import switch as switch
     from flows.backfill.reembedding import reembed as reembed
+    from flows.backfill.rollback import check_version as check_version
     from flows.backfill.rules import vetoed as vetoed

@@ -191,21 +191,27 @@ def test_wrong_width_other_generation_live_and_unknown_collections_are_refused_w
     refuse.verify()
 
 
+def _killed_build(store: str, uri: str, name: str, out, parts, kill_at: str, setup: str = "") -> None:
+    """The build of ``parts`` into collection ``name`` of ``store`` at ``uri``, in another process (after ``setup``,
+    Python), killed by itself with SIGKILL at the crash point ``kill_at``: nothing attached."""
+    build = (
+        "from pathlib import Path; from components.indexing.backend import IndexOptions, vector_store; "
+        f"from components.indexing.parts import GalleryParts; {setup}"
+        f"vector_store({store!r}, {uri!r}).collection({name!r}, Path({str(out)!r})).build("
+        f"GalleryParts(Path({str(parts.path)!r})), generation=0, options=IndexOptions(recall_queries=50))"
+    )
+    env = {**os.environ, KILL_ENV: kill_at}
+    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+
+
 def test_a_build_killed_after_its_first_part_then_run_again_holds_each_item_once_and_stamped(db, tmp_path):
     """SIGKILL (``BCTFLOW_KILL_AT=store.after_part``) in another process after one part is written, then the same
     build here: rows = items, none twice, none unstamped; and a new process opens the store's index."""
     parts = stamped_store(tmp_path / "gallery", n=900, geometry="euclidean", stamps=(0,))
     out, name = tmp_path / "index", "t_kill_g0_v0"
     db = vector_store(db.name, str(tmp_path / NAMES[db.name][1]))  # its own file: Milvus Lite serves one process
-    build = (
-        "from pathlib import Path; from components.indexing.backend import IndexOptions, vector_store; "
-        "from components.indexing.parts import GalleryParts; "
-        f"vector_store({db.name!r}, {db.uri!r}).collection({name!r}, Path({str(out)!r})).build("
-        f"GalleryParts(Path({str(parts.path)!r})), generation=0, options=IndexOptions(recall_queries=50))"
-    )
-    env = {**os.environ, KILL_ENV: "store.after_part"}
-    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+    _killed_build(db.name, db.uri, name, out, parts, "store.after_part")
     killed_one = db.collection(name, out)
     killed_one.build(parts, generation=0, options=IndexOptions(recall_queries=50))
     assert killed_one.count_by_generation() == {0: 900}  # each id once (the primary key), every row stamped
@@ -223,16 +229,8 @@ def test_lancedb_appends_whole_parts_in_bulk_and_a_killed_bulk_build_resumes_fro
     parts = stamped_store(tmp_path / "gallery", n=900, d=8, geometry="euclidean", stamps=(0,))
     sizes = [len(p) for p in parts.parts()]
     out, name, uri = tmp_path / "index", "t_bulk_g0_v0", str(tmp_path / "lance")
-    build = (
-        "from pathlib import Path; from components.indexing.backend import IndexOptions, vector_store; "
-        "from components.indexing.parts import GalleryParts; "
-        "from components.indexing.stores.lance_tables import LanceTable; LanceTable.bulk_rows = 300; "
-        f"vector_store('lancedb', {uri!r}).collection({name!r}, Path({str(out)!r})).build("
-        f"GalleryParts(Path({str(parts.path)!r})), generation=0, options=IndexOptions(recall_queries=50))"
-    )
-    env = {**os.environ, KILL_ENV: "store.half_written"}
-    killed = subprocess.run([sys.executable, "-c", build], env=env, capture_output=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL and not (out / "manifest.json").exists()
+    setup = "from components.indexing.stores.lance_tables import LanceTable; LanceTable.bulk_rows = 300; "
+    _killed_build("lancedb", uri, name, out, parts, "store.half_written", setup)
     db = vector_store("lancedb", uri)
     held = db.collection(name, out)._total()
     assert held in np.cumsum(sizes)[:-1] and 2 * held >= 900  # whole parts, at least half of them

@@ -25,6 +25,7 @@ from flows.runtime.env import configure_environment
 from flows.runtime.lock import BACKFILL, workspace_lock
 
 if TYPE_CHECKING:
+    from flows.backfill.make import BackfillRequest
     from flows.params import Params
     from flows.runtime.workspace import Workspace
 
@@ -80,25 +81,22 @@ def backfill(
     set_: list[str] | None = SetOpt,
 ) -> None:
     """Re-embed the live gallery into a new index version (resumable) and switch to it atomically."""
-    from flows.backfill.make import finished_backfill, plan_backfill
+    from flows.backfill.make import BackfillRequest, finished_backfill
     from flows.recovery.reconcile import finish_interrupted
     from flows.runtime.prefect_api import prefect_api
     from flows.runtime.workspace import Workspace, resolve_home
 
     h = resolve_home(home)
     p = parse_params(params, set_)
+    request = BackfillRequest(generation, fraction, order, seed, force, transform, ingest)
     if items is not None or workers is not None or device is not None:
-        _capacity(p, Workspace(h), items, plan_only, workers, device, generation, fraction, order, seed, force,
-                  transform, ingest)  # fmt: skip
+        _capacity(p, Workspace(h), items, plan_only, workers, device, request)
         return
     with contextlib.ExitStack() as held:
         try:
             if not plan_only:  # the plan writes nothing, not even a roll-forward
                 report_finished(finish_interrupted(p, h))
-            plan = plan_backfill(
-                p, Workspace(h), target=generation, fraction=fraction, order=order, seed=seed, force=force,
-                transform=transform, ingest=ingest,
-            )  # fmt: skip
+            plan = request.plan(p, Workspace(h))
             done = finished_backfill(plan)
             if done is not None:  # rerun after it finished (or after a kill just past its commit): nothing is written
                 more = "" if plan.kind == "full" else " (to re-embed more of it: another --fraction, --order or --seed)"
@@ -148,13 +146,7 @@ def _capacity(
     plan_only: bool,
     workers: int | None,
     device: str | None,
-    generation: int | None,
-    fraction: float,
-    order: str | None,
-    seed: int,
-    force: bool,
-    transform: bool,
-    ingest: bool,
+    request: BackfillRequest,
 ) -> None:
     """``--plan --items N``: print the capacity plan (flows/backfill/capacity_plan.py); refuse --items without
     --plan, and --workers / --device without --items, in one line."""
@@ -169,8 +161,7 @@ def _capacity(
         if not plan_only:
             raise ConfigError(f"--items {items} sizes a plan, it runs no backfill; add --plan")
         cap, where = capacity_plan(
-            p, ws, items, workers=1 if workers is None else workers, device=device or "cpu", target=generation,
-            fraction=fraction, order=order, seed=seed, force=force, transform=transform, ingest=ingest,
+            p, ws, items, request, workers=1 if workers is None else workers, device=device or "cpu",
             started=psutil.Process().create_time(),
         )  # fmt: skip
     except BctflowError as err:

@@ -16,6 +16,8 @@ committed or cited, each printed with its provenance.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from components.geometry import create_space
 from components.indexing.stores.faiss.files import index_config
 from components.training.device import select_device
@@ -24,6 +26,9 @@ from flows.backfill.rates import Rate, committed_rates, workspace_rates
 from flows.params import Params, index_options
 from flows.runtime.workspace import Workspace
 
+if TYPE_CHECKING:
+    from flows.backfill.make import BackfillRequest
+
 __all__ = ["capacity_plan"]
 
 
@@ -31,21 +36,19 @@ def capacity_plan(
     params: Params,
     ws: Workspace,
     items: int,
+    request: BackfillRequest | None = None,
     *,
     workers: int = 1,
     device: str = "cpu",
-    target: int | None = None,
-    fraction: float = 1.0,
-    order: str | None = None,
-    seed: int = 0,
-    force: bool = False,
-    transform: bool = False,
-    ingest: bool = False,
     started: float | None = None,
 ) -> tuple[Capacity, str]:
-    """(the capacity plan for ``items``, a line saying where its measured rates come from). The request's options
-    are ``bctflow backfill``'s; ConfigError in one line for ``items`` / ``workers`` below 1 or a fraction outside
-    (0, 1]. Writes nothing."""
+    """(the capacity plan for ``items``, a line saying where its measured rates come from). ``request``: what
+    ``bctflow backfill`` asks for (default: a full backfill to the newest generation). ConfigError in one line for
+    ``items`` / ``workers`` below 1 or a fraction outside (0, 1]. Writes nothing."""
+    from flows.backfill.make import BackfillRequest  # the plan's machinery, imported where a plan is made
+
+    request = request or BackfillRequest()
+    fraction = request.fraction
     check_request(items, workers, fraction)
     rates: dict[str, Rate] = committed_rates()
     with ws.lineage(params, readonly=True) as store:
@@ -56,10 +59,8 @@ def capacity_plan(
         where = f"no live gallery in {ws.home}: every measured rate is a committed report's"
     else:
         from flows.backfill.forecast import forecast_backfill
-        from flows.backfill.make import plan_backfill
 
-        plan = plan_backfill(params, ws, target=target, fraction=fraction, order=order, seed=seed, force=force,
-                             transform=transform, ingest=ingest)  # fmt: skip
+        plan = request.plan(params, ws)
         fc = forecast_backfill(plan, started)
         measured_on = select_device(params.train.device).type
         rates |= workspace_rates(plan, fc, measured_on)

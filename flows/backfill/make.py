@@ -9,6 +9,7 @@ thing (a different request is refused), and fixes each gallery's items once
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -33,7 +34,7 @@ from flows.runtime.workspace import Workspace
 from registry.lineage import LineageDB
 from registry.orm import GalleryPointer, Generation
 
-__all__ = ["finished_backfill", "ingest_plan", "new_corpus_items", "plan_backfill", "start"]
+__all__ = ["BackfillRequest", "finished_backfill", "ingest_plan", "new_corpus_items", "plan_backfill", "start"]
 
 
 def _live_backfill(plan: BackfillPlan, store: LineageDB | None = None) -> tuple[int, BackfillPlan] | None:
@@ -59,6 +60,24 @@ def finished_backfill(plan: BackfillPlan) -> int | None:
     Reads only."""
     live = _live_backfill(plan)
     return live[0] if live is not None and plan.repeats(live[1]) else None
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """What ``bctflow backfill`` asks for, as :func:`plan_backfill` takes it (its keyword arguments, which say what
+    each one means): one object for the command's plan and its capacity plan (``--plan --items N``)."""
+
+    target: int | None = None
+    fraction: float = 1.0
+    order: str | None = None
+    seed: int = 0
+    force: bool = False
+    transform: bool = False
+    ingest: bool = False
+
+    def plan(self, params: Params, ws: Workspace) -> BackfillPlan:
+        """:func:`plan_backfill` of this request."""
+        return plan_backfill(params, ws, **asdict(self))
 
 
 def plan_backfill(

@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common_reference import nan_for_none, p_com_common, p_up_common, seed_stats
+from benchmarks.common_reference import (
+    Reference,
+    common_references,
+    nan_for_none,
+    p_com_common,
+    p_up_common,
+    seed_stats,
+)
 from benchmarks.profile import BudgetPoint, Profile, load_profile
 from benchmarks.run import run_benchmark
 from components.errors import ConfigError
@@ -91,22 +98,20 @@ def run_budget(
     return written
 
 
-def _common_reference(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Per seed, the φ* with the best validation mAP among the rows' heads: ``{seed: {geometry, head, val, test}}``
-    (each row's record holds its own head's φ* self scores, on both splits)."""
-    best: dict[int, dict[str, Any]] = {}
+def _common_reference(rows: list[dict[str, Any]]) -> dict[int, Reference]:
+    """Per seed, the φ* with the best validation mAP among the rows' heads (:func:`~benchmarks.common_reference.
+    common_references`, ``overall``; each row's record holds its own head's φ* self scores on both splits, not its
+    cache key)."""
+    pool = {}
     for r in rows:
         if not r.get("val"):
             raise ConfigError(
                 f"row {r['name']} seed {r['seed']} has no validation scores (a table made before rows carried them); "
                 "run bctflow bench budget again to re-make it from its records"
             )
-        cand = {"geometry": r["geometry"], "head": r["head"], "val": r["val"]["ref_self"]["map"]}
-        cand["test"] = r["ref_self"]["map"]
-        cur = best.get(r["seed"])
-        if cur is None or cand["val"] > cur["val"]:
-            best[r["seed"]] = cand
-    return best
+        ref = Reference(r["geometry"], r["head"], "", r["val"]["ref_self"]["map"], r["ref_self"]["map"])
+        pool.setdefault((r["seed"], r["geometry"], r["head"]), ref)
+    return {s: by["overall"] for s, by in common_references(pool, sorted({r["seed"] for r in rows})).items()}
 
 
 def _point_summary(pt: BudgetPoint, doc: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -117,7 +122,7 @@ def _point_summary(pt: BudgetPoint, doc: dict[str, Any]) -> tuple[dict[str, Any]
     for name in dict.fromkeys(r["name"] for r in rows):
         mine = sorted((r for r in rows if r["name"] == name), key=lambda r: r["seed"])
         cross, old, new = (np.array([r[k]["map"] for r in mine]) for k in ("cross", "old_self", "self"))
-        ref = np.array([refs[r["seed"]]["test"] for r in mine])
+        ref = np.array([refs[r["seed"]].test_map for r in mine])
         first = mine[0]
         entries.append(
             {
@@ -145,7 +150,10 @@ def _point_summary(pt: BudgetPoint, doc: dict[str, Any]) -> tuple[dict[str, Any]
             }
     facts = {
         "status": "measured",
-        "references": {str(s): ref for s, ref in sorted(refs.items())},
+        "references": {
+            str(s): {"geometry": ref.geometry, "head": ref.head, "val": ref.val_map, "test": ref.test_map}
+            for s, ref in sorted(refs.items())
+        },
         "roles": roles,
         "n_train": doc["context"].get("n_train"),
         "provenance": doc["context"].get("provenance"),

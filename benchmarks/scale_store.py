@@ -39,7 +39,15 @@ from components.indexing.seal import read_seal, unsealed
 from components.indexing.stores.faiss import GalleryIndex, IndexConfig
 from components.indexing.version import GalleryVersion
 
-__all__ = ["alias_flip", "cosine_index", "ingest_rate", "queries_per_s", "search_speed", "store_gallery", "switch_check"]
+__all__ = [
+    "alias_flip",
+    "cosine_index",
+    "ingest_rate",
+    "queries_per_s",
+    "search_speed",
+    "store_gallery",
+    "switch_check",
+]
 
 #: a database store's address in the benchmark workspace (relative: the workspace's)
 URIS = {"milvus": "milvus.db", "lancedb": "lance"}

@@ -264,15 +264,21 @@ class GalleryParts:
                             f"{entry[1]}; restore {self.path} from a backup or re-embed it"
                         )
 
-    def parts(self) -> Iterator[StoredPart]:
-        """Each part in order (one in memory at a time)."""
+    def part_sizes(self) -> list[int]:
+        """The rows of each part, in order, as ``store.json`` lists them (no part is read)."""
+        return [len(self)] if self.legacy else [int(entry[1]) for entry in self.meta["parts"]]
+
+    def parts(self, start: int = 0) -> Iterator[StoredPart]:
+        """Each part in order from part ``start`` (one in memory at a time)."""
         if self.meta["parts"] is None:
+            if start > 0:
+                return
             g = GalleryEmbeddings.load(self.path)
             stamps_file = self.path.parent / "stamps.npy"
             stamps = np.load(stamps_file) if stamps_file.exists() else np.full(len(g), self._generation, np.int64)
             yield StoredPart(g, stamps)
             return
-        for p in self.part_paths():
+        for p in self.part_paths()[start:]:
             yield _load_part(p)
 
     def column(self, name: str) -> np.ndarray:

@@ -154,8 +154,8 @@ def unsealed(version: GalleryVersion, pinned: str | None) -> str | None:
             return f"{f} is missing"
         if f.is_dir() and st.st_mtime_ns != mtime:
             return (
-                f"{f} holds other files than when the version was sealed (its entries changed at {_when(st.st_mtime_ns)}"
-                f", sealed at {_when(mtime)})"
+                f"{f} holds other files than when the version was sealed (its entries changed at "
+                f"{_when(st.st_mtime_ns)}, sealed at {_when(mtime)})"
             )
         if not f.is_dir() and (st.st_size, st.st_mtime_ns) != (size, mtime):
             return (

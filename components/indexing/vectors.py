@@ -27,11 +27,11 @@ from components.geometry.spaces.lorentz import HYPERBOLOID_RTOL, hyperboloid_rel
 
 __all__ = [
     "HYPERBOLOID_RTOL",
-    "pq_subvectors",
     "LORENTZ_TIME_SCALE",
     "checked_queries",
     "hyperboloid_rel_error",
     "lorentz_proxy_rows",
+    "pq_subvectors",
 ]
 
 #: Factor on the time coordinate in the ``proxy`` form (a power of two: exact in float32 both ways).

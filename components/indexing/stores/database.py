@@ -229,21 +229,16 @@ class DatabaseCollection(Collection):
         held = self._total()
         if held == 0:
             return 0
-        sizes = [len(p) for p in parts.parts()]
-        bounds = np.cumsum([0, *sizes])
+        bounds = np.cumsum([0, *parts.part_sizes()])
         k = int(np.searchsorted(bounds, held))
         if k >= len(bounds) or bounds[k] != held:
             return None
-        want, absent = {}, None  # the prefix's first and last rows, with their marks; the next part's first row
-        for i, part in enumerate(parts.parts()):
-            if i in (0, k - 1):
-                ids, _, marks, _ = self._prepared(part, model)
-                want |= {int(ids[0]): marks[0], int(ids[-1]): marks[-1]}
-            if i == k:
-                absent = int(part.gallery.ids[0])
-                break
-        found = self._marks([*want, *([] if absent is None else [absent])])
-        return held if found == want else None
+        want: dict[int, str] = {}  # the prefix's first and last rows, with this model's marks
+        for i in dict.fromkeys((0, k - 1)):
+            ids, _, marks, _ = self._prepared(next(parts.parts(i)), model)
+            want |= {int(ids[0]): marks[0], int(ids[-1]): marks[-1]}
+        absent = [int(next(parts.parts(k)).gallery.ids[0])] if k < len(bounds) - 1 else []  # the next part's first
+        return held if self._marks([*want, *absent]) == want else None
 
     def _marks(self, ids: list[int]) -> dict[int, str]:
         """The model mark of each of the holder's rows whose id is in ``ids`` (the bulk path's resume check)."""
@@ -269,13 +264,13 @@ class DatabaseCollection(Collection):
         model, total = model_of(parts), len(parts)
         held = self._bulk_prefix(parts, model)
         t0 = time.perf_counter()
-        seen = in_group = 0
-        committed = held or 0
+        committed, in_group = held or 0, 0
+        sizes = parts.part_sizes()
+        first = int(np.searchsorted(np.cumsum(sizes), committed, side="right"))  # the first part not appended yet
+        seen = sum(sizes[:first])
         group: list[tuple[np.ndarray, np.ndarray, list[str], np.ndarray]] = []
-        for part in parts.parts():
+        for part in parts.parts(first):
             seen += len(part)
-            if seen <= committed:  # appended by the killed build this one resumes
-                continue
             if held is None:
                 self.write(part, model)
             else:

@@ -22,7 +22,8 @@ def test_writer_cuts_parts_of_chunk_size_and_the_store_streams_them_back(tmp_pat
         writer.add(_part(np.arange(start, start + 3), generation=2, seed=start))
     store = writer.finish()
     assert len(store) == 9
-    assert [len(p) for p in store.parts()] == [4, 4, 1]
+    assert [len(p) for p in store.parts()] == [4, 4, 1] == store.part_sizes()  # the sizes from store.json
+    assert [p.gallery.ids[0] for p in store.parts(1)] == [4, 8]  # from the second part
     np.testing.assert_array_equal(store.column("ids"), np.arange(9))
     np.testing.assert_array_equal(store.column("stamps"), np.full(9, 2))
     whole = store.load_all().gallery

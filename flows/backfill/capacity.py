@@ -234,8 +234,8 @@ def project(
                          partial=partial.value, transform=rates["transform"].value, pair_s=rates["pair_s"].value,
                          index_build=build.value)  # fmt: skip
     used = {r.name: r for r in (embed, partial, rates["transform"], rates["pair_s"], build,
-                                rates["store_ingest"], rates["worker_ram"], rates["scaling_2"],
-                                rates["adapter_query"])}  # fmt: skip
+                                rates["store_ingest"], rates["store_bulk_ingest"], rates["worker_ram"],
+                                rates["scaling_2"], rates["adapter_query"])}  # fmt: skip
     cited = tuple(r for r in rates.values() if r.kind == "cited" and r.name not in used)
     sizes = {kind: index_bytes_per_item(IndexConfig(**{**vars(index), "type": kind}), width) for kind in INDEX_TYPES}
     return Capacity(items=n, workers=workers, device=device, fraction=fraction, fraction_why=fraction_why,
@@ -321,8 +321,9 @@ def capacity_lines(cap: Capacity) -> list[str]:
         if cap.index_type != "ivfpq":
             pq = int(cap.nodes("ivfpq"))
             store += f", or ivfpq in {_bytes(float(cap.index_size('ivfpq')))} ({pq} machine{'s' if pq > 1 else ''})"
-    ingest = r["store_ingest"].value
-    lines.append(f"    store: {store}; written row by row at {number(ingest)} rows/s: {_time(n / ingest)} (one writer)")
+    ingest, bulk = r["store_ingest"].value, r["store_bulk_ingest"].value
+    lines.append(f"    store: {store}; written row by row at {number(ingest)} rows/s: {_time(n / ingest)} (one "
+                 f"writer), or by a bulk path at {number(bulk)} rows/s: {_time(n / bulk)}")  # fmt: skip
     lines.append("  beside the anchors (cited, never measured here) — the full backfill's embedding of these items on "
                  f"{w} GPU{'s' if w > 1 else ''}:")  # fmt: skip
     for a in cap.anchors:

@@ -106,6 +106,9 @@ MEASURED: tuple[_Pick, ...] = (
           "a 100k-item IVF1265 index built by FAISS in one process (trained on its items)", per="index_build_s"),
     _Pick("store_ingest", "scale/n1000000-hnsw-milvus/scale.json", "ingest_items_per_s", "rows/s",
           "1M rows written row by row into Milvus Lite (its own write timing; the clean-clone CI ran beside it)"),
+    _Pick("store_bulk_ingest", "scale/synthetic-n10000000-lancedb/scale.json", "bulk_ingest_items_per_s", "rows/s",
+          "10M rows appended into LanceDB by its bulk path (Arrow batches, one commit per 1M rows), synthetic rows "
+          "(bctflow bench store)"),
     _Pick("worker_ram", _SCALE_1M, "peak_rss_mb", "MB",
           "peak RSS of the 1M-item backfill's process (the embedding, then the 1M index built in it)"),
     _Pick("scaling_2", "scale/n100000-hnsw-faiss/scale.json", "scaling_2_vs_1", "× one worker",

@@ -146,7 +146,16 @@ def test_the_lines_name_every_rate_with_its_provenance_and_the_anchors_as_cited(
     cap = project(10**9, rates, index=IndexConfig(type="hnsw"), width=129, map_width=128, paired_fraction=0.01)
     lines = capacity_lines(cap)
     text = "\n".join(lines)
-    for name in ("embed", "partial", "transform", "pair_s", "index_build_hnsw", "store_ingest", "worker_ram"):
+    for name in (
+        "embed",
+        "partial",
+        "transform",
+        "pair_s",
+        "index_build_hnsw",
+        "store_ingest",
+        "store_bulk_ingest",
+        "worker_ram",
+    ):
         line = next(x for x in lines if x.startswith(f"    {name}: "))
         assert " — measured: " in line and "benchmarks/results/" in line and "(commit " in line, line
     for name in ("gpu_resnet50_int8", "gpu_vitb16_bf16", "gpu_clip_node", "ivfpq_1b", "diskann_1b"):

@@ -93,12 +93,13 @@ def _collection_name(store: str, generation: int) -> str | None:
 
 
 def _store(store: str, work: Path) -> Any:
-    options = {k: v for k, v in STORES[store].items()} if store != "faiss" else None
+    options = dict(STORES[store]) if store != "faiss" else None
     return vector_store(store, str(work / URIS[store]) if store in URIS else None, options)
 
 
 # ------------------------------------------------------------------ child steps
-def _rows(g: int, labels: np.ndarray, z: np.ndarray, points: np.ndarray, ids: np.ndarray) -> GalleryEmbeddings:
+def _rows(labels: np.ndarray, z: np.ndarray, points: np.ndarray, ids: np.ndarray) -> GalleryEmbeddings:
+    """Rows of a Lorentz (K = 1) gallery: tangent vectors ``z`` (n, d), points (n, d+1), ``ids`` / ``labels`` (n,)."""
     n = len(ids)
     return GalleryEmbeddings(
         "lorentz", 1.0, z.astype(np.float32), points.astype(np.float32), ids, labels,
@@ -119,7 +120,7 @@ def corpus_step(work: Path, items: int, dim: int, chunk: int) -> dict[str, Any]:
     for i, start in enumerate(range(0, items, chunk)):
         labels, z, points = make(min(chunk, items - start), i + 1)
         ids = np.arange(start, start + len(labels), dtype=np.int64)
-        writer.add(StoredPart(_rows(0, labels, z, points, ids), np.zeros(len(ids), np.int64)))
+        writer.add(StoredPart(_rows(labels, z, points, ids), np.zeros(len(ids), np.int64)))
     live = writer.finish()
     written = time.perf_counter() - t0
     # generation 1's view of the paired items: rotated, at a larger radius, with noise (a model trained again)
@@ -127,7 +128,7 @@ def corpus_step(work: Path, items: int, dim: int, chunk: int) -> dict[str, Any]:
     q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
     x = next(live.parts()).gallery.take(np.arange(min(_PAIRED, chunk)))
     zy = (x.z.astype(np.float64) @ q) * (_ZETA1 / _ZETA0) + 0.02 * rng.normal(size=x.z.shape)
-    y = _rows(1, x.labels, zy, space.points(zy, zy), x.ids)
+    y = _rows(x.labels, zy, space.points(zy, zy), x.ids)
     t1 = time.perf_counter()
     bridge = Bridge.fit("procrustes", 0, 1, x, y)
     fitted = time.perf_counter() - t1
@@ -288,6 +289,7 @@ def run_store_scale(
     log(f"corpus: {items} synthetic rows of generation 0, carried into generation 1")
     got, wall, rss = _child(["corpus", *args, "--items", str(items), "--dim", str(dim), "--chunk", str(chunk_size)])
     res |= got | {"corpus_step_s": wall, "corpus_peak_rss_mb": rss}
+    peak.append(rss)
     kill = _KILL.get(store, "store.half_written")
     log(f"build version 0, killed at {kill}, then again")
     _, killed_s, rss0 = _child(["build", *args, "--generation", "0"], kill_at=kill)

@@ -16,9 +16,9 @@ from benchmarks.store_scale import run_store_scale
 
 @pytest.mark.parametrize("store", ["faiss", "lancedb", "milvus"])
 def test_a_store_run_resumes_a_killed_build_and_switches_between_sealed_versions(tmp_path, store):
-    md = run_store_scale(5000, store, tmp_path / "out", work=tmp_path / "work", chunk_size=500, row_seconds=2)
+    md = run_store_scale(5000, store, tmp_path / "out", work=tmp_path / "work", dim=16, chunk_size=500, row_seconds=2)
     r = json.loads((tmp_path / "out" / "scale.json").read_text())
-    assert md.read_text().startswith(f"# Store benchmark: 5,000 synthetic rows, store {store}")
+    assert md.read_text().startswith(f"# Store benchmark: 5,000 synthetic rows, store {store}") and r["dim"] == 16
     assert (r["items"], r["store"], r["synthetic"]) == (5000, store, True) and r["provenance"]
     assert (r["rows_after_resume"], r["duplicates_after_resume"], r["unstamped_after_resume"]) == (5000, 0, 0)
     assert r["rollback_checked"] == ["by its seal"] and r["seal_files"][0] < 10  # the parts folder, not each part

@@ -76,7 +76,11 @@ def deployed(prefect_harness, tmp_path_factory) -> dict[str, Any]:
             yield {"client": client, "dep": client.read_deployment_by_name("nightly-retrain/nightly"), "root": root}
     finally:
         worker.terminate()
-        worker.wait(timeout=30)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # under load its heartbeat can wait on Prefect's locked SQLite: kill it
+            worker.kill()
+            worker.wait(timeout=30)
         log.close()
 
 

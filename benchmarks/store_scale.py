@@ -67,13 +67,15 @@ from registry.orm import GalleryPointer
 
 __all__ = ["STORES", "run_store_scale"]
 
-#: each store's index for the synthetic run: FAISS files and LanceDB IVF-PQ (compressed codes: the index that fits
-#: 10⁹ rows), Milvus Lite HNSW (its IVF-PQ is not served by Milvus Lite). FAISS re-ranks its candidates with the
-#: decoded codes, so its codes are one byte per coordinate (``pq_m`` = the row width, set per run): with the default
-#: 43 sub-quantisers of 3 coordinates recall@10 stopped at 0.879 at 1M rows whatever the nprobe (docs/scale.md);
-#: LanceDB re-ranks with the stored vectors (``refine_factor``) and keeps its default sub-vectors
+#: each store's index for the synthetic run: compressed codes in inverted lists (the index that fits 10⁹ rows) for
+#: FAISS (IVF-SQ8) and LanceDB (IVF-PQ), Milvus Lite HNSW (its IVF-PQ is not served by Milvus Lite). FAISS re-ranks
+#: its candidates with the decoded codes, so its codes are one byte per coordinate: IVF-PQ with the default 43
+#: sub-quantisers of 3 coordinates stopped at recall@10 0.879 at 1M rows whatever the nprobe, and IVF-PQ with one
+#: coordinate per sub-quantiser (the same 129 bytes per row) encoded 4× slower than the 43 (8,016 against 30,311
+#: rows/s) — 32 minutes to the half-way kill at 10M —, where SQ8 encodes at 328,327 rows/s (docs/scale.md). LanceDB
+#: re-ranks with the stored vectors (``refine_factor``) and keeps its default sub-vectors
 STORES = {
-    "faiss": {"type": "ivfpq", "target_recall": 0.95},
+    "faiss": {"type": "ivfsq", "target_recall": 0.95},
     "lancedb": {"index_type": "IVF_PQ", "nprobes": 32, "refine_factor": 10},
     "milvus": {"index_type": "HNSW"},
 }
@@ -153,8 +155,7 @@ def build_step(work: Path, store: str, generation: int) -> dict[str, Any]:
     v = _versions(work)[generation]
     parts = GalleryParts(v.evaluation_store)
     coll = _store(store, work).collection(_collection_name(store, generation), v.evaluation_index)
-    width = next(parts.parts()).gallery.emb.shape[1]
-    settings = STORES[store] | {"pq_m": width} if store == "faiss" else {}
+    settings = STORES[store] if store == "faiss" else {}
     if store == "lancedb":  # about ten commits at every size, at most one per 1M rows
         type(coll).bulk_rows = min(1 << 20, max(len(parts) // 10, 1))
     built = coll.build(parts, generation=generation, options=IndexOptions(settings, recall_queries=1000))

@@ -34,7 +34,7 @@ import numpy as np
 
 from components.bridges.base import min_pairs
 from components.errors import ConfigError
-from components.indexing.stores.faiss.index_config import IndexConfig
+from components.indexing.stores.faiss import INDEX_TYPES, IndexConfig
 from flows.backfill.rates import DEVICES, Rate, number
 
 __all__ = [
@@ -52,8 +52,6 @@ __all__ = [
 
 #: one node's memory for an index: the machine the DiskANN anchor served 10⁹ vectors from (64 GB, cited)
 NODE_RAM_GB = 64.0
-#: the FAISS index types whose size the plan prints
-INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
 #: GPUs in the node of the clip-retrieval anchor (its rate is per node)
 CLIP_NODE_GPUS = 8
 
@@ -72,9 +70,10 @@ def check_request(items: int, workers: int, fraction: float) -> None:
 def index_bytes_per_item(config: IndexConfig, width: int) -> float:
     """Bytes per item of the FAISS index file ``config`` builds over float32 rows ``width`` wide (its growth per
     item; the coarse quantizer and PQ codebooks, constant in N, left out): the row (4·width; IVF-PQ: ⌈pq_m·pq_nbits
-    / 8⌉ code bytes instead) and IDMap2's 8-byte id; IVF adds its list's 8-byte id and the direct map's 8 bytes;
-    HNSW its level-0 links (2M int32), its level and offset (4 + 8 bytes) and the upper levels' M links at an
-    expected 1/(M−1) levels. Matches the files FAISS writes (tests/flows/backfill/test_capacity.py)."""
+    / 8⌉ code bytes instead, IVF-SQ8 one byte per coordinate) and IDMap2's 8-byte id; IVF adds its list's 8-byte id
+    and the direct map's 8 bytes; HNSW its level-0 links (2M int32), its level and offset (4 + 8 bytes) and the upper
+    levels' M links at an expected 1/(M−1) levels. Matches the files FAISS writes
+    (tests/flows/backfill/test_capacity.py)."""
     row = 4.0 * width
     if config.type == "flat":
         return row + 8
@@ -83,6 +82,8 @@ def index_bytes_per_item(config: IndexConfig, width: int) -> float:
     if config.type == "hnsw":
         m = config.hnsw_m
         return row + 8 + 4 * 2 * m + 12 + 4 * m / (m - 1)
+    if config.type == "ivfsq":
+        return width + 24
     return math.ceil(config.resolved_pq_m(width) * config.pq_nbits / 8) + 24  # ivfpq
 
 

@@ -20,17 +20,18 @@ class _Strict(BaseModel):
 
 
 class IndexParams(_Strict):
-    """The FAISS index of every gallery (docs/design.md §8): exact ``flat``, or ``ivf`` / ``hnsw`` / ``ivfpq``."""
+    """The FAISS index of every gallery (docs/design.md §8): exact ``flat``, or the approximate ``ivf`` / ``hnsw`` /
+    ``ivfpq`` / ``ivfsq``."""
 
-    type: Output[Literal["flat", "ivf", "hnsw", "ivfpq"]] = "flat"
-    nlist: Output[int | None] = Field(None, gt=0)  # ivf / ivfpq lists (None: about 4·sqrt(N))
-    nprobe: Output[int] = Field(16, gt=0)  # ivf / ivfpq lists visited per query
+    type: Output[Literal["flat", "ivf", "hnsw", "ivfpq", "ivfsq"]] = "flat"
+    nlist: Output[int | None] = Field(None, gt=0)  # IVF lists (None: about 4·sqrt(N))
+    nprobe: Output[int] = Field(16, gt=0)  # IVF lists visited per query
     hnsw_m: Output[int] = Field(32, gt=1)  # hnsw graph degree
     ef_construction: Output[int] = Field(80, gt=0)
     ef_search: Output[int] = Field(96, gt=0)
     pq_m: Output[int | None] = Field(None, gt=0)  # ivfpq sub-quantisers (None: chosen from the width)
     pq_nbits: Output[int] = Field(8, gt=0, le=16)
-    train_size: Output[int] = Field(100_000, gt=0)  # training sample of ivf / ivfpq
+    train_size: Output[int] = Field(100_000, gt=0)  # training sample of the IVF types
     #: held-out sample on which the build measures recall@10 against exact search
     recall_queries: Output[int] = Field(1000, gt=0)
     shards: Output[int] = Field(1, gt=0)  # faiss.IndexShards over this many sub-indexes

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from components.errors import ConfigError
-from components.indexing.stores.faiss.index_config import IndexConfig
+from components.indexing.stores.faiss import INDEX_TYPES, IndexConfig
 from flows.backfill.capacity import (
     NODE_RAM_GB,
     capacity_lines,
@@ -102,7 +102,7 @@ def test_the_projection_uses_the_committed_rates_of_the_route_and_device():
     assert list(paired_items(np.array([10, 10**9]), 0.01, 128)) == [256, 10**7]
 
 
-@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw", "ivfpq"])
+@pytest.mark.parametrize("kind", INDEX_TYPES)
 @pytest.mark.parametrize("width", [129, 64])
 def test_the_index_bytes_per_item_are_what_faiss_writes_per_item(kind, width):
     """Each type's file grows by the bytes per item the plan multiplies N by (two sizes, the difference): exactly,

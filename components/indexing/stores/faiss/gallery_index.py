@@ -4,7 +4,7 @@
 * Lorentz (docs/design.md §8): hyperboloid points (N, d+1), time first. The geodesic distance
   acosh(-K <q, g>_L)/sqrt(K) (HBCT Eq. (3)) is monotone decreasing in <q, g>_L (HBCT Eq. (1)):
   ``flat`` stores the points as-is and negates each query's time coordinate (exact MIPS,
-  ``IDMap2,Flat``); ``ivf`` / ``hnsw`` / ``ivfpq`` search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k
+  ``IDMap2,Flat``); ``ivf`` / ``hnsw`` / ``ivfpq`` / ``ivfsq`` search L2 over [2⁻⁸·g_t, g_s] for ``rerank``·k
   candidates re-ranked by exact geodesic distance (or the MIPS→L2 reduction; see
   :mod:`components.indexing.stores.faiss.index_types` for the measurements behind the choice).
 
@@ -17,7 +17,7 @@ records them in the manifest (docs/design.md §8.3).
 
 FAISS ranks in float32; the neighbours it returns are re-scored in float64 (docs/design.md §2
 "Numerics") and re-sorted — from the stored vectors for flat, ivf and hnsw, from decoded PQ
-codes (approximate) for ivfpq. Every index carries an
+codes (approximate) for ivfpq / ivfsq. Every index carries an
 :class:`~components.indexing.stores.faiss.manifest.IndexManifest` (docs/design.md §7.8), checked on load and
 before every search: FAISS itself notices neither a same-dimension model swap, a truncated
 file, nor NaNs.
@@ -309,7 +309,7 @@ class GalleryIndex:
         int64 (Nq, k'), k' = min(k, ntotal), best first. Scores are higher =
         nearer: cosine similarity (euclidean) or minus the geodesic distance
         -acosh(max(1, -K <q, g>_L))/sqrt(K) (lorentz), recomputed in float64 from
-        the stored vectors (ivfpq: from the decoded, approximate ones). Approximate
+        the stored vectors (ivfpq / ivfsq: from the decoded, approximate ones). Approximate
         types may find fewer than k' items for a query: the missing slots, last,
         have id -1 and score -inf. Raises
         :class:`~components.errors.IncompatibleQueryError` when the width,

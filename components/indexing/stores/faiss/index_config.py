@@ -1,7 +1,7 @@
 """Which FAISS index a gallery gets, and its parameters (docs/design.md §8.2, §8.3).
 
 :class:`IndexConfig` is the frozen, validated choice of index type (``flat`` exact;
-``ivf``, ``hnsw`` and ``ivfpq`` approximate) with the knobs FAISS needs to build and
+``ivf``, ``hnsw``, ``ivfpq`` and ``ivfsq`` approximate) with the knobs FAISS needs to build and
 search it. It resolves data-dependent defaults (``nlist``, ``pq_m``) once the gallery
 size and stored width are known and names the ``faiss.index_factory`` string that is
 actually built (:meth:`IndexConfig.factory_string`), which the manifest records.
@@ -22,7 +22,7 @@ from typing import Any
 
 from components.errors import ConfigError
 from components.geometry import Space
-from components.indexing.stores.faiss.manifest import INDEX_TYPES
+from components.indexing.stores.faiss.manifest import INDEX_TYPES, IVF_TYPES
 from components.indexing.vectors import pq_subvectors
 
 __all__ = ["INDEX_TYPES", "IndexConfig", "check_build_args"]
@@ -47,8 +47,10 @@ class IndexConfig:
     """The index type and parameters of a gallery index.
 
     * ``type``: ``"flat"`` (exact, ``IDMap2,Flat``), ``"ivf"`` (inverted lists of full
-      vectors), ``"hnsw"`` (graph over full vectors) or ``"ivfpq"`` (inverted lists of
-      product-quantised codes: approximate vectors, smallest memory).
+      vectors), ``"hnsw"`` (graph over full vectors), ``"ivfpq"`` (inverted lists of
+      product-quantised codes: approximate vectors, smallest memory) or ``"ivfsq"`` (inverted lists of 8-bit
+      scalar-quantised codes, one byte per coordinate: what ivfpq with one coordinate per sub-quantiser stores, but
+      encoded at many times its speed — docs/scale.md).
     * ``nlist``: IVF lists; ``None`` → ``round(4·sqrt(N))`` clamped to
       ``[1, min(N, train_size) / 39]`` (FAISS k-means needs ≥ 39 points per centroid).
     * ``nprobe``: IVF lists scanned per query (clamped to ``nlist``).
@@ -141,7 +143,7 @@ class IndexConfig:
     @property
     def trained(self) -> bool:
         """True when the index needs a training sample (IVF coarse quantizer, PQ codebooks)."""
-        return self.type in ("ivf", "ivfpq")
+        return self.type in IVF_TYPES
 
     def train_count(self, n: int) -> int:
         """Training vectors actually used for a gallery of ``n`` items (0 when none are needed)."""
@@ -193,8 +195,8 @@ class IndexConfig:
 
         flat ``IDMap2,Flat``; ivf ``IDMap2,IVF{nlist},Flat``; hnsw ``IDMap2,HNSW{m},Flat``;
         ivfpq ``IDMap2,IVF{nlist},PQ{m}x{nbits}np`` (``np``: no polysemous training, which
-        only serves polysemous search and is slow). Raises ConfigError when ``n`` is too
-        small to train the requested index.
+        only serves polysemous search and is slow); ivfsq ``IDMap2,IVF{nlist},SQ8``. Raises ConfigError when
+        ``n`` is too small to train the requested index.
         """
         if not _is_int(dim) or dim < 1 or not _is_int(n) or n < 1:
             raise ConfigError(f"factory_string needs dim >= 1 and n >= 1, got dim={dim!r}, n={n!r}")
@@ -205,6 +207,8 @@ class IndexConfig:
         nlist = self.resolved_nlist(n)
         if self.type == "ivf":
             return f"IDMap2,IVF{nlist},Flat"
+        if self.type == "ivfsq":
+            return f"IDMap2,IVF{nlist},SQ8"
         codes = 1 << self.pq_nbits
         if min(self.train_size, n) < codes:
             raise ConfigError(

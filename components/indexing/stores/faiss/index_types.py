@@ -6,7 +6,7 @@ are defined in :mod:`components.indexing.vectors`):
 * euclidean, every type: float32 unit rows, inner-product metric (= cosine), exact ranking.
 * lorentz, ``flat``: the hyperboloid points themselves, inner-product metric, each
   query's time coordinate negated — exact MIPS = exact geodesic kNN (HBCT Eq. (1), (3)).
-* lorentz, ``ivf`` / ``hnsw`` / ``ivfpq``: by default the ``proxy`` form (L2 over
+* lorentz, ``ivf`` / ``hnsw`` / ``ivfpq`` / ``ivfsq``: by default the ``proxy`` form (L2 over
   [2⁻⁸·g_t, g_s], :mod:`components.indexing.vectors`); FAISS returns ``rerank``·k candidates that are re-ranked
   by exact float64 geodesic distance. Optional: the exact MIPS→L2 reduction (``mips_l2``): gallery g (d+1, time
   first) stored as g' = [g, sqrt(M² − ‖g‖²)] with M ≥ max ‖g‖, so every g' lies on the sphere of radius M; a query
@@ -42,7 +42,7 @@ import numpy as np
 from components.errors import IndexIntegrityError
 from components.indexing.stores.faiss.build_inputs import id_hash
 from components.indexing.stores.faiss.index_config import IndexConfig
-from components.indexing.stores.faiss.manifest import IndexManifest
+from components.indexing.stores.faiss.manifest import IVF_TYPES, QUANTIZED_TYPES, IndexManifest
 from components.indexing.vectors import lorentz_proxy_rows
 from components.io import file_sha256
 
@@ -140,7 +140,7 @@ def shard_of(ids: np.ndarray, shards: int) -> np.ndarray:
 def new_shards(config: IndexConfig, factory: str, metric: str, width: int, train: np.ndarray | None) -> list:
     """Empty, trained ``IDMap2`` indexes (one per shard) of ``factory`` over rows of ``width``.
 
-    ``train``: float32 (m, width) sample in stored form, required for ivf / ivfpq.
+    ``train``: float32 (m, width) sample in stored form, required for the IVF types.
     Search parameters are left to :func:`set_search_params`.
     """
     index = faiss.index_factory(width, factory, _METRICS[metric])
@@ -176,13 +176,15 @@ def describe(index: faiss.Index) -> str:
         return "IDMap2,Flat"
     if isinstance(inner, faiss.IndexHNSWFlat):
         return f"IDMap2,HNSW{inner.hnsw.nb_neighbors(1)},Flat"
-    if isinstance(inner, (faiss.IndexIVFFlat, faiss.IndexIVFPQ)):
+    if isinstance(inner, (faiss.IndexIVFFlat, faiss.IndexIVFPQ, faiss.IndexIVFScalarQuantizer)):
         quantizer = faiss.downcast_index(inner.quantizer)
         coarse = f"IVF{inner.nlist}" if isinstance(quantizer, faiss.IndexFlat) else f"IVF{inner.nlist}_?"
         if type(inner) is faiss.IndexIVFFlat:
             return f"IDMap2,{coarse},Flat"
         if type(inner) is faiss.IndexIVFPQ:
             return f"IDMap2,{coarse},PQ{inner.pq.M}x{inner.pq.nbits}np"  # file layout is the same either way
+        if type(inner) is faiss.IndexIVFScalarQuantizer and inner.sq.qtype == faiss.ScalarQuantizer.QT_8bit:
+            return f"IDMap2,{coarse},SQ8"
     return f"IDMap2,{type(inner).__name__}"
 
 
@@ -194,6 +196,7 @@ def expected_factory(index_type: str, params: dict[str, Any]) -> str:
         "ivf": lambda: f"IDMap2,IVF{p['nlist']},Flat",
         "hnsw": lambda: f"IDMap2,HNSW{p['hnsw_m']},Flat",
         "ivfpq": lambda: f"IDMap2,IVF{p['nlist']},PQ{p['pq_m']}x{p['pq_nbits']}np",
+        "ivfsq": lambda: f"IDMap2,IVF{p['nlist']},SQ8",
     }[index_type]()
 
 
@@ -222,7 +225,7 @@ def rescore(shards: list, m: IndexManifest, q: np.ndarray, found: np.ndarray) ->
     g = np.zeros((*found.shape, m.dim))
     g[valid] = gallery_rows(reconstruct(shards, found[valid]), m.params, m.dim)
     space = m.space
-    if m.index_type == "ivfpq":
+    if m.index_type in QUANTIZED_TYPES:
         space.restore_decoded(g)
     s = np.where(valid, space.candidate_scores(q, g), -np.inf)
     order = np.argsort(-s, axis=1, kind="stable")
@@ -267,7 +270,7 @@ def read_index_file(path: Path, sha256: str, rebuild: str) -> faiss.Index:
 def _rows_fit(stored: np.ndarray, m: IndexManifest) -> np.ndarray:
     """Per-row bool: stored float32 rows (n, stored_dim) finite and points of the manifest's space."""
     ok = np.isfinite(stored).all(axis=1)
-    if m.index_type == "ivfpq":  # decoded codes: approximate, only finiteness is checkable
+    if m.index_type in QUANTIZED_TYPES:  # decoded codes: approximate, only finiteness is checkable
         return ok
     ok &= m.space.on_space(gallery_rows(stored, m.params, m.dim))
     if m.params.get("lorentz_form") == "mips_l2":
@@ -303,7 +306,7 @@ def verify_shards(shards: list, m: IndexManifest, paths: list[Path], rebuild: st
                 f"{path} stores width {s.d} with metric {s.metric_type} but its manifest says width "
                 f"{m.stored_dim}, metric {m.metric}; {rebuild}"
             )
-        if m.index_type in ("ivf", "ivfpq") and faiss.extract_index_ivf(s).direct_map.type != faiss.DirectMap.Array:
+        if m.index_type in IVF_TYPES and faiss.extract_index_ivf(s).direct_map.type != faiss.DirectMap.Array:
             raise IndexIntegrityError(f"{path} has no IVF direct map, so vectors cannot be re-scored; {rebuild}")
         ids = faiss.vector_to_array(s.id_map)
         if len(shards) > 1 and (shard_of(ids, len(shards)) != i).any():

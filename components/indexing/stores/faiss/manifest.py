@@ -30,6 +30,8 @@ from components.indexing.manifest import GalleryManifest
 __all__ = [
     "FORMAT_VERSION",
     "INDEX_TYPES",
+    "IVF_TYPES",
+    "QUANTIZED_TYPES",
     "IndexManifest",
     "shards_digest",
     "utc_now_iso",
@@ -38,13 +40,18 @@ __all__ = [
 #: The manifest layout this code writes (it also reads version 1).
 FORMAT_VERSION = 2
 #: Index layouts this code can build and load (version-1 ``flat_ip`` reads as ``flat``).
-INDEX_TYPES: tuple[str, ...] = ("flat", "ivf", "hnsw", "ivfpq")
+INDEX_TYPES: tuple[str, ...] = ("flat", "ivf", "hnsw", "ivfpq", "ivfsq")
+#: The types over inverted lists (a trained coarse quantizer, ``nlist`` / ``nprobe``, a direct map for re-scoring).
+IVF_TYPES: tuple[str, ...] = ("ivf", "ivfpq", "ivfsq")
+#: The types that store codes, not rows: what they give back is decoded, so approximate.
+QUANTIZED_TYPES: tuple[str, ...] = ("ivfpq", "ivfsq")
 #: Parameters each index type must record (ints >= 1).
 REQUIRED_PARAMS: dict[str, tuple[str, ...]] = {
     "flat": (),
     "ivf": ("nlist", "nprobe"),
     "hnsw": ("hnsw_m", "ef_search"),
     "ivfpq": ("nlist", "nprobe", "pq_m", "pq_nbits"),
+    "ivfsq": ("nlist", "nprobe"),
 }
 METRICS = ("inner_product", "l2")
 _V1_FIELDS = (

@@ -71,7 +71,7 @@ def test_bottom_k_sample_is_independent_of_chunking():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("type", "annoy", "field 'type' must be one of 'flat', 'ivf', 'hnsw', 'ivfpq'"),
+        ("type", "annoy", "field 'type' must be one of 'flat', 'ivf', 'hnsw', 'ivfpq', 'ivfsq'"),
         ("nprobe", 0, "field 'nprobe' must be an int >= 1, got 0"),
         ("hnsw_m", 1, "field 'hnsw_m' must be an int >= 2"),
         ("ef_search", 2.5, "field 'ef_search' must be an int >= 1"),
@@ -114,6 +114,8 @@ def test_factory_strings_and_automatic_parameters():
     assert IndexConfig(type="hnsw", hnsw_m=16).factory_string(64, 10) == "IDMap2,HNSW16,Flat"
     for width, m in ((24, 6), (26, 13), (128, 32), (129, 43), (130, 26)):
         assert IndexConfig(type="ivfpq").factory_string(width, 50_000) == f"IDMap2,IVF894,PQ{m}x8np"
+    assert IndexConfig(type="ivfsq").factory_string(129, 50_000) == "IDMap2,IVF894,SQ8"
+    assert set(IndexConfig(type="ivfsq").params(129, 50_000)) == {"shards", "seed", "nlist", "nprobe", "train_size"}
     p = IndexConfig(type="ivf", nprobe=500).params(64, 2000)
     assert p["nlist"] == 51 and p["nprobe"] == 51  # nprobe clamped to nlist
 

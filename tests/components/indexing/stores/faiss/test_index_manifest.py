@@ -135,6 +135,7 @@ def test_missing_and_unknown_fields_are_named():
         ("ivf", {"nlist": 16}, "nprobe"),
         ("hnsw", {"hnsw_m": 32}, "ef_search"),
         ("ivfpq", {"nlist": 16, "nprobe": 4, "pq_m": 8}, "pq_nbits"),
+        ("ivfsq", {"nlist": 16}, "nprobe"),
     ],
 )
 def test_each_type_must_record_its_parameters(index_type, params, missing):

@@ -14,6 +14,7 @@ from components.errors import IndexIntegrityError
 from components.geometry import create_space
 from components.indexing.stores.faiss import INDEX_FILE, MANIFEST_FILE, GalleryIndex, IndexConfig
 from components.indexing.stores.faiss.index_types import file_sha256
+from components.indexing.stores.faiss.manifest import IVF_TYPES
 from tests.components.indexing.gallery_data import MIN_RECALL, TYPES, D, K, N, chunks_of, make_data
 
 
@@ -54,7 +55,7 @@ def test_each_type_builds_from_chunks_and_records_its_recall(data, geometry, ind
     assert m.metric == ("l2" if proxy else "inner_product")
     assert (m.params.get("lorentz_form"), m.params.get("rerank")) == (("proxy", 3) if proxy else (None, None))
     assert m.recall_at_10 >= MIN_RECALL[index_type] and m.search_qps > 0 and m.build_seconds > 0
-    if index_type in ("ivf", "ivfpq"):
+    if index_type in IVF_TYPES:
         assert m.params["nlist"] == N // 39 and m.params["nprobe"] == 16 and m.params["train_size"] == N
     if index_type == "hnsw":
         assert (m.params["hnsw_m"], m.params["ef_search"], m.params["ef_construction"]) == (32, 96, 80)
@@ -204,7 +205,7 @@ def test_resaving_with_fewer_shards_removes_stale_files(tmp_path, data):
     assert GalleryIndex.load(tmp_path).manifest.shards == 1
 
 
-@pytest.mark.parametrize(("index_type", "shards"), [("ivf", 1), ("hnsw", 1), ("ivfpq", 1), ("ivf", 2)])
+@pytest.mark.parametrize(("index_type", "shards"), [("ivf", 1), ("hnsw", 1), ("ivfpq", 1), ("ivfsq", 1), ("ivf", 2)])
 def test_corrupted_index_file_is_detected(tmp_path, data, index_type, shards):
     _build(data, "euclidean", type=index_type, shards=shards, pq_nbits=6).save(tmp_path)
     path = tmp_path / (INDEX_FILE if shards == 1 else "index-001-of-002.faiss")

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 import bctflow
 from bctflow.cli import app
+from components.indexing.stores.faiss import INDEX_TYPES
 from components.losses.catalog import list_alignments
 from tests.conftest import REPO
 
@@ -72,7 +73,7 @@ def test_completion_offers_commands_and_the_choices_of_an_option():
     assert _complete("bctflow ba") == ["backfill"]
     assert _complete("bctflow backfill --order ") == ["uncertainty", "random", "oldest"]
     assert _complete("bctflow run --alignment hb") == ["hbct"]
-    assert _complete("bctflow bench scale --index ") == ["flat", "ivf", "hnsw", "ivfpq", "ivfsq"]
+    assert _complete("bctflow bench scale --index ") == list(INDEX_TYPES)
     profiles = _complete("bctflow bench --profile ")
     assert {"cpu", "gpu", "digits"} <= set(profiles)
     assert profiles == sorted(p.stem for p in (REPO / "benchmarks" / "profiles").glob("*.yaml"))
@@ -103,7 +104,7 @@ def test_help_lists_the_choices(monkeypatch):
     run_help = _invoke(["run", "--help"]).output
     assert "<" + "|".join(list_alignments()) + ">" in run_help  # every method of the plugin catalog
     assert "<uncertainty|random|oldest>" in _invoke(["backfill", "--help"]).output
-    assert "<flat|ivf|hnsw|ivfpq|ivfsq>" in _invoke(["bench", "scale", "--help"]).output
+    assert f"<{'|'.join(INDEX_TYPES)}>" in _invoke(["bench", "scale", "--help"]).output
     scenarios = "<ext_data|ext_class|new_arch|both|sequential|partial_backfill>"
     assert scenarios in _invoke(["bench", "--help"]).output
 
@@ -114,7 +115,7 @@ def test_help_lists_the_choices(monkeypatch):
         (["backfill", "--order", "sideways"], "'uncertainty', 'random', 'oldest'"),
         (["backfill", "--plan", "--items", "10", "--device", "tpu"], "'cpu', 'cuda'"),
         (["run", "--alignment", "hbtc"], ", ".join(repr(n) for n in list_alignments())),
-        (["bench", "scale", "--items", "10", "--out", "o", "--index", "kdtree"], "'hnsw', 'ivfpq', 'ivfsq'"),
+        (["bench", "scale", "--items", "10", "--out", "o", "--index", "kdtree"], ", ".join(map(repr, INDEX_TYPES))),
         (["bench", "--scenario", "ext_dta"], "'ext_data', 'ext_class', 'new_arch', 'both', 'sequential'"),
     ],
 )

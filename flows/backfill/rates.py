@@ -104,6 +104,9 @@ MEASURED: tuple[_Pick, ...] = (
           "the 1M-item HNSW32 index built by FAISS in one process (items over the build's seconds)"),
     _Pick("index_build_ivf", "scale/n100000-ivf/scale.json", "items", "items/s",
           "a 100k-item IVF1265 index built by FAISS in one process (trained on its items)", per="index_build_s"),
+    _Pick("index_build_ivfsq", "scale/synthetic-n10000000-faiss/scale.json", "items", "items/s",
+          "a 10M-row IVF2564,SQ8 index built by FAISS in one process (trained on 100k rows, nprobe tuned), "
+          "synthetic rows (bctflow bench store)", per="index_build_s"),
     _Pick("store_ingest", "scale/n1000000-hnsw-milvus/scale.json", "ingest_items_per_s", "rows/s",
           "1M rows written row by row into Milvus Lite (its own write timing; the clean-clone CI ran beside it)"),
     _Pick("store_bulk_ingest", "scale/synthetic-n10000000-lancedb/scale.json", "bulk_ingest_items_per_s", "rows/s",

@@ -45,6 +45,7 @@ def test_each_measured_rate_is_its_committed_reports_number_with_file_key_and_co
         "pair_s": transform["bridge_fit_s"] / transform["paired_items"],
         "index_build_hnsw": one_m["ingest_items_per_s"],
         "index_build_ivf": 100_000 / _report("scale/n100000-ivf/scale.json")["index_build_s"],
+        "index_build_ivfsq": 10_000_000 / _report("scale/synthetic-n10000000-faiss/scale.json")["index_build_s"],
         "store_ingest": _report("scale/n1000000-hnsw-milvus/scale.json")["ingest_items_per_s"],
         "store_bulk_ingest": _report("scale/synthetic-n10000000-lancedb/scale.json")["bulk_ingest_items_per_s"],
         "worker_ram": one_m["peak_rss_mb"],

@@ -8,6 +8,8 @@ measures recall@10 of the approximate ids against the exact ones (docs/design.md
 either geometry. Run as a script for the 200k-item check::
 
     python -m benchmarks.index_speed --n 200000 --types ivf hnsw --out /tmp/index_speed.json
+
+``--out`` gets the rows with the command and the run's provenance (code, machine, library versions).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import faiss
@@ -24,6 +28,8 @@ import numpy as np
 
 from components.geometry import Space, create_space, list_spaces
 from components.indexing.stores.faiss import GalleryIndex, IndexConfig
+from components.io import atomic_write_text
+from flows.runtime import describe_run
 
 __all__ = ["clustered_gallery", "measure_index"]
 
@@ -176,8 +182,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=2)
+        command = "python -m benchmarks.index_speed " + " ".join(argv if argv is not None else sys.argv[1:])
+        doc = {"command": command, "provenance": describe_run(), "rows": rows}
+        atomic_write_text(Path(args.out), json.dumps(doc, indent=2))
     return rows
 
 

@@ -71,9 +71,9 @@ __all__ = ["STORES", "run_store_scale"]
 #: FAISS (IVF-SQ8) and LanceDB (IVF-PQ), Milvus Lite HNSW (its IVF-PQ is not served by Milvus Lite). FAISS re-ranks
 #: its candidates with the decoded codes, so its codes are one byte per coordinate: IVF-PQ with the default 43
 #: sub-quantisers of 3 coordinates stopped at recall@10 0.879 at 1M rows whatever the nprobe, and IVF-PQ with one
-#: coordinate per sub-quantiser (the same 129 bytes per row) encoded 4× slower than the 43 (8,016 against 30,311
-#: rows/s) — 32 minutes to the half-way kill at 10M —, where SQ8 encodes at 328,327 rows/s (docs/scale.md). LanceDB
-#: re-ranks with the stored vectors (``refine_factor``) and keeps its default sub-vectors
+#: coordinate per sub-quantiser (the same 129 bytes per row) built 10.3× slower than SQ8 for the same recall at 200k
+#: rows — 32 minutes to the half-way kill at 10M (docs/scale.md, "Why IVF-SQ8"). LanceDB re-ranks with the stored
+#: vectors (``refine_factor``) and keeps its default sub-vectors
 STORES = {
     "faiss": {"type": "ivfsq", "target_recall": 0.95},
     "lancedb": {"index_type": "IVF_PQ", "nprobes": 32, "refine_factor": 10},

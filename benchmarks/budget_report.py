@@ -87,7 +87,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "## The ordering (by P_com common, or by the gain where a denominator is ⚠), and what moved",
+        "## The ordering (by P_com common where all rows share one denominator, not ⚠; else by the gain), what moved",
         "",
         *_moves(doc),
     ]

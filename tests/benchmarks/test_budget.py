@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bctflow.cli import app
-from benchmarks.budget import budget_points, run_budget, summarise_budget
+from benchmarks.budget import _order, budget_points, run_budget, summarise_budget
 from benchmarks.budget_report import render, write_budget
 from benchmarks.profile import load_profile
 from components.errors import ConfigError
@@ -88,7 +88,8 @@ def test_every_entry_is_measured_against_the_best_validation_phi_star_of_its_poi
         assert r["roles"]["ref"]["epochs"] == r["roles"]["new"]["epochs"] == 1
     assert measured["roles"]["old"]["min_train_accuracy"] == min(r["roles"]["old"]["train_accuracy"] for r in rows)
     dens = [e["p_com_common_denominator"]["mean"] for e in doc["entries"]]
-    by = "p_com_common" if all(d >= 0.05 for d in dens) else "abs_gain"  # a φ* no better than the old: the gain
+    one = max(dens) - min(dens) <= 1e-9 and min(dens) >= 0.05  # one denominator, a φ* better than the old models
+    by = "p_com_common" if one else "abs_gain"
     want_order = sorted(doc["entries"], key=lambda e: -e[by]["mean"])
     assert doc["ordering"] == {"n30-e1": {"by": by, "methods": [e["method"] for e in want_order]}}
 
@@ -156,3 +157,18 @@ def test_a_table_without_validation_scores_is_refused_before_anything_is_written
     with pytest.raises(ConfigError, match="row bct seed 0 has no validation scores .* run bctflow bench budget again"):
         write_budget(tmp_path / "results", str(profile), REPO / "params.yaml", "test")
     assert not (tmp_path / "results" / "tiny_budget" / "budget").exists()
+
+
+def test_rows_over_two_denominators_are_ordered_by_their_gain():
+    """Two geometries' old models give two denominators: P_com (the ratio) and the gain (its numerator) then disagree,
+    and only the gain orders the methods; with one denominator P_com orders them."""
+
+    def entry(method: str, gain: float, den: float) -> dict:
+        stat = lambda v: {"mean": v}
+        return {"budget": "b", "method": method, "abs_gain": stat(gain), "p_com_common": stat(gain / den),
+                "p_com_common_denominator": stat(den)}  # fmt: skip
+
+    two = [entry("paper", -0.257, 0.0717), entry("best", -0.192, 0.0511)]  # P_com -3.58 > -3.75; gains the other way
+    assert _order(two, "b") == {"by": "abs_gain", "methods": ["best", "paper"]}
+    one = [entry("x", 0.05, 0.1), entry("y", 0.04, 0.1)]
+    assert _order(one, "b") == {"by": "p_com_common", "methods": ["x", "y"]}

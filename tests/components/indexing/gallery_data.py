@@ -8,10 +8,8 @@ import itertools
 import numpy as np
 
 from components.indexing.gallery import GalleryEmbeddings
-from components.indexing.stores.faiss import INDEX_TYPES
 
 N, D, K = 3000, 16, 0.8
-TYPES = INDEX_TYPES
 #: recall@10 each type must reach on the clustered test gallery with its default parameters
 MIN_RECALL = {"flat": 1.0, "ivf": 0.95, "hnsw": 0.95, "ivfpq": 0.25, "ivfsq": 0.9}
 

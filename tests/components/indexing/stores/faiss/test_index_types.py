@@ -14,8 +14,8 @@ from components.errors import IndexIntegrityError
 from components.geometry import create_space
 from components.indexing.stores.faiss import INDEX_FILE, MANIFEST_FILE, GalleryIndex, IndexConfig
 from components.indexing.stores.faiss.index_types import file_sha256
-from components.indexing.stores.faiss.manifest import IVF_TYPES
-from tests.components.indexing.gallery_data import MIN_RECALL, TYPES, D, K, N, chunks_of, make_data
+from components.indexing.stores.faiss.manifest import INDEX_TYPES, IVF_TYPES
+from tests.components.indexing.gallery_data import MIN_RECALL, D, K, N, chunks_of, make_data
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def flat(data):
 
 # ------------------------------------------------------------ build + recall
 @pytest.mark.parametrize("geometry", ["euclidean", "lorentz"])
-@pytest.mark.parametrize("index_type", TYPES)
+@pytest.mark.parametrize("index_type", INDEX_TYPES)
 def test_each_type_builds_from_chunks_and_records_its_recall(data, geometry, index_type):
     gallery, _, ids = data[geometry]
     cfg = IndexConfig(type=index_type, recall_queries=400, pq_nbits=6)
@@ -171,7 +171,7 @@ def test_missing_neighbours_are_minus_one_and_last(data):
 # ------------------------------------------------------------- save / load
 @pytest.mark.parametrize(
     ("index_type", "shards", "form"),
-    [(t, 1, "proxy") for t in TYPES] + [("ivf", 2, "proxy"), ("hnsw", 3, "proxy"), ("ivf", 1, "mips_l2")],
+    [(t, 1, "proxy") for t in INDEX_TYPES] + [("ivf", 2, "proxy"), ("hnsw", 3, "proxy"), ("ivf", 1, "mips_l2")],
 )
 def test_save_load_round_trip(tmp_path, data, index_type, shards, form):
     geometry = "lorentz"

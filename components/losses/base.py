@@ -137,7 +137,8 @@ class AlignmentLoss(nn.Module):
         """Refuse model combinations the method cannot align."""
         if cls.space is not None and new_geometry != cls.space:
             raise ConfigError(
-                f"alignment {cls.name!r} needs a {cls.space} model, got {new_geometry}; set model.geometry: {cls.space}"
+                f"alignment {cls.name!r} needs a {cls.space} model, got {new_geometry}; set model.geometry: "
+                f"{cls.space}, or choose a method for {new_geometry} models (docs/methods.md)"
             )
         if cls.requires_old:
             if old_geometry is None:

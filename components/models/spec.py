@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from components.geometry import Space, create_space, list_spaces
+from components.geometry import Lorentz, Space, create_space, list_spaces
 from components.models.features import features_space
 from components.models.head_catalog import HEADS
 
-__all__ = ["IDENTITY_FIELDS", "ModelSpec"]
+__all__ = ["EUCLIDEAN_HEAD_FIELDS", "IDENTITY_FIELDS", "INERT_EUCLIDEAN_HEAD", "ModelSpec"]
 
 #: Fields that define what a checkpoint *is*; a mismatch on any of them means
 #: the weights cannot serve the requested model.
@@ -33,6 +33,15 @@ IDENTITY_FIELDS = (
     "classifier",
     "bn_neck",
 )
+
+#: The Euclidean head's and classifier's settings (design §3.5). A Lorentz model classifies with its Lorentz MLR and
+#: never reads them.
+EUCLIDEAN_HEAD_FIELDS = ("classifier", "bn_neck", "classifier_scale")
+
+#: What a Lorentz model holds in :data:`EUCLIDEAN_HEAD_FIELDS`, whatever params say: the values every Lorentz
+#: checkpoint was written with while they were params' defaults. Pinned, so that the Euclidean head's settings (and
+#: their defaults) do not move a Lorentz model's identity, its checkpoint check or a benchmark's cache key.
+INERT_EUCLIDEAN_HEAD: dict[str, Any] = {"classifier": "cosine", "bn_neck": True, "classifier_scale": 16.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +67,8 @@ class ModelSpec:
     classifier_scale: float
     #: Lorentz models: fixed scale s on the Lorentz MLR's logits (1.0: HBCT Eq. (9) as published)
     mlr_scale: float
-    #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias)
+    #: Euclidean classifier: "cosine" (unit rows, no bias) or "linear" (with bias); a Lorentz model holds
+    #: :data:`INERT_EUCLIDEAN_HEAD`'s value here and in the two fields around it
     classifier: Literal["cosine", "linear"]
     #: Euclidean head: BatchNorm on the embedding before L2 normalisation (centres it)
     bn_neck: bool
@@ -92,6 +102,9 @@ class ModelSpec:
             raise ValueError(f"curvature K must be > 0, got {self.curvature}")
         if self.space.radius_encodes_confidence and (self.zeta is None or self.zeta <= 0):
             raise ValueError(f"a {self.geometry} model needs a clip radius zeta > 0, got {self.zeta}")
+        if isinstance(self.space, Lorentz):  # fields it never reads: one value for every Lorentz model
+            for name, value in INERT_EUCLIDEAN_HEAD.items():
+                object.__setattr__(self, name, value)
         HEADS.get(self.head).check(self)
 
     @property

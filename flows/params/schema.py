@@ -91,11 +91,14 @@ class ModelParams(_Strict):
     pretrained_path: Model[str | None] = None
     embed_dim: Model[int] = Field(128, gt=0)
     geometry: Model[Literal["lorentz", "euclidean"]] = "lorentz"
-    classifier_scale: Model[float] = Field(16.0, gt=0.0)
+    #: Euclidean models: the classifier's logit scale (1.0 for the linear classifier; a cosine one wants e.g. 16)
+    classifier_scale: Model[float] = Field(1.0, gt=0.0)
     #: Lorentz models: scale on the Lorentz MLR's logits (1.0 = HBCT Eq. (9); design §3.4)
     mlr_scale: Model[float] = Field(1.0, gt=0.0)
-    classifier: Model[Literal["cosine", "linear"]] = "cosine"  # Euclidean models: cosine (unit rows, no bias) or linear
-    bn_neck: Model[bool] = True  # Euclidean models: BatchNorm on the embedding before L2 normalisation
+    #: Euclidean models: linear (with bias) or cosine (unit rows, no bias), and BatchNorm on the embedding before L2
+    #: normalisation; the defaults are the head the equal-budget tables chose on validation (docs/methods.md)
+    classifier: Model[Literal["cosine", "linear"]] = "linear"
+    bn_neck: Model[bool] = False
     #: retrieval features: the embedding, or PSP / LSP simplex projections of the classifier logits
     features: Model[Literal["embedding", "psp", "lsp"]] = "embedding"
 

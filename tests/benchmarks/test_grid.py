@@ -97,9 +97,10 @@ def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
     arch = make_scenario(bench, "ext_class").old_arch
     data = bench.selection("all")
 
-    def key(*overrides: str) -> str:
+    def key(*overrides: str, geometry: str = "lorentz") -> str:
         params = dict(parse_overrides(list(overrides))) or None
-        return bench.model_ref("m", ModelRequest(data, geometry="lorentz", arch=arch, zeta=1.0, params=params)).key
+        zeta = 1.0 if geometry == "lorentz" else None
+        return bench.model_ref("m", ModelRequest(data, geometry=geometry, arch=arch, zeta=zeta, params=params)).key
 
     plain = key()
     assert key("train.compile=on") == key("train.compile_mode=default") == plain
@@ -107,6 +108,11 @@ def test_how_a_step_runs_is_not_part_of_a_models_cache_key(tmp_path: Path):
     # model.mlr_scale came later: at its default (Eq. 9 as published) the key is the one cached before it existed
     assert key("model.mlr_scale=1.0") == plain
     assert key("model.mlr_scale=4.0") != plain
+    # the Euclidean head's settings never reach a Lorentz model: its key is the one it had under their old defaults
+    # (cosine, BN neck, scale 16), while a Euclidean model's moves with them
+    old_head = ("model.classifier=cosine", "model.bn_neck=true", "model.classifier_scale=16")
+    assert key(*old_head) == plain
+    assert key(*old_head, geometry="euclidean") != key(geometry="euclidean")
 
 
 def test_an_old_model_below_the_train_criterion_is_trained_again_before_what_trains_against_it(tmp_path: Path):

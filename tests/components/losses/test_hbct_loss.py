@@ -273,7 +273,8 @@ def test_invalid_option_values_are_config_errors(options, needle):
 
 def test_hbct_refuses_euclidean_and_missing_or_mismatched_parent():
     m = choose_alignment("hbct")
-    with pytest.raises(ConfigError, match="lorentz"):
+    fix = "needs a lorentz model, got euclidean; set model.geometry: lorentz, or choose a method for euclidean models"
+    with pytest.raises(ConfigError, match=fix):
         m.check_models("euclidean", 16, "euclidean", 16)
     with pytest.raises(ConfigError, match="parent"):
         m.check_models("lorentz", 16, None, None)

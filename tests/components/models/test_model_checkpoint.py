@@ -18,6 +18,7 @@ from components.models.checkpoint import (
     read_spec,
     save_torch_atomic,
 )
+from components.models.spec import EUCLIDEAN_HEAD_FIELDS, INERT_EUCLIDEAN_HEAD
 from tests.helpers import tiny_spec
 
 
@@ -207,3 +208,25 @@ def test_a_model_is_loaded_into_uninitialised_tensors_and_one_with_tensors_its_f
         x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             assert torch.equal(loaded(x).emb, model(x).emb)
+
+
+def test_a_lorentz_model_holds_one_euclidean_head_whatever_it_is_given_and_a_euclidean_one_keeps_its_own(tmp_path):
+    """The Euclidean head's fields are never read by a Lorentz model (its classifier is the Lorentz MLR): every Lorentz
+    spec holds INERT_EUCLIDEAN_HEAD there, so a checkpoint written with other values loads against today's request;
+    a Euclidean model keeps what it is given, and a request for another head is refused by name."""
+    given = {"classifier": "linear", "bn_neck": False, "classifier_scale": 1.0}
+    lorentz = tiny_spec(**given)
+    assert lorentz == tiny_spec(**INERT_EUCLIDEAN_HEAD)
+    assert {k: getattr(lorentz, k) for k in EUCLIDEAN_HEAD_FIELDS} == INERT_EUCLIDEAN_HEAD
+    path = tmp_path / "lorentz.pt"
+    save_model(build_model(lorentz), path)
+    obj = torch.load(path, weights_only=True)
+    obj["metadata"].update(given)  # as a file written before the fields were pinned could say
+    torch.save(obj, path)
+    assert load_model(path, expected=lorentz).spec == lorentz
+
+    euclidean = tiny_spec(geometry="euclidean", zeta=None, **given)
+    assert {k: getattr(euclidean, k) for k in EUCLIDEAN_HEAD_FIELDS} == given
+    save_model(build_model(euclidean), tmp_path / "euclidean.pt")
+    with pytest.raises(CheckpointMismatchError, match="classifier: checkpoint has 'linear', requested 'cosine'"):
+        load_model(tmp_path / "euclidean.pt", expected=replace(euclidean, classifier="cosine"))

@@ -19,8 +19,11 @@ from tests.conftest import REPO
 
 
 def _bctflow(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """The real command, as a process in ``cwd``; ``PYTHONPATH`` points at this checkout's code only."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    """The real command, as a process in ``cwd``; ``PYTHONPATH`` points at this checkout's code only. Its Prefect state
+    goes to a folder of its own beside ``cwd``: a PREFECT_HOME an earlier in-process CLI test left in os.environ may
+    point at a temp folder deleted since, and Prefect would warn about it on stderr."""
+    prefect_home = cwd.parent / f"{cwd.name}-prefect"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(prefect_home)}
     return subprocess.run(
         [sys.executable, "-m", "bctflow.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )

@@ -78,10 +78,11 @@ def test_bctflow_serve_answers_image_and_vector_queries_and_stops_on_sigterm(ser
         assert list(gens["live_gallery"]["generation_mix"]) == ["0"] and gens["compatible_generations"][0] == 0
         assert "bctflow_serve_requests_total" in httpx.get(f"{url}/metrics").text
 
-        t0 = time.time()
+        # SIGTERM stops it cleanly: with no request in flight nothing holds it for the drain. How fast a process exits
+        # depends on the machine's load (5.3 s once on 2 loaded cores), so the bound is a hang guard, not a timing
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-        assert time.time() - t0 < 5
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM  # bctflow.interrupt: 128 + the signal
+        assert "Traceback" not in proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()

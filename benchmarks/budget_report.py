@@ -104,7 +104,9 @@ def render(doc: dict[str, Any]) -> list[str]:
             f"{role} ≥ {r['min_train_accuracy']:.3f} train accuracy at {', '.join(map(str, r['steps']))} steps"
             for role, r in p["roles"].items()
         )
-        lines.append(f"- {p['budget']} (seeds {p['seeds']}, {p['n_train']} training images): φ* {refs}; {roles}")
+        measured = p.get("seeds_measured", p["seeds"])
+        seeds = f"seeds {measured}" + (f" of {p['seeds']} asked" if measured != p["seeds"] else "")
+        lines.append(f"- {p['budget']} ({seeds}, {p['n_train']} training images): φ* {refs}; {roles}")
     return lines
 
 

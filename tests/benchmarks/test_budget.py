@@ -104,6 +104,20 @@ def test_the_report_shows_each_point_and_says_which_could_not_run(tiny_study):
     e = next(e for e in doc["entries"] if e["method"] == "bct")
     assert f"{e['p_com_common']['mean']:.3f} ± {e['p_com_common']['std']:.3f}" in text
     assert "n40-e2 (seeds [0]): not run: needs a lent GPU" in text
+    assert "- n30-e1 (seeds [0, 1], " in text
+
+
+def test_a_point_whose_further_seeds_have_not_run_says_which_it_holds(tiny_study, tmp_path: Path):
+    """The profile asks three seeds of a point whose table holds two: the summary measures the two and says so."""
+    _, out = tiny_study
+    more = {**PROFILE, "budget": {**PROFILE["budget"], "points": [{"per_class": 30, "epochs": 1, "seeds": [0, 1, 2]}]}}
+    profile = tmp_path / "tiny_budget.yaml"  # the same name: the same tables under out
+    profile.write_text(yaml.safe_dump(more, allow_unicode=True))
+    doc = summarise_budget(out, str(profile), REPO / "params.yaml", "test")
+    (point,) = doc["points"]
+    assert (point["seeds"], point["seeds_measured"]) == ([0, 1, 2], [0, 1])
+    assert all(e["seeds"] == [0, 1] for e in doc["entries"])
+    assert "- n30-e1 (seeds [0, 1] of [0, 1, 2] asked, " in "\n".join(render(doc))
 
 
 def test_the_ordering_names_the_pairs_that_swap_between_budgets():

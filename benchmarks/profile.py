@@ -13,6 +13,7 @@ from components.errors import ConfigError
 from flows.params import Params, apply_overrides, flatten_overrides, load_params
 
 __all__ = [
+    "CRITERION_ROLES",
     "PROFILE_DIR",
     "Arch",
     "BenchSettings",
@@ -92,6 +93,10 @@ class Arch(_Strict):
         return out
 
 
+#: the roles ``bench.train_criterion`` holds unless a profile says otherwise (``criterion_roles``)
+CRITERION_ROLES = ("old", "reference")
+
+
 class BenchSettings(_Strict):
     methods: list[MethodEntry]
     seeds: list[int] = Field(default_factory=lambda: [0, 1])
@@ -114,7 +119,7 @@ class BenchSettings(_Strict):
     criterion_max_factor: int = Field(8, ge=1)
     #: the roles held to it: the old model (the gallery a method aligns to) and φ* (the denominator); a study of the
     #: training budget holds only the old model to it, so that φ* and the new models share the budget studied
-    criterion_roles: list[Literal["old", "reference"]] = Field(default_factory=lambda: ["old", "reference"])
+    criterion_roles: list[Literal["old", "reference"]] = Field(default_factory=lambda: list(CRITERION_ROLES))
     sequential_stages: int = Field(5, ge=2)
     sequential_switch_at: int = Field(3, ge=1)
     sequential_methods: list[str] = Field(default_factory=list)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.profile import CRITERION_ROLES
 from benchmarks.report_stats import by_method, diagnostics_against_references, seed_statistics
 from benchmarks.rows import option_text
 from benchmarks.scenarios import Row, Scenario, TableResult
@@ -95,7 +96,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     lines += _references(res)
     lines += _diagnostics_table(res.rows)
     lines += _heads_table(res.heads)
-    lines += roles_table(res.rows, ctx.get("train_criterion"))
+    lines += roles_table(res.rows, ctx.get("train_criterion"), ctx.get("criterion_roles", CRITERION_ROLES))
     lines += _table_notes(res, first)
     return write_report_files(
         out_dir,
@@ -238,27 +239,36 @@ def _heads_table(heads: list[dict[str, Any]]) -> list[str]:
     return _section(title, header, "---|---|---|---:|---:|---:|---", body)
 
 
-def roles_table(rows: list[Row], criterion: float | None) -> list[str]:
+def roles_table(rows: list[Row], criterion: float | None, held: Sequence[str] = CRITERION_ROLES) -> list[str]:
     """Report lines: every row's old model, φ* and new model — last-epoch train accuracy and SGD steps — against the
-    profile's ``train_criterion`` (the old model and φ* are trained to it, a new model has φ*'s budget); a role below
-    it is marked, and a row whose record predates role records says so."""
+    profile's ``train_criterion``. The roles in ``held`` (the profile's ``criterion_roles``: ``old``, ``reference``)
+    are trained to it and one below it is marked; a new model is not held to it (it has φ*'s budget), nor is φ* where
+    the profile holds only the old model (a budget study, where φ*'s budget is what varies). A row whose record
+    predates role records says so."""
     if not any(r.roles for r in rows):  # tables whose records all predate role records
         return []
     roles = ("old", "ref", "new")
+    checked = {"old": "old" in held, "ref": "reference" in held, "new": False}
     below: list[str] = []
 
     def cell(r: Row, role: str) -> list[str]:
         t = r.roles.get(role)
         if t is None:
             return ["not recorded", "—"]
-        low = criterion is not None and not t["train_accuracy"] >= criterion
+        low = criterion is not None and checked[role] and not t["train_accuracy"] >= criterion
         if low:
             below.append(f"{r.name} seed {r.seed} {role}")
         return [fmt(t["train_accuracy"], 3) + (" **below**" if low else ""), f"{t['steps']:.0f}"]
 
     body = [[r.name, str(r.seed), r.head or "—", *(c for role in roles for c in cell(r, role))] for r in rows]
     header = ["method", "seed", "head"] + [f"{n} {w}" for n in ("old", "φ*", "new") for w in ("train acc", "steps")]
-    rule = "none" if criterion is None else f"last-epoch train accuracy ≥ {criterion:g}"
+    names = {"old": "old models", "reference": "φ*"}
+    rule = (
+        "none"
+        if criterion is None
+        else f"last-epoch train accuracy ≥ {criterion:g}, held by the "
+        + " and ".join(names[h] for h in ("old", "reference") if h in held)
+    )
     lines = _section(f"Every role's training (criterion: {rule})", header, "---|---|---", body)
     verdict = "none" if not below else f"{len(below)}: {', '.join(below)}"
     if criterion is not None:

@@ -69,6 +69,7 @@ def _context(prof: Profile, p: Params, b: Bench, command: str) -> dict[str, Any]
         "tune_weights": prof.bench.tune_weights,
         "p_up_floor": prof.bench.p_up_floor,
         "train_criterion": prof.bench.train_criterion,
+        "criterion_roles": prof.bench.criterion_roles,
         "selection_rule": RULE_TEXT.format(floor=prof.bench.p_up_floor),
         "date": datetime.date.today().isoformat(),
         "provenance": describe_run(),

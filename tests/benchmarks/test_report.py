@@ -38,10 +38,22 @@ def test_every_roles_training_is_listed_against_the_criterion_and_one_below_it_i
         _row("lsp", {}),  # a record made before roles were recorded
     ]
     lines = roles_table(rows, 0.8)
-    assert lines[1] == "## Every role's training (criterion: last-epoch train accuracy ≥ 0.8)"
+    assert (
+        lines[1]
+        == "## Every role's training (criterion: last-epoch train accuracy ≥ 0.8, held by the old models and φ*)"
+    )
     assert lines[5] == "| bct | 0 | linear | 0.880 | 420 | 0.860 | 840 | 0.900 | 840 |"
     assert lines[6] == "| hbct | 1 | — | 0.436 **below** | 252 | 0.860 | 840 | 0.900 | 840 |"
     assert lines[7] == "| lsp | 0 | — | not recorded | — | not recorded | — | not recorded | — |"
     assert lines[-1] == "Roles below the criterion: 1: hbct seed 1 old."
     assert roles_table(rows[:1], 0.8)[-1] == "Roles below the criterion: none."
     assert roles_table([rows[2]], 0.8) == []  # a table whose records all predate role records: no section
+    # a budget study holds only the old model: φ* and the new model have the budget studied, and are not marked
+    weak = {"old": role(0.82, 420), "ref": role(0.3, 84), "new": role(0.4, 84)}
+    budget = roles_table([replace(_row("bct", {}), roles=weak, head="linear")], 0.8, ["old"])
+    assert budget[1] == "## Every role's training (criterion: last-epoch train accuracy ≥ 0.8, held by the old models)"
+    assert budget[5] == "| bct | 0 | linear | 0.820 | 420 | 0.300 | 84 | 0.400 | 84 |"
+    assert budget[-1] == "Roles below the criterion: none."
+    assert (
+        roles_table([replace(_row("bct", {}), roles=weak)], 0.8)[-1] == "Roles below the criterion: 1: bct seed 0 ref."
+    )

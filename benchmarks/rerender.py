@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.profile import Arch
+from benchmarks.profile import CRITERION_ROLES, PROFILE_DIR, Arch, load_profile
 from benchmarks.report import write_table_report
 from benchmarks.rows import Row
 from benchmarks.scenario_defs import Scenario
@@ -39,7 +39,17 @@ def rerender_table(out_dir: Path) -> Path:
         doc.get("base_models", {}),
         doc.get("heads_tried", []),
     )
-    return write_table_report(res, doc["context"], out_dir)
+    return write_table_report(res, _with_criterion_roles(doc["context"]), out_dir)
+
+
+def _with_criterion_roles(ctx: dict[str, Any]) -> dict[str, Any]:
+    """``ctx`` with the roles its train criterion holds: a table written before its context recorded them takes its
+    profile's setting (a profile of benchmarks/profiles/ by name; one no longer there holds the default roles)."""
+    if "criterion_roles" in ctx or ctx.get("train_criterion") is None:
+        return ctx
+    path = PROFILE_DIR / f"{ctx.get('profile')}.yaml"
+    roles = load_profile(str(path))[0].bench.criterion_roles if path.is_file() else list(CRITERION_ROLES)
+    return {**ctx, "criterion_roles": roles}
 
 
 if __name__ == "__main__":

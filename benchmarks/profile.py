@@ -137,6 +137,9 @@ class BenchSettings(_Strict):
                 raise ValueError(f"{g}_heads must be a non-empty list of heads with geometry: {g}")
             if len({h.name for h in heads}) != len(heads):
                 raise ValueError(f"{g}_heads: head names must be unique")
+        if self.train_criterion is not None and not self.criterion_roles:
+            raise ValueError("criterion_roles is empty while train_criterion is set; name the roles it holds (old, "
+                             "reference) or drop train_criterion")  # fmt: skip
         for m in self.methods:
             known = [h.name for h in self.heads(m.geometry)]
             unknown = [h for h in m.heads if h not in known]

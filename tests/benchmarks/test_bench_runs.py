@@ -217,6 +217,12 @@ def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):
     bad.write_text(f"bench: {{methods: [{{name: b, method: bct, heads: [clip]}}], {arch}}}\n")
     with pytest.raises(ConfigError, match=r"method 'b': heads \['clip'\] are not euclidean_heads \['params'\]"):
         load_profile(str(bad))
+    # a train criterion that holds no role
+    bad.write_text(
+        f"bench: {{methods: [{{name: b, method: bct}}], train_criterion: 0.8, criterion_roles: [], {arch}}}\n"
+    )
+    with pytest.raises(ConfigError, match="criterion_roles is empty while train_criterion is set; name the roles it"):
+        load_profile(str(bad))
 
 
 def test_partial_backfill_curve_endpoints_are_cross_and_self(tmp_path: Path):

@@ -153,7 +153,7 @@ def _point_summary(pt: BudgetPoint, doc: dict[str, Any]) -> tuple[dict[str, Any]
     facts = {
         "status": "measured",
         # the seeds its table holds: fewer than the profile asks while the further seeds' run has not finished
-        "seeds_measured": sorted({int(r["seed"]) for r in rows}),
+        "seeds_measured": sorted(refs),
         "references": {
             str(s): {"geometry": ref.geometry, "head": ref.head, "val": ref.val_map, "test": ref.test_map}
             for s, ref in sorted(refs.items())

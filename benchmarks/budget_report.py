@@ -104,7 +104,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             f"{role} ≥ {r['min_train_accuracy']:.3f} train accuracy at {', '.join(map(str, r['steps']))} steps"
             for role, r in p["roles"].items()
         )
-        measured = p.get("seeds_measured", p["seeds"])
+        measured = p["seeds_measured"]
         seeds = f"seeds {measured}" + (f" of {p['seeds']} asked" if measured != p["seeds"] else "")
         lines.append(f"- {p['budget']} ({seeds}, {p['n_train']} training images): φ* {refs}; {roles}")
     return lines

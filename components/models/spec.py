@@ -9,7 +9,7 @@ from components.geometry import Lorentz, Space, create_space, list_spaces
 from components.models.features import features_space
 from components.models.head_catalog import HEADS
 
-__all__ = ["EUCLIDEAN_HEAD_FIELDS", "IDENTITY_FIELDS", "INERT_EUCLIDEAN_HEAD", "ModelSpec"]
+__all__ = ["IDENTITY_FIELDS", "INERT_EUCLIDEAN_HEAD", "ModelSpec"]
 
 #: Fields that define what a checkpoint *is*; a mismatch on any of them means
 #: the weights cannot serve the requested model.
@@ -34,13 +34,10 @@ IDENTITY_FIELDS = (
     "bn_neck",
 )
 
-#: The Euclidean head's and classifier's settings (design §3.5). A Lorentz model classifies with its Lorentz MLR and
-#: never reads them.
-EUCLIDEAN_HEAD_FIELDS = ("classifier", "bn_neck", "classifier_scale")
-
-#: What a Lorentz model holds in :data:`EUCLIDEAN_HEAD_FIELDS`, whatever params say: the values every Lorentz
-#: checkpoint was written with while they were params' defaults. Pinned, so that the Euclidean head's settings (and
-#: their defaults) do not move a Lorentz model's identity, its checkpoint check or a benchmark's cache key.
+#: What a Lorentz model holds in the Euclidean head's and classifier's fields (design §3.5), whatever params say: a
+#: Lorentz model classifies with its Lorentz MLR and never reads them. The values are the ones every Lorentz checkpoint
+#: was written with while they were params' defaults; pinned, so that the Euclidean head's settings (and their
+#: defaults) do not move a Lorentz model's identity, its checkpoint check or a benchmark's cache key.
 INERT_EUCLIDEAN_HEAD: dict[str, Any] = {"classifier": "cosine", "bn_neck": True, "classifier_scale": 16.0}
 
 

@@ -18,7 +18,7 @@ from components.models.checkpoint import (
     read_spec,
     save_torch_atomic,
 )
-from components.models.spec import EUCLIDEAN_HEAD_FIELDS, INERT_EUCLIDEAN_HEAD
+from components.models.spec import INERT_EUCLIDEAN_HEAD
 from tests.helpers import tiny_spec
 
 
@@ -217,7 +217,7 @@ def test_a_lorentz_model_holds_one_euclidean_head_whatever_it_is_given_and_a_euc
     given = {"classifier": "linear", "bn_neck": False, "classifier_scale": 1.0}
     lorentz = tiny_spec(**given)
     assert lorentz == tiny_spec(**INERT_EUCLIDEAN_HEAD)
-    assert {k: getattr(lorentz, k) for k in EUCLIDEAN_HEAD_FIELDS} == INERT_EUCLIDEAN_HEAD
+    assert {k: getattr(lorentz, k) for k in INERT_EUCLIDEAN_HEAD} == INERT_EUCLIDEAN_HEAD
     path = tmp_path / "lorentz.pt"
     save_model(build_model(lorentz), path)
     obj = torch.load(path, weights_only=True)
@@ -226,7 +226,7 @@ def test_a_lorentz_model_holds_one_euclidean_head_whatever_it_is_given_and_a_euc
     assert load_model(path, expected=lorentz).spec == lorentz
 
     euclidean = tiny_spec(geometry="euclidean", zeta=None, **given)
-    assert {k: getattr(euclidean, k) for k in EUCLIDEAN_HEAD_FIELDS} == given
+    assert {k: getattr(euclidean, k) for k in INERT_EUCLIDEAN_HEAD} == given
     save_model(build_model(euclidean), tmp_path / "euclidean.pt")
     with pytest.raises(CheckpointMismatchError, match="classifier: checkpoint has 'linear', requested 'cosine'"):
         load_model(tmp_path / "euclidean.pt", expected=replace(euclidean, classifier="cosine"))

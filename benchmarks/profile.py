@@ -191,7 +191,21 @@ class Profile(_Strict):
     budget: BudgetSettings | None = None
 
     def resolved_params(self, base: Params) -> Params:
-        return apply_overrides(base, flatten_overrides(self.params)) if self.params else base
+        """``base`` (the params file) with :data:`MEASURED_DEFAULTS` and then the profile's own params applied."""
+        return apply_overrides(base, {**MEASURED_DEFAULTS, **flatten_overrides(self.params)})
+
+
+#: The params defaults every profile was measured with where the shipped defaults have moved since (the Lorentz
+#: head, the alignment method and λ: docs/methods.md, "What the defaults follow"). A profile runs under them and then
+#: its own params, so its models, cache keys and committed records stay the ones measured; a profile that wants the
+#: shipped defaults names them.
+MEASURED_DEFAULTS: dict[str, Any] = {
+    "geometry.radial": "clip",
+    "model.mlr_scale": 1.0,
+    "train.label_smoothing": 0.0,
+    "alignment.method": "hbct",
+    "alignment.weight": 0.3,
+}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

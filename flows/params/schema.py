@@ -93,8 +93,9 @@ class ModelParams(_Strict):
     geometry: Model[Literal["lorentz", "euclidean"]] = "lorentz"
     #: Euclidean models: the classifier's logit scale (1.0 for the linear classifier; a cosine one wants e.g. 16)
     classifier_scale: Model[float] = Field(1.0, gt=0.0)
-    #: Lorentz models: scale on the Lorentz MLR's logits (1.0 = HBCT Eq. (9); design §3.4)
-    mlr_scale: Model[float] = Field(1.0, gt=0.0)
+    #: Lorentz models: scale on the Lorentz MLR's logits (1.0 = HBCT Eq. (9); design §3.4); the default 4 is the
+    #: head the equal-budget tables' best Lorentz row trains (docs/methods.md)
+    mlr_scale: Model[float] = Field(4.0, gt=0.0)
     #: Euclidean models: linear (with bias) or cosine (unit rows, no bias), and BatchNorm on the embedding before L2
     #: normalisation; the defaults are the head the equal-budget tables chose on validation (docs/methods.md)
     classifier: Model[Literal["cosine", "linear"]] = "linear"
@@ -108,8 +109,9 @@ class GeometryParams(_Strict):
     learn_curvature: Model[bool] = False
     zeta0: Model[float] = 1.0
     delta_zeta: AlignedModel[float] = 0.2
-    #: how the tangent radius is bounded at ζ: the hard clip, or the smooth tanh squash (docs/design.md §3)
-    radial: Model[Literal["clip", "tanh"]] = "clip"
+    #: how the tangent radius is bounded at ζ: the hard clip (the HBCT paper's), or the smooth tanh squash (the
+    #: default: the head of the equal-budget tables' best Lorentz row; docs/design.md §3)
+    radial: Model[Literal["clip", "tanh"]] = "tanh"
     #: a learned scale α ≤ 1 (initialised 1/√d) before the bound, in place of the fixed 1/√d
     learn_scale: Model[bool] = False
     #: ζ of an aligned generation: "fixed" (ζ_prev + Δζ) or "percentile": at least the parent's pre-bound radius
@@ -156,8 +158,9 @@ class TrainParams(_Strict):
     eval_batch_size: RunOption[int] = Field(512, gt=0)
     base_loss: Model[Literal["ce", "mixed", "ce+mixed"]] = "ce"
     base_options: Model[dict[str, float]] = Field(default_factory=dict)
-    #: cross-entropy label smoothing ε (0: none); takes the reward for radius out of the Lorentz classifier
-    label_smoothing: Model[float] = Field(0.0, ge=0.0, lt=1.0)
+    #: cross-entropy label smoothing ε (0: none); takes the reward for radius out of the Lorentz classifier. "auto":
+    #: 0.3 for a Lorentz model, 0 for a Euclidean one (each geometry's head in the equal-budget tables)
+    label_smoothing: Model[float | Literal["auto"]] = "auto"
     #: data-parallel processes (torchrun's launcher, DDP; gloo on CPU, NCCL on GPUs); batch_size stays the global batch
     nproc: RunOption[int] = Field(1, ge=1)
     #: nodes of a multi-node training (the others run `bctflow train-node`), their c10d rendezvous host:port on this
@@ -175,6 +178,13 @@ class TrainParams(_Strict):
         """YAML reads ``off`` / ``on`` as booleans: take them as the words they were written as."""
         return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
+    @field_validator("label_smoothing")
+    @classmethod
+    def _smoothing_range(cls, v: float | str) -> float | str:
+        if isinstance(v, float) and not 0.0 <= v < 1.0:
+            raise ValueError(f"must be in [0, 1) or auto (got {v}); use e.g. 0.1, 0 for none, or auto")
+        return v
+
     @model_validator(mode="after")
     def _rendezvous_given(self) -> TrainParams:
         if self.nnodes > 1 and ":" not in self.rdzv_endpoint:
@@ -186,8 +196,9 @@ class TrainParams(_Strict):
 
 
 class AlignmentParams(_Strict):
-    method: AlignedModel[str] = "hbct"
-    weight: AlignedModel[float] = Field(0.3, ge=0.0, description="lambda: weight of the alignment terms (HBCT Eq. 13)")
+    #: the method and λ the equal-budget tables chose in both geometries (docs/methods.md); the HBCT paper's: hbct, 0.3
+    method: AlignedModel[str] = "bct"
+    weight: AlignedModel[float] = Field(3.0, ge=0.0, description="lambda: weight of the alignment terms (HBCT Eq. 13)")
     # per-method hyperparameters, validated by the method's own Params class
     options: AlignedModel[dict[str, dict[str, Any]]] = Field(default_factory=dict)
 

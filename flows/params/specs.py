@@ -17,7 +17,20 @@ from components.models import ModelSpec
 from components.training.loop import TrainConfig
 from flows.params import Params
 
-__all__ = ["collection_name", "gallery_store", "index_options", "model_spec_from_params", "train_config_from_params"]
+__all__ = [
+    "RADIAL_LABEL_SMOOTHING",
+    "collection_name",
+    "gallery_store",
+    "index_options",
+    "label_smoothing",
+    "model_spec_from_params",
+    "train_config_from_params",
+]
+
+#: ``train.label_smoothing: auto`` for a geometry whose radius encodes confidence (Lorentz): the smoothing of the
+#: equal-budget tables' Lorentz head (tanh squash, MLR logit scale 4), which stops the classifier rewarding radius
+#: once a point is classified; a Euclidean model's auto is 0 (docs/methods.md)
+RADIAL_LABEL_SMOOTHING = 0.3
 
 
 def model_spec_from_params(
@@ -65,10 +78,25 @@ def model_spec_from_params(
     return ModelSpec(**fields)
 
 
+def label_smoothing(p: Params, geometry: str) -> float:
+    """``train.label_smoothing`` for a model of ``geometry``: the number given, or auto's (:data:`RADIAL_LABEL_SMOOTHING`
+    where the radius encodes confidence, else 0)."""
+    value = p.train.label_smoothing
+    if value != "auto":
+        return float(value)
+    return RADIAL_LABEL_SMOOTHING if create_space(geometry).radius_encodes_confidence else 0.0
+
+
 def train_config_from_params(
-    p: Params, *, epochs: int | None = None, seed: int | None = None, align_weight: float | None = None
+    p: Params,
+    *,
+    geometry: str | None = None,
+    epochs: int | None = None,
+    seed: int | None = None,
+    align_weight: float | None = None,
 ) -> TrainConfig:
-    """params.train / data.augment / alignment.weight as a :class:`TrainConfig`."""
+    """params.train / data.augment / alignment.weight as a :class:`TrainConfig` for a model of ``geometry``
+    (default: ``model.geometry``)."""
     t, a = p.train, p.data.augment
     return TrainConfig(
         epochs=epochs or t.epochs,
@@ -87,7 +115,7 @@ def train_config_from_params(
         align_weight=p.alignment.weight if align_weight is None else align_weight,
         base_loss=t.base_loss,
         base_options=dict(t.base_options),
-        label_smoothing=t.label_smoothing,
+        label_smoothing=label_smoothing(p, geometry or p.model.geometry),
         precision=t.precision,
         compile=t.compile,
         compile_mode=t.compile_mode,

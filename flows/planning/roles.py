@@ -101,5 +101,7 @@ def resolve_role(req: RoleRequest) -> ResolvedRole:
     )
     method.check_lineage(spec.class_order, req.parent)
     seed = init_seed(req.params.train.seed if req.seed is None else req.seed, req.generation, req.role)
-    config = train_config_from_params(req.params, epochs=req.epochs, seed=seed, align_weight=req.align_weight)
+    config = train_config_from_params(
+        req.params, geometry=req.geometry, epochs=req.epochs, seed=seed, align_weight=req.align_weight
+    )
     return ResolvedRole(method, spec, config)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from benchmarks.profile import PROFILE_DIR, BenchSettings, Profile, load_profile
+from benchmarks.profile import MEASURED_DEFAULTS, PROFILE_DIR, BenchSettings, Profile, load_profile
 from benchmarks.records import RecordStore
 from benchmarks.report import write_table_report
 from benchmarks.report_sequential import write_sequential_report
@@ -31,15 +31,18 @@ ARCH = {"backbone": "resnet18", "backbone_kwargs": {"channels": [8, 8, 16, 16]}}
 
 
 def tiny_bench(tmp: Path, methods: list[dict], records: Path | None = None, **settings) -> Bench:
-    """A bench of tiny models on digits (``tmp / "cache"``), keeping new models' records in ``records`` if given."""
-    params = apply_overrides(
-        load_params(REPO / "params.yaml"),
-        [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
-    )
+    """A bench of tiny models on digits (``tmp / "cache"``), keeping new models' records in ``records`` if given; its
+    params resolve as a profile's do (under the defaults the profiles were measured with)."""
     bench = BenchSettings(
         methods=methods, old_arch=ARCH, new_arch=ARCH, **{"seeds": [0, 1], "tune_weights": [0.3, 1.0], **settings}
     )
     profile = Profile(name="tiny", description="test", bench=bench)
+    params = profile.resolved_params(
+        apply_overrides(
+            load_params(REPO / "params.yaml"),
+            [*TINY_OVERRIDES, "model.embed_dim=16", "data.max_train_per_class=40", "data.max_test_per_class=15"],
+        )
+    )
     logs: list[str] = []
     store = RecordStore(records) if records is not None else None
     b = Bench(profile, params, tmp / "cache", tmp / "datasets", log=logs.append, records=store)
@@ -191,6 +194,22 @@ def test_sequential_matrix_and_summary(tmp_path: Path):
     data = json.loads((tmp_path / "seq" / "results.json").read_text())
     assert set(data["summary"]) == {"independent", "bct", "bt2", "psp"}
     check_written_provenance(tmp_path / "seq")
+
+
+def test_a_profile_runs_under_the_defaults_it_was_measured_with_whatever_params_yaml_ships(tmp_path: Path):
+    """The shipped defaults moved (bct at λ 3, the tanh s = 4 Lorentz head); every profile still resolves to the ones
+    its tables were measured with, and its own params (a head's) still win over them."""
+    shipped = load_params(REPO / "params.yaml")
+    assert (shipped.geometry.radial, shipped.alignment.method) == ("tanh", "bct")
+    for name in ("cpu_equal", "digits", "cpu_budget"):
+        _, p = load_profile(name, REPO / "params.yaml")
+        got = {k: p.as_dict()[k.split(".")[0]][k.split(".")[1]] for k in MEASURED_DEFAULTS}
+        assert got == MEASURED_DEFAULTS, name
+    mine = tmp_path / "p.yaml"
+    mine.write_text("extends: cpu\nparams: {geometry: {radial: tanh}, train: {label_smoothing: 0.3}}\n")
+    (tmp_path / "cpu.yaml").write_text((PROFILE_DIR / "cpu.yaml").read_text())
+    _, p = load_profile(str(mine), REPO / "params.yaml")
+    assert (p.geometry.radial, p.train.label_smoothing, p.model.mlr_scale) == ("tanh", 0.3, 1.0)
 
 
 def test_profiles_load_and_bad_profile_is_refused(tmp_path: Path):

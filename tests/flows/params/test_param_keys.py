@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 def test_generation_0_depends_on_no_alignment_key_whatever_alignment_method_says():
     p = load_params(REPO / "params.yaml")
-    assert p.alignment.method == "hbct"
+    assert p.alignment.method == "bct"
     keys = generation_keys(p, aligned=False, method="independent", named=False, run_options=True)
     assert not [k for k in keys if k.startswith("alignment")]
     assert "geometry.delta_zeta" not in keys and "backfill.rules" not in keys and "evaluation.reference" not in keys

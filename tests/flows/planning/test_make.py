@@ -44,8 +44,12 @@ def files_under(path: Path) -> list[str]:
         ("geometry.curvature=0", ConfigError, ["curvature K must be > 0"]),
         ("geometry.curvature=-1", ConfigError, ["curvature K must be > 0"]),
         ("geometry.delta_zeta=-0.2", ConfigError, ["delta_zeta must be >= 0"]),
-        ("alignment.options={hbct: {tau: 0}}", ConfigError, ["tau must be > 0"]),
-        ("alignment.options={hbct: {temperature: 1}}", ConfigError, ["no option(s) ['temperature']"]),
+        (["alignment.method=hbct", "alignment.options={hbct: {tau: 0}}"], ConfigError, ["tau must be > 0"]),
+        (
+            ["alignment.method=hbct", "alignment.options={hbct: {temperature: 1}}"],
+            ConfigError,
+            ["no option(s) ['temperature']"],
+        ),
         ("train.epoch=3", ConfigError, ["train.epoch", "unknown key"]),
     ],
 )
@@ -54,7 +58,8 @@ def test_bad_input_is_refused_before_anything_is_written(
 ):
     home = tmp_path / "ws"
     with pytest.raises(error) as info:
-        preflight(tiny_params_file, [override], home, {"name": "g0", "classes": "all"})
+        overrides = [override] if isinstance(override, str) else override
+        preflight(tiny_params_file, overrides, home, {"name": "g0", "classes": "all"})
     for w in words:
         assert w in str(info.value)
     assert files_under(home) == []

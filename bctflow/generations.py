@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -95,6 +96,21 @@ def _parse_classes(text: str | None) -> list[int] | str | None:
     return out
 
 
+def radius_health(diag: dict) -> str:
+    """One line of a Lorentz generation's radius diagnostics: how much of its gallery (and its parent's) sits at the
+    bound ζ, the parent's mean uncertainty on seen / unseen classes, and, for HBCT, the share of new points inside
+    their old point's entailment cone."""
+    nan = float("nan")
+    line = (
+        "radius health: clip fraction (gallery, new/parent) "
+        f"{diag.get('clip_fraction_gallery', nan):.2f}/{diag.get('clip_fraction_gallery_parent', nan):.2f}, "
+        "parent uncertainty seen/unseen "
+        f"{diag.get('uncertainty_parent_seen', nan):.3f}/{diag.get('uncertainty_parent_unseen', nan):.3f}"
+    )
+    cone = diag.get("in_cone_fraction")
+    return line + (f", in-cone {cone:.3f}" if cone is not None and math.isfinite(cone) else "")
+
+
 @app.command()
 def demo(
     home: Path | None = HomeOpt,
@@ -139,14 +155,7 @@ def demo(
         console.print(f"[yellow]g{g1['id']} warning:[/] {warning}")
     diag = g1.get("diagnostics") or {}
     if diag:
-        nan = float("nan")
-        console.print(
-            "HBCT health: clip fraction (gallery, new/parent) "
-            f"{diag.get('clip_fraction_gallery', nan):.2f}/{diag.get('clip_fraction_gallery_parent', nan):.2f}, "
-            f"in-cone {diag.get('in_cone_fraction', nan):.3f}, "
-            "parent uncertainty seen/unseen "
-            f"{diag.get('uncertainty_parent_seen', nan):.3f}/{diag.get('uncertainty_parent_unseen', nan):.3f}"
-        )
+        console.print(radius_health(diag))
     console.print(f"\ndemo finished in {wall:.0f}s. Next:")
     console.print(f"  bctflow lineage --home {h}            # the chain, ζ, backfill flags (--json for machines)")
     console.print(f"  mlflow ui --backend-store-uri {ws.tracking_uri(p)}   # runs, model versions, tags, plots")

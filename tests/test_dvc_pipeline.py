@@ -146,6 +146,8 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "dvc repro"], proj)
     g0_state = (proj / "outputs" / "g0" / "workspace" / "lineage.db").stat().st_mtime_ns
     before = json.loads((proj / "results" / "g1" / "metrics.json").read_text())
+    shipped = yaml.safe_load((proj / "params.yaml").read_text())["alignment"]["weight"]
+    assert shipped != 0.5
 
     out = dvc("exp", "run", "-S", "alignment.weight=0.5", cwd=proj)
     assert ran(out) == ["g1"], out[-3000:]  # λ shapes g1 only: g0 and the data are not re-run
@@ -158,7 +160,7 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
     rows = json.loads(dvc("exp", "show", "--json", cwd=proj))
     baseline = next(r for r in rows if r["rev"] != "workspace")
     (exp,) = baseline["experiments"]
-    for row, weight, metrics in ((baseline, 0.3, before), (exp["revs"][0], 0.5, after)):
+    for row, weight, metrics in ((baseline, shipped, before), (exp["revs"][0], 0.5, after)):
         data = row["data"]
         assert data["params"]["params.yaml"]["data"]["alignment"]["weight"] == weight
         shown = data["metrics"]["results/g1/metrics.json"]["data"]
@@ -172,7 +174,7 @@ def test_dvc_repro_exp_run_exp_show_metrics_and_plots_on_a_fresh_clone(tmp_path:
     assert diff["self.map"]["old"] == before["self"]["map"] and diff["self.map"]["new"] == after["self"]["map"]
     assert "results/g0/metrics.json" not in diffs
     params = json.loads(dvc("params", "diff", "--json", cwd=proj))["params.yaml"]
-    assert {key: (v["old"], v["new"]) for key, v in params.items()} == {"alignment.weight": (0.3, 0.5)}
+    assert {key: (v["old"], v["new"]) for key, v in params.items()} == {"alignment.weight": (shipped, 0.5)}
 
     dvc("plots", "show", cwd=proj)
     page = (proj / "dvc_plots" / "index.html").read_text()

@@ -79,8 +79,8 @@ def model_spec_from_params(
 
 
 def label_smoothing(p: Params, geometry: str) -> float:
-    """``train.label_smoothing`` for a model of ``geometry``: the number given, or auto's (:data:`RADIAL_LABEL_SMOOTHING`
-    where the radius encodes confidence, else 0)."""
+    """``train.label_smoothing`` for a model of ``geometry``: the number given, or auto's
+    (:data:`RADIAL_LABEL_SMOOTHING` where the radius encodes confidence, else 0)."""
     value = p.train.label_smoothing
     if value != "auto":
         return float(value)

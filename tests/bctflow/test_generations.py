@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bctflow.cli import app
+from bctflow.generations import radius_health
 from tests.helpers import lineage_story, run_generation, write_params
 
 
@@ -107,3 +108,19 @@ def test_lineage_png_writes_the_picture_of_the_committed_lineage_and_refuses_a_f
     assert res.exit_code == 2
     assert f"error: --png {under_a_file}: cannot write it (" in " ".join(res.output.split())
     assert "pick a path you can write" in res.output
+
+
+def test_the_radius_line_shows_the_cone_only_for_a_generation_that_has_one():
+    diag = {
+        "clip_fraction_gallery": 0.99,
+        "clip_fraction_gallery_parent": 0.0,
+        "uncertainty_parent_seen": 0.41,
+        "uncertainty_parent_unseen": 0.595,
+    }
+    bct = radius_health({**diag, "in_cone_fraction": float("nan")})  # BCT has no entailment cone
+    assert (
+        bct
+        == "radius health: clip fraction (gallery, new/parent) 0.99/0.00, parent uncertainty seen/unseen 0.410/0.595"
+    )
+    assert radius_health(diag) == bct
+    assert radius_health({**diag, "in_cone_fraction": 0.0}) == bct + ", in-cone 0.000"

@@ -21,12 +21,11 @@ def test_params_yaml_spells_out_the_schema_defaults_except_the_demo_choices():
     )
     differ = {k for k in schema.keys() | shipped.keys() if schema.get(k) != shipped.get(k)}
     assert differ == {"model.backbone_kwargs", "alignment.options", "generations"}
-    # the HBCT options it lists are the method's own defaults
+    # the options it lists (the default method's and HBCT's) are the methods' own defaults
     options = load_params(REPO / "params.yaml").alignment.options
-    assert (
-        set(options) == {"hbct"}
-        and choose_alignment("hbct", options["hbct"]).options == choose_alignment("hbct").options
-    )
+    assert set(options) == {"bct", "hbct"}
+    for method in options:
+        assert choose_alignment(method, options[method]).options == choose_alignment(method).options
 
 
 def test_params_yaml_spells_out_every_key_of_the_schema():

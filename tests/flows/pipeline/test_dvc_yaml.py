@@ -54,9 +54,12 @@ def test_generation_0_depends_on_neither_the_alignment_nor_the_growth_of_zeta_no
     assert not [k for k in g0 if k.startswith(("alignment", "backfill"))]
     assert "geometry.zeta0" in g0 and "geometry.delta_zeta" not in g0 and "geometry" not in g0
     assert "evaluation.reference" not in g0 and "evaluation.cmc_k" in g0
-    # g1 names its method in its entry: λ and that method's options shape it, not alignment.method
-    assert {"alignment.weight", "alignment.options.hbct", "geometry", "evaluation", "backfill.rules"} <= set(g1)
-    assert "alignment.method" not in g1
+    # g1 names no method of its own: alignment.method, λ and that method's options shape it
+    assert {"alignment.method", "alignment.weight", "alignment.options.bct", "geometry", "evaluation"} <= set(g1)
+    assert "alignment.options.hbct" not in g1 and "backfill.rules" in g1
+    # an entry that names its method depends on that method's options, not on alignment.method
+    named = param_keys(apply_overrides(params, ["generations=[{name: a}, {name: b, alignment: hbct}]"]), 1)
+    assert [k for k in named if k.startswith("alignment")] == ["alignment.weight", "alignment.options.hbct"]
     for keys, own in ((g0, "generations.0"), (g1, "generations.1")):
         assert keys[-1] == own and "generations" not in keys
         assert {"model", "index", "gallery.store", "train.epochs", "data.dataset"} <= set(keys)
@@ -82,7 +85,7 @@ def test_each_generation_depends_on_its_predecessor_workspace_and_its_own_manife
     assert [k for k in param_keys(unnamed, 1) if k.startswith("alignment")] == [
         "alignment.method",
         "alignment.weight",
-        "alignment.options.hbct",
+        "alignment.options.bct",
     ]
     assert not [k for k in param_keys(unnamed, 2) if k.startswith("alignment")]
 

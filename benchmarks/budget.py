@@ -30,6 +30,7 @@ import numpy as np
 from benchmarks.common_reference import (
     Reference,
     common_references,
+    compared_by,
     nan_for_none,
     p_com_common,
     p_up_common,
@@ -38,14 +39,11 @@ from benchmarks.common_reference import (
 from benchmarks.profile import BudgetPoint, Profile, load_profile
 from benchmarks.run import run_benchmark
 from components.errors import ConfigError
-from components.evaluation import ILL_CONDITIONED
 
 __all__ = ["WHERE", "budget_points", "run_budget", "summarise_budget"]
 
 #: which points a run trains: those meant for a CPU, for a lent GPU, or all of them
 WHERE = ("cpu", "gpu", "all")
-#: denominators that differ by at most this are one (the same φ* and old model give the same float)
-_SAME_DENOMINATOR = 1e-9
 
 
 def budget_points(prof: Profile, where: str) -> list[BudgetPoint]:
@@ -198,14 +196,10 @@ def summarise_budget(out: Path, profile: str, params_path: Path, command: str) -
 
 
 def _order(entries: list[dict[str, Any]], budget: str) -> dict[str, Any]:
-    """The methods at ``budget`` from best to worst: by common P_com where every method's denominator (φ* self − old
-    self) is the same and at least ILL_CONDITIONED, else by the absolute gain cross − old self, and which of the two
-    ordered them. A φ* no better than the old models (a budget too small for φ* to train) makes every P_com
-    meaningless; old models of two geometries give two denominators, and ratios over different denominators do not
-    order methods (the gain, their numerator, does)."""
+    """The methods at ``budget`` from best to worst, by what :func:`~benchmarks.common_reference.compared_by` names
+    (common P_com over one well-conditioned denominator, else the absolute gain cross − old self), and which it was.
+    A φ* no better than the old models (a budget too small for φ* to train) makes every P_com meaningless."""
     mine = [e for e in entries if e["budget"] == budget]
-    den = [e["p_com_common_denominator"]["mean"] for e in mine]
-    one = all(d is not None for d in den) and max(den) - min(den) <= _SAME_DENOMINATOR
-    by = "p_com_common" if one and min(den) >= ILL_CONDITIONED else "abs_gain"
+    by = compared_by([e["p_com_common_denominator"]["mean"] for e in mine])
     ranked = sorted(mine, key=lambda e: -(e[by]["mean"] if e[by]["mean"] is not None else float("-inf")))
     return {"by": by, "methods": [e["method"] for e in ranked]}

@@ -49,15 +49,27 @@ from benchmarks.scenarios import SIMPLEX, Config, validation_scores
 from benchmarks.selection import Scored as ScoredConfig
 from benchmarks.selection import select_configuration
 from components.errors import ConfigError
-from components.evaluation import p_com, p_up
+from components.evaluation import ILL_CONDITIONED, p_com, p_up
 
-__all__ = ["FLOORS", "KEY", "Reference", "analyse_profile", "nan_for_none", "p_com_common", "p_up_common", "seed_stats"]
+__all__ = [
+    "FLOORS",
+    "KEY",
+    "Reference",
+    "analyse_profile",
+    "compared_by",
+    "nan_for_none",
+    "p_com_common",
+    "p_up_common",
+    "seed_stats",
+]
 
 #: the P_up floors the selection is re-applied at (None: no floor — the largest validation P_com)
 FLOORS: tuple[float | None, ...] = (-0.01, -0.02, -0.05, None)
 #: the primary common denominator: one φ* per scenario × seed × geometry (``"overall"``: across geometries, beside it)
 PRIMARY = "geometry"
 KEY = "common_reference"
+#: denominators that differ by at most this are one (the same φ* and old model give the same float)
+SAME_DENOMINATOR = 1e-9
 
 
 @dataclass(frozen=True)
@@ -286,18 +298,29 @@ def _method_summary(rows: list[dict[str, Any]], refs: dict[int, dict[str, Refere
     }
 
 
-def _paired(summaries: dict[str, dict[str, Any]], doc_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each method's paired t-test of its common test P_com against the best other ranked method over the same
-    seeds (:func:`benchmarks.report_stats.paired_test`, the tables' test; psp / lsp are never the "best": their
-    scores are in their own retrieval space)."""
+def compared_by(denominators: Sequence[float | None]) -> str:
+    """What orders methods and what their paired test compares, from each method's mean denominator (φ* self − old
+    self): ``"p_com_common"`` where every method has the same one and it is at least ILL_CONDITIONED, else
+    ``"abs_gain"`` (cross − old self, the ratios' numerator). Old models of two heads or geometries give two
+    denominators, and ratios over different denominators do not order methods (one denominator for all, or none);
+    a φ* no better than the old models makes every ratio meaningless."""
+    d = list(denominators)
+    one = bool(d) and all(x is not None for x in d) and max(d) - min(d) <= SAME_DENOMINATOR  # type: ignore[type-var]
+    return "p_com_common" if one and min(d) >= ILL_CONDITIONED else "abs_gain"  # type: ignore[type-var]
+
+
+def _paired(summaries: dict[str, dict[str, Any]], doc_rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """What the ranked methods are compared by (:func:`compared_by`) and each method's paired t-test of it (test
+    gallery) against the best other ranked method over the same seeds (:func:`benchmarks.report_stats.paired_test`,
+    the tables' test; psp / lsp are never the "best": their scores are in their own retrieval space)."""
+    ranked_names = [n for n, s in summaries.items() if s["ranked"]]
+    by = compared_by([summaries[n]["p_com_common_denominator"]["mean"] for n in ranked_names])
     groups: dict[str, list[Row]] = {}
     for n, s in summaries.items():
         rows = [row_from_dict(r) for r in doc_rows if r["name"] == n]
-        groups[n] = [
-            replace(r, p_com={"map": math.nan if v is None else v}) for r, v in zip(rows, s["p_com_common"]["values"])
-        ]
-    ranked = {n: g for n, g in groups.items() if summaries[n]["ranked"]}
-    return {n: paired_test(n, ranked | {n: groups[n]}) for n in groups}
+        groups[n] = [replace(r, p_com={"map": math.nan if v is None else v}) for r, v in zip(rows, s[by]["values"])]
+    ranked = {n: groups[n] for n in ranked_names}
+    return by, {n: paired_test(n, ranked | {n: groups[n]}) for n in groups}
 
 
 def _frontier(doc: dict[str, Any], recs: list[ModelRecord | None], refs: dict[str, Reference]) -> list[dict[str, Any]]:
@@ -358,7 +381,8 @@ def analyse_scenario(tables: _Tables, scenario: str) -> dict[str, Any]:
     refs = common_references(tables.pool, seeds)
     names = list(dict.fromkeys(r["name"] for r in doc["rows"]))
     methods = {n: _method_summary([r for r in doc["rows"] if r["name"] == n], refs) for n in names}
-    for n, t in _paired(methods, doc["rows"]).items():
+    by, tests = _paired(methods, doc["rows"])
+    for n, t in tests.items():
         methods[n]["paired_test"] = t
     frontier = _frontier(doc, tables.tried[scenario], refs[seeds[0]])
     further = {
@@ -381,6 +405,7 @@ def analyse_scenario(tables: _Tables, scenario: str) -> dict[str, Any]:
         "references_available": avail,
         "further_seed_records": n_further,
         "methods": methods,
+        "compared_by": by,
         "frontier": frontier,
         "floors": _floors(frontier, further),
         "roles": roles(tables, scenario),

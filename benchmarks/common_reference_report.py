@@ -51,6 +51,8 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
         + f"; overall {refs[s]['overall']['geometry']}/{refs[s]['overall']['head']}"
         for s in seeds
     )
+    by = cr.get("compared_by", "p_com_common")  # an analysis made before it was recorded compared P_com
+    what = {"p_com_common": "P_com common", "abs_gain": "abs gain"}[by]
     lines = [
         "## Against one φ* per scenario × seed × geometry",
         "",
@@ -68,7 +70,7 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
         "not ranked.",
         "",
         "| method | chosen | seeds | abs gain mAP (cross − old self) | P_com common | its denominator | P_up common "
-        "| P_com per-head | P_up per-head | P_com overall φ* | P_up overall φ* | vs best other (P_com common) "
+        f"| P_com per-head | P_up per-head | P_com overall φ* | P_up overall φ* | vs best other ({what}) "
         "| paired t p |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
@@ -93,8 +95,15 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "Mean ± sample std (ddof 1) over the seeds, test gallery; ⚠: mean denominator below "
-        f"{ILL_CONDITIONED:g}; *paired t p*: two-sided paired t-test of the common P_com against the ranked method "
-        "with the best mean over the same seeds.",
+        f"{ILL_CONDITIONED:g}; *paired t p*: two-sided paired t-test of the {what} against the ranked method with "
+        f"the best mean over the same seeds"
+        + (
+            "."
+            if by == "p_com_common"
+            else ": the ranked methods' denominators differ (old models of different heads or geometries) or one is "
+            f"below {ILL_CONDITIONED:g}, and ratios over different denominators do not order methods; the gain, "
+            "their numerator, does."
+        ),
         "",
         *floor_lines(cr),
         "",

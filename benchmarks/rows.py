@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks.profile import MethodEntry
 from benchmarks.records import ModelRecord, evaluate
-from benchmarks.runner import Bench, BenchModel
+from benchmarks.runner import Bench, BenchModel, training_summary
 from components.data import DataManifest
 from components.errors import ConfigError
 from components.evaluation import DerivedMetrics
@@ -132,10 +132,12 @@ def simplex_row(
             selection_rule="not applicable",
         )
     note = "training-free: the new model is φ* itself, so P_up = 0 by construction in this space"
+    batch = bench.params.train.batch_size
+    roles = {role: training_summary(m.meta, batch) for role, m in (("old", old), ("ref", ref), ("new", ref))}
     new, old, ref = ref.view(kind), old.view(kind), ref.view(kind)
     return table_row(
         entry,
-        evaluate(bench.metrics, new.label, new, old, ref, kind, None, space=kind),
+        replace(evaluate(bench.metrics, new.label, new, old, ref, kind, None, space=kind), roles=roles),
         seed=seed,
         weight=None,
         selection="training-free",

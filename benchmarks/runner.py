@@ -383,10 +383,13 @@ class Bench:
                 rec = ModelRecord(key, label, old_key, ref_key, parents_digest(old, ref), diverged=str(err))
             if self.records is not None:
                 self.records.put(rec)
-        if not rec.roles and rec.diverged is None and all(self.is_cached(k) for k in (key, old_key, ref_key)):
-            roles = {"old": req.old, "ref": req.reference, "new": new}
-            rec = replace(rec, roles={role: self.training_summary(m) for role, m in roles.items()})
-            if self.records is not None:  # a record made before roles were recorded gains them from the cache
+        if not rec.roles and rec.diverged is None and all(self.is_cached(k) for k in (old_key, ref_key)):
+            # a record made before roles were recorded gains them: its parents' from the cache, the new model's from
+            # its own meta (the new model's done.json, kept in the record: the model itself need not be cached)
+            roles = {"old": self.training_summary(req.old), "ref": self.training_summary(req.reference)}
+            roles["new"] = training_summary(rec.meta, self.params.train.batch_size)
+            rec = replace(rec, roles=roles)
+            if self.records is not None:
                 self.records.put(rec)
         if rec.diverged is not None:
             raise TrainingDivergedError(rec.diverged)

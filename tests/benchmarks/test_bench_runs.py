@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_ext_class_table(tmp_path: Path):
     assert res.rows[3].selection == "configuration from seed 0" and res.rows[3].selection_rule == bct.selection_rule
     psp = res.rows[1]
     assert psp.space == "psp" and psp.p_up["map"] == 0.0 and psp.seconds == 0.0
+    assert psp.roles["old"] == bct.roles["old"] and psp.roles["new"] == psp.roles["ref"] == bct.roles["ref"]  # φ*
     hb = res.rows[2]
     assert set(hb.diagnostics) >= {
         "clip_fraction_new",
@@ -425,4 +427,13 @@ def test_records_hold_every_roles_training_and_an_older_record_gains_them_from_t
     b = tiny_bench(tmp_path, methods, records=tmp_path / "records", seeds=[0])
     assert run_table(b, make_scenario(b, "ext_class")).rows[0].roles == rec["roles"]
     assert json.loads(path.read_text())["roles"] == rec["roles"]  # kept in the record
+    assert not any(m.strip().startswith("training") for m in b.logs)  # type: ignore[attr-defined]
+    # the new model gone from the cache (a table made in another workspace): its training is in the record's meta
+    path.write_text(json.dumps({k: v for k, v in rec.items() if k != "roles"}))
+    shutil.rmtree(
+        next(d.parent for d in (tmp_path / "cache" / "cache").glob("*/done.json") if d.parent.name == rec["key"])
+    )
+    b = tiny_bench(tmp_path, methods, records=tmp_path / "records", seeds=[0])
+    assert run_table(b, make_scenario(b, "ext_class")).rows[0].roles == rec["roles"]
+    assert json.loads(path.read_text())["roles"] == rec["roles"]
     assert not any(m.strip().startswith("training") for m in b.logs)  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.common_reference import FLOORS, KEY, analyse_profile, p_com_common, p_up_common
+from benchmarks.common_reference import FLOORS, KEY, analyse_profile, compared_by, p_com_common, p_up_common
 from benchmarks.common_reference_report import frontier_lines, lead_lines
 from benchmarks.selection import Scored, select_configuration
 from components.evaluation import p_com, p_up
@@ -110,6 +110,34 @@ def test_the_per_method_numbers_one_scalar_at_a_time(made):
             v = m["p_com_common"]["values"]
             assert m["p_com_common"]["mean"] == pytest.approx(statistics.mean(v), rel=1e-12)
             assert m["p_com_common"]["std"] == pytest.approx(statistics.stdev(v), rel=1e-9)
+
+
+def test_methods_are_compared_by_p_com_only_over_one_well_conditioned_denominator():
+    """Ratios over two denominators (old models of two heads), or over one below ILL_CONDITIONED (0.05), do not order
+    methods: the gain does."""
+    assert compared_by([0.1, 0.1, 0.1]) == "p_com_common"
+    assert compared_by([0.1, 0.1402, 0.1]) == "abs_gain"
+    assert compared_by([0.0456, 0.0456]) == "abs_gain"
+    assert compared_by([0.1, None]) == "abs_gain"
+
+
+def test_each_paired_test_is_against_the_best_ranked_mean_of_what_the_methods_are_compared_by(made):
+    _, analyses = made
+    for scenario, cr in analyses.items():
+        ranked = {n: m for n, m in cr["methods"].items() if m["ranked"]}
+        by = cr["compared_by"]
+        assert by == compared_by([m["p_com_common_denominator"]["mean"] for m in ranked.values()])
+        for n, m in cr["methods"].items():
+            t = m["paired_test"]
+            if t is None:
+                continue
+            mine = dict(zip(m["seeds"], m[by]["values"]))
+            means = {o: statistics.mean(dict(zip(r["seeds"], r[by]["values"]))[s] for s in t["seeds"])
+                     for o, r in ranked.items() if o != n and set(t["seeds"]) <= set(r["seeds"])}  # fmt: skip
+            assert t["other"] == max(means, key=means.get), (scenario, n)
+            theirs = dict(zip(ranked[t["other"]]["seeds"], ranked[t["other"]][by]["values"]))
+            diff = statistics.mean(mine[s] - theirs[s] for s in t["seeds"])
+            assert t["mean_diff"] == pytest.approx(diff, rel=1e-9, abs=1e-12), (scenario, n)
 
 
 def test_the_floors_re_apply_the_one_rule(made):

@@ -217,7 +217,7 @@ def test_tables_without_their_records_are_refused_in_one_line(tmp_path: Path):
 
 
 def test_the_roles_block_lists_seed_0s_old_models_and_phi_star_against_the_criterion():
-    """The roles on the committed cpu_equal tables: every seed-0 old model and φ* of each head with its
+    """The roles on the committed cpu_equal ext_data table: every seed-0 old model and φ* of each head with its
     last-epoch train accuracy and SGD steps (read here from results.json's base_models), the ones below 0.8 named."""
     doc = json.loads((OUT / "cpu_equal" / "ext_data" / "results.json").read_text())
     roles = doc["common_reference"]["roles"]
@@ -229,4 +229,5 @@ def test_the_roles_block_lists_seed_0s_old_models_and_phi_star_against_the_crite
     ]
     assert [(b["head"], b["role"], b["train_accuracy"], b["steps"]) for b in roles["base_seed0"]] == want
     below = sorted(f"{role} {head}" for head, role, acc, _ in want if acc < 0.8)
-    assert sorted(roles["below"]) == below == ["old euclidean/linear", "old lorentz", "old lorentz/tanh_ls0.3_s4"]
+    assert sorted(roles["below"]) == below == []  # the re-made table: every old model trained to the criterion
+    assert {b["role"] for b in roles["base_seed0"]} == {"old", "reference"} and len(roles["base_seed0"]) == 8

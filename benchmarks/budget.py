@@ -30,13 +30,13 @@ import numpy as np
 from benchmarks.common_reference import (
     Reference,
     common_references,
-    compared_by,
     nan_for_none,
     p_com_common,
     p_up_common,
     seed_stats,
 )
 from benchmarks.profile import BudgetPoint, Profile, load_profile
+from benchmarks.report_stats import compared_by
 from benchmarks.run import run_benchmark
 from components.errors import ConfigError
 
@@ -196,7 +196,7 @@ def summarise_budget(out: Path, profile: str, params_path: Path, command: str) -
 
 
 def _order(entries: list[dict[str, Any]], budget: str) -> dict[str, Any]:
-    """The methods at ``budget`` from best to worst, by what :func:`~benchmarks.common_reference.compared_by` names
+    """The methods at ``budget`` from best to worst, by what :func:`~benchmarks.report_stats.compared_by` names
     (common P_com over one well-conditioned denominator, else the absolute gain cross − old self), and which it was.
     A φ* no better than the old models (a budget too small for φ* to train) makes every P_com meaningless."""
     mine = [e for e in entries if e["budget"] == budget]

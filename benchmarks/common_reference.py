@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks.profile import load_profile
 from benchmarks.records import ModelRecord
-from benchmarks.report_stats import paired_test
+from benchmarks.report_stats import compared_by, paired_test
 from benchmarks.rerender import row_from_dict
 from benchmarks.rows import Row, option_text
 from benchmarks.runner import training_summary
@@ -49,14 +49,13 @@ from benchmarks.scenarios import SIMPLEX, Config, validation_scores
 from benchmarks.selection import Scored as ScoredConfig
 from benchmarks.selection import select_configuration
 from components.errors import ConfigError
-from components.evaluation import ILL_CONDITIONED, p_com, p_up
+from components.evaluation import p_com, p_up
 
 __all__ = [
     "FLOORS",
     "KEY",
     "Reference",
     "analyse_profile",
-    "compared_by",
     "nan_for_none",
     "p_com_common",
     "p_up_common",
@@ -68,8 +67,6 @@ FLOORS: tuple[float | None, ...] = (-0.01, -0.02, -0.05, None)
 #: the primary common denominator: one φ* per scenario × seed × geometry (``"overall"``: across geometries, beside it)
 PRIMARY = "geometry"
 KEY = "common_reference"
-#: denominators that differ by at most this are one (the same φ* and old model give the same float)
-SAME_DENOMINATOR = 1e-9
 
 
 @dataclass(frozen=True)
@@ -296,17 +293,6 @@ def _method_summary(rows: list[dict[str, Any]], refs: dict[int, dict[str, Refere
             for r in rows
         ],
     }
-
-
-def compared_by(denominators: Sequence[float | None]) -> str:
-    """What orders methods and what their paired test compares, from each method's mean denominator (φ* self − old
-    self): ``"p_com_common"`` where every method has the same one and it is at least ILL_CONDITIONED, else
-    ``"abs_gain"`` (cross − old self, the ratios' numerator). Old models of two heads or geometries give two
-    denominators, and ratios over different denominators do not order methods (one denominator for all, or none);
-    a φ* no better than the old models makes every ratio meaningless."""
-    d = list(denominators)
-    one = bool(d) and all(x is not None for x in d) and max(d) - min(d) <= SAME_DENOMINATOR  # type: ignore[type-var]
-    return "p_com_common" if one and min(d) >= ILL_CONDITIONED else "abs_gain"  # type: ignore[type-var]
 
 
 def _paired(summaries: dict[str, dict[str, Any]], doc_rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:

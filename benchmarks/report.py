@@ -90,7 +90,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
     lines += _table_intro(sc, ctx)
     lines += _old_self_table(first)
     lines += _compat_tables(first, ctx)
-    header, body, tests = seed_statistics(res.rows)
+    header, body, tests, by = seed_statistics(res.rows)
     lines += _section("Every method over the seeds", header, "---|---|---|---", body)
     lines += _spread_notes(res)
     lines += _references(res)
@@ -111,6 +111,7 @@ def write_table_report(res: TableResult, ctx: dict[str, Any], out_dir: Path) -> 
             "heads_tried": res.heads,
             "configurations": {n: rs[0].configurations for n, rs in by_method(res.rows).items()},
             "paired_tests": tests,
+            "paired_tests_by": by,
         },
     )
 

@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.rows import Row
 from benchmarks.selection import CONSTRAINT_NOT_MET, MAX_P_COM
+from components.evaluation import ILL_CONDITIONED
 
-__all__ = ["by_method", "diagnostics_against_references", "mean_std", "paired_test", "seed_statistics"]
+__all__ = [
+    "by_method",
+    "compared_by",
+    "diagnostics_against_references",
+    "mean_std",
+    "paired_test",
+    "seed_statistics",
+]
 
 #: the diagnostics compared with the references, as mean ± std over the seeds
 REFERENCE_DIAG = ("clip_fraction_new", "uncertainty_std_new", "uncertainty_std_ref", "epsilon", "in_cone_fraction")
@@ -36,6 +46,21 @@ def by_method(rows: list[Row]) -> dict[str, list[Row]]:
 def _p_com(r: Row, k: str = "map") -> float:
     v = r.p_com.get(k)
     return math.nan if v is None else v
+
+
+#: denominators that differ by at most this are one (the same φ* and old model give the same float)
+SAME_DENOMINATOR = 1e-9
+
+
+def compared_by(denominators: Sequence[float | None]) -> str:
+    """What orders methods and what their paired test compares, from each method's mean denominator (φ* self − old
+    self): ``"p_com_common"`` where every method has the same one and it is at least ILL_CONDITIONED, else
+    ``"abs_gain"`` (cross − old self, the ratios' numerator). Old models of two heads or geometries give two
+    denominators, and ratios over different denominators do not order methods (one denominator for all, or none);
+    a φ* no better than the old models makes every ratio meaningless."""
+    d = list(denominators)
+    one = bool(d) and all(x is not None for x in d) and max(d) - min(d) <= SAME_DENOMINATOR  # type: ignore[type-var]
+    return "p_com_common" if one and min(d) >= ILL_CONDITIONED else "abs_gain"  # type: ignore[type-var]
 
 
 def paired_test(name: str, groups: dict[str, list[Row]], k: str = "map") -> dict[str, Any] | None:
@@ -75,9 +100,16 @@ def _rule(r: Row) -> str:
     return short.get(r.selection_rule, r.selection_rule or "—")
 
 
-def seed_statistics(rows: list[Row]) -> tuple[list[str], list[list[str]], dict[str, Any]]:
-    """The seed-statistics table: its header, one line per method, and the paired tests by method name."""
+def seed_statistics(rows: list[Row]) -> tuple[list[str], list[list[str]], dict[str, Any], str]:
+    """The seed-statistics table: its header, one line per method, the paired tests by method name and what they
+    compare (:func:`compared_by` of the methods' mean mAP denominators: P_com, or the gain cross − old self)."""
     groups = by_method(rows)
+    by = compared_by([statistics.mean(r.p_com_den["map"] for r in rs) for rs in groups.values()])
+    compared = groups
+    if by == "abs_gain":  # the test's rows carry the gain where it reads P_com
+        compared = {
+            n: [replace(r, p_com={"map": r.cross["map"] - r.old_self["map"]}) for r in rs] for n, rs in groups.items()
+        }
     header = [
         "method",
         "configs",
@@ -93,13 +125,13 @@ def seed_statistics(rows: list[Row]) -> tuple[list[str], list[list[str]], dict[s
         "gain CMC@1",
         "P_com CMC@1",
         "its denominator",
-        "vs best other (P_com mAP)",
+        f"vs best other ({'P_com' if by == 'p_com_common' else 'gain'} mAP)",
         "paired t p",
     ]
     tests: dict[str, Any] = {}
     body = []
     for n, rs in groups.items():
-        test = paired_test(n, groups)
+        test = paired_test(n, compared)
         tests[n] = test
         vs = "—" if test is None else f"{test['other']}: {test['mean_diff']:+.4f}"
         p = "—" if test is None or test["p"] is None else f"{test['p']:.3f}"
@@ -123,7 +155,7 @@ def seed_statistics(rows: list[Row]) -> tuple[list[str], list[list[str]], dict[s
                 p,
             ]
         )
-    return header, body, tests
+    return header, body, tests, by
 
 
 #: a configuration is the table's saturated reference when at least this share of its new gallery is at the bound

@@ -7,7 +7,13 @@ import statistics
 import pytest
 from scipy.stats import ttest_rel
 
-from benchmarks.report_stats import diagnostics_against_references, mean_std, paired_test, seed_statistics
+from benchmarks.report_stats import (
+    compared_by,
+    diagnostics_against_references,
+    mean_std,
+    paired_test,
+    seed_statistics,
+)
 from benchmarks.rows import Row
 from benchmarks.selection import CONSTRAINT_NOT_MET
 
@@ -39,7 +45,8 @@ def test_each_method_is_tested_against_the_best_other_method_over_the_same_seeds
     assert test["t"] == pytest.approx(t) and test["p"] == pytest.approx(p)
     assert test["mean_diff"] == pytest.approx(0.10)
     assert paired_test("c", groups)["other"] == "a" and paired_test("d", groups) is None
-    header, body, tests = seed_statistics(rows)
+    header, body, tests, by = seed_statistics(rows)
+    assert by == "p_com_common"  # one denominator (0.1) for every method: P_com compares them
     line = dict(zip(header, body[0]))
     assert (
         line["configs"] == "16"
@@ -49,6 +56,27 @@ def test_each_method_is_tested_against_the_best_other_method_over_the_same_seeds
     assert line["paired t p"] == f"{p:.3f}" and line["vs best other (P_com mAP)"] == "c: +0.1000"
     assert line["gain mAP (cross − old self)"] == mean_std([0.03, 0.035, 0.032])
     assert set(tests) == set("abcd")
+
+
+def test_methods_over_two_denominators_are_tested_on_their_gain():
+    """Two heads' old models give two denominators: a method can lead on P_com (a small denominator) and trail on the
+    gain; the table then tests and names the gain, and a denominator below 0.05 alone makes it do so too."""
+
+    def rows(name: str, den: float, gains: list[float]) -> list[Row]:
+        out = []
+        for seed, g in enumerate(gains):
+            r = _row(name, seed, g / den)
+            r.cross, r.p_com_den = {"map": 0.5 + g, "cmc@1": 0.6}, {"map": den, "cmc@1": 0.1}
+            out.append(r)
+        return out
+
+    table = rows("small", 0.02, [0.010, 0.012, 0.011]) + rows("large", 0.2, [0.050, 0.055, 0.052])
+    header, _, tests, by = seed_statistics(table)
+    assert by == "abs_gain" and "vs best other (gain mAP)" in header
+    assert tests["small"]["other"] == "large" and tests["small"]["mean_diff"] == pytest.approx(-0.0413333, rel=1e-4)
+    assert paired_test("small", {n: [r for r in table if r.name == n] for n in ("small", "large")})["mean_diff"] > 0
+    assert compared_by([0.1, 0.1]) == "p_com_common" and compared_by([0.04, 0.04]) == "abs_gain"
+    assert compared_by([0.1, 0.2]) == "abs_gain" and compared_by([0.1, None]) == "abs_gain"
 
 
 def test_lorentz_diagnostics_are_read_against_the_unaligned_and_the_saturated_model_of_the_same_table():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+from components.evaluation import ILL_CONDITIONED
 from tests.conftest import REPO
 
 README = REPO / "README.md"
@@ -87,7 +88,8 @@ def test_the_readme_map_names_the_query_service_the_stores_and_the_cluster_backf
 
 def test_the_method_table_is_the_committed_common_denominator_numbers():
     """README's "Which alignment method" cells are each method's gain · P_com ± std (P_up) against the common φ*, as
-    the equal-budget tables' results.json record them (``common_reference``), to the digits shown."""
+    the equal-budget tables' results.json record them (``common_reference``), to the digits shown, with ⚠ where the
+    mean denominator is below ILL_CONDITIONED."""
     text = README.read_text().split("## Which alignment method")[1].split("\n## ")[0]
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| method", "| ---"))]
     assert len(rows) == 5
@@ -99,5 +101,6 @@ def test_the_method_table_is_the_committed_common_denominator_numbers():
         for scenario, cell in zip(("ext_class", "ext_data"), cells, strict=True):
             m = made[scenario][name]
             gain, p_com, p_up = m["abs_gain"]["mean"], m["p_com_common"], m["p_up_common"]["mean"]
-            want = f"{gain:+.3f} · {p_com['mean']:.3f} ± {p_com['std']:.3f} ({p_up:+.3f})"
+            ill = " ⚠" if abs(m["p_com_common_denominator"]["mean"]) < ILL_CONDITIONED else ""
+            want = f"{gain:+.3f} · {p_com['mean']:.3f} ± {p_com['std']:.3f}{ill} ({p_up:+.3f})"
             assert cell == want, f"{name} {scenario}: README says {cell!r}, results.json {want!r}"

@@ -51,16 +51,7 @@ from benchmarks.selection import select_configuration
 from components.errors import ConfigError
 from components.evaluation import p_com, p_up
 
-__all__ = [
-    "FLOORS",
-    "KEY",
-    "Reference",
-    "analyse_profile",
-    "nan_for_none",
-    "p_com_common",
-    "p_up_common",
-    "seed_stats",
-]
+__all__ = ["FLOORS", "KEY", "Reference", "analyse_profile", "nan_for_none", "p_com_common", "p_up_common", "seed_stats"]
 
 #: the P_up floors the selection is re-applied at (None: no floor — the largest validation P_com)
 FLOORS: tuple[float | None, ...] = (-0.01, -0.02, -0.05, None)

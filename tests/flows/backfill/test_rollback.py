@@ -135,7 +135,7 @@ def test_the_command_prints_its_seconds_and_how_it_checked_the_version_as_the_sc
         res = CliRunner().invoke(app, ["rollback", *args, "--by", "t"])
         assert res.exit_code == 0, res.output
         seconds, switch, checked = rollback_said(res.output)
-        assert 0 < switch < seconds and checked == "by its seal"
+        assert 0 < switch <= seconds and checked == "by its seal"  # printed to 2 decimals: equal when all switch
         assert f"generation {version} is production" in " ".join(res.output.split())
 
 

@@ -391,10 +391,11 @@ def analyse_scenario(tables: _Tables, scenario: str) -> dict[str, Any]:
 
 def roles(tables: _Tables, scenario: str) -> dict[str, Any]:
     """Every role's training as the committed files hold it, against the profile's train criterion: the seed-0 old
-    model and φ* of each head (results.json's ``base_models``; the further seeds' were not kept by tables made before
-    records carried roles), the ones of them below it, and the new models' range (their records' training meta; the
-    criterion holds the roles a method is measured against — a new model at a large λ trades its own classifier for
-    the alignment, so how many are below it is shown, not enforced)."""
+    model and φ* of each head (results.json's ``base_models``), the further seeds' from their records where the
+    table's rows predate roles (``further_seeds``; a table whose rows carry roles lists them itself), the ones below
+    it, and the new models' range (their records' training meta; the criterion holds the roles a method is measured
+    against — a new model at a large λ trades its own classifier for the alignment, so how many are below it is
+    shown, not enforced)."""
     doc, batch, c = tables.docs[scenario], tables.batch_size, tables.criterion
     base = [
         {"head": head, "role": role, **training_summary(meta, batch)}
@@ -412,8 +413,30 @@ def roles(tables: _Tables, scenario: str) -> dict[str, Any]:
         "steps": sorted({int(n["steps"]) for n in new}),
         "below": sum(1 for a in acc if c is not None and not a >= c),
     }
-    recorded = any(r.roles for r in recs)  # the table's own section lists every row's roles, every seed
-    return {"criterion": c, "base_seed0": base, "new": new_summary, "below": below, "every_seed_in_table": recorded}
+    recorded = any(r.get("roles") for r in doc["rows"])  # the table's own section lists every row's roles, every seed
+    further: list[dict[str, Any]] = []
+    if not recorded:  # a table made before rows carried roles: its further seeds' parents, as their records hold them
+        seen = set()
+        for i, rec in sorted(tables.further[scenario].items()):
+            row = doc["rows"][i]
+            head = f"{row['geometry']}/{row['head']}"
+            for role, name in (("old", "old"), ("ref", "reference")):
+                if role in rec.roles and (head, row["seed"], name) not in seen:
+                    seen.add((head, row["seed"], name))
+                    further.append({"head": head, "role": name, "seed": row["seed"], **rec.roles[role]})
+        below += [
+            f"{f['role']} {f['head']} seed {f['seed']}"
+            for f in further
+            if c is not None and not f["train_accuracy"] >= c
+        ]
+    return {
+        "criterion": c,
+        "base_seed0": base,
+        "further_seeds": further,
+        "new": new_summary,
+        "below": below,
+        "every_seed_in_table": recorded,
+    }
 
 
 def _pooled(tables: _Tables, other: _Tables, profile: str) -> _Tables:

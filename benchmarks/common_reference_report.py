@@ -116,7 +116,8 @@ def lead_lines(cr: dict[str, Any]) -> list[str]:
 
 
 def role_lines(r: dict[str, Any] | None) -> list[str]:
-    """The roles' training against the criterion: seed 0's old models and φ* per head, the new models' range."""
+    """The roles' training against the criterion: seed 0's old models and φ* per head (and the further seeds' where
+    the table's own rows do not list them), the new models' range."""
     if not r:
         return []
     c = r["criterion"]
@@ -127,6 +128,10 @@ def role_lines(r: dict[str, Any] | None) -> list[str]:
         low = " **below**" if c is not None and not b["train_accuracy"] >= c else ""
         lines.append(f"| {b['head']} | {b['role']} (seed 0) | {b['train_accuracy']:.3f}{low} | {b['epochs']} | "
                      f"{b['steps']} |")  # fmt: skip
+    for f in r.get("further_seeds", []):
+        low = " **below**" if c is not None and not f["train_accuracy"] >= c else ""
+        lines.append(f"| {f['head']} | {f['role']} (seed {f['seed']}) | {f['train_accuracy']:.3f}{low} | "
+                     f"{f['epochs']:.0f} | {f['steps']:.0f} |")  # fmt: skip
     n = r["new"]
     if n["models"]:
         below = "" if c is None else f"; {n['below']} below {c:g}"
@@ -138,6 +143,8 @@ def role_lines(r: dict[str, Any] | None) -> list[str]:
     rest = (
         "every row's old model and φ* at every seed: the table's own role section below"
         if r.get("every_seed_in_table")
+        else "the further seeds' old models and φ* as their records hold them"
+        if r.get("further_seeds")
         else "the further seeds' old models and φ* were not recorded by this table's run (records carry every "
         "role's training since the train criterion was introduced)"
     )

@@ -223,3 +223,25 @@ def test_the_roles_block_lists_seed_0s_old_models_and_phi_star_against_the_crite
     below = sorted(f"{role} {head}" for head, role, acc, _ in want if acc < 0.8)
     assert sorted(roles["below"]) == below == []  # the re-made table: every old model trained to the criterion
     assert {b["role"] for b in roles["base_seed0"]} == {"old", "reference"} and len(roles["base_seed0"]) == 8
+
+
+def test_a_table_whose_rows_predate_roles_lists_its_further_seeds_parents_from_their_records():
+    """cpu_equal_rows' ext_class rows were written before rows carried roles; their records carry them: the lead
+    section lists each further seed's old model and φ* from its record, held to the criterion like seed 0's."""
+    folder = OUT / "cpu_equal_rows" / "ext_class"
+    doc = json.loads((folder / "results.json").read_text())
+    assert not any(r.get("roles") for r in doc["rows"])
+    roles = doc["common_reference"]["roles"]
+    records = [json.loads(p.read_text()) for p in (OUT / "cpu_equal_rows" / "records").glob("*.json")]
+    want = set()
+    for r in doc["rows"][1:]:
+        if r["seed"] == 0:
+            continue
+        (rec,) = [x for x in records if x["label"].endswith(f"/seed={r['seed']}") and x["label"].startswith(r["name"])
+                  and x["test"]["cross"]["map"] == r["cross"]["map"]]  # fmt: skip
+        for role, name in (("old", "old"), ("ref", "reference")):
+            want.add((f"{r['geometry']}/{r['head']}", name, r["seed"], rec["roles"][role]["train_accuracy"]))
+    got = {(f["head"], f["role"], f["seed"], f["train_accuracy"]) for f in roles["further_seeds"]}
+    assert got == want and len(want) == 8
+    assert roles["below"] == [] and all(a >= 0.8 for *_, a in want)
+    assert "the further seeds' old models and φ* as their records hold them" in (folder / "report.md").read_text()

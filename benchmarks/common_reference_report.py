@@ -124,14 +124,10 @@ def role_lines(r: dict[str, Any] | None) -> list[str]:
     rule = "none stated" if c is None else f"last-epoch train accuracy ≥ {c:g}"
     lines = [f"### Every role's training (criterion: {rule})", "", "| head | role | train acc | epochs | steps |"]
     lines.append("|---|---|---:|---:|---:|")
-    for b in r["base_seed0"]:
+    for b in [*({**b, "seed": 0} for b in r["base_seed0"]), *r.get("further_seeds", [])]:
         low = " **below**" if c is not None and not b["train_accuracy"] >= c else ""
-        lines.append(f"| {b['head']} | {b['role']} (seed 0) | {b['train_accuracy']:.3f}{low} | {b['epochs']} | "
-                     f"{b['steps']} |")  # fmt: skip
-    for f in r.get("further_seeds", []):
-        low = " **below**" if c is not None and not f["train_accuracy"] >= c else ""
-        lines.append(f"| {f['head']} | {f['role']} (seed {f['seed']}) | {f['train_accuracy']:.3f}{low} | "
-                     f"{f['epochs']:.0f} | {f['steps']:.0f} |")  # fmt: skip
+        lines.append(f"| {b['head']} | {b['role']} (seed {b['seed']}) | {b['train_accuracy']:.3f}{low} | "
+                     f"{b['epochs']:.0f} | {b['steps']:.0f} |")  # fmt: skip
     n = r["new"]
     if n["models"]:
         below = "" if c is None else f"; {n['below']} below {c:g}"

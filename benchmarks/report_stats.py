@@ -56,9 +56,9 @@ def compared_by(denominators: Sequence[float | None]) -> str:
     """What orders methods and what their paired test compares, from each method's mean denominator (φ* self − old
     self): ``"p_com_common"`` where every method has the same one and it is at least ILL_CONDITIONED (the field of
     the common-denominator summaries; a per-head table reads it as its own P_com), else ``"abs_gain"`` (cross − old
-    self, the ratios' numerator). Old models of two heads or geometries give two
-    denominators, and ratios over different denominators do not order methods (one denominator for all, or none);
-    a φ* no better than the old models makes every ratio meaningless."""
+    self, the ratios' numerator). Old models of two heads or geometries give two denominators, and ratios over
+    different denominators do not order methods (one denominator for all, or none); a φ* no better than the old
+    models makes every ratio meaningless."""
     known = [x for x in denominators if x is not None]
     one = bool(known) and len(known) == len(denominators) and max(known) - min(known) <= SAME_DENOMINATOR
     return "p_com_common" if one and min(known) >= ILL_CONDITIONED else "abs_gain"
